@@ -1,0 +1,154 @@
+"""`rasterize_gaussians`: one differentiable call, several backends.
+
+Argument-compatible with gsplat's ``rasterization`` for what they share. Conventions: see
+docs/conventions.md (OpenCV cameras, world_to_cam viewmats, wxyz quaternions, pixel centres at +0.5).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import validate as V
+from .reference.sh import sh_to_color
+from .tiles import TILE_SIZE, TileGrid
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """Map "auto" to "cuda" for CUDA tensors and "cpu" otherwise; check device compatibility."""
+    V.check_choice("backend", backend, V.BACKENDS)
+    if backend == "auto":
+        return "cuda" if device.type == "cuda" else "cpu"
+    if backend == "cuda" and device.type != "cuda":
+        raise V.RasterizerInputError(
+            "rasterize_gaussians: backend='cuda' needs tensors on a CUDA device, got "
+            f"{device}; use backend='cpu' (or 'auto') for CPU tensors")
+    if backend == "cpu" and device.type != "cpu":
+        raise V.RasterizerInputError(
+            f"rasterize_gaussians: backend='cpu' needs CPU tensors, got {device}; use 'auto' or 'cuda'")
+    return backend
+
+
+def _backend_module(name: str):
+    return importlib.import_module(f"{__package__}.{name}")
+
+
+def _per_camera_colors(colors: Tensor, means: Tensor, viewmats: Tensor, sh_degree: int | None) -> Tensor:
+    """Colours [C, N, D]: evaluated SH (view-dependent) or the given colours broadcast over cameras."""
+    C = viewmats.shape[0]
+    if sh_degree is not None:
+        return sh_to_color(sh_degree, means, colors, viewmats)
+    return colors if colors.dim() == 3 else colors[None].expand(C, -1, -1)
+
+
+def _render_channels(colors: Tensor, depths: Tensor, render_mode: str) -> Tensor:
+    """Stack what is composited: colour channels and/or the depth channel -> [C, N, D']."""
+    if render_mode in ("D", "ED"):
+        return depths[..., None]
+    if render_mode in ("RGB+D", "RGB+ED"):
+        return torch.cat([colors, depths[..., None]], dim=-1)
+    return colors
+
+
+def _finish(render: Tensor, alpha: Tensor, render_mode: str, backgrounds: Tensor | None, n_color: int) -> Tensor:
+    """Expected depth (depth / alpha) and background blending (colour channels only)."""
+    if render_mode.endswith("ED"):
+        depth = render[..., -1:] / alpha.clamp(min=1e-10)
+        render = torch.cat([render[..., :-1], depth], dim=-1)
+    if backgrounds is not None and render_mode != "D" and render_mode != "ED":
+        colour = render[..., :n_color] + (1.0 - alpha) * backgrounds[:, None, None, :]
+        render = torch.cat([colour, render[..., n_color:]], dim=-1)
+    return render
+
+
+def _empty_render(means, opacities, colors, viewmats, width, height, render_mode, backgrounds, n_color):
+    """N = 0: background (or zeros), zero alpha, empty meta; still connected to the inputs' graph."""
+    C = viewmats.shape[0]
+    D = {"D": 1, "ED": 1, "RGB+D": n_color + 1, "RGB+ED": n_color + 1}.get(render_mode, n_color)
+    zero = (means.sum() + opacities.sum() + colors.sum()) * 0.0
+    render = means.new_zeros(C, height, width, D) + zero
+    alpha = means.new_zeros(C, height, width, 1) + zero
+    render = _finish(render, alpha, render_mode, backgrounds, n_color)
+    meta = {"radii": means.new_zeros(C, 0, 2, dtype=torch.int32), "means2d": means.new_zeros(C, 0, 2),
+            "depths": means.new_zeros(C, 0), "width": width, "height": height, "n_cameras": C}
+    return render, alpha, meta
+
+
+def rasterize_gaussians(
+    means: Tensor,
+    quats: Tensor | None,
+    scales: Tensor | None,
+    opacities: Tensor,
+    colors: Tensor,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    *,
+    sh_degree: int | None = None,
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    eps2d: float = 0.3,
+    backgrounds: Tensor | None = None,
+    render_mode: str = "RGB",
+    rasterize_mode: str = "classic",
+    covars: Tensor | None = None,
+    backend: str = "auto",
+    absgrad: bool = False,
+    tile_size: int = TILE_SIZE,
+) -> tuple[Tensor, Tensor, dict[str, Any]]:
+    """Render N 3D Gaussians into C pinhole cameras, differentiably.
+
+    Args:
+        means [N, 3] world; quats [N, 4] (w, x, y, z), not necessarily normalised; scales [N, 3]
+        activated; opacities [N] activated; colors [N, D] or [C, N, D], or SH coefficients [N, K, 3]
+        when ``sh_degree`` is set; viewmats [C, 4, 4] world_to_cam (OpenCV axes); Ks [C, 3, 3] pixels.
+        covars [N, 3, 3] replaces quats/scales when given. backgrounds [C, D] (colour channels).
+        render_mode: "RGB", "D" (accumulated depth), "ED" (expected depth), "RGB+D", "RGB+ED".
+        rasterize_mode: "classic" or "antialiased" (opacity x sqrt(det(S - eps I) / det S)).
+        backend: "auto" (cuda for CUDA tensors, cpu otherwise), "reference", "cpu", "cuda".
+        absgrad: also accumulate sum over pixels of |d loss / d means2d| into ``meta["means2d"].absgrad``.
+    Returns:
+        render [C, H, W, D'], alpha [C, H, W, 1], meta with radii [C, N, 2] int32, means2d [C, N, 2]
+        (its ``.grad`` holds d loss / d means2d after backward), depths [C, N], conics [C, N, 3],
+        opacities [C, N] (as composited), width, height, tile_size, n_cameras.
+    """
+    N = V.check_gaussians(means, quats, scales, opacities, covars)
+    dt, dev = means.dtype, means.device
+    C = V.check_cameras(viewmats, Ks, width, height, dt, dev)
+    n_color = V.check_colors(colors, N, C, sh_degree, dt, dev)
+    V.check_choice("render_mode", render_mode, V.RENDER_MODES)
+    V.check_choice("rasterize_mode", rasterize_mode, V.RASTERIZE_MODES)
+    V.check_backgrounds(backgrounds, C, n_color, dt, dev)
+    name = resolve_backend(backend, dev)
+    if N == 0:
+        return _empty_render(means, opacities, colors, viewmats, width, height, render_mode, backgrounds, n_color)
+    if name == "cuda":
+        return _backend_module("cuda").rasterize(
+            means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree=sh_degree,
+            near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, backgrounds=backgrounds,
+            render_mode=render_mode, rasterize_mode=rasterize_mode, covars=covars, absgrad=absgrad,
+            tile_size=tile_size)
+    impl = _backend_module(name)
+    antialiased = rasterize_mode == "antialiased"
+    proj = impl.project(means, quats, scales, covars, viewmats, Ks, width, height, eps2d=eps2d,
+                        near_plane=near_plane, far_plane=far_plane, opacities=opacities, antialiased=antialiased)
+    opac = opacities[None] * proj.compensations if antialiased else opacities[None].expand(C, -1)
+    channels = _render_channels(_per_camera_colors(colors, means, viewmats, sh_degree), proj.depths, render_mode)
+    means2d = proj.means2d
+    if means2d.requires_grad:
+        means2d.retain_grad()
+    absgrad_acc = means2d.new_zeros(C * N, 2) if absgrad else None
+    if absgrad:
+        means2d.absgrad = absgrad_acc.view(C, N, 2)
+    grid = TileGrid.for_image(width, height, tile_size)
+    render, alpha = impl.composite(means2d, proj.conics, opac, channels, proj.radii, proj.depths, width, height,
+                                   grid, absgrad_acc)
+    render = _finish(render, alpha, render_mode, backgrounds, n_color)
+    meta = {"radii": proj.radii, "means2d": means2d, "depths": proj.depths, "conics": proj.conics,
+            "opacities": opac, "compensations": proj.compensations, "width": width, "height": height,
+            "tile_size": tile_size, "tiles_x": grid.tiles_x, "tiles_y": grid.tiles_y, "n_cameras": C}
+    return render, alpha, meta

@@ -1,0 +1,89 @@
+"""Differentiable compositing on the CPU: a torch.autograd.Function around the Numba kernels."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..tiles import TileGrid, tile_ranges
+from . import kernels as K
+
+
+def _np(x: Tensor) -> np.ndarray:
+    return x.detach().contiguous().numpy()
+
+
+def interleaved_tile_order(n_tiles: int) -> np.ndarray:
+    """Tile visiting order that deals neighbouring tiles to different threads (load balance under
+    static scheduling: busy regions of the image are shared by all threads)."""
+    n_threads = max(1, numba.get_num_threads())
+    return np.argsort(np.arange(n_tiles) % n_threads, kind="stable").astype(np.int64)
+
+
+class BinnedTiles:
+    """Per-tile depth-sorted Gaussian lists for C cameras (numpy), computed once per render."""
+
+    def __init__(self, means2d: Tensor, conics: Tensor, opac: Tensor, radii: Tensor, depths: Tensor,
+                 grid: TileGrid, width: int, height: int):
+        C, N = depths.shape
+        tmin, tmax = tile_ranges(means2d, radii, grid)
+        depth_f32 = depths.detach().to(torch.float32)
+        order = torch.argsort(depth_f32, dim=1, stable=True)
+        self.offsets, self.ids = K.bin_gaussians(
+            _np(order), _np(tmin.reshape(C * N, 2)), _np(tmax.reshape(C * N, 2)),
+            _np(means2d.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)), _np(opac.reshape(C * N)),
+            N, grid.tiles_x, grid.tiles_y, grid.tile_size, width, height)
+        self.order = interleaved_tile_order(C * grid.tiles_x * grid.tiles_y)
+
+
+class CompositeFunction(torch.autograd.Function):
+    """render [C,H,W,D], alpha [C,H,W,1] from means2d [C,N,2], conics [C,N,3], opacities [C,N],
+    colors [C,N,D]; gradients for all four (and the |grad means2d| accumulator)."""
+
+    @staticmethod
+    def forward(ctx, means2d, conics, opac, colors, radii, depths, width, height, grid, absgrad_acc):
+        C, N, D = colors.shape
+        flat = (_np(means2d.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)), _np(opac.reshape(C * N)),
+                _np(colors.reshape(C * N, D)))
+        bins = BinnedTiles(means2d, conics, opac, radii, depths, grid, width, height)
+        dtype = flat[3].dtype
+        render = np.zeros((C, height, width, D), dtype)
+        alpha = np.zeros((C, height, width, 1), dtype)
+        T_final = np.ones((C, height, width), np.float64)
+        last_ids = np.full((C, height, width), -1, np.int64)
+        K.forward_kernel(*flat, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
+                         grid.tile_size, render, alpha, T_final, last_ids)
+        ctx.state = (flat, bins, T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc)
+        return torch.from_numpy(render), torch.from_numpy(alpha)
+
+    @staticmethod
+    def backward(ctx, v_render, v_alpha):
+        flat, bins, T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc = ctx.state
+        dtype = flat[3].dtype
+        M = bins.ids.shape[0]
+        g_means2d, g_abs = np.zeros((M, 2), dtype), np.zeros((M, 2), dtype)
+        g_conics, g_opac, g_colors = np.zeros((M, 3), dtype), np.zeros((M, 1), dtype), np.zeros((M, D), dtype)
+        K.backward_kernel(*flat, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
+                          grid.tile_size, T_final, last_ids, _np(v_render.to(v_render.dtype)), _np(v_alpha),
+                          g_means2d, g_abs, g_conics, g_opac[:, 0], g_colors)
+        grads = []
+        for per_isect, width_ in ((g_means2d, 2), (g_conics, 3), (g_opac, 1), (g_colors, D)):
+            out = np.zeros((C * N, width_), dtype)
+            K.scatter_add_rows(out, per_isect, bins.ids)
+            grads.append(torch.from_numpy(out))
+        if absgrad_acc is not None:
+            out = np.zeros((C * N, 2), dtype)
+            K.scatter_add_rows(out, g_abs, bins.ids)
+            absgrad_acc += torch.from_numpy(out).to(absgrad_acc.dtype)
+        v_means2d, v_conics, v_opac, v_colors = grads
+        ctx.state = None
+        return (v_means2d.view(C, N, 2), v_conics.view(C, N, 3), v_opac.view(C, N), v_colors.view(C, N, D),
+                None, None, None, None, None, None)
+
+
+def composite_cpu(means2d, conics, opacities, colors, radii, depths, width, height, grid, absgrad_acc):
+    """Compositing step of the cpu backend (see CompositeFunction)."""
+    return CompositeFunction.apply(means2d, conics, opacities, colors, radii, depths, width, height, grid,
+                                   absgrad_acc)

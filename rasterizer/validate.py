@@ -1,0 +1,102 @@
+"""Input checks for ``rasterize_gaussians``: a clear error naming the argument, before any kernel runs."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
+RASTERIZE_MODES = ("classic", "antialiased")
+BACKENDS = ("auto", "reference", "cpu", "cuda")
+
+
+class RasterizerInputError(ValueError):
+    """An argument of rasterize_gaussians is malformed (shape, dtype, device, value)."""
+
+
+def _fail(name: str, problem: str) -> None:
+    raise RasterizerInputError(f"rasterize_gaussians: `{name}` {problem}")
+
+
+def check_tensor(name: str, x: Tensor | None, shape: tuple, dtype: torch.dtype | None = None,
+                 device: torch.device | None = None) -> None:
+    """Check type, shape (None = any size), dtype, device and finiteness of one argument."""
+    if not isinstance(x, Tensor):
+        _fail(name, f"must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, x.shape)):
+        want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+        _fail(name, f"has shape {list(x.shape)}, expected {want}")
+    if not x.is_floating_point():
+        _fail(name, f"must be a floating-point tensor, got {x.dtype}")
+    if dtype is not None and x.dtype != dtype:
+        _fail(name, f"has dtype {x.dtype} but `means` has {dtype}; cast all inputs to one dtype")
+    if device is not None and x.device != device:
+        _fail(name, f"is on {x.device} but `means` is on {device}; move all inputs to one device")
+    if x.numel() and not bool(torch.isfinite(x).all()):
+        bad = (~torch.isfinite(x.detach())).reshape(x.shape[0], -1).any(-1).nonzero()[:5, 0].tolist() if x.dim() else []
+        _fail(name, f"contains NaN or Inf values (first bad rows: {bad}); fix or drop them before rendering")
+
+
+def check_choice(name: str, value: str, choices: tuple) -> None:
+    if value not in choices:
+        _fail(name, f"is {value!r}; expected one of {choices}")
+
+
+def check_gaussians(means, quats, scales, opacities, covars) -> int:
+    """Check the geometry arguments; return N."""
+    check_tensor("means", means, (None, 3))
+    N, dt, dev = means.shape[0], means.dtype, means.device
+    if covars is not None:
+        check_tensor("covars", covars, (N, 3, 3), dt, dev)
+    else:
+        check_tensor("quats", quats, (N, 4), dt, dev)
+        check_tensor("scales", scales, (N, 3), dt, dev)
+        if N and bool((quats.detach().norm(dim=-1) == 0).any()):
+            rows = (quats.detach().norm(dim=-1) == 0).nonzero()[:5, 0].tolist()
+            _fail("quats", f"has zero-norm rows {rows}: a rotation needs a non-zero quaternion (w, x, y, z)")
+        if N and bool((scales.detach() < 0).any()):
+            _fail("scales", "has negative values: pass activated scales, e.g. exp(log_scales)")
+    check_tensor("opacities", opacities, (N,), dt, dev)
+    if N and bool(((opacities.detach() < 0) | (opacities.detach() > 1)).any()):
+        _fail("opacities", "has values outside [0, 1]: pass activated opacities, e.g. sigmoid(logits)")
+    return N
+
+
+def check_colors(colors: Tensor, N: int, C: int, sh_degree: int | None, dt, dev) -> int:
+    """Check colours or SH coefficients; return the number of colour channels D."""
+    if sh_degree is None:
+        if colors is None or colors.dim() not in (2, 3):
+            _fail("colors", f"must be [N, D] or [C, N, D] when sh_degree is None, got "
+                  f"{None if colors is None else list(colors.shape)}")
+        shape = (N, None) if colors.dim() == 2 else (C, N, None)
+        check_tensor("colors", colors, shape, dt, dev)
+        if colors.shape[-1] < 1:
+            _fail("colors", "has zero channels")
+        return colors.shape[-1]
+    if not isinstance(sh_degree, int) or not 0 <= sh_degree <= 3:
+        _fail("sh_degree", f"must be an int in 0..3, got {sh_degree!r}")
+    check_tensor("colors", colors, (N, None, 3), dt, dev)
+    K = colors.shape[1]
+    if K < (sh_degree + 1) ** 2:
+        _fail("colors", f"has {K} SH coefficients per channel, sh_degree={sh_degree} needs {(sh_degree + 1) ** 2}")
+    return 3
+
+
+def check_cameras(viewmats, Ks, width, height, dt, dev) -> int:
+    """Check camera arguments; return C."""
+    check_tensor("viewmats", viewmats, (None, 4, 4), dt, dev)
+    C = viewmats.shape[0]
+    check_tensor("Ks", Ks, (C, 3, 3), dt, dev)
+    if C == 0:
+        _fail("viewmats", "holds zero cameras")
+    for name, v in (("width", width), ("height", height)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            _fail(name, f"must be a positive int, got {v!r}")
+    if bool((Ks[:, 0, 0] <= 0).any()) or bool((Ks[:, 1, 1] <= 0).any()):
+        _fail("Ks", "has a non-positive focal length (K[0,0] and K[1,1] must be > 0, in pixels)")
+    return C
+
+
+def check_backgrounds(backgrounds, C: int, D: int, dt, dev) -> None:
+    if backgrounds is not None:
+        check_tensor("backgrounds", backgrounds, (C, D), dt, dev)
