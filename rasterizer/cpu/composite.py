@@ -53,8 +53,9 @@ class CompositeFunction(torch.autograd.Function):
         alpha = np.zeros((C, height, width, 1), dtype)
         T_final = np.ones((C, height, width), np.float64)
         last_ids = np.full((C, height, width), -1, np.int64)
-        K.forward_kernel(*flat, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
-                         grid.tile_size, render, alpha, T_final, last_ids)
+        with K.KERNEL_LOCK:
+            K.forward_kernel(*flat, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
+                             grid.tile_size, render, alpha, T_final, last_ids)
         ctx.state = (flat, bins, T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc)
         return torch.from_numpy(render), torch.from_numpy(alpha)
 
@@ -65,9 +66,10 @@ class CompositeFunction(torch.autograd.Function):
         M = bins.ids.shape[0]
         g_means2d, g_abs = np.zeros((M, 2), dtype), np.zeros((M, 2), dtype)
         g_conics, g_opac, g_colors = np.zeros((M, 3), dtype), np.zeros((M, 1), dtype), np.zeros((M, D), dtype)
-        K.backward_kernel(*flat, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
-                          grid.tile_size, T_final, last_ids, _np(v_render.to(v_render.dtype)), _np(v_alpha),
-                          g_means2d, g_abs, g_conics, g_opac[:, 0], g_colors)
+        with K.KERNEL_LOCK:
+            K.backward_kernel(*flat, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
+                              grid.tiles_y, grid.tile_size, T_final, last_ids, _np(v_render), _np(v_alpha),
+                              g_means2d, g_abs, g_conics, g_opac[:, 0], g_colors)
         grads = []
         for per_isect, width_ in ((g_means2d, 2), (g_conics, 3), (g_opac, 1), (g_colors, D)):
             out = np.zeros((C * N, width_), dtype)
@@ -78,7 +80,6 @@ class CompositeFunction(torch.autograd.Function):
             K.scatter_add_rows(out, g_abs, bins.ids)
             absgrad_acc += torch.from_numpy(out).to(absgrad_acc.dtype)
         v_means2d, v_conics, v_opac, v_colors = grads
-        ctx.state = None
         return (v_means2d.view(C, N, 2), v_conics.view(C, N, 3), v_opac.view(C, N), v_colors.view(C, N, D),
                 None, None, None, None, None, None)
 

@@ -13,9 +13,19 @@ Arithmetic runs in float64 whatever the storage dtype.
 from __future__ import annotations
 
 import math
+import os
+import threading
 
+import numba
 import numpy as np
 from numba import njit, prange
+
+# Numba's OpenMP layer and PyTorch's OpenMP runtime spin-wait against each other (PyTorch ops became
+# 40x slower after a Numba parallel kernel in our measurements); the workqueue layer does not. It is not
+# re-entrant, so every parallel launch holds KERNEL_LOCK (the viewer renders from another thread).
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
+KERNEL_LOCK = threading.Lock()
 
 ALPHA_THRESHOLD = 1.0 / 255.0
 ALPHA_MAX = 0.999

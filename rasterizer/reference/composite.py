@@ -105,7 +105,10 @@ def composite_reference(
         alpha_parts.append(w.sum(-1, keepdim=True))
     render = colors.new_zeros(C * height * width, D)
     alpha = colors.new_zeros(C * height * width, 1)
-    if index_parts:
+    if not index_parts:  # nothing visible: zeros, still part of the graph (zero gradients)
+        touch = 0.0 * (means2d.sum() + conics.sum() + opacities.sum() + colors.sum())
+        render, alpha = render + touch, alpha + touch
+    else:
         index = torch.cat(index_parts)
         render = render.index_put((index,), torch.cat(colour_parts))
         alpha = alpha.index_put((index,), torch.cat(alpha_parts))

@@ -1,0 +1,41 @@
+"""The `cuda` backend: gsplat's fused CUDA kernels behind our API.
+
+Only ever called with CUDA tensors (``resolve_backend`` guarantees it): calling a gsplat CUDA wrapper
+with CPU tensors starts a JIT build that fails on machines without nvcc. gsplat is imported lazily.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+
+def rasterize(means, quats, scales, opacities, colors, viewmats, Ks, width, height, *, sh_degree, near_plane,
+              far_plane, eps2d, backgrounds, render_mode, rasterize_mode, covars, absgrad,
+              tile_size) -> tuple[Tensor, Tensor, dict[str, Any]]:
+    """Render with ``gsplat.rasterization`` (non-packed mode so meta tensors are [C, N, ...])."""
+    if not means.is_cuda:  # defensive: never reach a gsplat CUDA wrapper with CPU tensors
+        raise RuntimeError("rasterizer.cuda.rasterize called with CPU tensors")
+    from gsplat import rasterization
+
+    if backgrounds is not None and render_mode in ("RGB+D", "RGB+ED"):
+        backgrounds = _pad_depth_background(backgrounds)
+    if covars is not None:
+        quats = scales = None
+    render, alpha, meta = rasterization(
+        means, quats, scales, opacities, colors, viewmats, Ks, width, height, near_plane=near_plane,
+        far_plane=far_plane, eps2d=eps2d, sh_degree=sh_degree, packed=False, tile_size=tile_size,
+        backgrounds=backgrounds if render_mode not in ("D", "ED") else None, render_mode=render_mode,
+        rasterize_mode=rasterize_mode, covars=covars, absgrad=absgrad)
+    meta.setdefault("n_cameras", viewmats.shape[0])
+    if absgrad and hasattr(meta["means2d"], "absgrad") is False:
+        meta["means2d"].absgrad = None
+    return render, alpha, meta
+
+
+def _pad_depth_background(backgrounds: Tensor) -> Tensor:
+    """gsplat blends backgrounds over every rendered channel; the depth channel gets 0."""
+    import torch
+
+    return torch.cat([backgrounds, backgrounds.new_zeros(backgrounds.shape[0], 1)], dim=-1)

@@ -1,0 +1,56 @@
+"""Datasets: one Scene/Frame model and one loader per format, converting to our conventions at load time.
+
+See docs/conventions.md: OpenCV camera axes, ``world_to_cam`` [4, 4], ``K`` [3, 3] in pixels, images
+float32 [H, W, 3] in [0, 1].
+"""
+
+from recon.data.blender import load_blender
+from recon.data.colmap import (
+    ColmapFormatError,
+    ColmapModel,
+    UnsupportedCameraModelError,
+    distort_points,
+    load_colmap,
+    read_model,
+    undistort_points,
+    write_model,
+)
+from recon.data.detect import detect_format, load_scene
+from recon.data.nerfstudio import load_nerfstudio, opengl_cam_to_world_to_opencv_world_to_cam
+from recon.data.procedural import look_at_world_to_cam, orbit_cameras
+from recon.data.scene import (
+    DataFormatError,
+    Frame,
+    MissingImageError,
+    Scene,
+    load_image,
+    load_image_tensor,
+    load_mask,
+    nerfpp_norm,
+)
+
+__all__ = [
+    "ColmapFormatError",
+    "ColmapModel",
+    "DataFormatError",
+    "Frame",
+    "MissingImageError",
+    "Scene",
+    "UnsupportedCameraModelError",
+    "detect_format",
+    "distort_points",
+    "load_blender",
+    "load_colmap",
+    "load_image",
+    "load_image_tensor",
+    "load_mask",
+    "load_nerfstudio",
+    "load_scene",
+    "look_at_world_to_cam",
+    "nerfpp_norm",
+    "opengl_cam_to_world_to_opencv_world_to_cam",
+    "orbit_cameras",
+    "read_model",
+    "undistort_points",
+    "write_model",
+]

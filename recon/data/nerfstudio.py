@@ -1,0 +1,212 @@
+"""nerfstudio / instant-ngp ``transforms.json`` loader.
+
+File convention: ``transform_matrix`` is camera-to-world in OpenGL axes (x right, y up, z back);
+intrinsics ``fl_x fl_y cx cy w h`` at the top level or per frame (per frame wins); instant-ngp files
+may give ``camera_angle_x`` (and ``camera_angle_y``) instead of focal lengths; distortion
+``k1 k2 k3 k4 p1 p2`` with ``camera_model`` OPENCV (radial-tangential) or OPENCV_FISHEYE.
+``applied_transform`` (3x4) is the transform nerfstudio's ``ns-process-data`` applied to the original
+(e.g. COLMAP) world; by default it is undone, so cameras and points come back in the original world.
+
+Conversion to ours happens once, in :func:`opengl_cam_to_world_to_opencv_world_to_cam`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recon.data.scene import (
+    WHITE,
+    DataFormatError,
+    Distortion,
+    Frame,
+    Scene,
+    finalize_frames,
+    image_size,
+    intrinsics_matrix,
+    make_camera,
+    split_every_nth,
+)
+
+# OpenGL camera axes (x right, y up, z back) -> OpenCV (x right, y down, z forward): flip y and z.
+GL_TO_CV = np.diag([1.0, -1.0, -1.0, 1.0])
+PINHOLE_MODELS = ("PINHOLE", "SIMPLE_PINHOLE", "PERSPECTIVE")
+DISTORTED_MODELS = ("OPENCV", "OPENCV_FISHEYE")
+
+
+def opengl_cam_to_world_to_opencv_world_to_cam(cam_to_world_gl: np.ndarray) -> np.ndarray:
+    """OpenGL-axes camera-to-world [4, 4] (or [3, 4]) -> OpenCV-axes world-to-camera [4, 4] float64.
+
+    ``cam_to_world_cv = cam_to_world_gl @ diag(1, -1, -1, 1)`` (flip the camera's y and z axes), then
+    invert the rigid transform.
+    """
+    c2w = np.eye(4)
+    c2w[: np.asarray(cam_to_world_gl).shape[0]] = np.asarray(cam_to_world_gl, dtype=np.float64)
+    c2w_cv = c2w @ GL_TO_CV
+    R, t = c2w_cv[:3, :3], c2w_cv[:3, 3]
+    w2c = np.eye(4)
+    w2c[:3, :3] = R.T
+    w2c[:3, 3] = -R.T @ t
+    return w2c
+
+
+def read_json(path: Path) -> dict:
+    """Parse a JSON file; DataFormatError naming the file when missing or malformed."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError as e:
+        raise DataFormatError(f"file not found: {path}") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataFormatError(f"{path}: not valid JSON: {e}") from e
+    if not isinstance(data, dict) or not isinstance(data.get("frames"), list) or not data["frames"]:
+        raise DataFormatError(f"{path}: expected an object with a non-empty 'frames' list")
+    return data
+
+
+def matrix_4x4(value: Any, path: Path, what: str) -> np.ndarray:
+    """[4, 4] float64 from a nested list (3x4 or 4x4); DataFormatError naming the file otherwise."""
+    try:
+        m = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise DataFormatError(f"{path}: {what} is not a numeric matrix") from e
+    if m.shape not in ((3, 4), (4, 4)) or not np.isfinite(m).all():
+        raise DataFormatError(f"{path}: {what} must be a finite 3x4 or 4x4 matrix, got shape {m.shape}")
+    out = np.eye(4)
+    out[: m.shape[0]] = m
+    return out
+
+
+def resolve_file(root: Path, file_path: str, default_ext: str = "") -> Path:
+    """``root / file_path``; when that has no extension and does not exist, try ``default_ext``."""
+    p = Path(root) / file_path
+    if not p.suffix and default_ext and not p.exists():
+        return p.with_name(p.name + default_ext)
+    return p
+
+
+def frame_intrinsics(meta: dict, frame: dict, image_path: Path, path: Path) -> tuple[np.ndarray, int, int]:
+    """(K [3, 3] float64, width, height) from per-frame keys, else top-level keys.
+
+    Focal: ``fl_x``/``fl_y``, else ``camera_angle_x``/``camera_angle_y`` (fy = fx when absent).
+    Size: ``w``/``h``, else read from the image header. Principal point defaults to the image centre.
+    """
+
+    def get(key: str):
+        return frame.get(key, meta.get(key))
+
+    w, h = get("w"), get("h")
+    if w is None or h is None:
+        w, h = image_size(image_path)
+    w, h = int(w), int(h)
+    fx, fy = get("fl_x"), get("fl_y")
+    if fx is None and get("camera_angle_x") is not None:
+        fx = 0.5 * w / math.tan(0.5 * float(get("camera_angle_x")))
+    if fy is None and get("camera_angle_y") is not None:
+        fy = 0.5 * h / math.tan(0.5 * float(get("camera_angle_y")))
+    if fx is None and fy is None:
+        raise DataFormatError(f"{path}: frame {frame.get('file_path')!r} has no fl_x/fl_y or camera_angle_x")
+    fx = float(fx if fx is not None else fy)
+    fy = float(fy if fy is not None else fx)
+    cx = float(get("cx") if get("cx") is not None else w / 2)
+    cy = float(get("cy") if get("cy") is not None else h / 2)
+    return intrinsics_matrix(fx, fy, cx, cy), w, h
+
+
+def frame_distortion(meta: dict, frame: dict, path: Path) -> Distortion | None:
+    """Distortion of a frame from ``camera_model`` and ``k1 k2 k3 k4 p1 p2`` (None when all zero).
+
+    OPENCV -> coefficients (k1, k2, p1, p2, k3, k4) (k3, k4: r^6, r^8 terms as nerfstudio);
+    OPENCV_FISHEYE -> (k1, k2, k3, k4). No ``camera_model`` with non-zero coefficients means OPENCV
+    (instant-ngp files).
+    """
+
+    def coef(key: str) -> float:
+        return float(frame.get(key, meta.get(key, 0.0)) or 0.0)
+
+    model = str(frame.get("camera_model", meta.get("camera_model", "OPENCV"))).upper()
+    if model in PINHOLE_MODELS:
+        return None
+    if model not in DISTORTED_MODELS:
+        raise DataFormatError(
+            f"{path}: camera_model {model!r} is not supported (supported: OPENCV, OPENCV_FISHEYE, PINHOLE)"
+        )
+    if model == "OPENCV_FISHEYE":
+        coeffs = np.array([coef("k1"), coef("k2"), coef("k3"), coef("k4")])
+    else:
+        coeffs = np.array([coef("k1"), coef("k2"), coef("p1"), coef("p2"), coef("k3"), coef("k4")])
+    return Distortion(model, coeffs) if np.any(coeffs != 0) else None
+
+
+def undo_applied_transform_w2c(w2c: np.ndarray, applied: np.ndarray) -> np.ndarray:
+    """World-to-camera in the original world: ``x_json = A x_orig`` so ``w2c_orig = w2c_json @ A``."""
+    return w2c @ applied
+
+
+def read_ply_points(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """(xyz [P, 3] float32, rgb [P, 3] uint8 or None) from a PLY's ``vertex`` element (plyfile)."""
+    from plyfile import PlyData
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataFormatError(f"point cloud file not found: {path}")
+    try:
+        v = PlyData.read(str(path))["vertex"].data
+        xyz = np.stack([v["x"], v["y"], v["z"]], axis=-1).astype(np.float32)
+    except Exception as e:  # plyfile raises several types for malformed files
+        raise DataFormatError(f"{path}: cannot read vertices from PLY: {e}") from e
+    names = v.dtype.names or ()
+    rgb = None
+    if all(c in names for c in ("red", "green", "blue")):
+        rgb = np.stack([v["red"], v["green"], v["blue"]], axis=-1)
+        rgb = rgb.astype(np.uint8) if rgb.dtype == np.uint8 else np.clip(np.rint(rgb * 255.0), 0, 255).astype(np.uint8)
+    return xyz, rgb
+
+
+def transform_points(points: np.ndarray, T: np.ndarray) -> np.ndarray:
+    """[P, 3] points mapped by a [4, 4] affine transform."""
+    return (points.astype(np.float64) @ T[:3, :3].T + T[:3, 3]).astype(np.float32)
+
+
+def load_nerfstudio(
+    root: Path,
+    data_factor: int = 1,
+    cache_dir: Path | None = None,
+    test_every: int = 8,
+    transforms_file: str = "transforms.json",
+    undo_applied_transform: bool = True,
+    background: tuple[float, float, float] = WHITE,
+) -> Scene:
+    """Load a nerfstudio / instant-ngp dataset folder as a :class:`Scene` (split: every ``test_every``-th)."""
+    root = Path(root)
+    path = root / transforms_file
+    meta = read_json(path)
+    applied = matrix_4x4(meta["applied_transform"], path, "applied_transform") if "applied_transform" in meta else None
+    inv_applied = np.linalg.inv(applied) if (applied is not None and undo_applied_transform) else None
+    raw = []
+    for i, fr in enumerate(meta["frames"]):
+        if "file_path" not in fr or "transform_matrix" not in fr:
+            raise DataFormatError(f"{path}: frame {i} lacks 'file_path' or 'transform_matrix'")
+        image_path = resolve_file(root, fr["file_path"], ".png")
+        c2w_gl = matrix_4x4(fr["transform_matrix"], path, f"transform_matrix of frame {i}")
+        w2c = opengl_cam_to_world_to_opencv_world_to_cam(c2w_gl)
+        if inv_applied is not None:
+            w2c = undo_applied_transform_w2c(w2c, applied)
+        K, w, h = frame_intrinsics(meta, fr, image_path, path)
+        mask = resolve_file(root, fr["mask_path"]) if fr.get("mask_path") else None
+        time = float(fr["time"]) if fr.get("time") is not None else None
+        frame = Frame(str(fr["file_path"]), image_path, make_camera(w2c, K, w, h), mask, time)
+        raw.append((frame, frame_distortion(meta, fr, path)))
+    frames = finalize_frames(raw, root, path, data_factor, cache_dir)
+    train, test = split_every_nth(frames, test_every)
+    points = colors = None
+    if meta.get("ply_file_path"):
+        points, colors = read_ply_points(root / meta["ply_file_path"])
+        if inv_applied is not None:
+            points = transform_points(points, inv_applied)
+    return Scene(train, test, points, colors, background, "nerfstudio", root)

@@ -1,0 +1,429 @@
+"""Scene model shared by every dataset loader, plus image loading, downscaling and caching.
+
+Conventions (docs/conventions.md): cameras use OpenCV axes (x right, y down, z forward),
+``world_to_cam`` [4, 4] float32 with ``x_cam = R x_world + t``, intrinsics ``K`` [3, 3] in pixels with
+pixel (i, j) centred at (i + 0.5, j + 0.5). Images are sRGB float32 ``[H, W, 3]`` in [0, 1].
+
+Loaders convert their file convention to ours once, build :class:`Frame` objects, and hand them to
+:func:`finalize_frames`, which undistorts distorted cameras (cached on disk) and applies the
+``data_factor`` downscale (cached on disk) so training always sees pinhole cameras.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from rasterizer.camera import Camera
+
+WHITE = (1.0, 1.0, 1.0)
+BLACK = (0.0, 0.0, 0.0)
+TEST_EVERY = 8  # 3DGS / mip-NeRF 360 "llffhold": every 8th image (sorted by name) is a test image
+
+
+class DataFormatError(ValueError):
+    """A dataset file is missing, truncated, inconsistent or unsupported; the message names the file."""
+
+
+class MissingImageError(DataFormatError):
+    """An image (or mask) listed by a dataset file does not exist or cannot be decoded."""
+
+
+@dataclass
+class Distortion:
+    """Lens distortion of a raw (not yet undistorted) camera.
+
+    Attributes:
+        model: COLMAP model name: SIMPLE_RADIAL, RADIAL, OPENCV or OPENCV_FISHEYE (see
+            :func:`recon.data.colmap.distort_points` for the coefficient order of each).
+        coeffs: [D] float64 distortion coefficients only (no focal length or principal point).
+    """
+
+    model: str
+    coeffs: np.ndarray
+
+
+@dataclass
+class Frame:
+    """One image with its camera.
+
+    Attributes:
+        name: unique name inside the scene (file name relative to the dataset's image folder).
+        image_path: image file (RGB or RGBA) whose size is ``camera.width x camera.height``.
+        camera: pinhole :class:`Camera`; ``world_to_cam`` [4, 4] float32 (OpenCV axes), ``K`` [3, 3]
+            float32 in pixels.
+        mask_path: optional single-channel mask of the same size (non-zero = keep).
+        time: normalised time in [0, 1] for dynamic scenes, else None.
+    """
+
+    name: str
+    image_path: Path
+    camera: Camera
+    mask_path: Path | None = None
+    time: float | None = None
+
+    @property
+    def width(self) -> int:
+        return self.camera.width
+
+    @property
+    def height(self) -> int:
+        return self.camera.height
+
+
+@dataclass
+class Scene:
+    """A loaded dataset in our conventions.
+
+    Attributes:
+        frames_train, frames_test: frames of each split (pinhole cameras, undistorted, downscaled).
+        points: [P, 3] float32 initial points in world coordinates, or None.
+        point_colors: [P, 3] uint8 colours of ``points``, or None.
+        background: RGB in [0, 1] that RGBA images are composited on (white for Blender).
+        source_format: "colmap", "nerfstudio", "blender" or "dnerf".
+        root: dataset folder.
+    """
+
+    frames_train: list[Frame]
+    frames_test: list[Frame]
+    points: np.ndarray | None = None
+    point_colors: np.ndarray | None = None
+    background: tuple[float, float, float] = WHITE
+    source_format: str = ""
+    root: Path | None = None
+
+    @property
+    def frames(self) -> list[Frame]:
+        """All frames, train first."""
+        return self.frames_train + self.frames_test
+
+    def nerfpp_norm(self) -> tuple[np.ndarray, float]:
+        """(centre [3], radius) of the training cameras, as 3DGS ``getNerfppNorm``; see :func:`nerfpp_norm`."""
+        return nerfpp_norm(self.frames_train or self.frames_test)
+
+    @property
+    def extent(self) -> float:
+        """Scene extent: 1.1 x the largest distance of a training camera centre from their mean."""
+        return self.nerfpp_norm()[1]
+
+    def load_image(self, frame: Frame) -> np.ndarray:
+        """Frame image as float32 [H, W, 3] in [0, 1], RGBA composited on ``self.background``."""
+        return load_image(frame, self.background)
+
+
+# --------------------------------------------------------------------------------------------------
+# small geometry helpers
+
+
+def camera_centers(frames: Sequence[Frame]) -> np.ndarray:
+    """[N, 3] float64 camera centres in world coordinates: ``-R^T t`` of each ``world_to_cam``."""
+    w2c = np.stack([f.camera.world_to_cam.detach().cpu().double().numpy() for f in frames])
+    R, t = w2c[:, :3, :3], w2c[:, :3, 3]
+    return -np.einsum("nji,nj->ni", R, t)
+
+
+def nerfpp_norm(frames: Sequence[Frame]) -> tuple[np.ndarray, float]:
+    """(centre [3], radius): mean camera centre and 1.1 x the largest distance of a centre from it."""
+    if not frames:
+        raise ValueError("nerfpp_norm: no frames")
+    centers = camera_centers(frames)
+    center = centers.mean(axis=0)
+    radius = float(np.linalg.norm(centers - center, axis=1).max()) * 1.1
+    return center, radius
+
+
+def make_camera(world_to_cam: np.ndarray, K: np.ndarray, width: int, height: int) -> Camera:
+    """Pinhole :class:`Camera` from float64 numpy ``world_to_cam`` [4, 4] and ``K`` [3, 3] (stored float32)."""
+    return Camera(
+        world_to_cam=torch.as_tensor(np.asarray(world_to_cam, dtype=np.float32)),
+        K=torch.as_tensor(np.asarray(K, dtype=np.float32)),
+        width=int(width),
+        height=int(height),
+    )
+
+
+def intrinsics_matrix(fx: float, fy: float, cx: float, cy: float) -> np.ndarray:
+    """[3, 3] float64 ``K = [[fx, 0, cx], [0, fy, cy], [0, 0, 1]]``."""
+    return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]], dtype=np.float64)
+
+
+def split_every_nth(frames: Sequence[Frame], n: int = TEST_EVERY) -> tuple[list[Frame], list[Frame]]:
+    """(train, test): frames sorted by name; index ``i % n == 0`` goes to test (3DGS ``llffhold``)."""
+    ordered = sorted(frames, key=lambda f: f.name)
+    if n <= 0:
+        return ordered, []
+    test = [f for i, f in enumerate(ordered) if i % n == 0]
+    train = [f for i, f in enumerate(ordered) if i % n != 0]
+    return train, test
+
+
+# --------------------------------------------------------------------------------------------------
+# image loading
+
+
+def _read_pil(path: Path, what: str = "image"):
+    """Open and decode an image with Pillow; MissingImageError naming the file on failure."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise MissingImageError(f"{what} file not found: {path}")
+    try:
+        with Image.open(path) as im:
+            im.load()
+            return im.copy()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise MissingImageError(f"cannot read {what} file {path}: {e}") from e
+
+
+def image_size(path: Path) -> tuple[int, int]:
+    """(width, height) of an image file, reading only its header."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    if not path.is_file():
+        raise MissingImageError(f"image file not found: {path}")
+    try:
+        with Image.open(path) as im:
+            return im.size
+    except (UnidentifiedImageError, OSError) as e:
+        raise MissingImageError(f"cannot read image file {path}: {e}") from e
+
+
+def to_float_rgba(im) -> np.ndarray:
+    """Pillow image -> float32 [H, W, 4] in [0, 1] (alpha 1 where the image has none)."""
+    if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+        arr = np.asarray(im, dtype=np.float32) / 65535.0
+        arr = np.repeat(arr[..., None], 3, axis=-1)
+        return np.concatenate([arr, np.ones_like(arr[..., :1])], axis=-1)
+    if im.mode != "RGBA":
+        im = im.convert("RGBA")
+    return np.asarray(im, dtype=np.float32) / 255.0
+
+
+def composite(rgba: np.ndarray, background: Sequence[float]) -> np.ndarray:
+    """float32 [H, W, 4] straight-alpha RGBA -> [H, W, 3] RGB composited on ``background`` (RGB in [0, 1])."""
+    bg = np.asarray(background, dtype=np.float32).reshape(1, 1, 3)
+    alpha = rgba[..., 3:4]
+    return (rgba[..., :3] * alpha + bg * (1.0 - alpha)).astype(np.float32)
+
+
+def load_image(frame: Frame, background: Sequence[float] = WHITE) -> np.ndarray:
+    """Image of ``frame`` as float32 [H, W, 3] in [0, 1]; RGBA is composited on ``background``.
+
+    Raises MissingImageError (a ValueError) naming the file when it is missing, unreadable, or not
+    ``frame.width x frame.height``.
+    """
+    im = _read_pil(frame.image_path)
+    if im.size != (frame.width, frame.height):
+        raise MissingImageError(
+            f"image file {frame.image_path} is {im.size[0]}x{im.size[1]}, its camera expects "
+            f"{frame.width}x{frame.height}"
+        )
+    return composite(to_float_rgba(im), background)
+
+
+def load_image_tensor(frame: Frame, background: Sequence[float] = WHITE) -> torch.Tensor:
+    """:func:`load_image` as a torch float32 tensor [H, W, 3]."""
+    return torch.from_numpy(load_image(frame, background))
+
+
+def load_mask(frame: Frame) -> np.ndarray | None:
+    """Mask of ``frame`` as float32 [H, W] in [0, 1] (1 = keep), or None when the frame has none."""
+    if frame.mask_path is None:
+        return None
+    im = _read_pil(frame.mask_path, what="mask")
+    if im.size != (frame.width, frame.height):
+        raise MissingImageError(
+            f"mask file {frame.mask_path} is {im.size[0]}x{im.size[1]}, expected {frame.width}x{frame.height}"
+        )
+    if im.mode in ("RGBA", "LA"):
+        im = im.getchannel("A")
+    return np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+
+
+# --------------------------------------------------------------------------------------------------
+# cache folders and atomic writes
+
+
+def default_cache_root(root: Path) -> Path:
+    """Where derived images go: ``root`` itself when writable, else ``~/.cache/splatforge/<hash>``."""
+    root = Path(root).resolve()
+    if os.access(root, os.W_OK):
+        return root
+    digest = hashlib.sha1(str(root).encode()).hexdigest()[:12]
+    return Path.home() / ".cache" / "splatforge" / f"{root.name}-{digest}"
+
+
+def relative_to_root(path: Path, root: Path) -> Path:
+    """``path`` relative to ``root``; files outside ``root`` map to ``external/<abs path>``."""
+    path, root = Path(path).resolve(), Path(root).resolve()
+    try:
+        return path.relative_to(root)
+    except ValueError:
+        return Path("external", *path.parts[1:])
+
+
+def downscaled_relpath(rel: Path, factor: int) -> Path:
+    """``images/a.jpg`` -> ``images_N/a.jpg`` (top folder gets ``_N``); a bare file goes to ``downscaled_N/``."""
+    if len(rel.parts) > 1:
+        return Path(f"{rel.parts[0]}_{factor}", *rel.parts[1:])
+    return Path(f"downscaled_{factor}", rel)
+
+
+def undistorted_relpath(rel: Path) -> Path:
+    """``images/a.jpg`` -> ``undistorted/images/a.png`` (lossless PNG)."""
+    return Path("undistorted", rel).with_suffix(".png")
+
+
+def save_image_atomic(im, path: Path) -> None:
+    """Save a Pillow image via a temporary file and a rename, so a crash leaves no half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = path.suffix.lower()
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        if suffix in (".jpg", ".jpeg"):
+            im.convert("RGB").save(tmp, quality=95, subsampling=0)
+        else:
+            im.save(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --------------------------------------------------------------------------------------------------
+# downscaling (--data-factor)
+
+
+def downscaled_size(width: int, height: int, factor: int) -> tuple[int, int]:
+    """Size of an image downscaled by ``factor``: (width // factor, height // factor)."""
+    return max(1, width // factor), max(1, height // factor)
+
+
+def scale_intrinsics(K: torch.Tensor, sx: float, sy: float) -> torch.Tensor:
+    """[3, 3] K of an image resized by (sx, sy) over its full extent: fx, cx times sx; fy, cy times sy.
+
+    Exact for our pixel convention (the image spans [0, W] x [0, H] before and after).
+    """
+    S = torch.tensor([[sx, 0.0, 0.0], [0.0, sy, 0.0], [0.0, 0.0, 1.0]], dtype=K.dtype)
+    return S @ K
+
+
+def _size_acceptable(size: tuple[int, int], width: int, height: int, factor: int) -> bool:
+    """A pre-existing ``images_N`` file is used when within one pixel of ``(W/N, H/N)``."""
+    return abs(size[0] - width / factor) <= 1.0 and abs(size[1] - height / factor) <= 1.0
+
+
+def _resize_file(src: Path, dst: Path, size: tuple[int, int], what: str) -> None:
+    """Area-downscale ``src`` to ``size`` and save it at ``dst`` (RGBA is resized premultiplied by Pillow)."""
+    from PIL import Image
+
+    im = _read_pil(src, what)
+    if im.mode not in ("RGB", "RGBA", "L", "LA"):
+        im = im.convert("RGBA" if "A" in im.getbands() else "RGB")
+    save_image_atomic(im.resize(size, Image.BOX), dst)
+
+
+def _downscaled_file(
+    src: Path, root: Path, cache_root: Path, width: int, height: int, factor: int, what: str
+) -> Path:
+    """Path of ``src`` downscaled by ``factor``; reuses ``root/images_N`` or the cache, else writes the cache."""
+    rel = downscaled_relpath(relative_to_root(src, root), factor)
+    for candidate in dict.fromkeys([Path(root) / rel, Path(cache_root) / rel]):
+        if candidate.is_file() and _size_acceptable(image_size(candidate), width, height, factor):
+            return candidate
+    if not Path(src).is_file():
+        raise MissingImageError(f"{what} file not found: {src}")
+    dst = Path(cache_root) / rel
+    _resize_file(src, dst, downscaled_size(width, height, factor), what)
+    return dst
+
+
+def downscale_frame(frame: Frame, factor: int, root: Path, cache_root: Path) -> Frame:
+    """Frame with its image (and mask) downscaled by ``factor`` and K scaled to the new size."""
+    cam = frame.camera
+    image = _downscaled_file(frame.image_path, root, cache_root, cam.width, cam.height, factor, "image")
+    mask = None
+    if frame.mask_path is not None:
+        mask = _downscaled_file(frame.mask_path, root, cache_root, cam.width, cam.height, factor, "mask")
+    new_w, new_h = image_size(image)
+    K = scale_intrinsics(cam.K, new_w / cam.width, new_h / cam.height)
+    camera = replace(cam, K=K, width=new_w, height=new_h)
+    return replace(frame, image_path=image, mask_path=mask, camera=camera)
+
+
+# --------------------------------------------------------------------------------------------------
+# putting it together
+
+
+def check_files_exist(frames: Sequence[Frame], listed_in: Path | str) -> None:
+    """MissingImageError naming the missing image/mask files and the file that lists them."""
+    missing = [str(f.image_path) for f in frames if not Path(f.image_path).is_file()]
+    missing += [str(f.mask_path) for f in frames if f.mask_path is not None and not Path(f.mask_path).is_file()]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+        raise MissingImageError(f"{len(missing)} file(s) listed in {listed_in} not found: {shown}")
+
+
+def _map_threads(fn: Callable, items: Sequence, workers: int | None = None) -> list:
+    """``[fn(x) for x in items]`` on a small thread pool (Pillow and numpy release the GIL)."""
+    workers = workers or min(8, (os.cpu_count() or 1) + 1)
+    if len(items) <= 1 or workers <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, items))
+
+
+def finalize_frames(
+    raw: Sequence[tuple[Frame, Distortion | None]],
+    root: Path,
+    listed_in: Path | str,
+    data_factor: int = 1,
+    cache_dir: Path | None = None,
+) -> list[Frame]:
+    """Turn loader output into training frames: check files, undistort, downscale.
+
+    Args:
+        raw: (frame, distortion) pairs; ``frame.camera`` is the full-resolution camera whose K is the
+            distorted camera's K when ``distortion`` is not None.
+        root: dataset folder (derived images are named relative to it).
+        listed_in: the dataset file that lists the images (named in errors).
+        data_factor: integer downscale factor N >= 1.
+        cache_dir: where derived images are written; default ``root`` when writable, else
+            ``~/.cache/splatforge/<name>-<hash>``.
+    Returns:
+        Frames with pinhole cameras whose images exist on disk at the returned size.
+    """
+    if int(data_factor) != data_factor or data_factor < 1:
+        raise ValueError(f"data_factor must be a positive integer, got {data_factor!r}")
+    data_factor = int(data_factor)
+    root = Path(root)
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_root(root)
+    if data_factor == 1 or any(d is not None for _, d in raw):
+        check_files_exist([f for f, _ in raw], listed_in)
+
+    def one(item: tuple[Frame, Distortion | None]) -> Frame:
+        frame, dist = item
+        if dist is not None:
+            from recon.data.colmap import undistort_frame
+
+            frame = undistort_frame(frame, dist, root, cache_root)
+        if data_factor > 1:
+            try:
+                frame = downscale_frame(frame, data_factor, root, cache_root)
+            except MissingImageError as e:
+                raise MissingImageError(f"{e} (listed in {listed_in})") from e
+        return frame
+
+    return _map_threads(one, list(raw))
