@@ -1,10 +1,13 @@
 """The `cpu` backend: Numba kernels, multithreaded, with hand-written backward passes.
 
-Projection and SH colours currently use the reference PyTorch code (vectorised over Gaussians);
-tile binning and compositing, the expensive part, are fused Numba kernels.
+- projection (quats/scales or covariances -> screen-space means, conics, depths, radii): one fused
+  kernel each way (``projection.py``);
+- tile binning with exact ellipse-tile culling, front-to-back compositing and its backward
+  (``kernels.py``, ``composite.py``).
+SH colours use the reference PyTorch code (vectorised, a small share of the time).
 """
 
 from __future__ import annotations
 
-from ..reference import project  # noqa: F401  (per-Gaussian step; see module docstring)
 from .composite import composite_cpu as composite  # noqa: F401
+from .projection import project  # noqa: F401
