@@ -37,11 +37,21 @@ def assert_images_close(a, b, dtype):
         assert bad <= FLOAT32_FLIP_FRACTION, f"{bad:.2%} of values differ beyond tolerance"
 
 
-def assert_grads_close(ga, gb, dtype):
+def rel_err(a, b):
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp(min=1e-12)).item()
+
+
+def assert_grads_close(ga, gb, dtype, exact=None):
+    """Gradients ga (kernel) vs gb (reference, same dtype). With ``exact`` (reference gradients in
+    float64), a float32 kernel may also be as far from exact as twice the float32 reference is: the
+    cpu kernels compute in float64, so where float32 rounding dominates they are the closer of the two."""
     for name in ga:
-        scale = gb[name].abs().max().clamp(min=1e-12)
-        err = ((ga[name] - gb[name]).abs().max() / scale).item()
-        assert err <= GRAD_REL[dtype], f"gradient of {name}: max error {err:.2e} relative to its largest entry"
+        err = rel_err(ga[name], gb[name])
+        allowed = GRAD_REL[dtype]
+        if exact is not None:
+            err = min(err, rel_err(ga[name], exact[name]))
+            allowed = max(allowed, 2 * rel_err(gb[name], exact[name]))
+        assert err <= allowed, f"gradient of {name}: max error {err:.2e} relative to its largest entry"
 
 
 CASES = {
@@ -65,7 +75,11 @@ def test_cpu_matches_reference(case, dtype):
     assert ref[1].max() > 0.5, "scene should be visibly covered"
     assert_images_close(cpu[0], ref[0], dtype)
     assert_images_close(cpu[1], ref[1], dtype)
-    assert_grads_close(cpu[2], ref[2], dtype)
+    exact = None
+    if dtype != torch.float64:
+        p64, vm64, K64 = random_scene(n=250, width=50, height=40, n_cams=2, dtype=torch.float64, seed=3)
+        exact = render_and_vjp("reference", p64, vm64, K64, 50, 40, **CASES[case])[2]
+    assert_grads_close(cpu[2], ref[2], dtype, exact)
     assert torch.equal(cpu[3]["radii"], ref[3]["radii"])
 
 
