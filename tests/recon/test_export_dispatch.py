@@ -2,6 +2,7 @@
 outside reader, @playcanvas/splat-transform, as the judge of our files."""
 
 import os
+from pathlib import Path
 import shutil
 import subprocess
 
@@ -76,7 +77,9 @@ def test_overwrite_needs_force(tmp_path):
 
 # --- outside reader (optional: set SPLAT_TRANSFORM or put splat-transform on PATH) --------------
 
-SPLAT_TRANSFORM = os.environ.get("SPLAT_TRANSFORM") or shutil.which("splat-transform")
+_LOCAL_SPLAT_TRANSFORM = Path(__file__).resolve().parents[2] / "scripts" / "js" / "node_modules" / ".bin" / "splat-transform"
+SPLAT_TRANSFORM = (os.environ.get("SPLAT_TRANSFORM") or shutil.which("splat-transform")
+                   or (str(_LOCAL_SPLAT_TRANSFORM) if _LOCAL_SPLAT_TRANSFORM.exists() else None))
 
 
 @pytest.mark.skipif(not SPLAT_TRANSFORM, reason="splat-transform (npm @playcanvas/splat-transform) not found")

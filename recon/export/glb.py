@@ -1,0 +1,325 @@
+"""Binary glTF (.glb) with the Khronos ``KHR_gaussian_splatting`` extension: writer and a minimal reader.
+
+One mesh with one ``POINTS`` primitive (mode 0) whose attributes are, all tightly packed float32
+unless noted (attribute names as in the ratified KHR spec)::
+
+    POSITION                                   VEC3   centre, glTF axes (+Y up), with min/max
+    COLOR_0                                    VEC4   uint8 normalised: RGB = 0.5 + SH_C0 * DC,
+                                                      A = opacity (point-cloud fallback only)
+    KHR_gaussian_splatting:ROTATION            VEC4   unit quaternion (x, y, z, w)
+    KHR_gaussian_splatting:SCALE               VEC3   linear standard deviations, exp(log_scales)
+    KHR_gaussian_splatting:OPACITY             SCALAR opacity in [0, 1], sigmoid(logit)
+    KHR_gaussian_splatting:SH_DEGREE_l_COEF_n  VEC3   raw real-SH coefficient (r, g, b) of degree l,
+                                                      order index n = 0..2l (m = n - l); l = 0 is DC
+
+The primitive's extension object is ``{"kernel": "ellipse", "colorSpace": "srgb_rec709_display",
+"projection": "perspective", "sortingMethod": "cameraDistance"}``. The SH basis (with the
+Condon-Shortley phase) is the one 3DGS trains with, so coefficients are copied as they are apart
+from the axis-flip signs below.
+
+Scale: a review draft of the extension stored log scales; the ratified text, the field notes and the
+writers we compare against (``@playcanvas/splat-transform``'s GLB output) use linear scales, which is
+what we write. The reader takes the log again.
+
+Axes: glTF is +Y up, right-handed, with +Z towards the viewer -- the same RUB frame as SPZ. From our
+OpenCV frame (x right, y down, z forward) this is the reflection-free flip D = diag(1, -1, -1), applied
+exactly as :mod:`recon.export.spz` does it (positions, quaternions and SH signs; its helpers are
+reused). D is its own inverse, so the reader applies the same flips.
+
+Container: 12-byte header (magic ``glTF``, version 2, total length), a JSON chunk padded with spaces
+and a BIN chunk padded with zeros, both to 4 bytes; every buffer view starts 4-byte aligned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from .atomic import atomic_open
+from .splats import (SH_C0, SplatData, SplatFileError, num_sh_bases, normalized_quats,
+                     require_writable, sh_degree_for_bases, sigmoid)
+from .spz import OPENCV_TO_RUB, quats_opencv_to_rub, sh_axis_flip_signs
+
+EXTENSION = "KHR_gaussian_splatting"
+ROTATION = f"{EXTENSION}:ROTATION"
+SCALE = f"{EXTENSION}:SCALE"
+OPACITY = f"{EXTENSION}:OPACITY"
+OPENCV_TO_GLTF = OPENCV_TO_RUB  # diag(1, -1, -1): glTF +Y up, +Z back
+
+GLB_MAGIC = 0x46546C67  # b"glTF"
+GLB_VERSION = 2
+CHUNK_JSON = 0x4E4F534A  # b"JSON"
+CHUNK_BIN = 0x004E4942  # b"BIN\0"
+MODE_POINTS = 0
+ARRAY_BUFFER = 34962
+FLOAT, UNSIGNED_BYTE, BYTE, UNSIGNED_SHORT, SHORT = 5126, 5121, 5120, 5123, 5122
+_COMPONENTS = {"SCALAR": 1, "VEC2": 2, "VEC3": 3, "VEC4": 4}
+_DTYPES = {FLOAT: "<f4", UNSIGNED_BYTE: "u1", BYTE: "i1", UNSIGNED_SHORT: "<u2", SHORT: "<i2"}
+_NORMALIZE = {UNSIGNED_BYTE: 255.0, BYTE: 127.0, UNSIGNED_SHORT: 65535.0, SHORT: 32767.0}
+OPACITY_EPS = 1e-7  # opacities read back are clamped into [eps, 1 - eps] before the logit
+MIN_SCALE = 1e-30  # linear scales read back are clamped to this before the log
+
+
+def sh_attribute(degree: int, coef: int) -> str:
+    """``KHR_gaussian_splatting:SH_DEGREE_{degree}_COEF_{coef}`` (coef = 0..2 degree)."""
+    return f"{EXTENSION}:SH_DEGREE_{degree}_COEF_{coef}"
+
+
+def sh_attribute_names(sh_degree: int) -> list[str]:
+    """Attribute names of the K = (d + 1)^2 SH coefficients in our degree-major order."""
+    return [sh_attribute(l, n) for l in range(sh_degree + 1) for n in range(2 * l + 1)]
+
+
+def _align4(n: int) -> int:
+    return (n + 3) & ~3
+
+
+# ------------------------------------------------------------------------------------------ writing
+
+
+def gltf_attributes(data: SplatData) -> dict[str, np.ndarray]:
+    """Attribute name -> array [N, C] (float32, COLOR_0 uint8) in glTF axes, in file order."""
+    flip = sh_axis_flip_signs(data.sh_degree, OPENCV_TO_GLTF)
+    quats = quats_opencv_to_rub(normalized_quats(data.quats))[:, [1, 2, 3, 0]]  # wxyz -> xyzw
+    opacity = sigmoid(data.logit_opacities)
+    rgb = np.clip(np.round((0.5 + SH_C0 * data.sh[:, 0, :].astype(np.float64)) * 255.0), 0, 255)
+    alpha = np.clip(np.round(opacity * 255.0), 0, 255)[:, None]
+    attrs = {
+        "POSITION": (data.means.astype(np.float64) * OPENCV_TO_GLTF).astype(np.float32),
+        "COLOR_0": np.concatenate([rgb, alpha], axis=1).astype(np.uint8),
+        ROTATION: quats.astype(np.float32),
+        SCALE: np.exp(data.log_scales.astype(np.float64)).astype(np.float32),
+        OPACITY: opacity.astype(np.float32)[:, None],
+    }
+    sh = data.sh * flip[None, :, None]
+    for k, name in enumerate(sh_attribute_names(data.sh_degree)):
+        attrs[name] = np.ascontiguousarray(sh[:, k, :], dtype=np.float32)
+    return attrs
+
+
+def encode_glb(data: SplatData, generator: str = "splatforge") -> bytes:
+    """GLB file contents for ``data`` (must be non-empty and finite)."""
+    n = len(data)
+    accessors, views, attributes, blobs = [], [], {}, []
+    offset = 0
+    for name, arr in gltf_attributes(data).items():
+        arr = np.ascontiguousarray(arr)
+        width = arr.shape[1]
+        type_ = {1: "SCALAR", 3: "VEC3", 4: "VEC4"}[width]
+        raw = arr.astype("<f4" if arr.dtype == np.float32 else "u1", copy=False).tobytes()
+        views.append({"buffer": 0, "byteOffset": offset, "byteLength": len(raw),
+                      "target": ARRAY_BUFFER})
+        acc = {"bufferView": len(views) - 1, "componentType": FLOAT if arr.dtype == np.float32
+               else UNSIGNED_BYTE, "count": n, "type": type_}
+        if arr.dtype == np.uint8:
+            acc["normalized"] = True
+        if name == "POSITION":  # required by the glTF spec for POSITION
+            acc["min"] = [float(v) for v in arr.min(axis=0)]
+            acc["max"] = [float(v) for v in arr.max(axis=0)]
+        accessors.append(acc)
+        attributes[name] = len(accessors) - 1
+        pad = _align4(len(raw)) - len(raw)
+        blobs.append(raw + b"\0" * pad)
+        offset += len(raw) + pad
+    binary = b"".join(blobs)
+    primitive = {
+        "attributes": attributes,
+        "mode": MODE_POINTS,
+        "extensions": {EXTENSION: {"kernel": "ellipse", "colorSpace": "srgb_rec709_display",
+                                   "projection": "perspective",
+                                   "sortingMethod": "cameraDistance"}},
+    }
+    if data.antialiased:
+        primitive["extras"] = {"splatforge": {"antialiased": True}}
+    doc = {
+        "asset": {"version": "2.0", "generator": generator},
+        "extensionsUsed": [EXTENSION],
+        "scene": 0,
+        "scenes": [{"nodes": [0]}],
+        "nodes": [{"mesh": 0}],
+        "meshes": [{"primitives": [primitive]}],
+        "buffers": [{"byteLength": len(binary)}],
+        "bufferViews": views,
+        "accessors": accessors,
+    }
+    js = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    js += b" " * (_align4(len(js)) - len(js))
+    total = 12 + 8 + len(js) + 8 + len(binary)
+    return b"".join([
+        struct.pack("<III", GLB_MAGIC, GLB_VERSION, total),
+        struct.pack("<II", len(js), CHUNK_JSON), js,
+        struct.pack("<II", len(binary), CHUNK_BIN), binary,
+    ])
+
+
+def write_glb(path: str | os.PathLike, data: SplatData, force: bool = False) -> None:
+    """Write ``data`` as a KHR_gaussian_splatting GLB, atomically (empty / NaN models refused)."""
+    require_writable(path, data)
+    payload = encode_glb(data)
+    with atomic_open(path, force=force) as f:
+        f.write(payload)
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def parse_glb(path, raw: bytes) -> tuple[dict, bytes]:
+    """GLB bytes -> (glTF JSON document, BIN chunk bytes; b"" if none). Checks the container."""
+    if len(raw) < 20:
+        raise SplatFileError(path, f"truncated GLB: {len(raw)} bytes")
+    magic, version, total = struct.unpack_from("<III", raw)
+    if magic != GLB_MAGIC:
+        raise SplatFileError(path, "not a GLB file (wrong magic)")
+    if version != GLB_VERSION:
+        raise SplatFileError(path, f"unsupported GLB version {version}")
+    if total != len(raw):
+        raise SplatFileError(path, f"GLB length field {total} != file size {len(raw)}")
+    doc, binary, offset = None, b"", 12
+    while offset < total:
+        if offset + 8 > total:
+            raise SplatFileError(path, "truncated GLB chunk header")
+        length, kind = struct.unpack_from("<II", raw, offset)
+        if offset % 4 or length % 4 or offset + 8 + length > total:
+            raise SplatFileError(path, "misaligned or truncated GLB chunk")
+        chunk = raw[offset + 8: offset + 8 + length]
+        if kind == CHUNK_JSON and doc is None:
+            try:
+                doc = json.loads(chunk.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise SplatFileError(path, f"bad GLB JSON chunk ({exc})") from None
+        elif kind == CHUNK_BIN and not binary:
+            binary = chunk
+        offset += 8 + length
+    if doc is None:
+        raise SplatFileError(path, "GLB has no JSON chunk")
+    return doc, binary
+
+
+def read_accessor(path, doc: dict, binary: bytes, index: int) -> np.ndarray:
+    """Accessor ``index`` -> float64 array [count, components] (normalised integers mapped to [0,1]
+    or [-1,1]); only buffer 0 (the GLB BIN chunk) is supported."""
+    try:
+        acc = doc["accessors"][index]
+        view = doc["bufferViews"][acc["bufferView"]]
+        ncomp = _COMPONENTS[acc["type"]]
+        dtype = np.dtype(_DTYPES[acc["componentType"]])
+    except (KeyError, IndexError, TypeError) as exc:
+        raise SplatFileError(path, f"bad or unsupported accessor {index} ({exc!r})") from None
+    if view.get("buffer", 0) != 0:
+        raise SplatFileError(path, "only GLB-embedded buffers are supported")
+    count = int(acc["count"])
+    start = int(view.get("byteOffset", 0)) + int(acc.get("byteOffset", 0))
+    elem = dtype.itemsize * ncomp
+    stride = int(view.get("byteStride", elem))
+    end = start + stride * (count - 1) + elem if count else start
+    if end > int(view.get("byteOffset", 0)) + int(view["byteLength"]) or end > len(binary):
+        raise SplatFileError(path, f"accessor {index} runs past its buffer")
+    rows = np.lib.stride_tricks.as_strided(
+        np.frombuffer(binary, dtype=np.uint8, offset=start, count=end - start),
+        shape=(count, elem), strides=(stride, 1))
+    out = np.ascontiguousarray(rows).view(dtype).reshape(count, ncomp).astype(np.float64)
+    if acc.get("normalized") and acc["componentType"] in _NORMALIZE:
+        out = np.maximum(out / _NORMALIZE[acc["componentType"]], -1.0)
+    return out
+
+
+def find_splat_primitive(path, doc: dict) -> dict:
+    """The first primitive carrying the KHR_gaussian_splatting extension."""
+    for mesh in doc.get("meshes", []):
+        for prim in mesh.get("primitives", []):
+            if EXTENSION in prim.get("extensions", {}):
+                if prim.get("mode", 4) != MODE_POINTS:
+                    raise SplatFileError(path, f"{EXTENSION} primitive is not POINTS (mode 0)")
+                return prim
+    raise SplatFileError(path, f"no {EXTENSION} primitive in this glTF")
+
+
+def decode_glb(path, raw: bytes) -> SplatData:
+    """GLB bytes -> :class:`SplatData` in OpenCV axes (float32 accessors and normalised integer
+    rotation/opacity are accepted)."""
+    doc, binary = parse_glb(path, raw)
+    prim = find_splat_primitive(path, doc)
+    attrs = prim["attributes"]
+    missing = [a for a in ("POSITION", ROTATION, SCALE, OPACITY, sh_attribute(0, 0))
+               if a not in attrs]
+    if missing:
+        raise SplatFileError(path, f"{EXTENSION} primitive lacks attribute(s) {missing}")
+
+    def get(name):
+        return read_accessor(path, doc, binary, attrs[name])
+
+    degree = 0
+    while degree < 3 and all(sh_attribute(degree + 1, n) in attrs for n in range(2 * degree + 3)):
+        degree += 1
+    sh = np.stack([get(name) for name in sh_attribute_names(degree)], axis=1)
+    sh *= sh_axis_flip_signs(degree, OPENCV_TO_GLTF)[None, :, None]
+    xyzw = get(ROTATION)
+    opacity = np.clip(get(OPACITY)[:, 0], OPACITY_EPS, 1.0 - OPACITY_EPS)
+    n = xyzw.shape[0]
+    if n == 0:
+        raise SplatFileError(path, "empty model (0 splats)")
+    extras = prim.get("extras", {}).get("splatforge", {}) if isinstance(prim.get("extras"), dict) else {}
+    assert sh.shape == (n, num_sh_bases(degree), 3) and sh_degree_for_bases(sh.shape[1]) == degree
+    return SplatData(
+        means=get("POSITION") * OPENCV_TO_GLTF,
+        quats=quats_opencv_to_rub(xyzw[:, [3, 0, 1, 2]]),
+        log_scales=np.log(np.maximum(get(SCALE), MIN_SCALE)),
+        logit_opacities=np.log(opacity) - np.log1p(-opacity),
+        sh=sh,
+        antialiased=bool(extras.get("antialiased", False)),
+    )
+
+
+def read_glb(path: str | os.PathLike) -> SplatData:
+    """Read a KHR_gaussian_splatting GLB (ours, or another writer's float layout)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    return decode_glb(path, raw)
+
+
+# ------------------------------------------------------------------------------------------ dispatch
+
+
+def all_formats() -> dict:
+    """The splat formats of :data:`recon.export.FORMATS` plus ``glb``: key -> (reader, writer)."""
+    from . import FORMATS
+
+    return {**FORMATS, "glb": (read_glb, write_glb)}
+
+
+def format_key(path, fmt: str | None = None) -> str:
+    """'ply' | 'splat' | 'spz' | 'glb' from ``fmt`` or else the suffix of ``path``."""
+    key = (fmt or os.path.splitext(os.fspath(path))[1]).lower().lstrip(".")
+    if key not in all_formats():
+        raise SplatFileError(path, f"unknown splat format {key or '(no suffix)'!r} "
+                                   f"(known: .ply, .splat, .spz, .glb)")
+    return key
+
+
+def read_any(path: str | os.PathLike, fmt: str | None = None) -> SplatData:
+    """Read any supported model (PLY, .splat, SPZ, GLB); format from ``fmt`` or the suffix."""
+    reader, _ = all_formats()[format_key(path, fmt)]
+    return reader(path)
+
+
+def write_any(path: str | os.PathLike, data: SplatData, fmt: str | None = None,
+              force: bool = False):
+    """:func:`recon.export.write_splats` extended with ``glb``: drops NaN/Inf splats, refuses empty
+    models and (without ``force``) existing files, writes atomically; returns an ExportResult."""
+    from . import ExportResult, write_splats
+    from .atomic import refuse_overwrite
+
+    key = format_key(path, fmt)
+    if key != "glb":
+        return write_splats(path, data, format=key, force=force)
+    refuse_overwrite(path, force)
+    clean, dropped = data.drop_nonfinite()
+    if len(clean) == 0:
+        why = f" (all {dropped} splats had NaN/Inf values)" if dropped else ""
+        raise SplatFileError(path, f"refusing to write an empty model{why}")
+    write_glb(path, clean, force=force)
+    return ExportResult(Path(path), key, len(clean), dropped)
