@@ -279,185 +279,217 @@ def gaussian_walk(mx, my, a, b, c, level, x0, y0, x1, y1):
     return ylo, yhi, xs, xe, 2, 1.0, 1.0, 1.0, 1.0, 1.0, q
 
 
-@njit(cache=True, parallel=True, fastmath=True)
+@njit(cache=True, parallel=True)
 def forward_kernel(means2d, conics, opac, colors, offsets, ids, tile_order, W, H, TW, TH, ts,
                    render, alpha_out, T_final, last_ids):
-    """Front-to-back compositing. Writes render [C,H,W,D], alpha_out [C,H,W,1], T_final [C,H,W]
-    (transmittance after the last blended Gaussian) and last_ids [C,H,W] (position in ``ids`` of the
-    last blended Gaussian, -1 if none)."""
+    """Front-to-back compositing of all tiles in parallel. Writes render [C,H,W,D], alpha_out
+    [C,H,W,1], T_final [C,H,W] (transmittance after the last blended Gaussian) and last_ids [C,H,W]
+    (position in ``ids`` of the last blended Gaussian, -1 if none)."""
+    for it in prange(tile_order.shape[0]):
+        forward_tile(tile_order[it], means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, ts,
+                     render, alpha_out, T_final, last_ids)
+
+
+@njit(cache=True, fastmath=True)
+def forward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, ts, render, alpha_out, T_final,
+                 last_ids):
+    """Forward pass of one tile t (see forward_kernel)."""
     TT = TW * TH
     D = colors.shape[1]
-    for it in prange(tile_order.shape[0]):
-        t = tile_order[it]
-        c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
-        T = np.ones(ts * ts)  # per-tile state, pixel p = ly * ts + lx
-        done = np.zeros(ts * ts, np.bool_)
-        last = np.full(ts * ts, -1, np.int64)
-        acc = np.zeros(ts * ts * D)
-        col = np.empty(D)
-        n_active = (x1 - x0) * (y1 - y0)
-        for k in range(offsets[t], offsets[t + 1]):
-            if n_active == 0:
-                break
-            g = ids[k]
-            mx, my = means2d[g, 0], means2d[g, 1]
-            a, b, cc, op = conics[g, 0], conics[g, 1], conics[g, 2], opac[g]
-            level = alpha_level(op)
-            ylo, yhi, xs, xe, mode, E, ES, qc, R, qb, q = gaussian_walk(mx, my, a, b, cc, level, x0, y0, x1, y1)
-            if mode == 0:
+    c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
+    T = np.ones(ts * ts)  # per-tile state, pixel p = ly * ts + lx
+    done = np.zeros(ts * ts, np.bool_)
+    last = np.full(ts * ts, -1, np.int64)
+    acc = np.zeros(ts * ts * D)
+    col = np.empty(D)
+    n_active = (x1 - x0) * (y1 - y0)
+    for k in range(offsets[t], offsets[t + 1]):
+        if n_active == 0:
+            break
+        g = ids[k]
+        mx, my = means2d[g, 0], means2d[g, 1]
+        a, b, cc, op = conics[g, 0], conics[g, 1], conics[g, 2], opac[g]
+        level = alpha_level(op)
+        ylo, yhi, xs, xe, mode, E, ES, qc, R, qb, q = gaussian_walk(mx, my, a, b, cc, level, x0, y0, x1, y1)
+        if mode == 0:
+            continue
+        for ch in range(D):
+            col[ch] = colors[g, ch]
+        for y in range(ylo, yhi):
+            vis, r = E, R
+            E *= ES
+            ES *= qc
+            R *= qb
+            if mode == 3:
+                xlo, xhi = xs, xe
+            else:
+                xlo, xhi = col_range(mx, my, a, b, cc, level, y, xs, xe)
+            if xlo >= xhi:
                 continue
-            for ch in range(D):
-                col[ch] = colors[g, ch]
-            for y in range(ylo, yhi):
-                vis, r = E, R
-                E *= ES
-                ES *= qc
-                R *= qb
-                if mode == 3:
-                    xlo, xhi = xs, xe
-                else:
-                    xlo, xhi = col_range(mx, my, a, b, cc, level, y, xs, xe)
-                if xlo >= xhi:
-                    continue
-                dy = my - (y + 0.5)
-                if mode == 1:
-                    for _ in range(xlo - xs):
-                        vis *= r
-                        r *= q
-                elif mode == 2:
-                    dy, vis, r, q = row_start(mx, my, a, b, cc, y, xlo)
-                row = (y - y0) * ts - x0
-                for x in range(xlo, xhi):
-                    v = falloff(mode != 3, vis, a, b, cc, mx - (x + 0.5), dy)
+            dy = my - (y + 0.5)
+            if mode == 1:
+                for _ in range(xlo - xs):
                     vis *= r
                     r *= q
-                    p = row + x
-                    if done[p] or v < 0.0:
-                        continue
-                    al = min(ALPHA_MAX, op * v)
-                    if al < ALPHA_THRESHOLD:
-                        continue
-                    Tp = T[p]
-                    next_T = Tp * (1.0 - al)
-                    if next_T <= T_MIN:
-                        done[p] = True
-                        n_active -= 1
-                        continue
-                    w = al * Tp
-                    base = p * D
+            elif mode == 2:
+                dy, vis, r, q = row_start(mx, my, a, b, cc, y, xlo)
+            row = (y - y0) * ts - x0
+            for x in range(xlo, xhi):
+                v = falloff(mode != 3, vis, a, b, cc, mx - (x + 0.5), dy)
+                vis *= r
+                r *= q
+                p = row + x
+                if done[p] or v < 0.0:
+                    continue
+                al = min(ALPHA_MAX, op * v)
+                if al < ALPHA_THRESHOLD:
+                    continue
+                Tp = T[p]
+                next_T = Tp * (1.0 - al)
+                if next_T <= T_MIN:
+                    done[p] = True
+                    n_active -= 1
+                    continue
+                w = al * Tp
+                base = p * D
+                if D == 3:  # RGB, unrolled: a runtime-length loop costs ~20% of the forward pass
+                    acc[base] += col[0] * w
+                    acc[base + 1] += col[1] * w
+                    acc[base + 2] += col[2] * w
+                else:
                     for ch in range(D):
                         acc[base + ch] += col[ch] * w
-                    T[p] = next_T
-                    last[p] = k
-        for y in range(y0, y1):
-            for x in range(x0, x1):
-                p = (y - y0) * ts + (x - x0)
-                for ch in range(D):
-                    render[c, y, x, ch] = acc[p * D + ch]
-                alpha_out[c, y, x, 0] = 1.0 - T[p]
-                T_final[c, y, x] = T[p]
-                last_ids[c, y, x] = last[p]
+                T[p] = next_T
+                last[p] = k
+    for y in range(y0, y1):
+        for x in range(x0, x1):
+            p = (y - y0) * ts + (x - x0)
+            for ch in range(D):
+                render[c, y, x, ch] = acc[p * D + ch]
+            alpha_out[c, y, x, 0] = 1.0 - T[p]
+            T_final[c, y, x] = T[p]
+            last_ids[c, y, x] = last[p]
 
 
-@njit(cache=True, parallel=True, fastmath=True)
+@njit(cache=True, inline="always")
+def backward_channel(ch, base, fac, Ti, ra, vr_px, col, S, gcol):
+    """One colour channel of one pixel in the backward pass: accumulates the colour gradient, updates
+    the colour-behind sum S and returns this channel's share of d loss / d alpha."""
+    vr = vr_px[base + ch]
+    gcol[ch] += fac * vr
+    share = (col[ch] * Ti - S[base + ch] * ra) * vr
+    S[base + ch] += col[ch] * fac
+    return share
+
+
+@njit(cache=True, parallel=True)
 def backward_kernel(means2d, conics, opac, colors, offsets, ids, tile_order, W, H, TW, TH, ts,
                     T_final, last_ids, v_render, v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors):
-    """Back-to-front pass recovering T_i = T_{i+1} / (1 - alpha_i); gradients per intersection k
-    (g_* [M, ...]) so that tiles never write to the same place."""
+    """Back-to-front pass of all tiles in parallel; gradients per intersection k (g_* [M, ...]) so
+    that tiles never write to the same place."""
+    for it in prange(tile_order.shape[0]):
+        backward_tile(tile_order[it], means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, ts, T_final,
+                      last_ids, v_render, v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors)
+
+
+@njit(cache=True, fastmath=True)
+def backward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, ts, T_final, last_ids, v_render,
+                  v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors):
+    """Backward pass of one tile t, recovering T_i = T_{i+1} / (1 - alpha_i) from back to front."""
     TT = TW * TH
     D = colors.shape[1]
-    for it in prange(tile_order.shape[0]):
-        t = tile_order[it]
-        c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
-        # per-tile copies, pixel p = ly * ts + lx
-        T = np.ones(ts * ts)
-        S = np.zeros(ts * ts * D)  # colour of what lies behind: sum_{j>i} c_j alpha_j T_j
-        last = np.full(ts * ts, -1, np.int64)
-        Tf_va = np.zeros(ts * ts)  # T_final * v_alpha
-        vr_px = np.zeros(ts * ts * D)
-        k_end = offsets[t]
-        for y in range(y0, y1):
-            for x in range(x0, x1):
-                p = (y - y0) * ts + (x - x0)
-                T[p] = T_final[c, y, x]
-                Tf_va[p] = T_final[c, y, x] * v_alpha[c, y, x, 0]
-                last[p] = last_ids[c, y, x]
-                for ch in range(D):
-                    vr_px[p * D + ch] = v_render[c, y, x, ch]
-                k_end = max(k_end, last_ids[c, y, x] + 1)
-        gcol = np.zeros(D)
-        col = np.empty(D)
-        for k in range(k_end - 1, offsets[t] - 1, -1):
-            g = ids[k]
-            mx, my = means2d[g, 0], means2d[g, 1]
-            a, b, cc, op = conics[g, 0], conics[g, 1], conics[g, 2], opac[g]
-            level = alpha_level(op)
-            ylo, yhi, xs, xe, mode, E, ES, qc, R, qb, q = gaussian_walk(mx, my, a, b, cc, level, x0, y0, x1, y1)
-            if mode == 0:
-                continue
-            gm0 = gm1 = ab0 = ab1 = ga = gb = gc = go = 0.0
+    c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
+    # per-tile copies, pixel p = ly * ts + lx
+    T = np.ones(ts * ts)
+    S = np.zeros(ts * ts * D)  # colour of what lies behind: sum_{j>i} c_j alpha_j T_j
+    last = np.full(ts * ts, -1, np.int64)
+    Tf_va = np.zeros(ts * ts)  # T_final * v_alpha
+    vr_px = np.zeros(ts * ts * D)
+    k_end = offsets[t]
+    for y in range(y0, y1):
+        for x in range(x0, x1):
+            p = (y - y0) * ts + (x - x0)
+            T[p] = T_final[c, y, x]
+            Tf_va[p] = T_final[c, y, x] * v_alpha[c, y, x, 0]
+            last[p] = last_ids[c, y, x]
             for ch in range(D):
-                gcol[ch] = 0.0
-                col[ch] = colors[g, ch]
-            for y in range(ylo, yhi):
-                vis_row, r = E, R
-                E *= ES
-                ES *= qc
-                R *= qb
-                if mode == 3:
-                    xlo, xhi = xs, xe
-                else:
-                    xlo, xhi = col_range(mx, my, a, b, cc, level, y, xs, xe)
-                if xlo >= xhi:
-                    continue
-                dy = my - (y + 0.5)
-                if mode == 1:
-                    for _ in range(xlo - xs):
-                        vis_row *= r
-                        r *= q
-                elif mode == 2:
-                    dy, vis_row, r, q = row_start(mx, my, a, b, cc, y, xlo)
-                row = (y - y0) * ts - x0
-                for x in range(xlo, xhi):
-                    dx = mx - (x + 0.5)
-                    vis = falloff(mode != 3, vis_row, a, b, cc, dx, dy)
+                vr_px[p * D + ch] = v_render[c, y, x, ch]
+            k_end = max(k_end, last_ids[c, y, x] + 1)
+    gcol = np.zeros(D)
+    col = np.empty(D)
+    for k in range(k_end - 1, offsets[t] - 1, -1):
+        g = ids[k]
+        mx, my = means2d[g, 0], means2d[g, 1]
+        a, b, cc, op = conics[g, 0], conics[g, 1], conics[g, 2], opac[g]
+        level = alpha_level(op)
+        ylo, yhi, xs, xe, mode, E, ES, qc, R, qb, q = gaussian_walk(mx, my, a, b, cc, level, x0, y0, x1, y1)
+        if mode == 0:
+            continue
+        gm0 = gm1 = ab0 = ab1 = ga = gb = gc = go = 0.0
+        for ch in range(D):
+            gcol[ch] = 0.0
+            col[ch] = colors[g, ch]
+        for y in range(ylo, yhi):
+            vis_row, r = E, R
+            E *= ES
+            ES *= qc
+            R *= qb
+            if mode == 3:
+                xlo, xhi = xs, xe
+            else:
+                xlo, xhi = col_range(mx, my, a, b, cc, level, y, xs, xe)
+            if xlo >= xhi:
+                continue
+            dy = my - (y + 0.5)
+            if mode == 1:
+                for _ in range(xlo - xs):
                     vis_row *= r
                     r *= q
-                    p = row + x
-                    if k > last[p] or vis < 0.0:
-                        continue
-                    al = min(ALPHA_MAX, op * vis)
-                    if al < ALPHA_THRESHOLD:
-                        continue
-                    ra = 1.0 / (1.0 - al)
-                    Ti = T[p] * ra
-                    T[p] = Ti
-                    fac = al * Ti
-                    v_al = Tf_va[p] * ra
-                    base = p * D
+            elif mode == 2:
+                dy, vis_row, r, q = row_start(mx, my, a, b, cc, y, xlo)
+            row = (y - y0) * ts - x0
+            for x in range(xlo, xhi):
+                dx = mx - (x + 0.5)
+                vis = falloff(mode != 3, vis_row, a, b, cc, dx, dy)
+                vis_row *= r
+                r *= q
+                p = row + x
+                if k > last[p] or vis < 0.0:
+                    continue
+                al = min(ALPHA_MAX, op * vis)
+                if al < ALPHA_THRESHOLD:
+                    continue
+                ra = 1.0 / (1.0 - al)
+                Ti = T[p] * ra
+                T[p] = Ti
+                fac = al * Ti
+                v_al = Tf_va[p] * ra
+                base = p * D
+                if D == 3:  # RGB, unrolled (see forward_tile)
+                    v_al += (backward_channel(0, base, fac, Ti, ra, vr_px, col, S, gcol)
+                             + backward_channel(1, base, fac, Ti, ra, vr_px, col, S, gcol)
+                             + backward_channel(2, base, fac, Ti, ra, vr_px, col, S, gcol))
+                else:
                     for ch in range(D):
-                        vr = vr_px[base + ch]
-                        gcol[ch] += fac * vr
-                        v_al += (col[ch] * Ti - S[base + ch] * ra) * vr
-                        S[base + ch] += col[ch] * fac
-                    if op * vis <= ALPHA_MAX:
-                        v_sigma = -op * vis * v_al
-                        ga += 0.5 * dx * dx * v_sigma
-                        gb += dx * dy * v_sigma
-                        gc += 0.5 * dy * dy * v_sigma
-                        gx = v_sigma * (a * dx + b * dy)
-                        gy = v_sigma * (b * dx + cc * dy)
-                        gm0 += gx
-                        gm1 += gy
-                        ab0 += abs(gx)
-                        ab1 += abs(gy)
-                        go += vis * v_al
-            g_means2d[k, 0], g_means2d[k, 1] = gm0, gm1
-            g_abs[k, 0], g_abs[k, 1] = ab0, ab1
-            g_conics[k, 0], g_conics[k, 1], g_conics[k, 2] = ga, gb, gc
-            g_opac[k] = go
-            for ch in range(D):
-                g_colors[k, ch] = gcol[ch]
+                        v_al += backward_channel(ch, base, fac, Ti, ra, vr_px, col, S, gcol)
+                if op * vis <= ALPHA_MAX:
+                    v_sigma = -op * vis * v_al
+                    ga += 0.5 * dx * dx * v_sigma
+                    gb += dx * dy * v_sigma
+                    gc += 0.5 * dy * dy * v_sigma
+                    gx = v_sigma * (a * dx + b * dy)
+                    gy = v_sigma * (b * dx + cc * dy)
+                    gm0 += gx
+                    gm1 += gy
+                    ab0 += abs(gx)
+                    ab1 += abs(gy)
+                    go += vis * v_al
+        g_means2d[k, 0], g_means2d[k, 1] = gm0, gm1
+        g_abs[k, 0], g_abs[k, 1] = ab0, ab1
+        g_conics[k, 0], g_conics[k, 1], g_conics[k, 2] = ga, gb, gc
+        g_opac[k] = go
+        for ch in range(D):
+            g_colors[k, ch] = gcol[ch]
 
 
 @njit(cache=True)
