@@ -279,6 +279,33 @@ def gaussian_walk(mx, my, a, b, c, level, x0, y0, x1, y1):
     return ylo, yhi, xs, xe, 2, 1.0, 1.0, 1.0, 1.0, 1.0, q
 
 
+@njit(cache=True, inline="always")
+def walk_row(y, mode, mx, my, a, b, c, level, xs, xe, E, ES, qc, R, qb, q):
+    """Step the walk of gaussian_walk to row y.
+
+    Returns (xlo, xhi, dy, vis, r, q, E, ES, R): the row's column span (empty when xlo >= xhi), dy,
+    exp(-sigma) at (xlo, y) with its column ratio r and ratio step q, and the recurrence state
+    advanced to row y + 1.
+    """
+    vis, r = E, R
+    E *= ES
+    ES *= qc
+    R *= qb
+    if mode == 3:
+        xlo, xhi = xs, xe
+    else:
+        xlo, xhi = col_range(mx, my, a, b, c, level, y, xs, xe)
+    dy = my - (y + 0.5)
+    if xlo < xhi:
+        if mode == 1:
+            for _ in range(xlo - xs):
+                vis *= r
+                r *= q
+        elif mode == 2:
+            dy, vis, r, q = row_start(mx, my, a, b, c, y, xlo)
+    return xlo, xhi, dy, vis, r, q, E, ES, R
+
+
 @njit(cache=True, parallel=True)
 def forward_kernel(means2d, conics, opac, colors, offsets, ids, tile_order, W, H, TW, TH, ts,
                    render, alpha_out, T_final, last_ids):
@@ -316,23 +343,10 @@ def forward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, t
         for ch in range(D):
             col[ch] = colors[g, ch]
         for y in range(ylo, yhi):
-            vis, r = E, R
-            E *= ES
-            ES *= qc
-            R *= qb
-            if mode == 3:
-                xlo, xhi = xs, xe
-            else:
-                xlo, xhi = col_range(mx, my, a, b, cc, level, y, xs, xe)
+            xlo, xhi, dy, vis, r, q, E, ES, R = walk_row(y, mode, mx, my, a, b, cc, level, xs, xe,
+                                                         E, ES, qc, R, qb, q)
             if xlo >= xhi:
                 continue
-            dy = my - (y + 0.5)
-            if mode == 1:
-                for _ in range(xlo - xs):
-                    vis *= r
-                    r *= q
-            elif mode == 2:
-                dy, vis, r, q = row_start(mx, my, a, b, cc, y, xlo)
             row = (y - y0) * ts - x0
             for x in range(xlo, xhi):
                 v = falloff(mode != 3, vis, a, b, cc, mx - (x + 0.5), dy)
@@ -430,23 +444,10 @@ def backward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, 
             gcol[ch] = 0.0
             col[ch] = colors[g, ch]
         for y in range(ylo, yhi):
-            vis_row, r = E, R
-            E *= ES
-            ES *= qc
-            R *= qb
-            if mode == 3:
-                xlo, xhi = xs, xe
-            else:
-                xlo, xhi = col_range(mx, my, a, b, cc, level, y, xs, xe)
+            xlo, xhi, dy, vis_row, r, q, E, ES, R = walk_row(y, mode, mx, my, a, b, cc, level, xs, xe,
+                                                             E, ES, qc, R, qb, q)
             if xlo >= xhi:
                 continue
-            dy = my - (y + 0.5)
-            if mode == 1:
-                for _ in range(xlo - xs):
-                    vis_row *= r
-                    r *= q
-            elif mode == 2:
-                dy, vis_row, r, q = row_start(mx, my, a, b, cc, y, xlo)
             row = (y - y0) * ts - x0
             for x in range(xlo, xhi):
                 dx = mx - (x + 0.5)
