@@ -1,0 +1,53 @@
+"""`splatforge eval`: PSNR / SSIM of a trained run or any splat file on a dataset's test views."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recon.commands.train import USER_ERRORS, fail
+
+
+def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | None = None,
+             data_factor: int | None = None, out: Path | None = None, device: str = "cpu") -> None:
+    """Evaluate on the test views; writes OUT/metrics.json and OUT/renders/test_XXX.png.
+
+    Args:
+        run: a training run directory (its splats.ply and config.yaml give defaults for the others).
+        splats: a splat file (.ply, .splat, .spz) to evaluate instead of a run's splats.ply.
+        data: dataset folder or "procedural" (default: the run's).
+        data_factor: image downscale factor (default: the run's, else 1).
+        out: where metrics.json and renders/ go (default: RUN/eval, or next to the splat file).
+        device: "cpu" or "cuda".
+    """
+    try:
+        metrics = _evaluate(run, splats, data, data_factor, out, device)
+    except USER_ERRORS as err:
+        fail("eval", err)
+    print(f"test PSNR {metrics['psnr']:.2f} dB, SSIM {metrics['ssim']:.4f} over {metrics['num_views']} views "
+          "(LPIPS skipped: no weights offline)")
+
+
+def _evaluate(run, splats, data, data_factor, out, device) -> dict:
+    from recon import run_files as rf
+    from recon.evaluation import evaluate_splat_file
+    from recon.trainer import TrainConfig, background_color, load_training_scene
+
+    if run is None and splats is None:
+        raise ValueError("give --run DIR or --splats FILE")
+    saved = {}
+    if run is not None:
+        config_file = Path(run) / rf.CONFIG_FILE
+        if not config_file.is_file():
+            raise FileNotFoundError(f"{config_file} not found: --run must be a training output directory")
+        saved = rf.read_config_dict(config_file)
+        splats = splats or Path(run) / "splats.ply"
+    data = data if data is not None else saved.get("data")
+    if data is None:
+        raise ValueError("no dataset: give --data DIR (or --run of a training run)")
+    cfg = TrainConfig(data=Path(data), data_factor=data_factor or saved.get("data_factor", 1),
+                      seed=saved.get("seed", 0), background=saved.get("background", "auto"))
+    scene = load_training_scene(cfg)
+    out = Path(out) if out is not None else (Path(run) / "eval" if run is not None else Path(splats).parent / "eval")
+    out.mkdir(parents=True, exist_ok=True)
+    background = background_color(cfg, scene).tolist()  # the run's fixed background (dataset's for auto/random)
+    return evaluate_splat_file(splats, scene, out, background=background, device=device)

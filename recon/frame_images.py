@@ -1,0 +1,58 @@
+"""Training/test images of a scene kept in memory as uint8 RGBA, composited on demand.
+
+Frames on disk are decoded once (Pillow; errors name the file, see :mod:`recon.data.scene`); frames with
+an in-memory ``rgba`` attribute (:class:`recon.data.procedural_scene.InMemoryFrame`) are used as they
+are. Keeping alpha lets the trainer composite on a random background each step.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from recon.data.scene import Frame, MissingImageError, _map_threads, _read_pil, to_float_rgba
+
+
+def frame_rgba(frame: Frame) -> np.ndarray:
+    """uint8 [H, W, 4] straight-alpha RGBA of ``frame`` (alpha 255 where the image has none).
+
+    Raises MissingImageError naming the file when it is missing, undecodable or not the camera's size.
+    """
+    rgba = getattr(frame, "rgba", None)
+    if rgba is not None:
+        return np.asarray(rgba, dtype=np.uint8)
+    im = _read_pil(frame.image_path)
+    if im.size != (frame.width, frame.height):
+        raise MissingImageError(f"image file {frame.image_path} is {im.size[0]}x{im.size[1]}, its camera "
+                                f"expects {frame.width}x{frame.height}")
+    return np.round(to_float_rgba(im) * 255.0).astype(np.uint8)
+
+
+def composite_on(rgba_u8: Tensor, background: Tensor) -> Tensor:
+    """uint8 [..., H, W, 4] -> float32 [..., H, W, 3] in [0, 1] composited on ``background`` [3]."""
+    rgba = rgba_u8.float() / 255.0
+    alpha = rgba[..., 3:4]
+    return rgba[..., :3] * alpha + background.to(rgba) * (1.0 - alpha)
+
+
+class FrameImages:
+    """Decoded images of a list of frames, on one device, indexed like the list."""
+
+    def __init__(self, frames: Sequence[Frame], device: torch.device | str = "cpu"):
+        arrays = _map_threads(frame_rgba, list(frames))
+        self.frames = list(frames)
+        self.rgba = [torch.from_numpy(a).to(device) for a in arrays]
+
+    def __len__(self) -> int:
+        return len(self.rgba)
+
+    def rgb(self, i: int, background: Tensor) -> Tensor:
+        """float32 [H, W, 3] image ``i`` composited on ``background`` [3] (RGB in [0, 1])."""
+        return composite_on(self.rgba[i], background)
+
+    def has_alpha(self) -> bool:
+        """True when any image has a non-opaque pixel."""
+        return any(bool((a[..., 3] < 255).any()) for a in self.rgba)

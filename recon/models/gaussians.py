@@ -1,0 +1,345 @@
+"""3D Gaussian splatting model: parameters, their Adam groups, initialisation, rendering, IO.
+
+Parameters (raw, pre-activation; conventions in docs/conventions.md):
+
+=====================  ===========  ==========================================================
+name                   shape        meaning
+=====================  ===========  ==========================================================
+``means``              [N, 3]       centres in the world frame (OpenCV habits, world units)
+``quats``              [N, 4]       rotation (w, x, y, z), not necessarily unit length
+``log_scales``         [N, 3]       log of the per-axis standard deviations
+``logit_opacities``    [N]          logit of the opacity
+``sh0``                [N, 1, 3]    SH DC coefficients (RGB = 0.5 + SH_C0 * sh0 before the max(., 0))
+``shN``                [N, K-1, 3]  higher SH coefficients, degree-major, K = (sh_degree + 1)^2
+=====================  ===========  ==========================================================
+
+One ``torch.optim.Adam`` holds one group per parameter (group ``name`` = parameter name), with the 3DGS
+learning rates. Densification strategies change the number of Gaussians through
+:func:`resize_optimizer_state` (via :meth:`GaussianModel.update_params`), the single place that keeps
+Adam's moments aligned with resized parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rasterizer import Camera, rasterize_gaussians, stack_cameras
+from recon.export.splats import SH_C0, SplatData
+
+PARAM_NAMES = ("means", "quats", "log_scales", "logit_opacities", "sh0", "shN")
+EXACT_KNN_MAX_POINTS = 30_000  # above this, nearest neighbours are searched along a Morton order
+KNN_WINDOW = 24  # candidates on each side in the Morton order (approximate kNN)
+
+
+@dataclass
+class LearningRates:
+    """Adam learning rates of the 3DGS paper; ``means`` is multiplied by the scene extent and decays
+    exponentially to ``means * means_final_ratio`` over the run."""
+
+    means: float = 1.6e-4
+    means_final_ratio: float = 0.01
+    quats: float = 1e-3
+    log_scales: float = 5e-3
+    logit_opacities: float = 5e-2
+    sh0: float = 2.5e-3
+    shN: float = 2.5e-3 / 20
+    eps: float = 1e-15
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def rgb_to_sh0(rgb: Tensor) -> Tensor:
+    """RGB [..., 3] in [0, 1] -> SH DC coefficients [..., 3] (inverse of 0.5 + SH_C0 * dc)."""
+    return (rgb - 0.5) / SH_C0
+
+
+def knn_mean_distance(points: Tensor, k: int = 3) -> Tensor:
+    """[P] mean distance of each point to its ``k`` nearest other points (float32, CPU or GPU).
+
+    Exact (chunked ``cdist``) up to EXACT_KNN_MAX_POINTS points; above that the neighbours are searched
+    among the KNN_WINDOW points on each side in a Morton (z-order) sort, an approximation that is good
+    for initial scales. Returns ones when there are fewer than two points.
+    """
+    P = points.shape[0]
+    if P < 2:
+        return torch.ones(P, dtype=points.dtype, device=points.device)
+    k = min(k, P - 1)
+    pts = points.float()
+    if P <= EXACT_KNN_MAX_POINTS:
+        out = []
+        for chunk in torch.split(pts, 2048):
+            d = torch.cdist(chunk, pts)
+            out.append(d.topk(k + 1, dim=1, largest=False).values[:, 1:].mean(dim=1))
+        return torch.cat(out)
+    order = torch.argsort(_morton_codes(pts))
+    sorted_pts = pts[order]
+    offsets = [o for o in range(-KNN_WINDOW, KNN_WINDOW + 1) if o != 0]
+    idx = torch.arange(P, device=pts.device)
+    cand = torch.stack([(idx + o).clamp(0, P - 1) for o in offsets], dim=1)  # [P, 2w]
+    d = (sorted_pts[cand] - sorted_pts[:, None]).norm(dim=-1)
+    d = torch.where(cand == idx[:, None], torch.full_like(d, float("inf")), d)
+    mean_d = d.topk(k, dim=1, largest=False).values.mean(dim=1)
+    out = torch.empty_like(mean_d)
+    out[order] = mean_d
+    return out
+
+
+def _morton_codes(points: Tensor, bits: int = 10) -> Tensor:
+    """[P] int64 z-order codes of points quantised to a 2^bits grid over their bounding box."""
+    lo, hi = points.min(0).values, points.max(0).values
+    q = ((points - lo) / (hi - lo).clamp(min=1e-12) * (2**bits - 1)).long()
+    code = torch.zeros(points.shape[0], dtype=torch.long, device=points.device)
+    for b in range(bits):
+        for axis in range(3):
+            code |= ((q[:, axis] >> b) & 1) << (3 * b + axis)
+    return code
+
+
+def resize_optimizer_state(
+    optimizer: torch.optim.Optimizer,
+    old: Tensor,
+    new: torch.nn.Parameter,
+    fn_state: Callable[[str, Tensor], Tensor],
+) -> None:
+    """Swap parameter ``old`` for ``new`` inside ``optimizer``, mapping its per-element state.
+
+    ``fn_state(key, value)`` receives each tensor state of ``old`` whose shape equals the parameter's
+    (Adam: ``exp_avg``, ``exp_avg_sq``) and returns the state for ``new`` (same trailing dims,
+    ``new.shape[0]`` rows). Scalar state (Adam's ``step``) is kept. This is the one place where the
+    optimizer state is resized when Gaussians are added, removed or reset.
+    """
+    for group in optimizer.param_groups:
+        for i, p in enumerate(group["params"]):
+            if p is not old:
+                continue
+            state = optimizer.state.pop(old, {})
+            new_state = {}
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.shape == old.shape:
+                    value = fn_state(key, value)
+                    if value.shape != new.shape:
+                        raise RuntimeError(f"optimizer state {key!r}: shape {tuple(value.shape)} after resize, "
+                                           f"parameter is {tuple(new.shape)}")
+                new_state[key] = value
+            group["params"][i] = new
+            if new_state:
+                optimizer.state[new] = new_state
+            return
+    raise KeyError("resize_optimizer_state: parameter not found in optimizer")
+
+
+# ------------------------------------------------------------------------------------------ model
+
+
+class GaussianModel:
+    """3D Gaussians with their optimiser.
+
+    Attributes:
+        params: dict name -> ``torch.nn.Parameter`` (see the module docstring for shapes).
+        sh_degree: maximum SH degree stored (K = (sh_degree + 1)^2 coefficients per channel).
+        extent: scene extent (world units) scaling the means learning rate and size thresholds.
+        antialiased: render in anti-aliased (mip) mode.
+        optimizer: Adam with one group per parameter.
+    """
+
+    def __init__(self, params: dict[str, Tensor], sh_degree: int, extent: float, antialiased: bool = False,
+                 lrs: LearningRates | None = None):
+        missing = [n for n in PARAM_NAMES if n not in params]
+        if missing:
+            raise KeyError(f"GaussianModel: missing parameter(s) {missing}")
+        if not 0 <= sh_degree <= 3:
+            raise ValueError(f"sh_degree must be in 0..3, got {sh_degree}")
+        self.sh_degree = int(sh_degree)
+        self.extent = float(extent)
+        self.antialiased = bool(antialiased)
+        self.lrs = lrs or LearningRates()
+        self.params = {n: torch.nn.Parameter(params[n].detach().float().contiguous()) for n in PARAM_NAMES}
+        self._check_shapes()
+        self.optimizer = torch.optim.Adam(
+            [{"params": [self.params[n]], "lr": self._base_lr(n), "name": n} for n in PARAM_NAMES],
+            eps=self.lrs.eps)
+
+    # ---------------------------------------------------------------------------- construction
+
+    @classmethod
+    def from_points(cls, points: Tensor, colors: Tensor | None, sh_degree: int, extent: float, *,
+                    init_opacity: float = 0.1, init_scale: float = 1.0, antialiased: bool = False,
+                    lrs: LearningRates | None = None, generator: torch.Generator | None = None) -> "GaussianModel":
+        """Gaussians at ``points`` [P, 3] (world), colours [P, 3] in [0, 1] (random when None).
+
+        Scales are isotropic: ``init_scale`` x the mean distance to the 3 nearest neighbours (as 3DGS);
+        quaternions random (as gsplat); opacity ``init_opacity``; higher SH zero.
+        """
+        points = torch.as_tensor(points, dtype=torch.float32)
+        P = points.shape[0]
+        if P == 0:
+            raise ValueError("GaussianModel.from_points: no points to initialise from")
+        if colors is None:
+            colors = torch.rand(P, 3, generator=generator)
+        colors = torch.as_tensor(colors, dtype=torch.float32)
+        dist = knn_mean_distance(points).clamp(min=1e-7)
+        log_scales = torch.log(dist * init_scale)[:, None].repeat(1, 3)
+        K = (sh_degree + 1) ** 2
+        params = {
+            "means": points,
+            "quats": torch.rand(P, 4, generator=generator),
+            "log_scales": log_scales,
+            "logit_opacities": torch.full((P,), math.log(init_opacity / (1 - init_opacity))),
+            "sh0": rgb_to_sh0(colors)[:, None, :],
+            "shN": torch.zeros(P, K - 1, 3),
+        }
+        return cls(params, sh_degree, extent, antialiased, lrs)
+
+    @classmethod
+    def random_in_box(cls, n: int, center: Sequence[float], half_size: float, sh_degree: int, extent: float,
+                      *, generator: torch.Generator | None = None, **kw) -> "GaussianModel":
+        """``n`` Gaussians uniform in the cube ``center +- half_size`` (Blender scenes: 100k points)."""
+        c = torch.as_tensor(np.asarray(center, dtype=np.float32))
+        pts = c + (torch.rand(n, 3, generator=generator) * 2 - 1) * half_size
+        return cls.from_points(pts, None, sh_degree, extent, generator=generator, **kw)
+
+    @classmethod
+    def from_splat_data(cls, data: SplatData, extent: float = 1.0, lrs: LearningRates | None = None) -> "GaussianModel":
+        """Model holding a loaded splat file's parameters (e.g. to evaluate or render it)."""
+        t = data.to_torch()
+        sh = t["sh"]
+        params = {"means": t["means"], "quats": t["quats"], "log_scales": t["log_scales"],
+                  "logit_opacities": t["logit_opacities"], "sh0": sh[:, :1], "shN": sh[:, 1:]}
+        return cls(params, data.sh_degree, extent, data.antialiased, lrs)
+
+    # ---------------------------------------------------------------------------- views
+
+    def __len__(self) -> int:
+        return int(self.params["means"].shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.params["means"].device
+
+    @property
+    def scales(self) -> Tensor:
+        """[N, 3] activated scales."""
+        return torch.exp(self.params["log_scales"])
+
+    @property
+    def opacities(self) -> Tensor:
+        """[N] activated opacities."""
+        return torch.sigmoid(self.params["logit_opacities"])
+
+    @property
+    def sh(self) -> Tensor:
+        """[N, K, 3] all SH coefficients (sh0 then shN)."""
+        return torch.cat([self.params["sh0"], self.params["shN"]], dim=1)
+
+    def to(self, device: torch.device | str) -> "GaussianModel":
+        """Move parameters and optimizer state to ``device`` (rebuilds the optimizer, keeping state)."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        state = self.optimizer.state_dict()
+        moved = {n: p.detach().to(device) for n, p in self.params.items()}
+        self.params = {n: torch.nn.Parameter(t) for n, t in moved.items()}
+        self.optimizer = torch.optim.Adam(
+            [{"params": [self.params[n]], "lr": self._base_lr(n), "name": n} for n in PARAM_NAMES],
+            eps=self.lrs.eps)
+        self.optimizer.load_state_dict(state)
+        return self
+
+    # ---------------------------------------------------------------------------- rendering
+
+    def render(self, cameras: Sequence[Camera], sh_degree: int | None = None, background: Tensor | None = None,
+               *, absgrad: bool = False, backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
+        """Render into cameras of one size.
+
+        Args:
+            cameras: C cameras (same width/height).
+            sh_degree: active SH degree (<= ``self.sh_degree``); default all.
+            background: [3] or [C, 3] RGB in [0, 1] behind the Gaussians, or None (black).
+        Returns:
+            (render [C, H, W, 3], alpha [C, H, W, 1], meta) from :func:`rasterize_gaussians`.
+        """
+        viewmats, Ks, W, H = stack_cameras(list(cameras))
+        dev = self.device
+        viewmats, Ks = viewmats.to(dev, torch.float32), Ks.to(dev, torch.float32)
+        degree = self.sh_degree if sh_degree is None else min(int(sh_degree), self.sh_degree)
+        bg = None
+        if background is not None:
+            bg = torch.as_tensor(background, dtype=torch.float32, device=dev)
+            bg = bg.expand(viewmats.shape[0], 3) if bg.dim() == 1 else bg
+        return rasterize_gaussians(
+            self.params["means"], self.params["quats"], self.scales, self.opacities, self.sh, viewmats, Ks, W, H,
+            sh_degree=degree, backgrounds=bg, render_mode="RGB",
+            rasterize_mode="antialiased" if self.antialiased else "classic", backend=backend, absgrad=absgrad)
+
+    # ---------------------------------------------------------------------------- optimisation
+
+    def _base_lr(self, name: str) -> float:
+        lr = getattr(self.lrs, name)
+        return lr * self.extent if name == "means" else lr
+
+    def means_lr(self, step: int, total_steps: int) -> float:
+        """Exponentially decayed means learning rate: ``lr0 extent ratio^(step / total_steps)``."""
+        t = min(max(step / max(total_steps, 1), 0.0), 1.0)
+        return self._base_lr("means") * self.lrs.means_final_ratio ** t
+
+    def set_step(self, step: int, total_steps: int) -> None:
+        """Apply the learning-rate schedule for ``step`` (only the means decay)."""
+        for group in self.optimizer.param_groups:
+            if group["name"] == "means":
+                group["lr"] = self.means_lr(step, total_steps)
+
+    def update_params(self, fn_param: Callable[[str, Tensor], Tensor],
+                      fn_state: Callable[[str, str, Tensor], Tensor], names: Sequence[str] = PARAM_NAMES) -> None:
+        """Replace parameters ``names`` by ``fn_param(name, old_data)`` and map their Adam state with
+        ``fn_state(name, key, value)`` (see :func:`resize_optimizer_state`)."""
+        for name in names:
+            old = self.params[name]
+            new = torch.nn.Parameter(fn_param(name, old.detach()).contiguous())
+            resize_optimizer_state(self.optimizer, old, new, lambda key, v, _n=name: fn_state(_n, key, v))
+            self.params[name] = new
+        self._check_shapes()
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+    def _check_shapes(self) -> None:
+        N = self.params["means"].shape[0]
+        K = (self.sh_degree + 1) ** 2
+        expect = {"means": (N, 3), "quats": (N, 4), "log_scales": (N, 3), "logit_opacities": (N,),
+                  "sh0": (N, 1, 3), "shN": (N, K - 1, 3)}
+        for n, shape in expect.items():
+            if tuple(self.params[n].shape) != shape:
+                raise ValueError(f"GaussianModel.{n}: shape {tuple(self.params[n].shape)}, expected {shape}")
+
+    # ---------------------------------------------------------------------------- IO
+
+    def to_splat_data(self) -> SplatData:
+        """Export container (numpy float32, raw parameters) for recon.export.write_splats."""
+        p = self.params
+        return SplatData.from_torch({"means": p["means"], "quats": p["quats"], "log_scales": p["log_scales"],
+                                     "logit_opacities": p["logit_opacities"], "sh": self.sh},
+                                    antialiased=self.antialiased)
+
+    def state_dict(self) -> dict:
+        """Plain checkpoint dict: parameters (CPU tensors), optimizer state, sh_degree, extent, flags."""
+        return {"params": {n: p.detach().cpu() for n, p in self.params.items()},
+                "optimizer": self.optimizer.state_dict(), "sh_degree": self.sh_degree, "extent": self.extent,
+                "antialiased": self.antialiased, "lrs": asdict(self.lrs)}
+
+    @classmethod
+    def from_state_dict(cls, state: dict, device: torch.device | str = "cpu") -> "GaussianModel":
+        """Rebuild a model (and its optimizer state) saved by :meth:`state_dict`."""
+        model = cls(state["params"], state["sh_degree"], state["extent"], state["antialiased"],
+                    LearningRates(**state.get("lrs", {})))
+        model.optimizer.load_state_dict(state["optimizer"])
+        return model.to(device)

@@ -1,0 +1,358 @@
+"""One training loop for 3D Gaussian splatting: config, setup, steps, checkpoints/resume, outputs.
+
+Per step: a random train view, loss ``0.8 L1 + 0.2 (1 - SSIM)`` (+ the strategy's regulariser),
+backward, Adam step, densification hooks, means learning-rate decay, SH degree raised every
+``sh_degree_interval`` steps. Iteration counts of the 30k-step recipe (densification schedule, SH
+interval) are multiplied by ``steps_scaler`` (default ``steps / 30000``) so short runs keep the
+proportions. Outputs are described in :mod:`recon.run_files`. Running again with the same ``out``
+resumes from the newest checkpoint (``steps`` may be raised to extend a finished run).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from recon.data import load_scene
+from recon.data.scene import Scene
+from recon.evaluation import LPIPS_NOTE, evaluate_model
+from recon.export import write_splats
+from recon.frame_images import FrameImages
+from recon.losses import photometric_loss, psnr
+from recon.models.gaussians import GaussianModel
+from recon import run_files as rf
+from recon.strategy import ADCStrategy, MCMCStrategy
+
+REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
+PROCEDURAL = "procedural"  # --data procedural: the built-in scene of recon.data.procedural_scene
+BLENDER_HALF_SIZE = 1.3  # 3DGS random init for synthetic scenes: cube [-1.3, 1.3]^3
+# fields that may differ when resuming (everything else must match the saved config.yaml)
+RESUMABLE_CHANGES = {"steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device", "overwrite"}
+
+
+class ConfigMismatchError(ValueError):
+    """``out`` holds a run made with a different configuration."""
+
+
+@dataclass
+class TrainConfig:
+    """Training configuration (flat; saved as ``out/config.yaml``)."""
+
+    data: Path = Path(PROCEDURAL)
+    """dataset folder (COLMAP, nerfstudio, Blender), or "procedural" for the built-in demo scene"""
+    out: Path = Path("output")
+    """run directory: config.yaml, checkpoints/, splats.ply, metrics.json, loss.png, renders/"""
+    method: Literal["3dgs"] = "3dgs"
+    steps: int = 30_000
+    data_factor: int = 1
+    """downscale images by this integer factor"""
+    strategy: Literal["adc", "mcmc"] = "adc"
+    """densification: adaptive density control (3DGS) or MCMC relocation"""
+    sh_degree: int = 3
+    sh_degree_interval: int = 1000
+    """raise the active SH degree by one every this many steps (x steps_scaler)"""
+    antialiased: bool = False
+    background: Literal["auto", "white", "black", "random"] = "auto"
+    """background behind the Gaussians; auto = the dataset's (white for Blender/procedural)"""
+    eval_every: int = 0
+    """evaluate on the test views every N steps (0: only at the end)"""
+    save_every: int = 5000
+    keep_checkpoints: int = 2
+    seed: int = 0
+    max_gaussians: int = 1_000_000
+    """cap on the Gaussian count (MCMC cap_max; ADC stops growing there)"""
+    steps_scaler: float | None = None
+    """multiplier of the 30k-step schedule; default steps / 30000"""
+    init_num_random: int = 100_000
+    """Gaussians for scenes without points (random in a cube)"""
+    init_opacity: float | None = None
+    """initial opacity; default 0.1 (adc) or 0.5 (mcmc, as gsplat)"""
+    init_scale: float | None = None
+    """initial scale factor on the 3-NN distance; default 1.0 (adc) or 0.1 (mcmc)"""
+    ssim_lambda: float = 0.2
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    progress: bool = True
+    """show a rich progress bar"""
+    overwrite: bool = False
+    """start from scratch even if ``out`` holds a run"""
+
+
+# ------------------------------------------------------------------------------------------ setup
+
+
+def schedule_scaler(cfg: TrainConfig) -> float:
+    """``cfg.steps_scaler`` or ``steps / 30000``."""
+    return cfg.steps_scaler if cfg.steps_scaler is not None else cfg.steps / REFERENCE_STEPS
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available")
+    return torch.device(name)
+
+
+def load_training_scene(cfg: TrainConfig) -> Scene:
+    """The scene named by ``cfg.data`` ("procedural" or a dataset folder), with ``data_factor``."""
+    if str(cfg.data) == PROCEDURAL and not Path(cfg.data).exists():
+        from recon.data.procedural_scene import procedural_scene
+
+        return procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed)
+    scene = load_scene(cfg.data, data_factor=cfg.data_factor)
+    if not scene.frames_train:
+        raise ValueError(f"{cfg.data}: the dataset has no training images")
+    return scene
+
+
+def build_model(cfg: TrainConfig, scene: Scene, generator: torch.Generator) -> GaussianModel:
+    """Initial Gaussians: from the scene's points, else ``init_num_random`` random ones in a cube."""
+    mcmc = cfg.strategy == "mcmc"
+    kw = dict(init_opacity=cfg.init_opacity if cfg.init_opacity is not None else (0.5 if mcmc else 0.1),
+              init_scale=cfg.init_scale if cfg.init_scale is not None else (0.1 if mcmc else 1.0),
+              antialiased=cfg.antialiased, generator=generator)
+    extent = scene.extent
+    if scene.points is not None and len(scene.points) > 0:
+        points = torch.as_tensor(scene.points, dtype=torch.float32)
+        colors = None if scene.point_colors is None else torch.as_tensor(scene.point_colors).float() / 255.0
+        if mcmc and len(points) > cfg.max_gaussians:
+            keep = torch.randperm(len(points), generator=generator)[: cfg.max_gaussians]
+            points, colors = points[keep], None if colors is None else colors[keep]
+        return GaussianModel.from_points(points, colors, cfg.sh_degree, extent, **kw)
+    n = min(cfg.init_num_random, cfg.max_gaussians) if mcmc else cfg.init_num_random
+    if scene.source_format in ("blender", "dnerf"):
+        center, half = (0.0, 0.0, 0.0), BLENDER_HALF_SIZE
+    else:
+        center, half = scene.nerfpp_norm()[0], 0.5 * extent
+    return GaussianModel.random_in_box(n, center, half, cfg.sh_degree, extent, **kw)
+
+
+def build_strategy(cfg: TrainConfig) -> ADCStrategy | MCMCStrategy:
+    """The densification strategy with its schedule scaled to the run length."""
+    s = schedule_scaler(cfg)
+    if cfg.strategy == "mcmc":
+        return MCMCStrategy(cap_max=cfg.max_gaussians).scaled(s)
+    return ADCStrategy(max_gaussians=cfg.max_gaussians).scaled(s)
+
+
+def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator | None = None) -> torch.Tensor:
+    """[3] RGB: white/black, the scene's for auto, a random colour for random (scene's when no generator)."""
+    if cfg.background == "white":
+        return torch.ones(3)
+    if cfg.background == "black":
+        return torch.zeros(3)
+    if cfg.background == "random" and generator is not None:
+        return torch.rand(3, generator=generator)
+    return torch.tensor(scene.background, dtype=torch.float32)
+
+
+def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
+    """ConfigMismatchError listing the fields that differ from ``out/config.yaml`` (except resumable ones)."""
+    current = rf.config_to_dict(cfg)
+    diffs = [f"{k}: saved {saved.get(k)!r}, now {current.get(k)!r}" for k in current
+             if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k)]
+    if diffs:
+        raise ConfigMismatchError(
+            f"{out / rf.CONFIG_FILE}: this run directory holds a run with a different configuration "
+            f"({'; '.join(diffs)}); use another --out, or --overwrite to start over")
+
+
+# ------------------------------------------------------------------------------------------ trainer
+
+
+@dataclass
+class StepResult:
+    loss: float
+    psnr: float
+
+
+@dataclass
+class Trainer:
+    """Owns everything a run needs; ``run()`` trains (or resumes) and writes the outputs."""
+
+    cfg: TrainConfig
+    log: callable = print
+    scene: Scene = field(init=False)
+    step: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        cfg = self.cfg
+        if cfg.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {cfg.steps}")
+        self.device = resolve_device(cfg.device)
+        self.out = Path(cfg.out)
+        self.scene = load_training_scene(cfg)
+        self.images = FrameImages(self.scene.frames_train, self.device)
+        torch.manual_seed(cfg.seed)
+        self.init_gen = torch.Generator().manual_seed(cfg.seed)
+        self.view_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self.model = build_model(cfg, self.scene, self.init_gen).to(self.device)
+        self.strategy = build_strategy(cfg)
+        self.strategy_state = self.strategy.initialize_state(self.model)
+        self.losses: list[float] = []
+        self.train_seconds = 0.0
+        self.sh_interval = max(1, round(cfg.sh_degree_interval * schedule_scaler(cfg)))
+
+    # ---------------------------------------------------------------------------- run directory
+
+    def prepare_out(self) -> None:
+        """Create ``out``; resume from its newest checkpoint when it holds this run (see module doc)."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        config_file = self.out / rf.CONFIG_FILE
+        if not self.cfg.overwrite and config_file.is_file() and rf.list_checkpoints(self.out):
+            check_resumable(rf.read_config_dict(config_file), self.cfg, self.out)
+            found = rf.load_latest_checkpoint(self.out)
+            if found is not None:
+                self.load_checkpoint(found[1])
+                self.log(f"resuming {self.out} from step {self.step}")
+        elif self.cfg.overwrite:
+            for _, p in rf.list_checkpoints(self.out):
+                p.unlink()
+        rf.write_config(self.out, self.cfg)
+
+    def checkpoint_payload(self) -> dict:
+        return {
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "strategy_state": {k: v.detach().cpu() if torch.is_tensor(v) else v
+                               for k, v in self.strategy_state.items()},
+            "rng": {"torch": torch.get_rng_state(), "view": self.view_gen.get_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+            "losses": list(self.losses),
+            "train_seconds": self.train_seconds,
+        }
+
+    def load_checkpoint(self, payload: dict) -> None:
+        self.step = int(payload["step"])
+        self.model = GaussianModel.from_state_dict(payload["model"], self.device)
+        self.strategy_state = {k: v.to(self.device) if torch.is_tensor(v) else v
+                               for k, v in payload["strategy_state"].items()}
+        torch.set_rng_state(payload["rng"]["torch"])
+        self.view_gen.set_state(payload["rng"]["view"])
+        if payload["rng"].get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
+        self.losses = list(payload["losses"])
+        self.train_seconds = float(payload["train_seconds"])
+
+    def save(self) -> Path:
+        return rf.save_checkpoint(self.out, self.step, self.checkpoint_payload(), self.cfg.keep_checkpoints)
+
+    # ---------------------------------------------------------------------------- one step
+
+    def active_sh_degree(self, step: int) -> int:
+        return min(step // self.sh_interval, self.cfg.sh_degree)
+
+    def train_step(self, step: int) -> StepResult:
+        """One optimisation step on a random training view (``step`` is 0-based)."""
+        i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
+        bg = background_color(self.cfg, self.scene, self.view_gen).to(self.device)
+        gt = self.images.rgb(i, bg)
+        self.model.set_step(step, self.cfg.steps)
+        absgrad = getattr(self.strategy, "absgrad", False)
+        render, _, meta = self.model.render([self.scene.frames_train[i].camera], self.active_sh_degree(step), bg,
+                                            absgrad=absgrad)
+        loss = photometric_loss(render[0], gt, self.cfg.ssim_lambda) + self.strategy.regularization(self.model)
+        self.strategy.step_pre_backward(self.model, meta, self.strategy_state, step)
+        loss.backward()
+        self.model.step()
+        self.model.zero_grad()
+        self.strategy.step_post_backward(self.model, meta, self.strategy_state, step,
+                                         lr=self.model.means_lr(step, self.cfg.steps))
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise FloatingPointError(f"step {step}: loss is {value} (NaN/Inf); last checkpoint is kept")
+        return StepResult(value, psnr(render[0].detach().clamp(0, 1), gt))
+
+    # ---------------------------------------------------------------------------- loop
+
+    def run(self) -> dict:
+        """Train from the current step to ``cfg.steps`` and write all outputs; returns metrics.json."""
+        self.prepare_out()
+        start_step = self.step
+        try:
+            with _progress(self.cfg.progress, self.cfg.steps, start_step) as bar:
+                t0 = time.perf_counter()
+                for step in range(start_step, self.cfg.steps):
+                    result = self.train_step(step)
+                    self.losses.append(result.loss)
+                    self.step = step + 1
+                    bar.update(self.step, result, len(self.model))
+                    if self.cfg.save_every > 0 and self.step % self.cfg.save_every == 0:
+                        self.train_seconds += time.perf_counter() - t0
+                        t0 = time.perf_counter()
+                        self.save()
+                    if self.cfg.eval_every > 0 and self.step % self.cfg.eval_every == 0:
+                        self.log(f"step {self.step}: test PSNR {self.evaluate(None)['psnr']:.2f}")
+                self.train_seconds += time.perf_counter() - t0
+        except KeyboardInterrupt:
+            self.save()
+            self.log(f"interrupted at step {self.step}; checkpoint saved, rerun the same command to resume")
+            raise
+        if not rf.list_checkpoints(self.out) or rf.list_checkpoints(self.out)[-1][0] != self.step:
+            self.save()
+        return self.finish(trained=self.step - start_step)
+
+    def evaluate(self, renders_dir: Path | None) -> dict:
+        bg = background_color(self.cfg, self.scene)
+        images = FrameImages(self.scene.frames_test, self.device)
+        return evaluate_model(self.model, self.scene.frames_test, images, bg, self.cfg.sh_degree, renders_dir)
+
+    def finish(self, trained: int) -> dict:
+        """Write splats.ply, renders/, loss.png and metrics.json."""
+        write_splats(self.out / "splats.ply", self.model.to_splat_data(), force=True)
+        test = self.evaluate(self.out / "renders")
+        self.log(LPIPS_NOTE)
+        rf.plot_loss(self.out / "loss.png", self.losses)
+        metrics = {
+            "test": {k: test[k] for k in ("psnr", "ssim", "lpips", "num_views")},
+            "steps": self.step,
+            "num_gaussians": len(self.model),
+            "train_seconds": round(self.train_seconds, 3),
+            "seconds_per_step": round(self.train_seconds / self.step, 5) if self.step else None,
+        }
+        rf.write_json(self.out / "metrics.json", metrics)
+        return metrics
+
+
+def train_model(cfg: TrainConfig, log=print) -> dict:
+    """Train (or resume) the run described by ``cfg``; returns the metrics written to metrics.json."""
+    return Trainer(cfg, log).run()
+
+
+# ------------------------------------------------------------------------------------------ progress
+
+
+class _progress:
+    """Rich progress bar: step, loss, PSNR, Gaussian count, steps/s, ETA (a no-op when disabled)."""
+
+    def __init__(self, enabled: bool, total: int, start: int):
+        self.enabled, self.total, self.start = enabled, total, start
+        self.t0 = time.perf_counter()
+
+    def __enter__(self) -> "_progress":
+        if self.enabled:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("step {task.completed}/{task.total}"), BarColumn(),
+                                TextColumn("loss {task.fields[loss]:.4f}  PSNR {task.fields[psnr]:.2f}  "
+                                           "N {task.fields[n]:,}  {task.fields[rate]:.1f} steps/s"),
+                                TimeRemainingColumn())
+            self.bar.__enter__()
+            self.task = self.bar.add_task("train", total=self.total, completed=self.start, loss=0.0, psnr=0.0,
+                                          n=0, rate=0.0)
+        return self
+
+    def update(self, step: int, result: StepResult, n: int) -> None:
+        if self.enabled and (step % 10 == 0 or step == self.total):
+            rate = (step - self.start) / max(time.perf_counter() - self.t0, 1e-9)
+            self.bar.update(self.task, completed=step, loss=result.loss, psnr=min(result.psnr, 99.0), n=n,
+                            rate=rate)
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)

@@ -1,0 +1,326 @@
+"""Viewer tests: camera conversions and files (no browser), input errors and ports (no browser), and the
+page in headless Chromium (WebGL on SwiftShader): it loads, shows the splats, matches the rasterizer
+for an SH-degree-0 scene, and reacts to the opacity slider and the render/keyframe buttons.
+
+Browser tests skip when /usr/bin/chromium or playwright is absent (never run ``playwright install``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("viser")
+
+from recon.export import SplatData, write_splats  # noqa: E402
+from viewer.camera_path import (  # noqa: E402
+    CameraPath, CameraPathError, intrinsics_from_fov, load_camera_path, save_camera_path,
+    viser_camera_to_frame, viser_to_world_to_cam, world_to_cam_to_viser)
+from viewer.commands import ViewConfig, build_viewer, view  # noqa: E402
+from viewer.scene import SplatScene, ViewerInputError, browser_splats, load_scene  # noqa: E402
+from viewer.server import ViewerServer  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+W, H = 160, 120  # browser/rasterizer comparison size (SwiftShader is slow)
+
+
+def small_scene(n: int = 300, seed: int = 0) -> SplatData:
+    """n opaque-ish SH-degree-0 Gaussians in the box [-1, 1]^2 x [3, 5] (in front of an identity camera);
+    every other splat has opacity 0.95, the rest 0.6 (for the opacity filter)."""
+    rng = np.random.default_rng(seed)
+    means = rng.uniform([-1, -1, 3], [1, 1, 5], (n, 3))
+    opac = np.where(np.arange(n) % 2 == 0, 0.95, 0.6)
+    return SplatData(means.astype(np.float32), rng.normal(size=(n, 4)).astype(np.float32),
+                     np.log(rng.uniform(0.04, 0.12, (n, 3))).astype(np.float32),
+                     np.log(opac / (1 - opac)).astype(np.float32),
+                     rng.uniform(-1.5, 1.5, (n, 1, 3)).astype(np.float32))
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    return float(10 * np.log10(1.0 / max(np.mean((a - b) ** 2), 1e-12)))
+
+
+@pytest.fixture(scope="module")
+def splat_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("viewer") / "scene.ply"
+    write_splats(path, small_scene(), force=True)
+    return path
+
+
+# ------------------------------------------------------------------------------- no browser needed
+
+
+def test_viser_camera_conversion_round_trip():
+    rng = np.random.default_rng(1)
+    q = rng.normal(size=4)
+    q /= np.linalg.norm(q)
+    q = q if q[0] >= 0 else -q
+    c = rng.normal(size=3)
+    w2c = viser_to_world_to_cam(q, c)
+    assert np.allclose(w2c[:3, :3] @ c + w2c[:3, 3], 0)  # camera centre maps to the origin
+    q2, c2 = world_to_cam_to_viser(w2c)
+    assert np.allclose(q2, q) and np.allclose(c2, c)
+    # identity viser camera = identity OpenCV camera: a point on +z projects to the image centre
+    K = intrinsics_from_fov(math.radians(60), W, H)
+    p = K @ (viser_to_world_to_cam((1, 0, 0, 0), (0, 0, 0))[:3] @ [0, 0, 4, 1])
+    assert np.allclose(p[:2] / p[2], [W / 2, H / 2])
+    assert np.isclose(K[1, 1], 0.5 * H / math.tan(math.radians(30)))
+
+
+def test_camera_path_round_trip_and_errors(tmp_path):
+    f = viser_camera_to_frame((1, 0, 0, 0), (0.5, 0, 0), 0.8, 64, 48)
+    path = save_camera_path(tmp_path / "p.json", CameraPath([f, f], fps=24))
+    back = load_camera_path(path)
+    assert back.fps == 24 and len(back.frames) == 2
+    assert np.allclose(back.frames[0].world_to_cam, f.world_to_cam) and back.frames[0].width == 64
+    (tmp_path / "bad.json").write_text('{"frames": [{"world_to_cam": [[1]], "K": [], "width": 1, "height": 1}]}')
+    with pytest.raises(CameraPathError, match="bad.json"):
+        load_camera_path(tmp_path / "bad.json")
+
+
+def test_browser_splats_and_filters():
+    data = small_scene(10)
+    b = browser_splats(data)
+    assert b.centers.shape == (10, 3) and b.covariances.shape == (10, 3, 3) and b.opacities.shape == (10, 1)
+    assert np.allclose(b.covariances, b.covariances.transpose(0, 2, 1), atol=1e-6)
+    s = np.exp(data.log_scales.astype(np.float64))
+    assert np.allclose(np.linalg.eigvalsh(b.covariances).sum(1), (s ** 2).sum(1), rtol=1e-4)
+    assert len(browser_splats(data, min_opacity=0.8)) == 5
+    assert np.allclose(browser_splats(data, 2.0).covariances, 4 * b.covariances, rtol=1e-5)
+
+
+def test_static_scene_time_hook_and_dynamic_override(splat_file):
+    scene = load_scene(splat_file)
+    assert scene.set_time(0.5) is False  # static: nothing happens
+
+    class Moving(SplatScene):
+        def set_time(self, t):
+            self.splats.means[:, 0] += t
+            return True
+
+    moving = Moving(scene.splats, scene.source, dynamic=True)
+    v = ViewerServer(moving, port=0, verbose=False).start()
+    try:
+        before = v.splat_handle.buffer.copy()
+        v.set_time(1.0)
+        assert not np.array_equal(before, v.splat_handle.buffer)
+        assert "time" in v.gui
+    finally:
+        v.stop()
+
+
+@pytest.fixture
+def no_server(monkeypatch):
+    """Fail the test if anything constructs a viser server."""
+    import viser
+
+    def boom(*a, **k):
+        raise AssertionError("a server was started for bad input")
+
+    monkeypatch.setattr(viser, "ViserServer", boom)
+
+
+@pytest.mark.parametrize("kind", ["missing", "corrupt", "empty_dir", "bad_mesh"])
+def test_bad_input_fails_before_server_starts(tmp_path, splat_file, capsys, no_server, kind):
+    mesh = ()
+    if kind == "missing":
+        path = tmp_path / "nope.ply"
+    elif kind == "corrupt":
+        path = tmp_path / "broken.ply"
+        path.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 5\nend_header\n\x00")
+    elif kind == "empty_dir":
+        path = tmp_path / "run"
+        path.mkdir()
+    else:
+        path = splat_file
+        mesh = (tmp_path / "broken.obj",)
+        mesh[0].write_text("this is not a mesh\n")
+    with pytest.raises(SystemExit) as exc:
+        view(ViewConfig(path=path, port=0, mesh=mesh))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    named = mesh[0].name if mesh else path.name
+    assert "error" in err and named in err
+    with pytest.raises(ViewerInputError):
+        build_viewer(ViewConfig(path=path, port=0, mesh=mesh))
+
+
+def test_port_in_use_moves_on_or_fails(splat_file, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        v = build_viewer(ViewConfig(path=splat_file, port=busy)).start()
+        try:
+            assert v.port != busy
+            assert f"port {busy} is in use; serving on port {v.port}" in capsys.readouterr().out
+        finally:
+            v.stop()
+        with pytest.raises(SystemExit):
+            view(ViewConfig(path=splat_file, port=busy, strict_port=True))
+        assert f"port {busy}" in capsys.readouterr().err
+
+
+def test_view_command_exits_after(splat_file, tmp_path):
+    t0 = time.monotonic()
+    view(ViewConfig(path=splat_file, port=0, exit_after=0.3, output=tmp_path))
+    assert time.monotonic() - t0 < 10
+
+
+# ---------------------------------------------------------------------------------- in the browser
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (no 'playwright install')")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def live(browser, splat_file, tmp_path_factory):
+    """(viewer, client, page): the small scene served and open in Chromium."""
+    out = tmp_path_factory.mktemp("viewer_out")
+    v = build_viewer(ViewConfig(path=splat_file, port=0, output=out), verbose=False).start()
+    page = browser.new_page(viewport={"width": 640, "height": 480})
+    page.goto(v.url)
+    t0 = time.monotonic()
+    while not v.server.get_clients():
+        assert time.monotonic() - t0 < 30, "browser never connected"
+        time.sleep(0.05)
+    client = next(iter(v.server.get_clients().values()))
+    while True:  # wait for the first camera report
+        try:
+            client.camera.position
+            break
+        except AssertionError:
+            assert time.monotonic() - t0 < 30, "browser never reported its camera"
+            time.sleep(0.05)
+    yield v, client, page
+    page.close()
+    v.stop()
+
+
+def set_camera(client, wxyz=(1.0, 0.0, 0.0, 0.0), position=(0.0, 0.0, 0.0), fov=math.radians(60)):
+    """Move the browser camera (viser's ``get_render(fov=...)`` alone does not change the fov the
+    browser renders with, so the client camera is set first) and wait for the client to confirm."""
+    client.camera.fov = fov
+    client.camera.position = position
+    client.camera.wxyz = wxyz
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 10:
+        if abs(client.camera.fov - fov) < 1e-4 and np.allclose(client.camera.position, position, atol=1e-4):
+            break
+        time.sleep(0.05)
+    return wxyz, position, fov
+
+
+def browser_render(client, wxyz, position, fov, background=(0.0, 0.0, 0.0)) -> np.ndarray:
+    """[H, W, 3] float browser frame composited over ``background`` (PNG transport: RGBA, straight alpha)."""
+    rgba = client.get_render(H, W, wxyz=wxyz, position=position, fov=fov, transport_format="png",
+                             timeout=60).astype(np.float64) / 255.0
+    a = rgba[..., 3:]
+    return rgba[..., :3] * a + np.asarray(background) * (1 - a)
+
+
+def test_page_loads_and_canvas_shows_splats(live):
+    v, client, page = live
+    assert "viser" in page.content().lower() or page.locator("canvas").count() > 0
+    canvas = page.locator("canvas").first
+    canvas.wait_for(state="visible", timeout=20_000)
+    page.get_by_text("min opacity").first.wait_for(timeout=20_000)  # GUI panel is there
+    cam = set_camera(client)
+    img = browser_render(client, *cam)
+    covered = (img.sum(-1) > 0.05).mean()
+    assert 0.05 < covered < 0.9, covered  # splats, not a blank (or fully filled) canvas
+    assert img.std() > 0.05
+
+
+def test_browser_matches_rasterizer(live, record_property):
+    v, client, _ = live
+    cam = set_camera(client, wxyz=(0.9990482, 0.0, 0.0436194, 0.0), position=(-0.2, 0.1, 0.2))
+    got = browser_render(client, *cam)
+    ref = v.render_frame(viser_camera_to_frame(*cam, W, H), background=(0.0, 0.0, 0.0))
+    value = psnr(got, ref)
+    record_property("psnr_browser_vs_rasterizer", value)
+    print(f"PSNR browser vs rasterizer: {value:.2f} dB")
+    assert value >= 20.0, value
+
+
+def _slider_track(page, label: str):
+    """The slider track element following a GUI label."""
+    row = page.locator("div", has=page.get_by_text(label, exact=True)).filter(
+        has=page.get_by_role("slider")).last
+    return row.get_by_role("slider").first, row.locator(".mantine-Slider-root").first
+
+
+def test_opacity_slider_changes_picture(live):
+    v, client, page = live
+    cam = set_camera(client)
+    before = browser_render(client, *cam)
+    thumb, root = _slider_track(page, "min opacity")
+    thumb.wait_for(state="visible", timeout=20_000)
+    box = root.bounding_box()
+    page.mouse.click(box["x"] + 0.8 * box["width"], box["y"] + 0.5 * box["height"])
+    t0 = time.monotonic()  # the slider value, then the re-sent splats ("shown"), arrive asynchronously
+    while not v.gui["shown"].value.startswith("150 of 300") and time.monotonic() - t0 < 15:
+        time.sleep(0.05)
+    assert 0.6 < v.gui["opacity"].value < 0.95, v.gui["opacity"].value  # 0.6 splats go, 0.95 stay
+    assert v.gui["shown"].value.startswith("150 of 300"), v.gui["shown"].value
+    time.sleep(0.5)
+    after = browser_render(client, *cam)
+    assert np.abs(after - before).mean() > 0.01
+    assert (after.sum(-1) > 0.05).mean() > 0.02  # the opaque half is still there
+    page.mouse.click(box["x"] + 1, box["y"] + 0.5 * box["height"])  # back to 0 for other tests
+    t0 = time.monotonic()
+    while v.gui["opacity"].value > 0.05 and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+
+
+def test_render_and_keyframe_buttons(live):
+    v, client, page = live
+    cam = set_camera(client)
+    n_renders = len(v.renders_saved)
+    page.get_by_role("button", name="keyframe", exact=True).click()
+    page.get_by_role("button", name="render", exact=True).click()
+    t0 = time.monotonic()
+    while (len(v.renders_saved) == n_renders or not (v.output_dir / "camera_path.json").exists()) \
+            and time.monotonic() - t0 < 30:
+        time.sleep(0.1)
+    assert len(v.renders_saved) == n_renders + 1 and v.renders_saved[-1].exists()
+    path = load_camera_path(v.output_dir / "camera_path.json")
+    frame = path.frames[-1]
+    assert (frame.width, frame.height) == (client.camera.image_width, client.camera.image_height)
+    assert np.allclose(frame.world_to_cam, viser_to_world_to_cam(cam[0], cam[1]), atol=1e-4)
+
+
+def test_mesh_and_run_folder(tmp_path, splat_file):
+    import shutil
+
+    import trimesh
+
+    mesh_file = tmp_path / "box.obj"
+    trimesh.creation.box(extents=(0.5, 0.5, 0.5)).export(mesh_file)
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(splat_file, run / "splats.ply")
+    v = build_viewer(ViewConfig(path=run, port=0, mesh=(mesh_file,)), verbose=False)
+    assert v.scene.run_dir == run and v.output_dir == run / "viewer"
+    v.start()
+    try:
+        assert len(v.meshes) == 1 and len(v.meshes[0][1].faces) == 12
+    finally:
+        v.stop()

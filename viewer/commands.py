@@ -1,0 +1,72 @@
+"""``splatforge view``: serve a splat FILE or training RUN_DIR in the browser (viser)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from viewer.scene import ViewerInputError, load_meshes, load_scene
+
+try:
+    import tyro
+
+    _Positional = tyro.conf.Positional
+    _NoPrefix = tyro.conf.arg(name="")
+except ImportError:  # pragma: no cover - tyro is a dependency; keeps the module importable
+    _Positional = _NoPrefix = None
+
+
+@dataclass
+class ViewConfig:
+    """Browser viewer configuration."""
+
+    path: Annotated[Path, _Positional] if _Positional else Path
+    """splat file (.ply, .splat, .spz) or a training run folder holding splats.ply"""
+    host: str = "127.0.0.1"
+    """address to listen on (0.0.0.0 exposes the viewer to the network)"""
+    port: int = 8080
+    """port to listen on; if it is in use the next free port is taken (and printed)"""
+    strict_port: bool = False
+    """fail instead of moving to the next free port"""
+    mesh: tuple[Path, ...] = ()
+    """meshes (OBJ, PLY, GLB) to show with the splats"""
+    cameras: bool = True
+    """show the training cameras of a run folder (when recon can load them)"""
+    output: Path | None = None
+    """folder for render PNGs and camera_path.json (default: RUN_DIR/viewer or FILE's folder/viewer)"""
+    exit_after: float | None = None
+    """stop the server after this many seconds (tests, scripted screenshots)"""
+
+
+def build_viewer(cfg: ViewConfig, verbose: bool = True):
+    """Load and validate everything, then return an unstarted :class:`viewer.server.ViewerServer`.
+    Raises ViewerInputError naming the file for missing/corrupt inputs."""
+    from viewer.server import ViewerServer
+
+    scene = load_scene(cfg.path, cameras=cfg.cameras)
+    meshes = load_meshes(cfg.mesh)
+    base = scene.run_dir if scene.run_dir is not None else scene.source.parent
+    output = cfg.output if cfg.output is not None else base / "viewer"
+    return ViewerServer(scene, host=cfg.host, port=cfg.port, meshes=meshes, output_dir=output,
+                        strict_port=cfg.strict_port, verbose=verbose)
+
+
+def view(cfg: Annotated[ViewConfig, _NoPrefix] if _NoPrefix else ViewConfig) -> None:
+    """Serve the splats until Ctrl-C (or ``exit_after`` seconds)."""
+    try:
+        viewer = build_viewer(cfg)
+        viewer.start()
+    except (ViewerInputError, OSError) as e:
+        print(f"splatforge view: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from e
+    try:
+        t0 = time.monotonic()
+        while cfg.exit_after is None or time.monotonic() - t0 < cfg.exit_after:
+            time.sleep(0.1 if cfg.exit_after is not None else 1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        viewer.stop()

@@ -1,0 +1,285 @@
+"""The browser viewer: a viser server showing a :class:`viewer.scene.SplatScene` client-side.
+
+The browser draws the splats with viser's WebGL2 Gaussian renderer (DC colour only, no SH). The GUI
+panel offers: file facts, a splat-scale slider and an opacity filter (both re-send the splats), a
+"render" button (the current browser camera rendered at full quality with :mod:`rasterizer`, saved as a
+PNG), keyframe buttons building a camera-path JSON (:mod:`viewer.camera_path`), and a time slider for
+dynamic scenes (:meth:`SplatScene.set_time`).
+
+Frames: everything is in the model's OpenCV world; viser is told the scene's up direction (``-y`` by
+default). viser cameras use OpenCV camera axes too (+z forward, -y up); conversion to
+``world_to_cam`` / ``K`` is :func:`viewer.camera_path.viser_camera_to_frame`.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from viewer.camera_path import CameraPath, save_camera_path, viser_camera_to_frame, world_to_cam_to_viser
+from viewer.scene import SplatScene, browser_splats, robust_bounds
+
+SPLAT_NODE = "/splats"
+DEFAULT_FOV = math.radians(50.0)
+MAX_RENDER_SIDE = 2048
+BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when a TCP server could bind ``host:port`` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def initial_view(scene: SplatScene, fov: float = DEFAULT_FOV) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(position [3], look_at [3], up [3]) framing the 5..95th-percentile box of the splat centres,
+    seen from the "back" (-z of the OpenCV world, or the first training camera's side) and a little
+    above."""
+    centre, radius = robust_bounds(scene.splats.means.astype(np.float64))
+    up = scene.up / np.linalg.norm(scene.up)
+    if scene.cameras:
+        cam = scene.cameras[0]
+        forward = centre - (-cam.world_to_cam[:3, :3].T @ cam.world_to_cam[:3, 3])
+    else:
+        forward = np.array([0.0, 0.0, 1.0])  # OpenCV cameras look down +z
+    forward = forward - (forward @ up) * up
+    if np.linalg.norm(forward) < 1e-6:
+        forward = np.cross(up, [1.0, 0.0, 0.0] if abs(up[0]) < 0.9 else [0.0, 1.0, 0.0])
+    forward /= np.linalg.norm(forward)
+    dist = 1.1 * radius / math.sin(0.5 * fov)
+    direction = forward * math.cos(math.radians(20)) - up * math.sin(math.radians(20))  # look down 20°
+    return centre - dist * direction, centre, up
+
+
+class ViewerServer:
+    """viser server + GUI for one scene. ``start()`` binds, ``stop()`` shuts down.
+
+    Args:
+        scene: what to show.
+        host, port: where to listen (127.0.0.1 by default: not reachable from other machines). A port
+            in use moves to the next free one (said aloud) unless ``strict_port``.
+        meshes: [(path, trimesh.Trimesh)] shown with viser's mesh API (depth-tested with the splats).
+        output_dir: where "render" PNGs and ``camera_path.json`` go.
+    """
+
+    def __init__(self, scene: SplatScene, host: str = "127.0.0.1", port: int = 8080, meshes=(),
+                 output_dir: str | Path = "viewer_output", strict_port: bool = False,
+                 verbose: bool = True):
+        self.scene = scene
+        self.host, self.requested_port, self.strict_port = host, port, strict_port
+        self.meshes = list(meshes)
+        self.output_dir = Path(output_dir)
+        self.verbose = verbose
+        self.server = None
+        self.splat_handle = None
+        self.camera_path = CameraPath()
+        self.renders_saved: list[Path] = []
+        self._lock = threading.Lock()
+        self._scale = 1.0
+        self._min_opacity = 0.0
+        self.gui: dict[str, object] = {}
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def say(self, msg: str) -> None:
+        if self.verbose:
+            print(f"[splatforge view] {msg}", flush=True)
+
+    def start(self) -> "ViewerServer":
+        import viser
+
+        if self.requested_port != 0 and not port_is_free(self.host, self.requested_port):
+            if self.strict_port:
+                raise OSError(f"port {self.requested_port} on {self.host} is already in use "
+                              f"(pick another with --port)")
+        self.server = viser.ViserServer(host=self.host, port=self.requested_port, verbose=False)
+        port = self.port
+        if self.requested_port not in (0, port):
+            self.say(f"port {self.requested_port} is in use; serving on port {port} instead")
+        self.say(f"open http://{self.host}:{port} in a browser")
+        self._build_scene()
+        self._build_gui()
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.server.get_port()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    # ---------------------------------------------------------------------------------------- scene
+
+    def _build_scene(self) -> None:
+        s = self.server
+        up = self.scene.up
+        s.scene.set_up_direction(tuple(float(v) for v in up))
+        pos, look, up = initial_view(self.scene)
+        s.initial_camera.fov = DEFAULT_FOV
+        s.initial_camera.position = pos
+        s.initial_camera.look_at = look
+        s.initial_camera.up = up
+        self.refresh_splats()
+        _, radius = robust_bounds(self.scene.splats.means)
+        for i, cam in enumerate(self.scene.cameras):
+            wxyz, position = world_to_cam_to_viser(cam.world_to_cam)
+            fov = 2.0 * math.atan(0.5 * cam.height / cam.K[1, 1])
+            s.scene.add_camera_frustum(f"/cameras/{i:04d}", fov=fov, aspect=cam.width / cam.height,
+                                       scale=0.03 * radius, thickness=0.003 * radius, wxyz=wxyz,
+                                       position=position, color=(60, 90, 200))
+        for i, (path, mesh) in enumerate(self.meshes):
+            s.scene.add_mesh_trimesh(f"/meshes/{i:02d}_{Path(path).stem}", mesh)
+
+    def refresh_splats(self) -> None:
+        """(Re-)send the scene's splats with the current scale factor and opacity threshold."""
+        b = browser_splats(self.scene.splats, self._scale, self._min_opacity)
+        with self._lock:
+            if len(b) == 0:  # nothing passes the filter: hide instead of sending an empty buffer
+                if self.splat_handle is not None:
+                    self.splat_handle.visible = False
+                return
+            if self.splat_handle is None:
+                self.splat_handle = self.server.scene.add_gaussian_splats(
+                    SPLAT_NODE, centers=b.centers, covariances=b.covariances, rgbs=b.rgbs,
+                    opacities=b.opacities)
+            else:
+                self.splat_handle.set_gaussians(b.centers, b.covariances, b.rgbs, b.opacities)
+                self.splat_handle.visible = True
+        if "shown" in self.gui:
+            self.gui["shown"].value = f"{len(b):,} of {len(self.scene.splats.means):,}"
+
+    def set_scale(self, factor: float) -> None:
+        self._scale = float(factor)
+        self.refresh_splats()
+
+    def set_min_opacity(self, threshold: float) -> None:
+        self._min_opacity = float(threshold)
+        self.refresh_splats()
+
+    def set_time(self, t: float) -> None:
+        """Drive a dynamic scene to normalised time ``t``; re-sends the splats when they changed."""
+        if self.scene.set_time(float(t)):
+            self.refresh_splats()
+
+    # ------------------------------------------------------------------------------------------ GUI
+
+    def _build_gui(self) -> None:
+        gui = self.server.gui
+        with gui.add_folder("Scene"):
+            for key, value in self.scene.facts().items():
+                gui.add_text(key, initial_value=value, disabled=True)
+            self.gui["shown"] = gui.add_text("shown", initial_value="", disabled=True)
+            gui.add_markdown("_The browser shows the DC (degree-0) colour only; use **render** for "
+                             "full-quality view-dependent colour._")
+        self.refresh_splats()  # fills "shown"
+        with gui.add_folder("Display"):
+            scale = gui.add_slider("splat scale", min=0.1, max=2.0, step=0.05, initial_value=1.0)
+            opacity = gui.add_slider("min opacity", min=0.0, max=1.0, step=0.01, initial_value=0.0)
+            scale.on_update(lambda _: self.set_scale(scale.value))
+            opacity.on_update(lambda _: self.set_min_opacity(opacity.value))
+            self.gui.update(scale=scale, opacity=opacity)
+            if self.scene.dynamic:
+                time = gui.add_slider("time", min=0.0, max=1.0, step=0.005, initial_value=0.0)
+                time.on_update(lambda _: self.set_time(time.value))
+                self.gui["time"] = time
+        with gui.add_folder("Render"):
+            bg = gui.add_dropdown("background", tuple(BACKGROUNDS), initial_value="white")
+            render = gui.add_button("render")
+            key = gui.add_button("keyframe")
+            clear = gui.add_button("clear keyframes")
+            info = gui.add_text("camera path", initial_value="0 keyframes", disabled=True)
+            self.gui.update(background=bg, render=render, keyframe=key, path_info=info)
+
+        @render.on_click
+        def _(event) -> None:
+            if event.client is None:
+                return
+            note = event.client.add_notification("Rendering", "rasterizing the current view...",
+                                                 loading=True, with_close_button=False)
+            try:
+                _, path = self.render_client(event.client)
+                note.title, note.body = "Saved render", str(path)
+            except Exception as e:  # noqa: BLE001 - report in the browser, keep serving
+                note.title, note.body, note.color = "Render failed", f"{type(e).__name__}: {e}", "red"
+            note.loading, note.with_close_button, note.auto_close_seconds = False, True, 8.0
+
+        @key.on_click
+        def _(event) -> None:
+            if event.client is not None:
+                path = self.add_keyframe(event.client)
+                event.client.add_notification("Keyframe", f"{len(self.camera_path.frames)} frames -> {path}",
+                                              auto_close_seconds=4.0)
+
+        @clear.on_click
+        def _(_event) -> None:
+            self.camera_path.frames.clear()
+            info.value = "0 keyframes"
+
+    # -------------------------------------------------------------------------- render / keyframes
+
+    def client_frame(self, client, width: int | None = None, height: int | None = None):
+        """:class:`viewer.camera_path.CameraFrame` of a client's current camera, at the browser's canvas
+        size (longest side capped at MAX_RENDER_SIDE) unless width/height are given."""
+        cam = client.camera
+        if width is None or height is None:
+            w, h = int(cam.image_width), int(cam.image_height)
+            if w <= 0 or h <= 0:
+                w, h = 960, 540
+            k = min(1.0, MAX_RENDER_SIDE / max(w, h))
+            width, height = max(1, round(w * k)), max(1, round(h * k))
+        return viser_camera_to_frame(cam.wxyz, cam.position, cam.fov, width, height)
+
+    def render_frame(self, frame, background=None) -> np.ndarray:
+        """[H, W, 3] float32 sRGB render of the scene's splats (all SH degrees) at ``frame``."""
+        import torch
+
+        from rasterizer import rasterize_gaussians
+
+        s = self.scene.splats
+        bg = BACKGROUNDS[self.gui["background"].value] if background is None and "background" in self.gui \
+            else (background if background is not None else BACKGROUNDS["white"])
+        degree = int(round(math.sqrt(s.sh.shape[1]))) - 1
+        t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32)  # noqa: E731
+        with torch.no_grad():
+            render, _, _ = rasterize_gaussians(
+                t(s.means), t(s.quats), torch.exp(t(s.log_scales)), torch.sigmoid(t(s.logit_opacities)),
+                t(s.sh), t(frame.world_to_cam)[None], t(frame.K)[None], frame.width, frame.height,
+                sh_degree=degree, backgrounds=torch.tensor([bg], dtype=torch.float32),
+                rasterize_mode="antialiased" if s.antialiased else "classic")
+        return render[0].clamp(0, 1).numpy()
+
+    def render_client(self, client, width: int | None = None, height: int | None = None):
+        """Render a client's current camera with the rasterizer; save a PNG in ``output_dir``.
+        Returns (image [H, W, 3] float32, PNG path)."""
+        from PIL import Image
+
+        img = self.render_frame(self.client_frame(client, width, height))
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        i = len(list(self.output_dir.glob("render_*.png")))
+        path = self.output_dir / f"render_{i:04d}.png"
+        Image.fromarray((img * 255 + 0.5).astype(np.uint8)).save(path)
+        self.renders_saved.append(path)
+        self.say(f"saved {path}")
+        return img, path
+
+    def add_keyframe(self, client) -> Path:
+        """Append a client's camera to the camera path and rewrite ``output_dir/camera_path.json``."""
+        self.camera_path.frames.append(self.client_frame(client))
+        path = save_camera_path(self.output_dir / "camera_path.json", self.camera_path)
+        if "path_info" in self.gui:
+            self.gui["path_info"].value = f"{len(self.camera_path.frames)} keyframes"
+        return path
