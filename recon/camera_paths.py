@@ -1,4 +1,5 @@
-"""Camera paths for videos, derived from a scene's training cameras: orbit, spiral, dataset order.
+"""Camera paths for videos, derived from a scene's training cameras: orbit, spiral, dataset order; and
+smooth paths through keyframes (the viewer's camera-path JSON, :func:`interpolate_keyframes`).
 
 Orbit/spiral centre = the least-squares point closest to all training optical axes; up = minus the
 mean camera y axis (OpenCV y points down); radius and elevation = the training cameras' means.
@@ -64,3 +65,102 @@ def camera_path(kind: str, cameras: Sequence[Camera], n_frames: int = 120) -> li
             r = r * (1.0 + 0.15 * math.sin(az))
         out.append(_ring_camera(rig, cameras[0], az, el, r))
     return out
+
+
+# ------------------------------------------------------------------------------ keyframe paths
+
+
+def _rotation_to_quat(R: np.ndarray) -> np.ndarray:
+    """(w, x, y, z) unit quaternion of a [3, 3] rotation (w >= 0)."""
+    m = R
+    tr = m[0, 0] + m[1, 1] + m[2, 2]
+    if tr > 0:
+        s = math.sqrt(tr + 1.0) * 2
+        q = [0.25 * s, (m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s]
+    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
+        s = math.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2]) * 2
+        q = [(m[2, 1] - m[1, 2]) / s, 0.25 * s, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s]
+    elif m[1, 1] > m[2, 2]:
+        s = math.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2]) * 2
+        q = [(m[0, 2] - m[2, 0]) / s, (m[0, 1] + m[1, 0]) / s, 0.25 * s, (m[1, 2] + m[2, 1]) / s]
+    else:
+        s = math.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1]) * 2
+        q = [(m[1, 0] - m[0, 1]) / s, (m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s]
+    q = np.asarray(q) / np.linalg.norm(q)
+    return -q if q[0] < 0 else q
+
+
+def _quat_to_rotation(q: np.ndarray) -> np.ndarray:
+    w, x, y, z = q / np.linalg.norm(q)
+    return np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ])
+
+
+def slerp(q0: np.ndarray, q1: np.ndarray, u: float) -> np.ndarray:
+    """Spherical linear interpolation of unit quaternions (shortest arc)."""
+    d = float(q0 @ q1)
+    if d < 0:
+        q1, d = -q1, -d
+    if d > 0.9995:
+        q = q0 + u * (q1 - q0)
+        return q / np.linalg.norm(q)
+    theta = math.acos(min(d, 1.0))
+    return (math.sin((1 - u) * theta) * q0 + math.sin(u * theta) * q1) / math.sin(theta)
+
+
+def _catmull_rom(p0, p1, p2, p3, u: float) -> np.ndarray:
+    """Uniform Catmull-Rom point between p1 (u=0) and p2 (u=1)."""
+    u2, u3 = u * u, u * u * u
+    return 0.5 * ((2 * p1) + (-p0 + p2) * u + (2 * p0 - 5 * p1 + 4 * p2 - p3) * u2 + (-p0 + 3 * p1 - 3 * p2 + p3) * u3)
+
+
+def interpolate_keyframes(world_to_cams: Sequence[np.ndarray], Ks: Sequence[np.ndarray], width: int, height: int,
+                          n_frames: int) -> list[Camera]:
+    """``n_frames`` cameras through the keyframes (first and last frame = first and last keyframe).
+
+    Camera centres follow a Catmull-Rom spline through the keyframe centres (a straight line for two
+    keyframes), orientations are slerped per segment, intrinsics are blended linearly; ``Ks`` must be for
+    ``width x height`` images already (:func:`resize_intrinsics` keeps the field of view of keyframes
+    saved at other sizes). Keyframe time is uniform: each segment gets the same number of frames."""
+    w2c = [np.asarray(m, dtype=np.float64) for m in world_to_cams]
+    if not w2c:
+        raise ValueError("interpolate_keyframes: no keyframes")
+    if n_frames < 1:
+        raise ValueError(f"n_frames must be >= 1, got {n_frames}")
+    Ks = [np.asarray(k, dtype=np.float64) for k in Ks]
+    centers = np.stack([-m[:3, :3].T @ m[:3, 3] for m in w2c])
+    quats = [_rotation_to_quat(m[:3, :3]) for m in w2c]
+    n_key = len(w2c)
+    out = []
+    for i in range(n_frames):
+        s = 0.0 if n_frames == 1 or n_key == 1 else i * (n_key - 1) / (n_frames - 1)
+        j = min(int(math.floor(s)), max(n_key - 2, 0))
+        u = s - j
+        if n_key == 1:
+            c, R, K = centers[0], w2c[0][:3, :3], Ks[0]
+        else:
+            p = [centers[max(j - 1, 0)], centers[j], centers[j + 1], centers[min(j + 2, n_key - 1)]]
+            if j == 0:
+                p[0] = 2 * p[1] - p[2]  # reflected end points: no overshoot at the ends
+            if j + 2 > n_key - 1:
+                p[3] = 2 * p[2] - p[1]
+            c = _catmull_rom(*p, u)
+            R = _quat_to_rotation(slerp(quats[j], quats[j + 1], u))
+            K = (1 - u) * Ks[j] + u * Ks[j + 1]
+        m = np.eye(4)
+        m[:3, :3] = R
+        m[:3, 3] = -R @ c
+        out.append(Camera(torch.tensor(m, dtype=torch.float32), torch.tensor(K, dtype=torch.float32),
+                          int(width), int(height)))
+    return out
+
+
+def resize_intrinsics(K: np.ndarray, width: int, height: int, new_width: int, new_height: int) -> np.ndarray:
+    """``K`` of a ``width x height`` image for the same view at ``new_width x new_height``."""
+    K = np.array(K, dtype=np.float64)
+    K[0] *= new_width / width
+    K[1] *= new_height / height
+    return K

@@ -37,9 +37,24 @@ def load_subcommands() -> dict[str, Callable]:
     return found
 
 
+def with_default_preset(argv: list[str]) -> list[str]:
+    """``train --data X`` -> ``train default --data X``: `splatforge train` takes a preset name first
+    (recon.commands.train.PRESETS); without one the default preset is meant. ``train`` / ``train --help``
+    alone are left as they are when asking for help (the help lists the presets)."""
+    if not argv or argv[0] != "train":
+        return argv
+    from recon.commands.train import DEFAULT_PRESET, PRESETS
+
+    rest = argv[1:]
+    if rest and (rest[0] in PRESETS or rest[0] in ("-h", "--help")):
+        return argv
+    return ["train", DEFAULT_PRESET, *rest]
+
+
 def main(argv: list[str] | None = None) -> None:
     import tyro
 
+    argv = with_default_preset(list(sys.argv[1:] if argv is None else argv))
     commands = load_subcommands()
     if not commands:
         print("splatforge: no subcommands are available in this build", file=sys.stderr)

@@ -32,7 +32,8 @@ REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many 
 PROCEDURAL = "procedural"  # --data procedural: the built-in scene of recon.data.procedural_scene
 BLENDER_HALF_SIZE = 1.3  # 3DGS random init for synthetic scenes: cube [-1.3, 1.3]^3
 # fields that may differ when resuming (everything else must match the saved config.yaml)
-RESUMABLE_CHANGES = {"steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device", "overwrite"}
+RESUMABLE_CHANGES = {"steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device", "overwrite",
+                     "viewer", "viewer_port", "viewer_every", "viewer_keep_open"}
 
 
 class ConfigMismatchError(ValueError):
@@ -80,6 +81,14 @@ class TrainConfig:
     """show a rich progress bar"""
     overwrite: bool = False
     """start from scratch even if ``out`` holds a run"""
+    viewer: bool = False
+    """show the training live in the browser viewer (viser), with a pause/resume button"""
+    viewer_port: int = 8080
+    """viewer port (the next free one is taken if it is in use; 0: any free port)"""
+    viewer_every: int = 200
+    """send the current Gaussians to the viewer every N steps (the stats panel updates about once a second)"""
+    viewer_keep_open: bool = True
+    """after training, keep serving the final model until Ctrl-C"""
 
 
 # ------------------------------------------------------------------------------------------ setup
@@ -171,12 +180,33 @@ class StepResult:
     psnr: float
 
 
+class TrainingHook:
+    """Something the training loop calls (all methods optional to override).
+
+    ``on_train_start(trainer)``: after the run directory is ready. ``on_step(trainer, result)``: after
+    every step (``trainer.step`` already counts it); it may block (a paused viewer) and then adds the
+    blocked seconds to ``trainer.idle_seconds`` so that they do not count as training time.
+    ``on_train_end(trainer)``: after the last step, also on interruption. The live viewer
+    (:mod:`viewer.training`) is one; recon itself never imports it.
+    """
+
+    def on_train_start(self, trainer: "Trainer") -> None:
+        pass
+
+    def on_step(self, trainer: "Trainer", result: "StepResult") -> None:
+        pass
+
+    def on_train_end(self, trainer: "Trainer") -> None:
+        pass
+
+
 @dataclass
 class Trainer:
     """Owns everything a run needs; ``run()`` trains (or resumes) and writes the outputs."""
 
     cfg: TrainConfig
     log: callable = print
+    hooks: list = field(default_factory=list)
     scene: Scene = field(init=False)
     step: int = field(init=False, default=0)
 
@@ -196,6 +226,7 @@ class Trainer:
         self.strategy_state = self.strategy.initialize_state(self.model)
         self.losses: list[float] = []
         self.train_seconds = 0.0
+        self.idle_seconds = 0.0  # time hooks spent blocking the loop (a paused viewer): not training time
         self.sh_interval = max(1, round(cfg.sh_degree_interval * schedule_scaler(cfg)))
 
     # ---------------------------------------------------------------------------- run directory
@@ -270,29 +301,41 @@ class Trainer:
 
     # ---------------------------------------------------------------------------- loop
 
+    def advance(self, step: int) -> StepResult:
+        """One loop iteration: :meth:`train_step`, bookkeeping, then the hooks' ``on_step``."""
+        result = self.train_step(step)
+        self.losses.append(result.loss)
+        self.step = step + 1
+        for hook in self.hooks:
+            hook.on_step(self, result)
+        return result
+
     def run(self) -> dict:
         """Train from the current step to ``cfg.steps`` and write all outputs; returns metrics.json."""
         self.prepare_out()
         start_step = self.step
+        for hook in self.hooks:
+            hook.on_train_start(self)
         try:
             with _progress(self.cfg.progress, self.cfg.steps, start_step) as bar:
-                t0 = time.perf_counter()
+                t0, idle0 = time.perf_counter(), self.idle_seconds
                 for step in range(start_step, self.cfg.steps):
-                    result = self.train_step(step)
-                    self.losses.append(result.loss)
-                    self.step = step + 1
+                    result = self.advance(step)
                     bar.update(self.step, result, len(self.model))
                     if self.cfg.save_every > 0 and self.step % self.cfg.save_every == 0:
-                        self.train_seconds += time.perf_counter() - t0
-                        t0 = time.perf_counter()
+                        self.train_seconds += time.perf_counter() - t0 - (self.idle_seconds - idle0)
+                        t0, idle0 = time.perf_counter(), self.idle_seconds
                         self.save()
                     if self.cfg.eval_every > 0 and self.step % self.cfg.eval_every == 0:
                         self.log(f"step {self.step}: test PSNR {self.evaluate(None)['psnr']:.2f}")
-                self.train_seconds += time.perf_counter() - t0
+                self.train_seconds += time.perf_counter() - t0 - (self.idle_seconds - idle0)
         except KeyboardInterrupt:
             self.save()
             self.log(f"interrupted at step {self.step}; checkpoint saved, rerun the same command to resume")
             raise
+        finally:
+            for hook in self.hooks:
+                hook.on_train_end(self)
         if not rf.list_checkpoints(self.out) or rf.list_checkpoints(self.out)[-1][0] != self.step:
             self.save()
         return self.finish(trained=self.step - start_step)
@@ -319,9 +362,11 @@ class Trainer:
         return metrics
 
 
-def train_model(cfg: TrainConfig, log=print) -> dict:
-    """Train (or resume) the run described by ``cfg``; returns the metrics written to metrics.json."""
-    return Trainer(cfg, log).run()
+def train_model(cfg: TrainConfig, log=print, hooks=()) -> dict:
+    """Train (or resume) the run described by ``cfg``; returns the metrics written to metrics.json.
+    ``hooks``: :class:`TrainingHook` objects (``cfg.viewer`` is acted on by ``splatforge train``, which
+    passes the viewer hook here)."""
+    return Trainer(cfg, log, list(hooks)).run()
 
 
 # ------------------------------------------------------------------------------------------ progress

@@ -2,6 +2,10 @@
 
 Prints JSON. Also times the gzip step alone at a few compression levels (``--levels``), which is
 how the SPZ writer's level was chosen. Usage: .venv/bin/python scripts/bench_export.py [--n N]
+
+With ``--trained RUN_DIR`` (a finished ``splatforge train`` run, e.g. lego_400 at data factor 2) it
+instead exports the run's splats.ply to SPZ and evaluates both files on the run's test views:
+size ratio PLY / SPZ and test PSNR / SSIM of each (the SPZ is decoded by our reader).
 """
 
 from __future__ import annotations
@@ -28,12 +32,43 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def bench_trained(run: str, data: str | None, data_factor: int | None) -> dict:
+    """PLY vs SPZ of a trained run: sizes and test metrics of both files."""
+    from pathlib import Path
+
+    from recon.commands.evaluate import _evaluate
+    from recon.export import read_splats
+
+    ply = Path(run) / "splats.ply"
+    with tempfile.TemporaryDirectory() as tmp:
+        spz = Path(tmp) / "splats.spz"
+        t0 = time.perf_counter()
+        write_splats(spz, read_splats(ply), force=True)
+        export_s = time.perf_counter() - t0
+        m_ply = _evaluate(Path(run), ply, data, data_factor, Path(tmp) / "eval_ply", "cpu")
+        m_spz = _evaluate(Path(run), spz, data, data_factor, Path(tmp) / "eval_spz", "cpu")
+        sizes = {"ply_bytes": ply.stat().st_size, "spz_bytes": spz.stat().st_size}
+    return {"benchmark": "trained_ply_vs_spz", "run": str(run), **sizes,
+            "ratio_ply_over_spz": round(sizes["ply_bytes"] / sizes["spz_bytes"], 2),
+            "export_seconds": round(export_s, 3),
+            "ply_test": {k: m_ply[k] for k in ("psnr", "ssim", "num_views")},
+            "spz_test": {k: m_spz[k] for k in ("psnr", "ssim", "num_views")},
+            "psnr_drop_db": round(m_ply["psnr"] - m_spz["psnr"], 3),
+            "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--trained", help="a training run folder: compare its splats.ply with its SPZ export")
+    ap.add_argument("--data", help="dataset for --trained (default: the run's)")
+    ap.add_argument("--data-factor", type=int, help="data factor for --trained (default: the run's)")
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--levels", type=int, nargs="*", default=[1, 6, 9])
     args = ap.parse_args()
+    if args.trained:
+        print(json.dumps(bench_trained(args.trained, args.data, args.data_factor), indent=1))
+        return
     result = {"n": args.n, "repeats": args.repeats, "machine": platform.processor() or platform.machine(),
               "cpus": os.cpu_count(), "spz": {}}
     with tempfile.TemporaryDirectory() as tmp:

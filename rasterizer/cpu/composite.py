@@ -47,12 +47,16 @@ class CompositeFunction(torch.autograd.Function):
         C, N, D = colors.shape
         flat = (_np(means2d.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)), _np(opac.reshape(C * N)),
                 _np(colors.reshape(C * N, D)))
+        if grid.tile_size != K.TS:
+            raise ValueError(f"the cpu backend composites {K.TS}x{K.TS} tiles, got tile_size={grid.tile_size}")
         bins = BinnedTiles(means2d, conics, opac, radii, depths, grid, width, height)
+        if bins.ids.shape[0] >= 2**31:
+            raise ValueError("more than 2^31 tile-Gaussian intersections (per-pixel indices are int32)")
         dtype = flat[3].dtype
         render = np.zeros((C, height, width, D), dtype)
         alpha = np.zeros((C, height, width, 1), dtype)
-        T_final = np.ones((C, height, width), np.float64)
-        last_ids = np.full((C, height, width), -1, np.int64)
+        T_final = np.ones((C, height, width), dtype)
+        last_ids = np.full((C, height, width), -1, np.int32)
         with K.KERNEL_LOCK:
             K.forward_kernel(*flat, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
                              grid.tile_size, render, alpha, T_final, last_ids)

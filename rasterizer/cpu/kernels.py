@@ -1,13 +1,15 @@
 """Numba kernels of the `cpu` backend: tile binning, forward compositing and its hand-written backward.
 
 Same numerics as ``rasterizer/reference/composite.py`` (the specification). Work is organised per
-16x16 tile (tiles run in parallel) and, inside a tile, per Gaussian (front to back), visiting only
-the pixels where that Gaussian can pass the alpha >= 1/255 test: the rows and, per row, the span of
-its ellipse sigma <= ln(255 opacity). Skipping pixels that would be skipped anyway keeps the result
-identical to the per-pixel loop of the specification while doing far less work.
+16x16 tile (tiles run in parallel) and, inside a tile, per Gaussian (front to back forward, back to
+front backward), over the block of tile rows its alpha >= 1/255 ellipse sigma <= ln(255 opacity)
+crosses. Every pixel of those rows is evaluated directly (sigma, alpha, the skip tests) by flat,
+branch-free loops that LLVM vectorises (AVX2: 8 float32 pixels at a time); skipped rows hold only
+pixels the specification skips too, so results equal its per-pixel loop (float64 tests: 1e-9).
 
+Arithmetic runs in the storage dtype (float32 stays float32; exp is the vectorisable ``exp_f32`` of
+``vecmath.py``, float64 uses math.exp); per-Gaussian gradient sums are reductions in that dtype.
 Arrays are flattened over cameras: Gaussian index g = c * N + n; tile index t = c * TT + ty * TW + tx.
-Arithmetic runs in float64 whatever the storage dtype.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import threading
 import numba
 import numpy as np
 from numba import njit, prange
+
+from .vecmath import FASTMATH, U, exp_kernel, like, select
 
 # Numba's OpenMP layer and PyTorch's OpenMP runtime spin-wait against each other (PyTorch ops became
 # 40x slower after a Numba parallel kernel in our measurements); the workqueue layer does not. It is not
@@ -168,81 +172,15 @@ def row_range(my, a, b, c, level, y0, y1):
 
 
 @njit(cache=True, inline="always")
-def col_range(mx, my, a, b, c, level, y, x0, x1):
-    """Columns [xlo, xhi) of row y whose centres can lie inside the ellipse sigma <= level."""
-    if not is_positive_definite(a, b, c):
-        return x0, x1
-    dy = y + 0.5 - my
-    disc = b * b * dy * dy - a * (c * dy * dy - 2.0 * level)
-    if disc < 0.0:
-        return x0, x0
-    root = math.sqrt(disc)
-    lo = (-b * dy - root) / a - SPAN_MARGIN
-    hi = (-b * dy + root) / a + SPAN_MARGIN
-    xlo = max(x0, int(math.ceil(mx + lo - 0.5)))
-    xhi = min(x1, int(math.floor(mx + hi - 0.5)) + 1)
-    return xlo, xhi
-
-
-@njit(cache=True, inline="always")
-def row_start(mx, my, a, b, c, y, xlo):
-    """Gaussian falloff along row y from column xlo, as a multiplicative recurrence.
-
-    sigma is quadratic in the pixel column, so exp(-sigma) at column x + 1 is exp(-sigma(x)) * r(x)
-    with r(x + 1) = r(x) * exp(-a): two multiplications per pixel instead of an exp.
-    Returns (dy, vis at xlo, r at xlo, q = exp(-a)); d = mean - pixel centre.
-    """
-    dy = my - (y + 0.5)
-    dx = mx - (xlo + 0.5)
-    sigma = 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy
-    step = 0.5 * a * (1.0 - 2.0 * dx) - b * dy  # sigma(x + 1) - sigma(x)
-    return dy, math.exp(-sigma), math.exp(-step), math.exp(-a)
-
-
-@njit(cache=True, inline="always")
-def falloff(pd, vis, a, b, c, dx, dy):
-    """exp(-sigma) at one pixel: the recurrence value for positive-definite conics, else computed
-    directly (and -1 when sigma < 0, which the specification skips)."""
-    if pd:
-        return vis
-    sigma = 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy
-    if sigma < 0.0:
-        return -1.0
-    return math.exp(-sigma)
-
-
-SIGMA_RECURRENCE_MAX = 500.0  # beyond this exp(-sigma) may underflow: fall back to one exp per row
-
-
-@njit(cache=True, inline="always")
-def column_range(mx, a, b, c, level, x0, x1):
-    """Columns [xs, xe) of the tile whose centres can lie inside the ellipse sigma <= level."""
-    half = math.sqrt(2.0 * level * c / (a * c - b * b)) + SPAN_MARGIN
-    return max(x0, int(math.ceil(mx - half - 0.5))), min(x1, int(math.floor(mx + half - 0.5)) + 1)
-
-
-@njit(cache=True, inline="always")
-def sigma_at(mx, my, a, b, c, x, y):
-    """sigma of pixel (x, y) (centre at +0.5)."""
-    dx = mx - (x + 0.5)
-    dy = my - (y + 0.5)
-    return 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy
-
-
-@njit(cache=True, inline="always")
-def grid_start(mx, my, a, b, c, xs, ylo):
-    """Recurrence state at pixel (xs, ylo) for walking rows downward and columns rightward.
-
-    sigma is quadratic in (x, y), so along column xs: E(y+1) = E(y) ES(y), ES(y+1) = ES(y) exp(-c);
-    the column ratio R(y) = exp(-(sigma(xs+1, y) - sigma(xs, y))) obeys R(y+1) = R(y) exp(-b).
-    Returns (E, ES, exp(-c), R, exp(-b)).
-    """
-    dx = mx - (xs + 0.5)
-    dy = my - (ylo + 0.5)
-    sigma = 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy
-    step_x = 0.5 * a * (1.0 - 2.0 * dx) - b * dy
-    step_y = 0.5 * c * (1.0 - 2.0 * dy) - b * dx
-    return math.exp(-sigma), math.exp(-step_y), math.exp(-c), math.exp(-step_x), math.exp(-b)
+def gaussian_rows(g, means2d, conics, opac, y0, y1):
+    """Rows [ylo, yhi) of the tile (y0 <= ylo, yhi <= y1) where Gaussian g can pass alpha >= 1/255:
+    those crossing its ellipse sigma <= ln(255 opacity) (all rows for a conic that is not positive
+    definite, none for opacity <= 0). Computed in float64 whatever the storage dtype."""
+    level = alpha_level(np.float64(opac[g]))
+    if level < 0.0:
+        return y0, y0
+    return row_range(np.float64(means2d[g, 1]), np.float64(conics[g, 0]), np.float64(conics[g, 1]),
+                     np.float64(conics[g, 2]), level, y0, y1)
 
 
 @njit(cache=True, inline="always")
@@ -256,54 +194,97 @@ def tile_box(t, TW, TT, ts, W, H):
     return c, x0, y0, min(x0 + ts, W), min(y0 + ts, H)
 
 
+# The compositing kernels work on one 16x16 tile at a time and, per Gaussian, on the contiguous block
+# of pixels p = ly * TS + lx of the rows its ellipse crosses: one flat, branch-free loop (selects, no
+# ifs) that LLVM vectorises. Per-tile state lives in ONE flat array in the input dtype at the constant
+# offsets below, so LLVM can prove that the loops' loads and stores do not overlap. Pixels outside the
+# image (edge tiles) are marked done from the start.
+TS = 16
+NPIX = TS * TS
+LIVE_CHECK = 4  # forward: test for "every pixel done" every LIVE_CHECK Gaussians
+
+# forward state
+F_T = 0  # [NPIX] transmittance T
+F_THR = F_T + NPIX  # [NPIX] alpha threshold: 1/255 while the pixel is live, 2 (unreachable) once done
+F_CX = F_THR + NPIX  # [NPIX] pixel-centre x
+F_CY = F_CX + NPIX  # [NPIX] pixel-centre y
+F_W = F_CY + NPIX  # [NPIX] blending weights alpha T of the current Gaussian (0 where not blended)
+F_ACC = F_W + NPIX  # [D, NPIX] accumulated colour
+
+# backward state
+B_T = 0  # [NPIX] transmittance T_i, recovered back to front
+B_TFVA = B_T + NPIX  # [NPIX] T_final * v_alpha
+B_CX = B_TFVA + NPIX  # [NPIX] pixel-centre x
+B_CY = B_CX + NPIX  # [NPIX] pixel-centre y
+B_RA = B_CY + NPIX  # [NPIX] current Gaussian: 1 / (1 - alpha) where blended, else 0
+B_TI = B_RA + NPIX  # [NPIX] current Gaussian: T_i where blended, else 0
+B_FAC = B_TI + NPIX  # [NPIX] current Gaussian: alpha T_i where blended, else 0
+B_VAL = B_FAC + NPIX  # [NPIX] current Gaussian: d loss / d alpha (0 where not blended)
+B_VIS = B_VAL + NPIX  # [NPIX] current Gaussian: exp(-sigma)
+B_VR = B_VIS + NPIX  # [D, NPIX] v_render; then S [D, NPIX], the colour behind
+
+
+FASTMATH_SUMS = FASTMATH | {"reassoc"}  # for loops without exp: lets LLVM vectorise their sums
+
+
 @njit(cache=True, inline="always")
-def gaussian_walk(mx, my, a, b, c, level, x0, y0, x1, y1):
-    """Where and how to walk one Gaussian's pixels inside a tile.
-
-    Returns (ylo, yhi, xs, xe, mode, E, ES, qc, R, qb, q): the row range and column range of its
-    ellipse in the tile, mode 0 = nothing to do, 1 = 2-D recurrence from (xs, ylo) (see grid_start),
-    2 = one exp per row (row_start; ellipses so thin that the recurrence could underflow),
-    3 = direct exp per pixel (conic not positive definite; the tile's whole box).
-    """
-    if not is_positive_definite(a, b, c):
-        return y0, y1, x0, x1, 3, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0
-    ylo, yhi = row_range(my, a, b, c, level, y0, y1)
-    xs, xe = column_range(mx, a, b, c, level, x0, x1)
-    if ylo >= yhi or xs >= xe:
-        return ylo, yhi, xs, xe, 0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0
-    q = math.exp(-a)
-    if (sigma_at(mx, my, a, b, c, xs, ylo) < SIGMA_RECURRENCE_MAX
-            and sigma_at(mx, my, a, b, c, xs, yhi - 1) < SIGMA_RECURRENCE_MAX):
-        E, ES, qc, R, qb = grid_start(mx, my, a, b, c, xs, ylo)
-        return ylo, yhi, xs, xe, 1, E, ES, qc, R, qb, q
-    return ylo, yhi, xs, xe, 2, 1.0, 1.0, 1.0, 1.0, 1.0, q
+def init_tile_pixels(st, T0, CX, CY, x0, y0):
+    """T = 1 and pixel-centre coordinates for one tile of state ``st`` (offsets T0, CX, CY)."""
+    for p in range(NPIX):
+        st[T0 + p] = 1.0
+        st[CX + p] = x0 + p % TS + 0.5
+        st[CY + p] = y0 + p // TS + 0.5
 
 
-@njit(cache=True, inline="always")
-def walk_row(y, mode, mx, my, a, b, c, level, xs, xe, E, ES, qc, R, qb, q):
-    """Step the walk of gaussian_walk to row y.
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
+    """Blend Gaussian k into tile pixels [lo, hi), branch-free.
 
-    Returns (xlo, xhi, dy, vis, r, q, E, ES, R): the row's column span (empty when xlo >= xhi), dy,
-    exp(-sigma) at (xlo, y) with its column ratio r and ratio step q, and the recurrence state
-    advanced to row y + 1.
-    """
-    vis, r = E, R
-    E *= ES
-    ES *= qc
-    R *= qb
-    if mode == 3:
-        xlo, xhi = xs, xe
-    else:
-        xlo, xhi = col_range(mx, my, a, b, c, level, y, xs, xe)
-    dy = my - (y + 0.5)
-    if xlo < xhi:
-        if mode == 1:
-            for _ in range(xlo - xs):
-                vis *= r
-                r *= q
-        elif mode == 2:
-            dy, vis, r, q = row_start(mx, my, a, b, c, y, xlo)
-    return xlo, xhi, dy, vis, r, q, E, ES, R
+    Per pixel: sigma, alpha = min(0.999, op exp(-sigma)); it blends when sigma >= 0, alpha reaches
+    the pixel's threshold (1/255, or 2 once done) and T (1 - alpha) > 1e-4, and is done instead when
+    T (1 - alpha) <= 1e-4. Updates T, thresholds and last [NPIX] int32 (index k of the last blended
+    Gaussian); writes the weights alpha T (0 where not blended) to st[F_W + p]."""
+    zero, one, half = like(0.0, op), like(1.0, op), like(0.5, op)
+    amax, tmin, done = like(ALPHA_MAX, op), like(T_MIN, op), like(2.0, op)
+    k32, minus1 = np.int32(k), np.int32(-1)
+    for p in range(U(lo), U(hi)):
+        dx = mx - st[U(F_CX) + p]
+        dy = my - st[U(F_CY) + p]
+        sigma = half * (a * dx * dx + c * dy * dy) + b * dx * dy
+        vis = exp_kernel(-select(sigma > zero, sigma, zero))
+        al = op * vis
+        al = select(al > amax, amax, al)
+        thr = st[U(F_THR) + p]
+        Tp = st[U(F_T) + p]
+        next_T = Tp * (one - al)
+        ok = (sigma >= zero) & (al >= thr)
+        stop = ok & (next_T <= tmin)
+        blend = ok & (next_T > tmin)
+        # Updates never store select(cond, new, the loaded value): LLVM turns that into a masked store
+        # (vmaskmovps), very slow on AMD cores.
+        st[U(F_W) + p] = select(blend, al * Tp, zero)
+        st[U(F_T) + p] = Tp * select(blend, one - al, one)
+        st[U(F_THR) + p] = select(stop, done, abs(thr))  # abs: LLVM cannot prove it is the old value
+        last[p] = max(last[p], select(blend, k32, minus1))  # k grows: the max is the last blended
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def accumulate_pixels(st, lo, hi, colors, g):
+    """acc[ch, p] += colors[g, ch] * w[p] for p in [lo, hi) and every channel (w from forward_pixels)."""
+    for ch in range(colors.shape[1]):
+        col = colors[g, ch]
+        base = U(F_ACC + ch * NPIX)
+        for p in range(U(lo), U(hi)):
+            st[base + p] += col * st[U(F_W) + p]
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def count_done(st, done_threshold):
+    """Number of tile pixels that are done (threshold raised to done_threshold) or outside the image."""
+    n = 0
+    for p in range(NPIX):
+        n += select(st[F_THR + p] == done_threshold, 1, 0)
+    return n
 
 
 @njit(cache=True, parallel=True)
@@ -311,186 +292,168 @@ def forward_kernel(means2d, conics, opac, colors, offsets, ids, tile_order, W, H
                    render, alpha_out, T_final, last_ids):
     """Front-to-back compositing of all tiles in parallel. Writes render [C,H,W,D], alpha_out
     [C,H,W,1], T_final [C,H,W] (transmittance after the last blended Gaussian) and last_ids [C,H,W]
-    (position in ``ids`` of the last blended Gaussian, -1 if none)."""
+    int32 (position in ``ids`` of the last blended Gaussian, -1 if none). Requires ts == TS."""
     for it in prange(tile_order.shape[0]):
-        forward_tile(tile_order[it], means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, ts,
+        forward_tile(tile_order[it], means2d, conics, opac, colors, offsets, ids, W, H, TW, TH,
                      render, alpha_out, T_final, last_ids)
 
 
-@njit(cache=True, fastmath=True)
-def forward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, ts, render, alpha_out, T_final,
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def forward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, render, alpha_out, T_final,
                  last_ids):
-    """Forward pass of one tile t (see forward_kernel)."""
-    TT = TW * TH
+    """Forward pass of one tile t (see forward_kernel): Gaussians front to back, each over the rows
+    its ellipse crosses, until every pixel of the tile is done."""
     D = colors.shape[1]
-    c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
-    T = np.ones(ts * ts)  # per-tile state, pixel p = ly * ts + lx
-    done = np.zeros(ts * ts, np.bool_)
-    last = np.full(ts * ts, -1, np.int64)
-    acc = np.zeros(ts * ts * D)
-    col = np.empty(D)
-    n_active = (x1 - x0) * (y1 - y0)
+    c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
+    st = np.zeros(F_ACC + D * NPIX, colors.dtype)
+    last = np.full(NPIX, -1, np.int32)
+    init_tile_pixels(st, F_T, F_CX, F_CY, x0, y0)
+    done = like(2.0, st[0])
+    st[F_THR:F_THR + NPIX] = done
+    for ly in range(y1 - y0):
+        for lx in range(x1 - x0):
+            st[F_THR + ly * TS + lx] = ALPHA_THRESHOLD
     for k in range(offsets[t], offsets[t + 1]):
-        if n_active == 0:
+        if (k - offsets[t]) % LIVE_CHECK == LIVE_CHECK - 1 and count_done(st, done) == NPIX:
             break
         g = ids[k]
-        mx, my = means2d[g, 0], means2d[g, 1]
-        a, b, cc, op = conics[g, 0], conics[g, 1], conics[g, 2], opac[g]
-        level = alpha_level(op)
-        ylo, yhi, xs, xe, mode, E, ES, qc, R, qb, q = gaussian_walk(mx, my, a, b, cc, level, x0, y0, x1, y1)
-        if mode == 0:
+        ylo, yhi = gaussian_rows(g, means2d, conics, opac, y0, y1)
+        if ylo >= yhi:
             continue
-        for ch in range(D):
-            col[ch] = colors[g, ch]
-        for y in range(ylo, yhi):
-            xlo, xhi, dy, vis, r, q, E, ES, R = walk_row(y, mode, mx, my, a, b, cc, level, xs, xe,
-                                                         E, ES, qc, R, qb, q)
-            if xlo >= xhi:
-                continue
-            row = (y - y0) * ts - x0
-            for x in range(xlo, xhi):
-                v = falloff(mode != 3, vis, a, b, cc, mx - (x + 0.5), dy)
-                vis *= r
-                r *= q
-                p = row + x
-                if done[p] or v < 0.0:
-                    continue
-                al = min(ALPHA_MAX, op * v)
-                if al < ALPHA_THRESHOLD:
-                    continue
-                Tp = T[p]
-                next_T = Tp * (1.0 - al)
-                if next_T <= T_MIN:
-                    done[p] = True
-                    n_active -= 1
-                    continue
-                w = al * Tp
-                base = p * D
-                if D == 3:  # RGB, unrolled: a runtime-length loop costs ~20% of the forward pass
-                    acc[base] += col[0] * w
-                    acc[base + 1] += col[1] * w
-                    acc[base + 2] += col[2] * w
-                else:
-                    for ch in range(D):
-                        acc[base + ch] += col[ch] * w
-                T[p] = next_T
-                last[p] = k
+        lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
+        forward_pixels(st, last, lo, hi, k, means2d[g, 0], means2d[g, 1], conics[g, 0], conics[g, 1],
+                       conics[g, 2], opac[g])
+        accumulate_pixels(st, lo, hi, colors, g)
     for y in range(y0, y1):
         for x in range(x0, x1):
-            p = (y - y0) * ts + (x - x0)
+            p = (y - y0) * TS + (x - x0)
             for ch in range(D):
-                render[c, y, x, ch] = acc[p * D + ch]
-            alpha_out[c, y, x, 0] = 1.0 - T[p]
-            T_final[c, y, x] = T[p]
+                render[c, y, x, ch] = st[F_ACC + ch * NPIX + p]
+            alpha_out[c, y, x, 0] = 1.0 - st[F_T + p]
+            T_final[c, y, x] = st[F_T + p]
             last_ids[c, y, x] = last[p]
 
 
-@njit(cache=True, inline="always")
-def backward_channel(ch, base, fac, Ti, ra, vr_px, col, S, gcol):
-    """One colour channel of one pixel in the backward pass: accumulates the colour gradient, updates
-    the colour-behind sum S and returns this channel's share of d loss / d alpha."""
-    vr = vr_px[base + ch]
-    gcol[ch] += fac * vr
-    share = (col[ch] * Ti - S[base + ch] * ra) * vr
-    S[base + ch] += col[ch] * fac
-    return share
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def backward_alpha_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
+    """Backward, step 1 for Gaussian k over tile pixels [lo, hi) (branch-free): recover
+    T_i = T_{i+1} / (1 - alpha_i) where k was blended (k <= last, sigma >= 0, alpha >= 1/255), and
+    write B_RA, B_TI, B_FAC (zero where not blended), B_VAL = T_final v_alpha / (1 - alpha) (the
+    v_alpha part of d loss / d alpha) and B_VIS = exp(-sigma)."""
+    zero, one, half = like(0.0, op), like(1.0, op), like(0.5, op)
+    amax, thr = like(ALPHA_MAX, op), like(ALPHA_THRESHOLD, op)
+    k32 = np.int32(k)
+    for p in range(U(lo), U(hi)):
+        dx = mx - st[U(B_CX) + p]
+        dy = my - st[U(B_CY) + p]
+        sigma = half * (a * dx * dx + c * dy * dy) + b * dx * dy
+        vis = exp_kernel(-select(sigma > zero, sigma, zero))
+        al = op * vis
+        al = select(al > amax, amax, al)
+        ok = (sigma >= zero) & (al >= thr) & (k32 <= last[p])
+        ra = one / (one - al)
+        Tp = st[U(B_T) + p]
+        st[U(B_T) + p] = Tp * select(ok, ra, one)  # arithmetic, not a masked store (see forward_pixels)
+        Ti = select(ok, Tp * ra, zero)
+        ra = select(ok, ra, zero)
+        st[U(B_RA) + p] = ra
+        st[U(B_TI) + p] = Ti
+        st[U(B_FAC) + p] = al * Ti
+        st[U(B_VAL) + p] = st[U(B_TFVA) + p] * ra
+        st[U(B_VIS) + p] = vis
+
+
+@njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
+def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
+    """Backward, step 2 (per channel, pixels [lo, hi)): g_colors[k, ch] = sum alpha T_i v_render;
+    adds the colour part of d loss / d alpha, (c T_i - S / (1 - alpha)) v_render, to B_VAL; updates
+    the colour behind S += c alpha T_i. Pixels where k was not blended contribute 0 (temporaries 0)."""
+    for ch in range(D):
+        col = colors[g, ch]
+        vr = U(B_VR + ch * NPIX)
+        s = U(B_VR + (D + ch) * NPIX)
+        gsum = like(0.0, col)
+        for p in range(U(lo), U(hi)):
+            v = st[vr + p]
+            fac = st[U(B_FAC) + p]
+            gsum += fac * v
+            st[U(B_VAL) + p] += (col * st[U(B_TI) + p] - st[s + p] * st[U(B_RA) + p]) * v
+            st[s + p] += col * fac
+        g_colors[k, ch] = gsum
+
+
+@njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
+def backward_geometry_pixels(st, lo, hi, mx, my, a, b, c, op):
+    """Backward, step 3 (pixels [lo, hi)): from d loss / d alpha (B_VAL), sums of d loss / d conic,
+    d loss / d means2d, |d loss / d means2d| per pixel, and d loss / d opacity (terms where alpha
+    was clamped at 0.999 are 0). Returns (ga, gb, gc, gmx, gmy, absx, absy, gop)."""
+    zero, half, amax = like(0.0, op), like(0.5, op), like(ALPHA_MAX, op)
+    ga = gb = gc = gmx = gmy = absx = absy = gop = zero
+    for p in range(U(lo), U(hi)):
+        v_al = st[U(B_VAL) + p]
+        vis = st[U(B_VIS) + p]
+        ov = op * vis
+        keep = ov <= amax
+        v_sigma = select(keep, -ov * v_al, zero)
+        dx = mx - st[U(B_CX) + p]
+        dy = my - st[U(B_CY) + p]
+        gx = v_sigma * (a * dx + b * dy)
+        gy = v_sigma * (b * dx + c * dy)
+        ga += half * dx * dx * v_sigma
+        gb += dx * dy * v_sigma
+        gc += half * dy * dy * v_sigma
+        gmx += gx
+        gmy += gy
+        absx += abs(gx)
+        absy += abs(gy)
+        gop += select(keep, vis * v_al, zero)
+    return ga, gb, gc, gmx, gmy, absx, absy, gop
 
 
 @njit(cache=True, parallel=True)
 def backward_kernel(means2d, conics, opac, colors, offsets, ids, tile_order, W, H, TW, TH, ts,
                     T_final, last_ids, v_render, v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors):
     """Back-to-front pass of all tiles in parallel; gradients per intersection k (g_* [M, ...]) so
-    that tiles never write to the same place."""
+    that tiles never write to the same place. Requires ts == TS."""
     for it in prange(tile_order.shape[0]):
-        backward_tile(tile_order[it], means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, ts, T_final,
+        backward_tile(tile_order[it], means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, T_final,
                       last_ids, v_render, v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors)
 
 
-@njit(cache=True, fastmath=True)
-def backward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, ts, T_final, last_ids, v_render,
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def backward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, T_final, last_ids, v_render,
                   v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors):
     """Backward pass of one tile t, recovering T_i = T_{i+1} / (1 - alpha_i) from back to front."""
-    TT = TW * TH
     D = colors.shape[1]
-    c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
-    # per-tile copies, pixel p = ly * ts + lx
-    T = np.ones(ts * ts)
-    S = np.zeros(ts * ts * D)  # colour of what lies behind: sum_{j>i} c_j alpha_j T_j
-    last = np.full(ts * ts, -1, np.int64)
-    Tf_va = np.zeros(ts * ts)  # T_final * v_alpha
-    vr_px = np.zeros(ts * ts * D)
+    c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
+    st = np.zeros(B_VR + 2 * D * NPIX, colors.dtype)  # v_render and S 0 outside the image
+    last = np.full(NPIX, -1, np.int32)
+    init_tile_pixels(st, B_T, B_CX, B_CY, x0, y0)
     k_end = offsets[t]
     for y in range(y0, y1):
         for x in range(x0, x1):
-            p = (y - y0) * ts + (x - x0)
-            T[p] = T_final[c, y, x]
-            Tf_va[p] = T_final[c, y, x] * v_alpha[c, y, x, 0]
+            p = (y - y0) * TS + (x - x0)
+            st[B_T + p] = T_final[c, y, x]
+            st[B_TFVA + p] = T_final[c, y, x] * v_alpha[c, y, x, 0]
             last[p] = last_ids[c, y, x]
             for ch in range(D):
-                vr_px[p * D + ch] = v_render[c, y, x, ch]
+                st[B_VR + ch * NPIX + p] = v_render[c, y, x, ch]
             k_end = max(k_end, last_ids[c, y, x] + 1)
-    gcol = np.zeros(D)
-    col = np.empty(D)
     for k in range(k_end - 1, offsets[t] - 1, -1):
         g = ids[k]
+        ylo, yhi = gaussian_rows(g, means2d, conics, opac, y0, y1)
+        if ylo >= yhi:
+            continue
+        lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
         mx, my = means2d[g, 0], means2d[g, 1]
         a, b, cc, op = conics[g, 0], conics[g, 1], conics[g, 2], opac[g]
-        level = alpha_level(op)
-        ylo, yhi, xs, xe, mode, E, ES, qc, R, qb, q = gaussian_walk(mx, my, a, b, cc, level, x0, y0, x1, y1)
-        if mode == 0:
-            continue
-        gm0 = gm1 = ab0 = ab1 = ga = gb = gc = go = 0.0
-        for ch in range(D):
-            gcol[ch] = 0.0
-            col[ch] = colors[g, ch]
-        for y in range(ylo, yhi):
-            xlo, xhi, dy, vis_row, r, q, E, ES, R = walk_row(y, mode, mx, my, a, b, cc, level, xs, xe,
-                                                             E, ES, qc, R, qb, q)
-            if xlo >= xhi:
-                continue
-            row = (y - y0) * ts - x0
-            for x in range(xlo, xhi):
-                dx = mx - (x + 0.5)
-                vis = falloff(mode != 3, vis_row, a, b, cc, dx, dy)
-                vis_row *= r
-                r *= q
-                p = row + x
-                if k > last[p] or vis < 0.0:
-                    continue
-                al = min(ALPHA_MAX, op * vis)
-                if al < ALPHA_THRESHOLD:
-                    continue
-                ra = 1.0 / (1.0 - al)
-                Ti = T[p] * ra
-                T[p] = Ti
-                fac = al * Ti
-                v_al = Tf_va[p] * ra
-                base = p * D
-                if D == 3:  # RGB, unrolled (see forward_tile)
-                    v_al += (backward_channel(0, base, fac, Ti, ra, vr_px, col, S, gcol)
-                             + backward_channel(1, base, fac, Ti, ra, vr_px, col, S, gcol)
-                             + backward_channel(2, base, fac, Ti, ra, vr_px, col, S, gcol))
-                else:
-                    for ch in range(D):
-                        v_al += backward_channel(ch, base, fac, Ti, ra, vr_px, col, S, gcol)
-                if op * vis <= ALPHA_MAX:
-                    v_sigma = -op * vis * v_al
-                    ga += 0.5 * dx * dx * v_sigma
-                    gb += dx * dy * v_sigma
-                    gc += 0.5 * dy * dy * v_sigma
-                    gx = v_sigma * (a * dx + b * dy)
-                    gy = v_sigma * (b * dx + cc * dy)
-                    gm0 += gx
-                    gm1 += gy
-                    ab0 += abs(gx)
-                    ab1 += abs(gy)
-                    go += vis * v_al
-        g_means2d[k, 0], g_means2d[k, 1] = gm0, gm1
-        g_abs[k, 0], g_abs[k, 1] = ab0, ab1
+        backward_alpha_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
+        backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k)
+        ga, gb, gc, gmx, gmy, absx, absy, gop = backward_geometry_pixels(st, lo, hi, mx, my, a, b, cc, op)
         g_conics[k, 0], g_conics[k, 1], g_conics[k, 2] = ga, gb, gc
-        g_opac[k] = go
-        for ch in range(D):
-            g_colors[k, ch] = gcol[ch]
+        g_means2d[k, 0], g_means2d[k, 1] = gmx, gmy
+        g_abs[k, 0], g_abs[k, 1] = absx, absy
+        g_opac[k] = gop
 
 
 @njit(cache=True)

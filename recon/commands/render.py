@@ -1,42 +1,44 @@
-"""`splatforge render`: a video of a trained run along an orbit, a spiral or the dataset's cameras."""
+"""`splatforge render`: a video of a trained run along an orbit, a spiral, the dataset's cameras, or a
+camera-path JSON saved with the viewer's keyframe button (interpolated between the keyframes)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
-
 import numpy as np
 import torch
 
 from recon.commands.train import USER_ERRORS, fail
 
 
-def render(run: Path, path: Literal["orbit", "spiral", "dataset"] = "orbit", out: Path = Path("video.mp4"),
-           frames: int = 120, fps: int = 30, splats: Path | None = None, progress: bool = True) -> None:
+def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames: int = 120, fps: int = 30,
+           splats: Path | None = None, max_side: int | None = None, progress: bool = True) -> None:
     """Render RUN's splats.ply along a camera path into an MP4 (H.264 via imageio-ffmpeg).
 
     Args:
         run: training run directory (config.yaml names the dataset whose cameras shape the path).
-        path: orbit (circle around the scene), spiral (orbit with varying height and distance), or
-            dataset (the training cameras in order).
+        path: orbit (circle around the scene), spiral (orbit with varying height and distance), dataset
+            (the training cameras in order), or a camera-path JSON FILE saved by the viewer's keyframe
+            button (a smooth path through its keyframes, at the first keyframe's image size).
         out: output video (.mp4); written to a temporary file and renamed when complete.
-        frames: number of frames for orbit/spiral.
+        frames: number of frames for orbit/spiral and for a camera-path FILE (spread over its keyframes).
         splats: render this splat file instead of RUN/splats.ply.
+        max_side: camera-path FILE only: scale the frames down so that their longest side is at most this
+            (the field of view is kept); browser keyframes have the browser window's size.
     """
     try:
-        written = render_video(run, path, out, frames, fps, splats, progress)
+        written = render_video(run, path, out, frames, fps, splats, progress, max_side=max_side)
     except USER_ERRORS as err:
         fail("render", err)
     print(f"wrote {written}")
 
 
-def render_video(run: Path, path: str, out: Path, frames: int = 120, fps: int = 30, splats: Path | None = None,
-                 progress: bool = True) -> Path:
+def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps: int = 30, splats: Path | None = None,
+                 progress: bool = True, max_side: int | None = None) -> Path:
     """Library form of :func:`render`; returns the video path."""
     from recon import run_files as rf
-    from recon.camera_paths import camera_path
+    from recon.camera_paths import PATHS, camera_path
     from recon.export import read_splats
     from recon.models.gaussians import GaussianModel
     from recon.trainer import TrainConfig, background_color, load_training_scene
@@ -48,12 +50,39 @@ def render_video(run: Path, path: str, out: Path, frames: int = 120, fps: int = 
     splats = Path(splats) if splats is not None else Path(run) / "splats.ply"
     if not splats.is_file():
         raise FileNotFoundError(f"{splats} not found (has the run finished?)")
+    if str(path) not in PATHS:
+        cams = keyframe_path_cameras(Path(path), frames, max_side)  # checked before the scene is loaded
     scene = load_training_scene(cfg)
-    cams = camera_path(path, [f.camera for f in scene.frames_train], frames)
+    if str(path) in PATHS:
+        cams = camera_path(str(path), [f.camera for f in scene.frames_train], frames)
     model = GaussianModel.from_splat_data(read_splats(splats), extent=scene.extent)
     bg = background_color(cfg, scene)
     images = _render_frames(model, cams, bg, progress)
     return write_video(Path(out), images, fps)
+
+
+def keyframe_path_cameras(file: Path, frames: int, max_side: int | None = None) -> list:
+    """Cameras along a viewer camera-path JSON (see :mod:`viewer.camera_path`), ``frames`` of them
+    interpolated through its keyframes (:func:`recon.camera_paths.interpolate_keyframes`), at the first
+    keyframe's size (longest side capped at ``max_side``). Errors name the file."""
+    from recon.camera_paths import PATHS, interpolate_keyframes, resize_intrinsics
+
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: no such camera-path file (--path takes {', '.join(PATHS)} or a "
+                                f"camera_path.json saved by the viewer's keyframe button)")
+    from viewer.camera_path import load_camera_path  # lazily: recon depends on viewer only here, in the CLI
+
+    keys = load_camera_path(file).frames
+    if not keys:
+        raise ValueError(f"{file}: the camera path has no keyframes")
+    if frames < 1:
+        raise ValueError(f"--frames must be >= 1, got {frames}")
+    width, height = keys[0].width, keys[0].height
+    if max_side is not None and max(width, height) > max_side:
+        k = max_side / max(width, height)
+        width, height = max(1, round(width * k)), max(1, round(height * k))
+    Ks = [resize_intrinsics(f.K, f.width, f.height, width, height) for f in keys]
+    return interpolate_keyframes([f.world_to_cam for f in keys], Ks, width, height, frames)
 
 
 @torch.no_grad()

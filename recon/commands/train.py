@@ -1,7 +1,15 @@
-"""`splatforge train`: fit 3D Gaussians to a dataset (resumes an interrupted run in the same --out)."""
+"""`splatforge train [PRESET]`: fit 3D Gaussians to a dataset (resumes an interrupted run in the same --out).
+
+Presets (as gsplat's trainer): ``splatforge train mcmc --data DIR`` starts from the named
+:class:`recon.trainer.TrainConfig` in :data:`PRESETS`, then applies the flags. Without a preset name
+(``splatforge train --data DIR``) the ``default`` preset is used (see :func:`recon.cli.main`).
+
+``--viewer`` serves the training live in the browser (:mod:`viewer.training`, imported only then).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Annotated
 
@@ -12,6 +20,27 @@ from recon.trainer import TrainConfig, train_model
 # errors that mean "bad input" (named file / field in the message), reported without a traceback
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError)
 
+# name -> (config, one-line description); flags given after the name override these values
+PRESETS: dict[str, tuple[TrainConfig, str]] = {
+    "default": (TrainConfig(), "3DGS recipe: 30k steps, adaptive density control (ADC), SH degree 3"),
+    "mcmc": (TrainConfig(strategy="mcmc", max_gaussians=1_000_000),
+             "3DGS-MCMC: relocation instead of split/clone, Gaussian count capped at --max-gaussians"),
+    "fast": (TrainConfig(steps=7_000, sh_degree=1, init_num_random=30_000, save_every=3_500),
+             "a quick look: 7k steps (schedule scaled), SH degree 1, fewer random initial Gaussians"),
+}
+DEFAULT_PRESET = "default"
+
+
+def preset_config(name: str, **overrides) -> TrainConfig:
+    """A copy of preset ``name`` with ``overrides`` applied; ValueError for an unknown name."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r} (have {', '.join(PRESETS)})")
+    return dataclasses.replace(PRESETS[name][0], **overrides)
+
+
+PresetConfig = tyro.extras.subcommand_type_from_defaults(
+    {k: v[0] for k, v in PRESETS.items()}, {k: v[1] for k, v in PRESETS.items()})
+
 
 def fail(command: str, err: BaseException) -> None:
     """Print ``splatforge <command>: error: <message>`` to stderr and exit with status 2."""
@@ -19,17 +48,41 @@ def fail(command: str, err: BaseException) -> None:
     raise SystemExit(2)
 
 
-def train(cfg: Annotated[TrainConfig, tyro.conf.OmitArgPrefixes]) -> None:
+def make_viewer_hook(cfg: TrainConfig, log=print):
+    """The live-viewer training hook for ``cfg`` (imports :mod:`viewer` lazily: only with --viewer)."""
+    from viewer.training import TrainingViewer
+
+    return TrainingViewer(every=cfg.viewer_every, port=cfg.viewer_port, log=log)
+
+
+def train(cfg: Annotated[PresetConfig, tyro.conf.OmitArgPrefixes]) -> None:
     """Train 3D Gaussian splatting on a dataset folder (COLMAP, nerfstudio, Blender) or "procedural".
 
+    Pick a preset (default, mcmc, fast), then override any field with flags, e.g.
+    `splatforge train mcmc --data DIR --out OUT --steps 7000`; without a preset name, default is used.
     Writes OUT/config.yaml, OUT/checkpoints/, OUT/splats.ply, OUT/metrics.json, OUT/loss.png and
-    OUT/renders/. Running the same command again resumes from the newest checkpoint.
+    OUT/renders/. Running the same command again resumes from the newest checkpoint. --viewer shows the
+    training live in the browser (pause/resume there).
     """
+    hooks = []
     try:
-        metrics = train_model(cfg)
+        if cfg.viewer:
+            hooks.append(make_viewer_hook(cfg))
+        metrics = train_model(cfg, hooks=hooks)
     except USER_ERRORS as err:
+        for hook in hooks:
+            hook.stop()
         fail("train", err)
+    except BaseException:
+        for hook in hooks:
+            hook.stop()
+        raise
     test = metrics["test"]
     psnr = "n/a" if test["psnr"] is None else f"{test['psnr']:.2f} dB"
     print(f"done: {metrics['steps']} steps, {metrics['num_gaussians']:,} Gaussians, test PSNR {psnr} "
           f"over {test['num_views']} views; outputs in {cfg.out}")
+    for hook in hooks:
+        if cfg.viewer_keep_open:
+            hook.serve_forever()
+        else:
+            hook.stop()
