@@ -1,7 +1,7 @@
 """`rasterize_gaussians`: one differentiable call, several backends.
 
 Argument-compatible with gsplat's ``rasterization`` for what they share. Conventions: see
-docs/conventions.md (OpenCV cameras, world_to_cam viewmats, wxyz quaternions, pixel centres at +0.5).
+rasterizer/CONVENTIONS.md (OpenCV cameras, world_to_cam viewmats, wxyz quaternions, pixel centres at +0.5).
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ def _backend_module(name: str):
     return importlib.import_module(f"{__package__}.{name}")
 
 
-def _per_camera_colors(colors: Tensor, means: Tensor, viewmats: Tensor, sh_degree: int | None) -> Tensor:
-    """Colours [C, N, D]: evaluated SH (view-dependent) or the given colours broadcast over cameras."""
+def _per_camera_colors(colors: Tensor, means: Tensor, viewmats: Tensor, sh_degree: int | None, impl) -> Tensor:
+    """Colours [C, N, D]: evaluated SH (view-dependent; the backend's ``sh_to_color``, whose signature is
+    the reference's) or the given colours broadcast over cameras."""
     C = viewmats.shape[0]
     if sh_degree is not None:
-        return sh_to_color(sh_degree, means, colors, viewmats)
+        return getattr(impl, "sh_to_color", sh_to_color)(sh_degree, means, colors, viewmats)
     return colors if colors.dim() == 3 else colors[None].expand(C, -1, -1)
 
 
@@ -137,7 +138,7 @@ def rasterize_gaussians(
     proj = impl.project(means, quats, scales, covars, viewmats, Ks, width, height, eps2d=eps2d,
                         near_plane=near_plane, far_plane=far_plane, opacities=opacities, antialiased=antialiased)
     opac = opacities[None] * proj.compensations if antialiased else opacities[None].expand(C, -1)
-    channels = _render_channels(_per_camera_colors(colors, means, viewmats, sh_degree), proj.depths, render_mode)
+    channels = _render_channels(_per_camera_colors(colors, means, viewmats, sh_degree, impl), proj.depths, render_mode)
     means2d = proj.means2d
     if means2d.requires_grad:
         means2d.retain_grad()

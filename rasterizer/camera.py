@@ -1,6 +1,6 @@
 """Camera description shared by the rasterizer and everything that renders with it.
 
-Conventions (see docs/conventions.md): OpenCV axes (x right, y down, z forward), ``world_to_cam``
+Conventions (see rasterizer/CONVENTIONS.md): OpenCV axes (x right, y down, z forward), ``world_to_cam``
 4x4, intrinsics ``K`` 3x3 in pixels, pixel centres at (x + 0.5, y + 0.5).
 """
 

@@ -18,6 +18,16 @@ def _fail(name: str, problem: str) -> None:
     raise RasterizerInputError(f"rasterize_gaussians: `{name}` {problem}")
 
 
+def all_finite(x: Tensor) -> bool:
+    """No NaN/Inf in ``x``: a Numba kernel for CPU float32/64 tensors (one pass; PyTorch's isfinite + all
+    makes four), ``torch.isfinite`` elsewhere."""
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        from .cpu.checks import count_non_finite
+
+        return count_non_finite(x.detach().contiguous().reshape(-1).numpy()) == 0
+    return bool(torch.isfinite(x).all())
+
+
 def check_tensor(name: str, x: Tensor | None, shape: tuple, dtype: torch.dtype | None = None,
                  device: torch.device | None = None) -> None:
     """Check type, shape (None = any size), dtype, device and finiteness of one argument."""
@@ -32,7 +42,7 @@ def check_tensor(name: str, x: Tensor | None, shape: tuple, dtype: torch.dtype |
         _fail(name, f"has dtype {x.dtype} but `means` has {dtype}; cast all inputs to one dtype")
     if device is not None and x.device != device:
         _fail(name, f"is on {x.device} but `means` is on {device}; move all inputs to one device")
-    if x.numel() and not bool(torch.isfinite(x).all()):
+    if x.numel() and not all_finite(x):
         bad = (~torch.isfinite(x.detach())).reshape(x.shape[0], -1).any(-1).nonzero()[:5, 0].tolist() if x.dim() else []
         _fail(name, f"contains NaN or Inf values (first bad rows: {bad}); fix or drop them before rendering")
 

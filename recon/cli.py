@@ -7,6 +7,7 @@ does not break the others.
 
 from __future__ import annotations
 
+import rasterizer  # noqa: F401  (first: sets GOMP_SPINCOUNT before torch loads; see rasterizer/__init__.py)
 import importlib
 import sys
 from typing import Callable

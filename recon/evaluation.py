@@ -1,7 +1,7 @@
 """Evaluate a Gaussian model (or any splat file) on a scene's test views: PSNR, SSIM, side-by-side PNGs.
 
-LPIPS is not computed (it needs downloaded network weights, unavailable offline); metrics carry
-``"lpips": null``.
+LPIPS (alex) is computed when its weights are on this machine (:mod:`recon.lpips`; nothing is
+downloaded); otherwise metrics carry ``"lpips": null`` and :data:`LPIPS_NOTE` says why.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from torch import Tensor
 from recon.data.scene import Frame, Scene
 from recon.export import read_splats
 from recon.frame_images import FrameImages
-from recon.losses import psnr, ssim
+from recon.losses import auto_ssim, psnr
+from recon.lpips import NOTE as LPIPS_NOTE
+from recon.lpips import load_lpips, lpips_distance
 from recon.models.gaussians import GaussianModel
 from recon.run_files import write_json, write_png
 
-LPIPS_NOTE = "LPIPS skipped: its network weights cannot be downloaded offline (metrics report lpips: null)"
 ERROR_GAIN = 4.0  # error panel shows 4 x mean |gt - render| as grey
 
 
@@ -39,30 +40,33 @@ def evaluate_model(model: GaussianModel, frames: Sequence[Frame], images: FrameI
     """PSNR / SSIM of ``model`` on ``frames`` (images composited on ``background`` [3]).
 
     Writes ``renders_dir/{prefix}_XXX.png`` (gt | render | error) when ``renders_dir`` is given.
-    Returns ``{"psnr", "ssim", "lpips": None, "num_views", "per_view": [{"name", "psnr", "ssim"}]}``;
-    psnr/ssim are means over views (None when there are no views).
+    Returns ``{"psnr", "ssim", "lpips", "num_views", "per_view": [{"name", "psnr", "ssim", "lpips"}]}``;
+    psnr/ssim/lpips are means over views (None when there are no views; lpips None without its weights).
     """
     per_view = []
     bg = background.to(model.device)
+    lpips_weights = load_lpips(model.device)
     for i, frame in enumerate(frames):
         gt = images.rgb(i, bg)
         render, _, _ = model.render([frame.camera], sh_degree, bg)
         out = render[0].clamp(0, 1)
-        per_view.append({"name": frame.name, "psnr": psnr(out, gt), "ssim": float(ssim(out, gt))})
+        lp = None if lpips_weights is None else float(lpips_distance(out, gt, lpips_weights))
+        per_view.append({"name": frame.name, "psnr": psnr(out, gt), "ssim": float(auto_ssim(out, gt)), "lpips": lp})
         if renders_dir is not None:
             write_png(Path(renders_dir) / f"{prefix}_{i:03d}.png", side_by_side(gt, out))
     n = len(per_view)
     return {
         "psnr": float(np.mean([v["psnr"] for v in per_view])) if n else None,
         "ssim": float(np.mean([v["ssim"] for v in per_view])) if n else None,
-        "lpips": None,
+        "lpips": float(np.mean([v["lpips"] for v in per_view])) if n and lpips_weights is not None else None,
         "num_views": n,
         "per_view": per_view,
     }
 
 
 def evaluate_splat_file(splats: Path | str, scene: Scene, out_dir: Path | None = None,
-                        background: Sequence[float] | None = None, device: str = "cpu") -> dict:
+                        background: Sequence[float] | None = None, device: str = "cpu",
+                        run_facts: dict | None = None) -> dict:
     """Evaluate a splat file (.ply / .splat / .spz) on ``scene``'s test views.
 
     Writes ``out_dir/renders/test_XXX.png`` and ``out_dir/metrics.json`` when ``out_dir`` is given.
@@ -71,12 +75,19 @@ def evaluate_splat_file(splats: Path | str, scene: Scene, out_dir: Path | None =
     if not os.path.isfile(splats):
         raise FileNotFoundError(f"splat file not found: {splats}")
     model = GaussianModel.from_splat_data(read_splats(splats), extent=scene.extent).to(device)
-    return evaluate_on_scene(model, scene, out_dir, background, source=str(splats))
+    return evaluate_on_scene(model, scene, out_dir, background, source=str(splats), run_facts=run_facts)
+
+
+RUN_FACTS = ("steps", "train_seconds", "seconds_per_step")  # metrics.json keys that come from training
 
 
 def evaluate_on_scene(model: GaussianModel, scene: Scene, out_dir: Path | None = None,
-                      background: Sequence[float] | None = None, source: str = "") -> dict:
-    """Evaluate ``model`` on ``scene.frames_test``; optional renders and metrics.json under ``out_dir``."""
+                      background: Sequence[float] | None = None, source: str = "",
+                      run_facts: dict | None = None) -> dict:
+    """Evaluate ``model`` on ``scene.frames_test``; optional renders and metrics.json under ``out_dir``.
+
+    metrics.json has the training run's schema (``test``, ``num_gaussians`` and :data:`RUN_FACTS`, taken
+    from ``run_facts``, the run's own metrics.json, or null for a bare splat file) plus ``source``."""
     if not scene.frames_test:
         raise ValueError(f"{scene.root or scene.source_format}: the scene has no test views to evaluate on")
     bg = torch.tensor(background if background is not None else scene.background, dtype=torch.float32)
@@ -84,6 +95,7 @@ def evaluate_on_scene(model: GaussianModel, scene: Scene, out_dir: Path | None =
     renders = Path(out_dir) / "renders" if out_dir is not None else None
     metrics = evaluate_model(model, scene.frames_test, images, bg, renders_dir=renders)
     if out_dir is not None:
+        facts = {k: (run_facts or {}).get(k) for k in RUN_FACTS}
         write_json(Path(out_dir) / "metrics.json",
-                   {"test": metrics, "source": source, "num_gaussians": len(model)})
+                   {"test": metrics, "num_gaussians": len(model), **facts, "source": source})
     return metrics

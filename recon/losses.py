@@ -68,9 +68,19 @@ def ssim(a: Tensor, b: Tensor, window: int = SSIM_WINDOW, sigma: float = SSIM_SI
     return (num / den).mean()
 
 
+def auto_ssim(render: Tensor, target: Tensor) -> Tensor:
+    """SSIM through the fused Numba kernels (:mod:`recon.fused_ssim`, same numerics, about 10x
+    faster) for CPU tensors, else :func:`ssim`."""
+    from recon.fused_ssim import can_fuse, fused_ssim
+
+    if can_fuse(render, target):
+        return fused_ssim(render, target)
+    return ssim(render, target)
+
+
 def photometric_loss(render: Tensor, target: Tensor, ssim_lambda: float = 0.2) -> Tensor:
     """3DGS loss ``(1 - lambda) L1 + lambda (1 - SSIM)`` (lambda = 0.2)."""
-    return (1.0 - ssim_lambda) * l1_loss(render, target) + ssim_lambda * (1.0 - ssim(render, target))
+    return (1.0 - ssim_lambda) * l1_loss(render, target) + ssim_lambda * (1.0 - auto_ssim(render, target))
 
 
 def psnr(a: Tensor, b: Tensor, max_value: float = 1.0) -> float:

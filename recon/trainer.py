@@ -349,7 +349,8 @@ class Trainer:
         """Write splats.ply, renders/, loss.png and metrics.json."""
         write_splats(self.out / "splats.ply", self.model.to_splat_data(), force=True)
         test = self.evaluate(self.out / "renders")
-        self.log(LPIPS_NOTE)
+        if test["lpips"] is None:
+            self.log(LPIPS_NOTE)
         rf.plot_loss(self.out / "loss.png", self.losses)
         metrics = {
             "test": {k: test[k] for k in ("psnr", "ssim", "lpips", "num_views")},

@@ -10,6 +10,12 @@ size ratio PLY / SPZ and test PSNR / SSIM of each (the SPZ is decoded by our rea
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
+
 import argparse
 import gzip
 import json

@@ -10,6 +10,12 @@ Example: python scripts/bench_rasterizer.py --cases a b c --backend cpu
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
+
 import argparse
 import json
 import os
@@ -79,7 +85,8 @@ def machine() -> dict:
     import numba
     info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "numba_threads": numba.get_num_threads(),
-            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()}
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
+            "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT")}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info

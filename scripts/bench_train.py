@@ -9,6 +9,12 @@ Optional full runs (many minutes on a CPU): --full-lego (lego_400, data factor 2
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
+
 import argparse
 import json
 import os
@@ -73,7 +79,8 @@ def bench_step(args) -> dict:
             "num_gaussians": n0, "device": str(trainer.device), "torch_threads": torch.get_num_threads(),
             "steps_timed": args.steps, "median_step_seconds_sh0": round(statistics.median(sh0), 4),
             "median_step_seconds_sh3": round(statistics.median(sh3), 4),
-            "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", "0")) or None}
+            "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", "0")) or None,
+            "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"), "cpus": os.cpu_count()}
 
 
 def bench_full(name: str, data: Path, steps: int, device: str) -> dict:

@@ -17,6 +17,12 @@ overhead, ``hook_share_of_time``), and the slowdown of each against the run with
 
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
+
 import argparse
 import contextlib
 import json

@@ -2,7 +2,7 @@
 
 viser reports a client camera as ``wxyz`` (rotation ``R_world_cam``, i.e. cam-to-world, w-first),
 ``position`` (camera centre in world coordinates) and ``fov`` (vertical field of view, radians), with
-OpenCV-like camera axes: +z looks into the scene, +x right, +y down. Our cameras (docs/conventions.md)
+OpenCV-like camera axes: +z looks into the scene, +x right, +y down. Our cameras (rasterizer/CONVENTIONS.md)
 are ``world_to_cam`` [4, 4] (``x_cam = R x_world + t``) and ``K`` [3, 3] in pixels with the principal
 point at the image centre (pixel centres at +0.5, so ``cx = W / 2``).
 

@@ -7,7 +7,7 @@ SH DC term) only; full-quality renders go through :mod:`rasterizer`.
 
 Time hook: :meth:`SplatScene.set_time` is a no-op for static scenes; a dynamic (4D) scene subclasses
 :class:`SplatScene`, sets ``dynamic = True`` and overrides ``set_time(t)`` (t in [0, 1], see
-docs/conventions.md) to replace ``self.splats`` and return True, after which the viewer re-sends the
+rasterizer/CONVENTIONS.md) to replace ``self.splats`` and return True, after which the viewer re-sends the
 splats.
 """
 

@@ -4,10 +4,11 @@
   kernel each way (``projection.py``);
 - tile binning with exact ellipse-tile culling, front-to-back compositing and its backward
   (``kernels.py``, ``composite.py``).
-SH colours use the reference PyTorch code (vectorised, a small share of the time).
+- view-dependent SH colours: one kernel each way (``sh.py``).
 """
 
 from __future__ import annotations
 
 from .composite import composite_cpu as composite  # noqa: F401
 from .projection import project  # noqa: F401
+from .sh import sh_to_color  # noqa: F401

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from ..tiles import TileGrid, tile_ranges
 from . import kernels as K
+from .sort import depth_order
 
 
 def _np(x: Tensor) -> np.ndarray:
@@ -29,10 +30,10 @@ class BinnedTiles:
                  grid: TileGrid, width: int, height: int):
         C, N = depths.shape
         tmin, tmax = tile_ranges(means2d, radii, grid)
-        depth_f32 = depths.detach().to(torch.float32)
-        order = torch.argsort(depth_f32, dim=1, stable=True)
+        with K.KERNEL_LOCK:
+            order = depth_order(_np(depths.detach().to(torch.float32)))
         self.offsets, self.ids = K.bin_gaussians(
-            _np(order), _np(tmin.reshape(C * N, 2)), _np(tmax.reshape(C * N, 2)),
+            order, _np(tmin.reshape(C * N, 2)), _np(tmax.reshape(C * N, 2)),
             _np(means2d.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)), _np(opac.reshape(C * N)),
             N, grid.tiles_x, grid.tiles_y, grid.tile_size, width, height)
         self.order = interleaved_tile_order(C * grid.tiles_x * grid.tiles_y)

@@ -69,35 +69,61 @@ def min_sigma_on_rect(mx, my, a, b, c, inv_a, inv_c, xlo, xhi, ylo, yhi):
     return best
 
 
+MASK_TILES = 64  # boxes of at most this many tiles keep their reached tiles as a uint64 bitmask
+
+
 @njit(cache=True, inline="always")
 def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, tile_base, TW, out_tile, out_gauss, pos):
     """Visit the tiles of Gaussian g's box that it can reach with alpha >= 1/255 at some pixel centre
     (a conservative test on the rectangle spanned by the tile's pixel centres).
 
     With out_tile empty (size 0) it only counts; else it writes tile ids and g from ``pos`` on.
-    Returns the number of reached tiles."""
+    Returns (number of reached tiles, bitmask of them in box order (bit (ty - ty0) * box_w + tx - tx0)
+    when the box has at most MASK_TILES tiles, else 0)."""
+    mask = np.uint64(0)
     mx, my = means2d[g, 0], means2d[g, 1]
     a, b, c = conics[g, 0], conics[g, 1], conics[g, 2]
     level = alpha_level(opac[g])
     if level < 0.0:
-        return 0
+        return 0, mask
     pd = is_positive_definite(a, b, c)
     inv_a = 1.0 / a if pd else 0.0
     inv_c = 1.0 / c if pd else 0.0
+    box_w = tmax[g, 0] - tmin[g, 0]
+    small = box_w * (tmax[g, 1] - tmin[g, 1]) <= MASK_TILES
     n = 0
+    bit = 0
     for ty in range(tmin[g, 1], tmax[g, 1]):
         y0 = ty * ts
         y1 = min(y0 + ts, H)
         for tx in range(tmin[g, 0], tmax[g, 0]):
             x0 = tx * ts
-            if pd and min_sigma_on_rect(mx, my, a, b, c, inv_a, inv_c, x0 + 0.5, min(x0 + ts, W) - 0.5,
-                                        y0 + 0.5, y1 - 0.5) > level:
-                continue
-            if out_tile.shape[0] > 0:
-                out_tile[pos + n] = tile_base + ty * TW + tx
-                out_gauss[pos + n] = g
+            reached = not pd or min_sigma_on_rect(mx, my, a, b, c, inv_a, inv_c, x0 + 0.5, min(x0 + ts, W) - 0.5,
+                                                  y0 + 0.5, y1 - 0.5) <= level
+            if reached:
+                if out_tile.shape[0] > 0:
+                    out_tile[pos + n] = tile_base + ty * TW + tx
+                    out_gauss[pos + n] = g
+                elif small:
+                    mask |= np.uint64(1) << np.uint64(bit)
+                n += 1
+            bit += 1
+    return n, mask
+
+
+@njit(cache=True, inline="always")
+def fill_from_mask(g, mask, tmin, tmax, tile_base, TW, out_tile, out_gauss, pos):
+    """Write the tiles of ``mask`` (see count_or_fill_tiles) for Gaussian g from ``pos`` on."""
+    box_w = tmax[g, 0] - tmin[g, 0]
+    n = 0
+    bit = 0
+    while mask != np.uint64(0):
+        if mask & np.uint64(1):
+            out_tile[pos + n] = tile_base + (tmin[g, 1] + bit // box_w) * TW + tmin[g, 0] + bit % box_w
+            out_gauss[pos + n] = g
             n += 1
-    return n
+        mask >>= np.uint64(1)
+        bit += 1
 
 
 @njit(cache=True, parallel=True)
@@ -110,26 +136,32 @@ def touched_tiles(order, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H)
     Returns:
         pair_tile [M] flat tile ids and pair_gauss [M] flat Gaussian ids, grouped by Gaussian in the
         order of ``order`` (camera-major, near to far).
+    The counting pass keeps small boxes' reached tiles as bitmasks, so only large boxes are tested twice.
     """
     C = order.shape[0]
     TT = TW * TH
-    counts = np.zeros(C * N, np.int64)
+    counts = np.zeros(C * N, np.int64)  # per flat Gaussian g (visited in memory order: no random gathers)
+    masks = np.zeros(C * N, np.uint64)
     none = np.empty(0, np.int64)
-    for j in prange(C * N):
+    for g in prange(C * N):
+        counts[g], masks[g] = count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, (g // N) * TT,
+                                                  TW, none, none, 0)
+    starts = np.zeros(C * N, np.int64)  # output position of g: prefix sums taken in depth order
+    total = 0
+    for j in range(C * N):
         c = j // N
         g = c * N + order[c, j - c * N]
-        counts[j] = count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, c * TT, TW, none, none, 0)
-    starts = np.zeros(C * N + 1, np.int64)
-    for j in range(C * N):
-        starts[j + 1] = starts[j] + counts[j]
-    pair_tile = np.empty(starts[C * N], np.int64)
-    pair_gauss = np.empty(starts[C * N], np.int64)
-    for j in prange(C * N):
-        if counts[j] > 0:
-            c = j // N
-            g = c * N + order[c, j - c * N]
-            count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, c * TT, TW, pair_tile, pair_gauss,
-                                starts[j])
+        starts[g] = total
+        total += counts[g]
+    pair_tile = np.empty(total, np.int64)
+    pair_gauss = np.empty(total, np.int64)
+    for g in prange(C * N):
+        if counts[g] > 0:
+            if masks[g] != np.uint64(0):
+                fill_from_mask(g, masks[g], tmin, tmax, (g // N) * TT, TW, pair_tile, pair_gauss, starts[g])
+            else:
+                count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, (g // N) * TT, TW, pair_tile,
+                                    pair_gauss, starts[g])
     return pair_tile, pair_gauss
 
 

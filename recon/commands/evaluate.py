@@ -23,8 +23,12 @@ def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | N
         metrics = _evaluate(run, splats, data, data_factor, out, device)
     except USER_ERRORS as err:
         fail("eval", err)
-    print(f"test PSNR {metrics['psnr']:.2f} dB, SSIM {metrics['ssim']:.4f} over {metrics['num_views']} views "
-          "(LPIPS skipped: no weights offline)")
+    lp = "" if metrics["lpips"] is None else f", LPIPS {metrics['lpips']:.4f}"
+    print(f"test PSNR {metrics['psnr']:.2f} dB, SSIM {metrics['ssim']:.4f}{lp} over {metrics['num_views']} views")
+    if metrics["lpips"] is None:
+        from recon.lpips import NOTE
+
+        print(NOTE)
 
 
 def _evaluate(run, splats, data, data_factor, out, device) -> dict:
@@ -34,12 +38,16 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
 
     if run is None and splats is None:
         raise ValueError("give --run DIR or --splats FILE")
-    saved = {}
+    saved, run_facts = {}, None
     if run is not None:
         config_file = Path(run) / rf.CONFIG_FILE
         if not config_file.is_file():
             raise FileNotFoundError(f"{config_file} not found: --run must be a training output directory")
         saved = rf.read_config_dict(config_file)
+        if splats is None and (Path(run) / "metrics.json").is_file():
+            import json
+
+            run_facts = json.loads((Path(run) / "metrics.json").read_text())
         splats = splats or Path(run) / "splats.ply"
     data = data if data is not None else saved.get("data")
     if data is None:
@@ -50,4 +58,4 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     out = Path(out) if out is not None else (Path(run) / "eval" if run is not None else Path(splats).parent / "eval")
     out.mkdir(parents=True, exist_ok=True)
     background = background_color(cfg, scene).tolist()  # the run's fixed background (dataset's for auto/random)
-    return evaluate_splat_file(splats, scene, out, background=background, device=device)
+    return evaluate_splat_file(splats, scene, out, background=background, device=device, run_facts=run_facts)

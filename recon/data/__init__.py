@@ -1,6 +1,6 @@
 """Datasets: one Scene/Frame model and one loader per format, converting to our conventions at load time.
 
-See docs/conventions.md: OpenCV camera axes, ``world_to_cam`` [4, 4], ``K`` [3, 3] in pixels, images
+See rasterizer/CONVENTIONS.md: OpenCV camera axes, ``world_to_cam`` [4, 4], ``K`` [3, 3] in pixels, images
 float32 [H, W, 3] in [0, 1].
 """
 

@@ -1,6 +1,6 @@
 """Scene model shared by every dataset loader, plus image loading, downscaling and caching.
 
-Conventions (docs/conventions.md): cameras use OpenCV axes (x right, y down, z forward),
+Conventions (rasterizer/CONVENTIONS.md): cameras use OpenCV axes (x right, y down, z forward),
 ``world_to_cam`` [4, 4] float32 with ``x_cam = R x_world + t``, intrinsics ``K`` [3, 3] in pixels with
 pixel (i, j) centred at (i + 0.5, j + 0.5). Images are sRGB float32 ``[H, W, 3]`` in [0, 1].
 

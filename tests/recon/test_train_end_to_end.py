@@ -113,6 +113,12 @@ def test_eval_and_render_commands(trained, tmp_path, capsys):
     evaluate(splats=Path(cfg.out) / "splats.ply", data=Path("procedural"), data_factor=2, out=tmp_path / "ev")
     saved = json.loads((tmp_path / "ev" / "metrics.json").read_text())
     assert abs(saved["test"]["psnr"] - metrics["test"]["psnr"]) < 0.05  # PLY round trip, same views
+    assert {"test", "num_gaussians", "steps", "train_seconds", "seconds_per_step"} <= set(saved)
+    assert saved["steps"] is None  # a bare splat file has no training facts
+    evaluate(run=Path(cfg.out), out=tmp_path / "ev_run")
+    from_run = json.loads((tmp_path / "ev_run" / "metrics.json").read_text())
+    assert from_run["steps"] == STEPS and from_run["train_seconds"] == metrics["train_seconds"]
+    assert abs(from_run["test"]["psnr"] - metrics["test"]["psnr"]) < 0.05
     assert "PSNR" in capsys.readouterr().out
     video = render_video(Path(cfg.out), "spiral", tmp_path / "v.mp4", frames=6, progress=False)
     import imageio.v2 as imageio
@@ -127,3 +133,43 @@ def test_mcmc_short_run(tmp_path):
     metrics = train_model(small_cfg(tmp_path, steps=120, strategy="mcmc", max_gaussians=3000, save_every=0),
                           log=lambda *a: None)
     assert metrics["num_gaussians"] <= 3000 and metrics["test"]["psnr"] > 15.0
+
+
+def test_cli_run_killed_with_sigkill_resumes(tmp_path, capsys):
+    """A `splatforge train` process killed hard (SIGKILL: no handler runs) leaves only complete
+    checkpoints and no splats.ply / metrics.json; the same command resumes from the last checkpoint."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from recon.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", "--data", "procedural", "--data-factor", "2", "--steps", "400", "--save-every", "50",
+            "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "recon.cli", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=os.environ.copy())
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if rf.list_checkpoints(out) and rf.list_checkpoints(out)[-1][0] >= 100:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, f"training ended before it could be killed: {proc.stderr.read()!r}"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed_at = rf.list_checkpoints(out)[-1][0]
+    assert 100 <= killed_at < 400
+    assert not (out / "splats.ply").exists() and not (out / "metrics.json").exists()
+    for _, path in rf.list_checkpoints(out):  # every checkpoint left behind is complete and loadable
+        assert rf.load_latest_checkpoint(out) is not None and path.stat().st_size > 0
+    main(args)
+    printed = capsys.readouterr().out
+    assert f"from step {killed_at}" in printed, printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps"] == 400
+    assert len(rf.load_latest_checkpoint(out)[1]["losses"]) == 400

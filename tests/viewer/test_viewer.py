@@ -324,3 +324,102 @@ def test_mesh_and_run_folder(tmp_path, splat_file):
         assert len(v.meshes) == 1 and len(v.meshes[0][1].faces) == 12
     finally:
         v.stop()
+
+
+def _connect(browser, v, viewport=(640, 480)):
+    """(page, client) of a new page on viewer ``v``, once its camera is reported."""
+    before = set(v.server.get_clients())
+    page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+    page.goto(v.url)
+    t0 = time.monotonic()
+    while True:
+        new = [c for cid, c in v.server.get_clients().items() if cid not in before]
+        if new:
+            try:
+                new[0].camera.position
+                return page, new[0]
+            except AssertionError:
+                pass
+        assert time.monotonic() - t0 < 30, "browser never connected / reported its camera"
+        time.sleep(0.05)
+
+
+def test_browser_disconnect_and_reconnect(browser, splat_file, tmp_path):
+    """A page that goes away and comes back (reload, new tab) gets the scene and a working GUI again."""
+    v = build_viewer(ViewConfig(path=splat_file, port=0, output=tmp_path), verbose=False).start()
+    try:
+        page, client = _connect(browser, v)
+        first = browser_render(client, *set_camera(client))
+        page.close()  # disconnect
+        t0 = time.monotonic()
+        while v.server.get_clients() and time.monotonic() - t0 < 15:
+            time.sleep(0.05)
+        assert not v.server.get_clients(), "server still lists the closed page"
+        page, client = _connect(browser, v)  # reconnect
+        again = browser_render(client, *set_camera(client))
+        assert psnr(again, first) > 30.0  # the same scene, fully re-sent
+        page.get_by_role("button", name="render", exact=True).click()  # the GUI works for the new client
+        t0 = time.monotonic()
+        while not v.renders_saved and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        assert v.renders_saved and v.renders_saved[-1].exists()
+        page.close()
+    finally:
+        v.stop()
+
+
+def settled_render(client, cam, timeout=30.0) -> np.ndarray:
+    """[H, W, 4] float RGBA once the browser's picture stops changing (splats and meshes arrive
+    asynchronously after the page connects)."""
+    def grab():
+        return client.get_render(H, W, wxyz=cam[0], position=cam[1], fov=cam[2], transport_format="png",
+                                 timeout=60).astype(np.float64) / 255.0
+
+    t0, last = time.monotonic(), grab()
+    while time.monotonic() - t0 < timeout:
+        time.sleep(0.5)
+        now = grab()
+        if np.abs(now - last).max() < 1e-6 and now[..., 3].max() > 0:
+            return now
+        last = now
+    return last
+
+
+def _mesh_box(tmp_path, name, z, colour=(0, 255, 0, 255)):
+    import trimesh
+
+    box = trimesh.creation.box(extents=(0.6, 0.6, 0.2))
+    box.apply_translation((0.0, 0.0, z))
+    box.visual.face_colors = np.tile(np.asarray(colour, np.uint8), (len(box.faces), 1))
+    path = tmp_path / f"{name}.ply"
+    box.export(path)
+    return path
+
+
+def test_mesh_occludes_splats_behind_it_and_not_in_front(browser, splat_file, tmp_path):
+    """A green box between the camera and the splats (z = 2) hides them in the image centre; the same box
+    behind them (z = 7) is hidden where the splats are opaque: depth-tested, not drawn on top."""
+    renders = {}
+    for name, z in (("none", None), ("front", 2.0), ("behind", 7.0)):
+        mesh = () if z is None else (_mesh_box(tmp_path, name, z),)
+        v = build_viewer(ViewConfig(path=splat_file, port=0, mesh=mesh, cameras=False, output=tmp_path),
+                         verbose=False).start()
+        try:
+            page, client = _connect(browser, v)
+            cam = set_camera(client)
+            renders[name] = settled_render(client, cam)
+            page.close()
+        finally:
+            v.stop()
+    # the box at z = 2 spans |x|, |y| < 0.3 / 1.9 * f around the centre: look well inside it
+    f = 0.5 * H / math.tan(math.radians(30))
+    half = int(0.3 / 1.9 * f * 0.6)
+    centre = (slice(H // 2 - half, H // 2 + half), slice(W // 2 - half, W // 2 + half))
+    front = renders["front"][centre]
+    assert (front[..., 1] > front[..., 0] + 0.1).mean() > 0.9  # green box in front of everything
+    assert (front[..., 1] > front[..., 2] + 0.1).mean() > 0.9
+    none, behind = renders["none"][centre], renders["behind"][centre]
+    opaque = none[..., 3] > 0.98  # splats fully cover these pixels: the box behind must not show
+    assert opaque.sum() > 20, opaque.sum()
+    diff = np.abs(behind[..., :3] - none[..., :3])[opaque].max(-1)
+    assert (diff < 0.1).mean() > 0.9, (diff < 0.1).mean()

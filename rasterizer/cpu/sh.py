@@ -1,0 +1,203 @@
+"""View-dependent SH colours on the CPU: one Numba kernel forward, a hand-written one backward.
+
+Drop-in replacement for ``rasterizer.reference.sh.sh_to_color`` (same signature and numerics):
+colour [C, N, 3] = max(SH(dir) + 0.5, 0) with dir = normalize(mean - camera centre) (``F.normalize``:
+divided by max(|d|, 1e-12)), real SH up to degree 3 in the degree-major layout of ``sh [N, K, 3]``.
+
+Backward (per camera c and Gaussian n, g = v_colour * [raw colour >= 0], as clamp_min's gradient):
+v_coeffs[n, k] += basis_k g; v_dir = sum_k (coeffs[n, k] . g) d basis_k / d dir; through the
+normalisation v_d = (v_dir - u (u . v_dir)) / |d| (v_dir / 1e-12 below that); v_means[n] += v_d.
+Camera centres (viewmats) get no gradient, as in the cpu projection. Arithmetic in float64. (No
+``inline="always"`` here: Numba 0.6x miscompiled the inlined per-Gaussian backward, clamped channels
+received gradients; the test against the reference caught it.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit, prange
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ..reference.sh import SH_C0, SH_C1, SH_C2, SH_C3, num_sh_bases
+from .kernels import KERNEL_LOCK
+
+NORM_EPS = 1e-12  # F.normalize's eps
+BLOCK = 256  # Gaussians per parallel work item
+
+C20, C21, C22, C23, C24 = SH_C2
+C30, C31, C32, C33, C34, C35, C36 = SH_C3
+
+
+@njit(cache=True)
+def sh_basis_at(x, y, z, K, b):
+    """b[:K] = SH basis at the unit direction (x, y, z) (K = 1, 4, 9 or 16)."""
+    b[0] = SH_C0
+    if K > 1:
+        b[1] = -SH_C1 * y
+        b[2] = SH_C1 * z
+        b[3] = -SH_C1 * x
+    if K > 4:
+        xx, yy, zz = x * x, y * y, z * z
+        b[4] = C20 * x * y
+        b[5] = C21 * y * z
+        b[6] = C22 * (2.0 * zz - xx - yy)
+        b[7] = C23 * x * z
+        b[8] = C24 * (xx - yy)
+    if K > 9:
+        b[9] = C30 * y * (3.0 * xx - yy)
+        b[10] = C31 * x * y * z
+        b[11] = C32 * y * (4.0 * zz - xx - yy)
+        b[12] = C33 * z * (2.0 * zz - 3.0 * xx - 3.0 * yy)
+        b[13] = C34 * x * (4.0 * zz - xx - yy)
+        b[14] = C35 * z * (xx - yy)
+        b[15] = C36 * x * (xx - 3.0 * yy)
+
+
+@njit(cache=True)
+def sh_basis_grad_at(x, y, z, K, w):
+    """d/d(x, y, z) of sum_k w[k] basis_k at (x, y, z), x, y, z taken as independent."""
+    gx = gy = gz = 0.0
+    if K > 1:
+        gx += -SH_C1 * w[3]
+        gy += -SH_C1 * w[1]
+        gz += SH_C1 * w[2]
+    if K > 4:
+        gx += C20 * y * w[4] + C23 * z * w[7] - 2.0 * C22 * x * w[6] + 2.0 * C24 * x * w[8]
+        gy += C20 * x * w[4] + C21 * z * w[5] - 2.0 * C22 * y * w[6] - 2.0 * C24 * y * w[8]
+        gz += C21 * y * w[5] + 4.0 * C22 * z * w[6] + C23 * x * w[7]
+    if K > 9:
+        xx, yy, zz = x * x, y * y, z * z
+        gx += (6.0 * C30 * x * y * w[9] + C31 * y * z * w[10] - 2.0 * C32 * x * y * w[11]
+               - 6.0 * C33 * x * z * w[12] + C34 * (4.0 * zz - 3.0 * xx - yy) * w[13]
+               + 2.0 * C35 * x * z * w[14] + C36 * (3.0 * xx - 3.0 * yy) * w[15])
+        gy += (C30 * (3.0 * xx - 3.0 * yy) * w[9] + C31 * x * z * w[10] + C32 * (4.0 * zz - xx - 3.0 * yy) * w[11]
+               - 6.0 * C33 * y * z * w[12] - 2.0 * C34 * x * y * w[13] - 2.0 * C35 * y * z * w[14]
+               - 6.0 * C36 * x * y * w[15])
+        gz += (C31 * x * y * w[10] + 8.0 * C32 * y * z * w[11] + C33 * (6.0 * zz - 3.0 * xx - 3.0 * yy) * w[12]
+               + 8.0 * C34 * x * z * w[13] + C35 * (xx - yy) * w[14])
+    return gx, gy, gz
+
+
+@njit(cache=True)
+def unit_direction(means, centers, n, c):
+    """(d, |d|, u = d / max(|d|, eps)) for Gaussian n seen from camera c."""
+    dx = np.float64(means[n, 0]) - centers[c, 0]
+    dy = np.float64(means[n, 1]) - centers[c, 1]
+    dz = np.float64(means[n, 2]) - centers[c, 2]
+    norm = np.sqrt(dx * dx + dy * dy + dz * dz)
+    inv = 1.0 / max(norm, NORM_EPS)
+    return dx * inv, dy * inv, dz * inv, norm
+
+
+@njit(cache=True)
+def sh_forward_one(means, centers, coeffs, K, out, n, b):
+    """Colours of Gaussian n in every camera (see sh_forward_kernel); b [16] scratch."""
+    for c in range(out.shape[0]):
+        x, y, z, _ = unit_direction(means, centers, n, c)
+        sh_basis_at(x, y, z, K, b)
+        for ch in range(3):
+            acc = 0.5
+            for k in range(K):
+                acc += b[k] * coeffs[n, k, ch]
+            out[c, n, ch] = max(acc, 0.0)
+
+
+@njit(cache=True, parallel=True)
+def sh_forward_kernel(means, centers, coeffs, K, out):
+    """out [C, N, 3] = max(sum_k basis_k(u) coeffs[n, k] + 0.5, 0)."""
+    N = out.shape[1]
+    for blk in prange((N + BLOCK - 1) // BLOCK):
+        b = np.empty(16)  # scratch per block of Gaussians (an allocation per Gaussian costs more than the work)
+        for n in range(blk * BLOCK, min(N, (blk + 1) * BLOCK)):
+            sh_forward_one(means, centers, coeffs, K, out, n, b)
+
+
+@njit(cache=True)
+def sh_backward_one(means, centers, coeffs, K, v_colors, v_coeffs, v_means, n, b, w, g):
+    """Gradients of Gaussian n summed over cameras (see sh_backward_kernel); b, w [16], g [3] scratch."""
+    for k in range(coeffs.shape[1]):
+        for ch in range(3):
+            v_coeffs[n, k, ch] = 0.0
+    v_means[n, 0] = v_means[n, 1] = v_means[n, 2] = 0.0
+    for c in range(v_colors.shape[0]):
+        x, y, z, norm = unit_direction(means, centers, n, c)
+        sh_basis_at(x, y, z, K, b)
+        for ch in range(3):
+            raw = 0.5
+            for k in range(K):
+                raw += b[k] * coeffs[n, k, ch]
+            g[ch] = v_colors[c, n, ch] if raw >= 0.0 else 0.0
+        for k in range(K):
+            w[k] = 0.0
+            for ch in range(3):
+                v_coeffs[n, k, ch] += b[k] * g[ch]
+                w[k] += coeffs[n, k, ch] * g[ch]
+        gx, gy, gz = sh_basis_grad_at(x, y, z, K, w)
+        if norm > NORM_EPS:
+            dot = x * gx + y * gy + z * gz
+            v_means[n, 0] += (gx - x * dot) / norm
+            v_means[n, 1] += (gy - y * dot) / norm
+            v_means[n, 2] += (gz - z * dot) / norm
+        else:
+            v_means[n, 0] += gx / NORM_EPS
+            v_means[n, 1] += gy / NORM_EPS
+            v_means[n, 2] += gz / NORM_EPS
+
+
+@njit(cache=True, parallel=True)
+def sh_backward_kernel(means, centers, coeffs, K, v_colors, v_coeffs, v_means):
+    """Gradients of sh_forward_kernel: v_coeffs [N, K_all, 3] (rows >= K stay 0), v_means [N, 3]."""
+    N = v_colors.shape[1]
+    for blk in prange((N + BLOCK - 1) // BLOCK):
+        b = np.empty(16)
+        w = np.zeros(16)
+        g = np.zeros(3)
+        for n in range(blk * BLOCK, min(N, (blk + 1) * BLOCK)):
+            sh_backward_one(means, centers, coeffs, K, v_colors, v_coeffs, v_means, n, b, w, g)
+
+
+def camera_centers(viewmats: Tensor) -> np.ndarray:
+    """[C, 3] float64 camera centres -R^T t of world_to_cam matrices [C, 4, 4]."""
+    vm = viewmats.detach().to(torch.float64)
+    R, t = vm[:, :3, :3], vm[:, :3, 3]
+    return np.ascontiguousarray((-(R.transpose(-1, -2) @ t[..., None])[..., 0]).numpy())
+
+
+class SHColorFunction(torch.autograd.Function):
+    """colours [C, N, 3] from means [N, 3] and SH coefficients [N, K, 3] (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, degree: int, means: Tensor, coeffs: Tensor, viewmats: Tensor) -> Tensor:
+        K = num_sh_bases(degree)
+        m = means.detach().contiguous().numpy()
+        sh = coeffs.detach().contiguous().numpy()
+        centers = camera_centers(viewmats)
+        out = np.empty((viewmats.shape[0], m.shape[0], 3), m.dtype)
+        with KERNEL_LOCK:
+            sh_forward_kernel(m, centers, sh, K, out)
+        ctx.arrays = (m, centers, sh, K)
+        ctx.save_for_backward(means, coeffs)
+        return torch.from_numpy(out)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, v_colors: Tensor):
+        ctx.saved_tensors  # noqa: B018  (raises if an input was modified in place since the forward)
+        m, centers, sh, K = ctx.arrays
+        v_coeffs = np.empty(sh.shape, sh.dtype)
+        v_means = np.empty(m.shape, m.dtype)
+        with KERNEL_LOCK:
+            sh_backward_kernel(m, centers, sh, K, np.ascontiguousarray(v_colors.detach().numpy(), dtype=m.dtype),
+                               v_coeffs, v_means)
+        need = ctx.needs_input_grad
+        return (None, torch.from_numpy(v_means) if need[1] else None, torch.from_numpy(v_coeffs) if need[2] else None,
+                None)
+
+
+def sh_to_color(degree: int, means: Tensor, coeffs: Tensor, viewmats: Tensor) -> Tensor:
+    """Same contract as ``rasterizer.reference.sh.sh_to_color`` (CPU tensors; no gradient to viewmats)."""
+    if coeffs.shape[1] < num_sh_bases(degree):
+        raise ValueError(f"sh_degree {degree} needs {num_sh_bases(degree)} coefficients, got {coeffs.shape[1]}")
+    return SHColorFunction.apply(int(degree), means, coeffs, viewmats)
