@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from recon.data.scene import Frame, MissingImageError, _map_threads, _read_pil, to_float_rgba
+from recon.data.scene import Frame, MissingImageError, _map_threads, _read_pil, load_mask, to_float_rgba
 
 
 def frame_rgba(frame: Frame) -> np.ndarray:
@@ -45,6 +45,9 @@ class FrameImages:
         arrays = _map_threads(frame_rgba, list(frames))
         self.frames = list(frames)
         self.rgba = [torch.from_numpy(a).to(device) for a in arrays]
+        masks = _map_threads(load_mask, list(frames))  # float [H, W] in [0, 1], or None
+        self.masks = [None if m is None else torch.from_numpy(np.round(m * 255.0).astype(np.uint8)).to(device)
+                      for m in masks]
 
     def __len__(self) -> int:
         return len(self.rgba)
@@ -52,6 +55,11 @@ class FrameImages:
     def rgb(self, i: int, background: Tensor) -> Tensor:
         """float32 [H, W, 3] image ``i`` composited on ``background`` [3] (RGB in [0, 1])."""
         return composite_on(self.rgba[i], background)
+
+    def mask(self, i: int) -> Tensor | None:
+        """float32 [H, W, 1] mask of image ``i`` in [0, 1] (1 = use the pixel), or None when it has none."""
+        m = self.masks[i]
+        return None if m is None else (m.float() / 255.0)[..., None]
 
     def has_alpha(self) -> bool:
         """True when any image has a non-opaque pixel."""

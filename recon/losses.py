@@ -83,6 +83,15 @@ def photometric_loss(render: Tensor, target: Tensor, ssim_lambda: float = 0.2) -
     return (1.0 - ssim_lambda) * l1_loss(render, target) + ssim_lambda * (1.0 - auto_ssim(render, target))
 
 
+def masked_render(render: Tensor, target: Tensor, mask: Tensor | None) -> Tensor:
+    """``render`` where ``mask`` [H, W, 1] (1 = keep) says so, ``target`` elsewhere (soft masks blend):
+    pixels outside the mask add nothing to a loss against ``target`` and get no gradient (as nerfstudio
+    applies dataset masks). ``mask`` None: ``render`` unchanged."""
+    if mask is None:
+        return render
+    return render * mask + target * (1.0 - mask)
+
+
 def psnr(a: Tensor, b: Tensor, max_value: float = 1.0) -> float:
     """PSNR in dB: ``10 log10(max^2 / MSE)`` over all pixels and channels; inf for identical images."""
     mse = float((a.detach().double() - b.detach().double()).square().mean())

@@ -23,7 +23,7 @@ from recon.data.scene import Scene
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_splats
 from recon.frame_images import FrameImages
-from recon.losses import photometric_loss, psnr
+from recon.losses import masked_render, photometric_loss, psnr
 from recon.models.gaussians import GaussianModel
 from recon import run_files as rf
 from recon.strategy import ADCStrategy, MCMCStrategy
@@ -287,7 +287,8 @@ class Trainer:
         absgrad = getattr(self.strategy, "absgrad", False)
         render, _, meta = self.model.render([self.scene.frames_train[i].camera], self.active_sh_degree(step), bg,
                                             absgrad=absgrad)
-        loss = photometric_loss(render[0], gt, self.cfg.ssim_lambda) + self.strategy.regularization(self.model)
+        pred = masked_render(render[0], gt, self.images.mask(i))  # dataset masks: loss only where 1
+        loss = photometric_loss(pred, gt, self.cfg.ssim_lambda) + self.strategy.regularization(self.model)
         self.strategy.step_pre_backward(self.model, meta, self.strategy_state, step)
         loss.backward()
         self.model.step()
@@ -297,7 +298,7 @@ class Trainer:
         value = float(loss.detach())
         if not math.isfinite(value):
             raise FloatingPointError(f"step {step}: loss is {value} (NaN/Inf); last checkpoint is kept")
-        return StepResult(value, psnr(render[0].detach().clamp(0, 1), gt))
+        return StepResult(value, psnr(pred.detach().clamp(0, 1), gt))
 
     # ---------------------------------------------------------------------------- loop
 

@@ -1,7 +1,8 @@
 """Time exporting 1,000,000 random splats to SPZ (SH degree 3 and 0): median of 3 runs, and size.
 
 Prints JSON. Also times the gzip step alone at a few compression levels (``--levels``), which is
-how the SPZ writer's level was chosen. Usage: .venv/bin/python scripts/bench_export.py [--n N]
+how the SPZ writer's level was chosen, and the whole ``splatforge export`` path from a PLY file
+(read, NaN check, write; ``cli_ply_to_spz_seconds_median``). Usage: .venv/bin/python scripts/bench_export.py [--n N]
 
 With ``--trained RUN_DIR`` (a finished ``splatforge train`` run, e.g. lego_400 at data factor 2) it
 instead exports the run's splats.ply to SPZ and evaluates both files on the run's test views:
@@ -25,6 +26,9 @@ import statistics
 import tempfile
 import time
 
+from pathlib import Path
+
+from recon.commands.export import ExportConfig, run_export
 from recon.export import random_splats, write_splats
 from recon.export import spz as spz_mod
 
@@ -90,8 +94,13 @@ def main() -> None:
                                 args.repeats)
                 gz[str(level)] = {"seconds": round(t, 3),
                                   "bytes": len(gzip.compress(payload, compresslevel=level, mtime=0))}
+            ply = os.path.join(tmp, f"bench_{degree}.ply")
+            write_splats(ply, data, force=True)
+            cli_secs = median_time(lambda: run_export(ExportConfig(input=Path(ply), out=Path(path), force=True,
+                                                                   evaluate=False, quiet=True)), args.repeats)
             result["spz"][f"sh{degree}"] = {
                 "seconds_median": round(secs, 3),
+                "cli_ply_to_spz_seconds_median": round(cli_secs, 3),
                 "bytes": os.path.getsize(path),
                 "bytes_per_splat": round(os.path.getsize(path) / args.n, 2),
                 "uncompressed_bytes": len(payload),

@@ -227,3 +227,15 @@ def test_spark_loads_our_files(tmp_path, spark_page, fmt):
     expected = ours.means[0].astype(np.float64) * (OPENCV_TO_RUB if fmt == "spz" else 1.0)
     np.testing.assert_allclose(first, expected, rtol=2e-3, atol=2e-3,
                                err_msg=f"Spark's first centre vs ours ({fmt})")
+    # the rest of the first splat, within Spark's 8-bit packing: scales, opacity, DC colour, rotation
+    got = result["first"]
+    scales = np.exp(ours.log_scales[0].astype(np.float64))
+    np.testing.assert_allclose(got["scales"], scales, rtol=0.05, err_msg=f"scales ({fmt})")
+    assert abs(got["opacity"] - float(sigmoid(ours.logit_opacities[0]))) < 2.5 / 255, (fmt, got["opacity"])
+    colour = np.clip(0.5 + 0.28209479177387814 * ours.sh[0, 0].astype(np.float64), 0, 1)
+    np.testing.assert_allclose(got["color"], colour, atol=0.02, err_msg=f"DC colour ({fmt})")
+    w, x, y, z = normalized_quats(ours.quats[:1].astype(np.float64))[0]
+    if fmt == "spz":  # the file's RUB axes: R' = S R S with S = diag(1, -1, -1)
+        y, z = -y, -z
+    q = np.array(got["quaternion"], np.float64)
+    assert abs(float(q @ [x, y, z, w])) / np.linalg.norm(q) > 0.995, (fmt, q, (w, x, y, z))
