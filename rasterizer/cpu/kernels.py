@@ -192,27 +192,39 @@ def bin_gaussians(order, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H)
     return sort_pairs_by_tile(pair_tile, pair_gauss, order.shape[0] * TW * TH)
 
 
-@njit(cache=True, inline="always")
-def row_range(my, a, b, c, level, y0, y1):
-    """Rows [ylo, yhi) of the tile whose centres can lie inside the ellipse sigma <= level."""
-    if not is_positive_definite(a, b, c):
-        return y0, y1
-    half = math.sqrt(2.0 * level * a / (a * c - b * b)) + SPAN_MARGIN
-    ylo = max(y0, int(math.ceil(my - half - 0.5)))
-    yhi = min(y1, int(math.floor(my + half - 0.5)) + 1)
-    return ylo, yhi
+@njit(cache=True, parallel=True)
+def row_half_extents(conics, opac):
+    """[G] float64 per Gaussian: half height in pixels (+ SPAN_MARGIN) of its alpha >= 1/255 ellipse
+    sigma <= ln(255 opacity); -1 for opacity <= 0 (no rows), inf for a conic that is not positive
+    definite (every row). Computed once per render; the tile kernels only offset it by the mean."""
+    G = conics.shape[0]
+    out = np.empty(G)
+    for g in prange(G):
+        level = alpha_level(np.float64(opac[g]))
+        a, b, c = np.float64(conics[g, 0]), np.float64(conics[g, 1]), np.float64(conics[g, 2])
+        if level < 0.0:
+            out[g] = -1.0
+        elif not is_positive_definite(a, b, c):
+            out[g] = np.inf
+        else:
+            out[g] = math.sqrt(2.0 * level * a / (a * c - b * b)) + SPAN_MARGIN
+    return out
 
 
 @njit(cache=True, inline="always")
-def gaussian_rows(g, means2d, conics, opac, y0, y1):
+def gaussian_rows(g, means2d, row_half, y0, y1):
     """Rows [ylo, yhi) of the tile (y0 <= ylo, yhi <= y1) where Gaussian g can pass alpha >= 1/255:
-    those crossing its ellipse sigma <= ln(255 opacity) (all rows for a conic that is not positive
-    definite, none for opacity <= 0). Computed in float64 whatever the storage dtype."""
-    level = alpha_level(np.float64(opac[g]))
-    if level < 0.0:
+    those whose centres lie within ``row_half[g]`` (row_half_extents) of its mean (all rows for an
+    infinite extent, none for a negative one). Float64 whatever the storage dtype."""
+    h = row_half[g]
+    if h < 0.0:
         return y0, y0
-    return row_range(np.float64(means2d[g, 1]), np.float64(conics[g, 0]), np.float64(conics[g, 1]),
-                     np.float64(conics[g, 2]), level, y0, y1)
+    my = np.float64(means2d[g, 1])
+    flo = math.ceil(my - h - 0.5)
+    fhi = math.floor(my + h - 0.5) + 1.0
+    ylo = y0 if flo < y0 else (y1 if flo > y1 else int(flo))
+    yhi = y1 if fhi > y1 else (y0 if fhi < y0 else int(fhi))
+    return ylo, yhi
 
 
 @njit(cache=True, inline="always")
@@ -320,18 +332,18 @@ def count_done(st, done_threshold):
 
 
 @njit(cache=True, parallel=True)
-def forward_kernel(means2d, conics, opac, colors, offsets, ids, tile_order, W, H, TW, TH, ts,
+def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, tile_order, W, H, TW, TH, ts,
                    render, alpha_out, T_final, last_ids):
     """Front-to-back compositing of all tiles in parallel. Writes render [C,H,W,D], alpha_out
     [C,H,W,1], T_final [C,H,W] (transmittance after the last blended Gaussian) and last_ids [C,H,W]
     int32 (position in ``ids`` of the last blended Gaussian, -1 if none). Requires ts == TS."""
     for it in prange(tile_order.shape[0]):
-        forward_tile(tile_order[it], means2d, conics, opac, colors, offsets, ids, W, H, TW, TH,
+        forward_tile(tile_order[it], means2d, conics, opac, colors, row_half, offsets, ids, W, H, TW, TH,
                      render, alpha_out, T_final, last_ids)
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def forward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, render, alpha_out, T_final,
+def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, W, H, TW, TH, render, alpha_out, T_final,
                  last_ids):
     """Forward pass of one tile t (see forward_kernel): Gaussians front to back, each over the rows
     its ellipse crosses, until every pixel of the tile is done."""
@@ -349,7 +361,7 @@ def forward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, r
         if (k - offsets[t]) % LIVE_CHECK == LIVE_CHECK - 1 and count_done(st, done) == NPIX:
             break
         g = ids[k]
-        ylo, yhi = gaussian_rows(g, means2d, conics, opac, y0, y1)
+        ylo, yhi = gaussian_rows(g, means2d, row_half, y0, y1)
         if ylo >= yhi:
             continue
         lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
@@ -443,17 +455,17 @@ def backward_geometry_pixels(st, lo, hi, mx, my, a, b, c, op):
 
 
 @njit(cache=True, parallel=True)
-def backward_kernel(means2d, conics, opac, colors, offsets, ids, tile_order, W, H, TW, TH, ts,
+def backward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, tile_order, W, H, TW, TH, ts,
                     T_final, last_ids, v_render, v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors):
     """Back-to-front pass of all tiles in parallel; gradients per intersection k (g_* [M, ...]) so
     that tiles never write to the same place. Requires ts == TS."""
     for it in prange(tile_order.shape[0]):
-        backward_tile(tile_order[it], means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, T_final,
+        backward_tile(tile_order[it], means2d, conics, opac, colors, row_half, offsets, ids, W, H, TW, TH, T_final,
                       last_ids, v_render, v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors)
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def backward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, T_final, last_ids, v_render,
+def backward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, W, H, TW, TH, T_final, last_ids, v_render,
                   v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors):
     """Backward pass of one tile t, recovering T_i = T_{i+1} / (1 - alpha_i) from back to front."""
     D = colors.shape[1]
@@ -473,7 +485,7 @@ def backward_tile(t, means2d, conics, opac, colors, offsets, ids, W, H, TW, TH, 
             k_end = max(k_end, last_ids[c, y, x] + 1)
     for k in range(k_end - 1, offsets[t] - 1, -1):
         g = ids[k]
-        ylo, yhi = gaussian_rows(g, means2d, conics, opac, y0, y1)
+        ylo, yhi = gaussian_rows(g, means2d, row_half, y0, y1)
         if ylo >= yhi:
             continue
         lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
