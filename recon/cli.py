@@ -55,7 +55,12 @@ def with_default_preset(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     import tyro
 
-    argv = with_default_preset(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"] and any(a == "--config" or a.startswith("--config=") for a in argv[1:]):
+        from recon.commands.train import train_from_config_file
+
+        return train_from_config_file(argv[1:])
+    argv = with_default_preset(argv)
     commands = load_subcommands()
     if not commands:
         print("splatforge: no subcommands are available in this build", file=sys.stderr)

@@ -89,6 +89,16 @@ def vertical_sum(hor, s, p, row, g, r, H, W, out):
                 out[x] += gk * hor[s, p, yy, x]
 
 
+@njit(cache=True, fastmath=True)
+def vertical_block(hor, count, p, row, g):
+    """[count, W]: the vertical pass of maps hor[0:count, p] at image row ``row`` (see vertical_sum)."""
+    H, W = hor.shape[2], hor.shape[3]
+    st = np.empty((count, W), hor.dtype)
+    for s in range(count):
+        vertical_sum(hor, s, p, row, g, g.shape[0] // 2, H, W, st[s])
+    return st
+
+
 @njit(cache=True, parallel=True, fastmath=True)
 def ssim_rows(hor, g, partials, row_sums):
     """Vertical pass, the SSIM map and its partial derivatives, one image row at a time.
@@ -96,12 +106,9 @@ def ssim_rows(hor, g, partials, row_sums):
     hor [5, P, H, W] from horizontal_stats; writes partials [3, P, H, W] (dS/dmu_x, dS/de_xx,
     dS/de_xy) and row_sums [P * H] (sum of S over the row)."""
     _, P, H, W = hor.shape
-    r = g.shape[0] // 2
     for i in prange(P * H):
         p, row = i // H, i % H
-        st = np.empty((5, W), hor.dtype)
-        for s in range(5):
-            vertical_sum(hor, s, p, row, g, r, H, W, st[s])
+        st = vertical_block(hor, 5, p, row, g)
         ref = st[0, 0]  # constants in the storage dtype: float32 stays float32 (vectorised)
         c1, c2, two = like(C1, ref), like(C2, ref), like(2.0, ref)
         total = 0.0
@@ -142,12 +149,9 @@ def gradient_rows(hor, x, y, g, scale, grad):
     """Vertical pass of the backward and the chain rule: grad = scale (b0 + 2 x b1 + y b2) with
     b = blur(partials); grad [P, H, W] (written)."""
     _, P, H, W = hor.shape
-    r = g.shape[0] // 2
     for i in prange(P * H):
         p, row = i // H, i % H
-        st = np.empty((3, W), hor.dtype)
-        for s in range(3):
-            vertical_sum(hor, s, p, row, g, r, H, W, st[s])
+        st = vertical_block(hor, 3, p, row, g)
         for j in range(W):
             grad[p, row, j] = scale * (st[0, j] + 2.0 * x[p, row, j] * st[1, j] + y[p, row, j] * st[2, j])
 

@@ -92,16 +92,22 @@ def unit_direction(means, centers, n, c):
 
 
 @njit(cache=True)
+def raw_colour(b, coeffs, n, ch, K):
+    """Channel ch of Gaussian n before the clamp: 0.5 + sum_k b[k] coeffs[n, k, ch]."""
+    acc = 0.5
+    for k in range(K):
+        acc += b[k] * coeffs[n, k, ch]
+    return acc
+
+
+@njit(cache=True)
 def sh_forward_one(means, centers, coeffs, K, out, n, b):
     """Colours of Gaussian n in every camera (see sh_forward_kernel); b [16] scratch."""
     for c in range(out.shape[0]):
         x, y, z, _ = unit_direction(means, centers, n, c)
         sh_basis_at(x, y, z, K, b)
         for ch in range(3):
-            acc = 0.5
-            for k in range(K):
-                acc += b[k] * coeffs[n, k, ch]
-            out[c, n, ch] = max(acc, 0.0)
+            out[c, n, ch] = max(raw_colour(b, coeffs, n, ch, K), 0.0)
 
 
 @njit(cache=True, parallel=True)
@@ -125,10 +131,7 @@ def sh_backward_one(means, centers, coeffs, K, v_colors, v_coeffs, v_means, n, b
         x, y, z, norm = unit_direction(means, centers, n, c)
         sh_basis_at(x, y, z, K, b)
         for ch in range(3):
-            raw = 0.5
-            for k in range(K):
-                raw += b[k] * coeffs[n, k, ch]
-            g[ch] = v_colors[c, n, ch] if raw >= 0.0 else 0.0
+            g[ch] = v_colors[c, n, ch] if raw_colour(b, coeffs, n, ch, K) >= 0.0 else 0.0
         for k in range(K):
             w[k] = 0.0
             for ch in range(3):

@@ -42,6 +42,49 @@ PresetConfig = tyro.extras.subcommand_type_from_defaults(
     {k: v[0] for k, v in PRESETS.items()}, {k: v[1] for k, v in PRESETS.items()})
 
 
+def config_from_file(path) -> TrainConfig:
+    """The TrainConfig saved in a run's ``config.yaml`` (or any YAML file of its fields); ValueError /
+    FileNotFoundError naming the file for a missing file, bad YAML or unknown fields."""
+    from pathlib import Path
+
+    from recon import run_files as rf
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--config {path}: no such file")
+    try:
+        return rf.config_from_dict(TrainConfig, rf.read_config_dict(path))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"--config {path}: {err}") from err
+
+
+def split_config_flag(args: list[str]) -> tuple[str | None, list[str]]:
+    """(FILE, the other arguments) for ``--config FILE`` / ``--config=FILE`` in ``args`` (None if absent)."""
+    for i, a in enumerate(args):
+        if a == "--config":
+            if i + 1 >= len(args):
+                raise ValueError("--config needs a file (a run's config.yaml)")
+            return args[i + 1], args[:i] + args[i + 2:]
+        if a.startswith("--config="):
+            return a.split("=", 1)[1], args[:i] + args[i + 1:]
+    return None, list(args)
+
+
+def train_from_config_file(args: list[str]) -> None:
+    """``splatforge train --config FILE [flags]``: FILE's values (a run's config.yaml) are the defaults,
+    flags override them, e.g. ``--config runs/lego/config.yaml --steps 30000 --out runs/lego_30k``."""
+    file, rest = split_config_flag(args)
+    if rest and rest[0] in PRESETS:
+        fail("train", ValueError(f"give a preset ({rest[0]}) or --config, not both"))
+    try:
+        base = config_from_file(file)
+    except USER_ERRORS as err:
+        fail("train", err)
+    cfg = tyro.cli(TrainConfig, default=base, args=rest, prog="splatforge train --config FILE",
+                   description=train_from_config_file.__doc__)
+    train(cfg)
+
+
 def fail(command: str, err: BaseException) -> None:
     """Print ``splatforge <command>: error: <message>`` to stderr and exit with status 2."""
     print(f"splatforge {command}: error: {err}", file=sys.stderr)
@@ -60,6 +103,7 @@ def train(cfg: Annotated[PresetConfig, tyro.conf.OmitArgPrefixes]) -> None:
 
     Pick a preset (default, mcmc, fast), then override any field with flags, e.g.
     `splatforge train mcmc --data DIR --out OUT --steps 7000`; without a preset name, default is used.
+    Or start from a saved run's settings: `splatforge train --config RUN/config.yaml --out NEW --steps N`.
     Writes OUT/config.yaml, OUT/checkpoints/, OUT/splats.ply, OUT/metrics.json, OUT/loss.png and
     OUT/renders/. Running the same command again resumes from the newest checkpoint. --viewer shows the
     training live in the browser (pause/resume there).

@@ -150,8 +150,9 @@ def psnr_before_after(run_dir: str | os.PathLike, splats: SplatData,
 
 def _via_splat_file(evaluate_splat_file):
     """Adapter for ``recon.evaluation.evaluate_splat_file(path, scene) -> {"psnr": ...}``: the
-    scene comes from the run's config.yaml through the trainer's ``load_training_scene`` (the
-    dataset must be available), the splats go through a temporary PLY. The scene is loaded once."""
+    scene and background come from the run's config.yaml through the trainer's ``load_training_scene``
+    and ``background_color`` (the dataset must be available), the splats go through a temporary PLY.
+    The scene is loaded once."""
     scenes: dict = {}
 
     def evaluate(splats: SplatData, run_dir: Path):
@@ -163,11 +164,15 @@ def _via_splat_file(evaluate_splat_file):
             from recon.run_files import config_from_dict, read_config_dict
             from recon.trainer import TrainConfig, load_training_scene
 
+            from recon.trainer import background_color
+
             cfg = config_from_dict(TrainConfig, read_config_dict(run_dir / "config.yaml"))
-            scenes[run_dir] = load_training_scene(cfg)
+            scene = load_training_scene(cfg)
+            scenes[run_dir] = (scene, background_color(cfg, scene).tolist())  # the run's own evaluation background
+        scene, background = scenes[run_dir]
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "eval.ply"
             write_splats(path, splats)
-            return evaluate_splat_file(path, scenes[run_dir])
+            return evaluate_splat_file(path, scene, background=background)
 
     return evaluate

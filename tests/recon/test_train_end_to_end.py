@@ -173,3 +173,16 @@ def test_cli_run_killed_with_sigkill_resumes(tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps"] == 400
     assert len(rf.load_latest_checkpoint(out)[1]["losses"]) == 400
+
+
+def test_export_report_psnr_before_and_after_real_path(trained, tmp_path):
+    """`splatforge export RUN --max-splats` evaluates the run's test views itself (no stub): PSNR before
+    equals the run's own metrics, and keeping a third of the splats costs PSNR."""
+    from recon.commands.export import ExportConfig, run_export
+
+    cfg, metrics, _ = trained
+    keep = max(1, metrics["num_gaussians"] // 3)
+    report = run_export(ExportConfig(input=Path(cfg.out), out=tmp_path / "small.spz", max_splats=keep, quiet=True))
+    assert report.psnr_before is not None and report.psnr_after is not None
+    assert abs(report.psnr_before - metrics["test"]["psnr"]) < 0.05
+    assert report.psnr_after < report.psnr_before - 0.5

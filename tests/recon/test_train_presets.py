@@ -59,3 +59,30 @@ def test_cli_help_lists_presets(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert all(name in out for name in PRESETS)
+
+
+def test_cli_config_file_with_overrides(tmp_path, capsys):
+    """`splatforge train --config RUN/config.yaml --flag X`: the saved run's settings, flags on top."""
+    train_cli("mcmc", "--out", str(tmp_path / "first"), "--max-gaussians", "1500", "--seed", "7")
+    saved = tmp_path / "first" / rf.CONFIG_FILE
+    main(["train", "--config", str(saved), "--out", str(tmp_path / "second"), "--steps", "2"])
+    second = rf.read_config_dict(tmp_path / "second" / rf.CONFIG_FILE)
+    first = rf.read_config_dict(saved)
+    assert second["steps"] == 2 and second["out"] == str(tmp_path / "second")
+    assert {k: v for k, v in second.items() if k not in ("steps", "out")} == \
+        {k: v for k, v in first.items() if k not in ("steps", "out")}
+    assert second["strategy"] == "mcmc" and second["max_gaussians"] == 1500 and second["seed"] == 7
+    assert "done: 2 steps" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content,message", [(None, "no such file"), ("[1, 2]", "expected a mapping"),
+                                             ("steps: 3\nbogus: 1\n", "unknown config field")])
+def test_cli_config_file_errors(tmp_path, capsys, content, message):
+    path = tmp_path / "config.yaml"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as exc:
+        main(["train", f"--config={path}"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "config.yaml" in err
