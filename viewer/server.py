@@ -253,14 +253,23 @@ class ViewerServer:
         bg = BACKGROUNDS[self.gui["background"].value] if background is None and "background" in self.gui \
             else (background if background is not None else BACKGROUNDS["white"])
         degree = int(round(math.sqrt(s.sh.shape[1]))) - 1
-        t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32)  # noqa: E731
+        dev = self.render_device()
+        t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=dev)  # noqa: E731
         with torch.no_grad():
             render, _, _ = rasterize_gaussians(
                 t(s.means), t(s.quats), torch.exp(t(s.log_scales)), torch.sigmoid(t(s.logit_opacities)),
                 t(s.sh), t(frame.world_to_cam)[None], t(frame.K)[None], frame.width, frame.height,
-                sh_degree=degree, backgrounds=torch.tensor([bg], dtype=torch.float32),
-                rasterize_mode="antialiased" if s.antialiased else "classic")
-        return render[0].clamp(0, 1).numpy()
+                sh_degree=degree, backgrounds=t([bg]),
+                rasterize_mode="antialiased" if s.antialiased else "classic")  # backend auto: cuda on a GPU
+        return render[0].clamp(0, 1).cpu().numpy()
+
+    @staticmethod
+    def render_device():
+        """Where the render button renders: the GPU when PyTorch sees one (gsplat kernels), else the CPU
+        (Numba kernels)."""
+        import torch
+
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     def render_client(self, client, width: int | None = None, height: int | None = None):
         """Render a client's current camera with the rasterizer; save a PNG in ``output_dir``.
