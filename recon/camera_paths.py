@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from rasterizer import Camera
+from recon.data.colmap import qvec_to_rotmat, rotmat_to_qvec
 from recon.data.procedural import look_at_world_to_cam, orbit_basis
 
 PATHS = ("orbit", "spiral", "dataset")
@@ -70,35 +71,6 @@ def camera_path(kind: str, cameras: Sequence[Camera], n_frames: int = 120) -> li
 # ------------------------------------------------------------------------------ keyframe paths
 
 
-def _rotation_to_quat(R: np.ndarray) -> np.ndarray:
-    """(w, x, y, z) unit quaternion of a [3, 3] rotation (w >= 0)."""
-    m = R
-    tr = m[0, 0] + m[1, 1] + m[2, 2]
-    if tr > 0:
-        s = math.sqrt(tr + 1.0) * 2
-        q = [0.25 * s, (m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s]
-    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
-        s = math.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2]) * 2
-        q = [(m[2, 1] - m[1, 2]) / s, 0.25 * s, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s]
-    elif m[1, 1] > m[2, 2]:
-        s = math.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2]) * 2
-        q = [(m[0, 2] - m[2, 0]) / s, (m[0, 1] + m[1, 0]) / s, 0.25 * s, (m[1, 2] + m[2, 1]) / s]
-    else:
-        s = math.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1]) * 2
-        q = [(m[1, 0] - m[0, 1]) / s, (m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s]
-    q = np.asarray(q) / np.linalg.norm(q)
-    return -q if q[0] < 0 else q
-
-
-def _quat_to_rotation(q: np.ndarray) -> np.ndarray:
-    w, x, y, z = q / np.linalg.norm(q)
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-    ])
-
-
 def slerp(q0: np.ndarray, q1: np.ndarray, u: float) -> np.ndarray:
     """Spherical linear interpolation of unit quaternions (shortest arc)."""
     d = float(q0 @ q1)
@@ -132,7 +104,7 @@ def interpolate_keyframes(world_to_cams: Sequence[np.ndarray], Ks: Sequence[np.n
         raise ValueError(f"n_frames must be >= 1, got {n_frames}")
     Ks = [np.asarray(k, dtype=np.float64) for k in Ks]
     centers = np.stack([-m[:3, :3].T @ m[:3, 3] for m in w2c])
-    quats = [_rotation_to_quat(m[:3, :3]) for m in w2c]
+    quats = [rotmat_to_qvec(m[:3, :3]) for m in w2c]
     n_key = len(w2c)
     out = []
     for i in range(n_frames):
@@ -148,7 +120,7 @@ def interpolate_keyframes(world_to_cams: Sequence[np.ndarray], Ks: Sequence[np.n
             if j + 2 > n_key - 1:
                 p[3] = 2 * p[2] - p[1]
             c = _catmull_rom(*p, u)
-            R = _quat_to_rotation(slerp(quats[j], quats[j + 1], u))
+            R = qvec_to_rotmat(slerp(quats[j], quats[j + 1], u))
             K = (1 - u) * Ks[j] + u * Ks[j + 1]
         m = np.eye(4)
         m[:3, :3] = R

@@ -24,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from recon.data.colmap import qvec_to_rotmat as quat_wxyz_to_matrix  # (w, x, y, z) <-> [3, 3], one implementation
+from recon.data.colmap import rotmat_to_qvec as matrix_to_quat_wxyz
+
 
 class CameraPathError(ValueError):
     """A camera-path file is missing fields or holds malformed matrices; the message names the file."""
@@ -48,38 +51,6 @@ class CameraPath:
 
 
 # ------------------------------------------------------------------------------------- conversions
-
-
-def quat_wxyz_to_matrix(wxyz) -> np.ndarray:
-    """[3, 3] float64 rotation matrix of a (w, x, y, z) quaternion (normalised here)."""
-    w, x, y, z = np.asarray(wxyz, dtype=np.float64) / np.linalg.norm(wxyz)
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-    ])
-
-
-def matrix_to_quat_wxyz(R: np.ndarray) -> np.ndarray:
-    """(w, x, y, z) float64 unit quaternion of a [3, 3] rotation matrix (w >= 0)."""
-    R = np.asarray(R, dtype=np.float64)
-    m = R
-    tr = m[0, 0] + m[1, 1] + m[2, 2]
-    if tr > 0:
-        s = math.sqrt(tr + 1.0) * 2
-        q = [0.25 * s, (m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s]
-    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
-        s = math.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2]) * 2
-        q = [(m[2, 1] - m[1, 2]) / s, 0.25 * s, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s]
-    elif m[1, 1] > m[2, 2]:
-        s = math.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2]) * 2
-        q = [(m[0, 2] - m[2, 0]) / s, (m[0, 1] + m[1, 0]) / s, 0.25 * s, (m[1, 2] + m[2, 1]) / s]
-    else:
-        s = math.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1]) * 2
-        q = [(m[1, 0] - m[0, 1]) / s, (m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s]
-    q = np.array(q)
-    q /= np.linalg.norm(q)
-    return -q if q[0] < 0 else q
 
 
 def intrinsics_from_fov(fov_y: float, width: int, height: int) -> np.ndarray:
