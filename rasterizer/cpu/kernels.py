@@ -253,7 +253,7 @@ F_THR = F_T + NPIX  # [NPIX] alpha threshold: 1/255 while the pixel is live, 2 (
 F_CX = F_THR + NPIX  # [NPIX] pixel-centre x
 F_CY = F_CX + NPIX  # [NPIX] pixel-centre y
 F_W = F_CY + NPIX  # [NPIX] blending weights alpha T of the current Gaussian (0 where not blended)
-F_ACC = F_W + NPIX  # [D, NPIX] accumulated colour
+F_ACC = F_W + NPIX  # [max(D, 3), NPIX] accumulated colour
 
 # backward state
 B_T = 0  # [NPIX] transmittance T_i, recovered back to front
@@ -265,7 +265,7 @@ B_TI = B_RA + NPIX  # [NPIX] current Gaussian: T_i where blended, else 0
 B_FAC = B_TI + NPIX  # [NPIX] current Gaussian: alpha T_i where blended, else 0
 B_VAL = B_FAC + NPIX  # [NPIX] current Gaussian: d loss / d alpha (0 where not blended)
 B_VIS = B_VAL + NPIX  # [NPIX] current Gaussian: exp(-sigma)
-B_VR = B_VIS + NPIX  # [D, NPIX] v_render; then S [D, NPIX], the colour behind
+B_VR = B_VIS + NPIX  # [D', NPIX] v_render; then S [D', NPIX], the colour behind (D' = max(D, 3))
 
 
 FASTMATH_SUMS = FASTMATH | {"reassoc"}  # for loops without exp: lets LLVM vectorise their sums
@@ -281,13 +281,15 @@ def init_tile_pixels(st, T0, CX, CY, x0, y0):
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
+def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
     """Blend Gaussian k into tile pixels [lo, hi), branch-free.
 
     Per pixel: sigma, alpha = min(0.999, op exp(-sigma)); it blends when sigma >= 0, alpha reaches
     the pixel's threshold (1/255, or 2 once done) and T (1 - alpha) > 1e-4, and is done instead when
     T (1 - alpha) <= 1e-4. Updates T, thresholds and last [NPIX] int32 (index k of the last blended
-    Gaussian); writes the weights alpha T (0 where not blended) to st[F_W + p]."""
+    Gaussian); writes the weights alpha T (0 where not blended) to st[F_W + p] and adds (c0, c1, c2)
+    times them to the first three accumulated channels in the same pass (RGB renders need no
+    separate pass; fewer channels pass zeros, more add the rest with accumulate_pixels)."""
     zero, one, half = like(0.0, op), like(1.0, op), like(0.5, op)
     amax, tmin, done = like(ALPHA_MAX, op), like(T_MIN, op), like(2.0, op)
     k32, minus1 = np.int32(k), np.int32(-1)
@@ -306,7 +308,11 @@ def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
         blend = ok & (next_T > tmin)
         # Updates never store select(cond, new, the loaded value): LLVM turns that into a masked store
         # (vmaskmovps), very slow on AMD cores.
-        st[U(F_W) + p] = select(blend, al * Tp, zero)
+        w = select(blend, al * Tp, zero)
+        st[U(F_W) + p] = w
+        st[U(F_ACC) + p] += c0 * w
+        st[U(F_ACC + NPIX) + p] += c1 * w
+        st[U(F_ACC + 2 * NPIX) + p] += c2 * w
         st[U(F_T) + p] = Tp * select(blend, one - al, one)
         st[U(F_THR) + p] = select(stop, done, abs(thr))  # abs: LLVM cannot prove it is the old value
         last[p] = max(last[p], select(blend, k32, minus1))  # k grows: the max is the last blended
@@ -314,12 +320,20 @@ def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def accumulate_pixels(st, lo, hi, colors, g):
-    """acc[ch, p] += colors[g, ch] * w[p] for p in [lo, hi) and every channel (w from forward_pixels)."""
-    for ch in range(colors.shape[1]):
+    """acc[ch, p] += colors[g, ch] * w[p] for p in [lo, hi) and channels ch >= 3 (forward_pixels adds
+    the first three in its own pass; w from forward_pixels)."""
+    for ch in range(3, colors.shape[1]):
         col = colors[g, ch]
         base = U(F_ACC + ch * NPIX)
         for p in range(U(lo), U(hi)):
             st[base + p] += col * st[U(F_W) + p]
+
+
+@njit(cache=True, inline="always")
+def first_three(colors, g, zero):
+    """Channels 0..2 of Gaussian g (zero for channels the render does not have)."""
+    D = colors.shape[1]
+    return (colors[g, 0] if D > 0 else zero, colors[g, 1] if D > 1 else zero, colors[g, 2] if D > 2 else zero)
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
@@ -349,10 +363,11 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, W, H,
     its ellipse crosses, until every pixel of the tile is done."""
     D = colors.shape[1]
     c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
-    st = np.zeros(F_ACC + D * NPIX, colors.dtype)
+    st = np.zeros(F_ACC + max(D, 3) * NPIX, colors.dtype)  # >= 3 channels: forward_pixels adds to three
     last = np.full(NPIX, -1, np.int32)
     init_tile_pixels(st, F_T, F_CX, F_CY, x0, y0)
     done = like(2.0, st[0])
+    zero = like(0.0, st[0])
     st[F_THR:F_THR + NPIX] = done
     for ly in range(y1 - y0):
         for lx in range(x1 - x0):
@@ -365,9 +380,11 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, W, H,
         if ylo >= yhi:
             continue
         lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
+        c0, c1, c2 = first_three(colors, g, zero)
         forward_pixels(st, last, lo, hi, k, means2d[g, 0], means2d[g, 1], conics[g, 0], conics[g, 1],
-                       conics[g, 2], opac[g])
-        accumulate_pixels(st, lo, hi, colors, g)
+                       conics[g, 2], opac[g], c0, c1, c2)
+        if D > 3:
+            accumulate_pixels(st, lo, hi, colors, g)
     for y in range(y0, y1):
         for x in range(x0, x1):
             p = (y - y0) * TS + (x - x0)
@@ -409,10 +426,11 @@ def backward_alpha_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
 
 @njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
 def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
-    """Backward, step 2 (per channel, pixels [lo, hi)): g_colors[k, ch] = sum alpha T_i v_render;
-    adds the colour part of d loss / d alpha, (c T_i - S / (1 - alpha)) v_render, to B_VAL; updates
-    the colour behind S += c alpha T_i. Pixels where k was not blended contribute 0 (temporaries 0)."""
-    for ch in range(D):
+    """Backward, step 2 for channels ch >= 3 (per channel, pixels [lo, hi)): g_colors[k, ch] = sum
+    alpha T_i v_render; adds the colour part of d loss / d alpha, (c T_i - S / (1 - alpha)) v_render,
+    to B_VAL; updates the colour behind S += c alpha T_i. Pixels where k was not blended contribute 0
+    (temporaries 0). Channels 0..2 are done by backward_rgb_geometry_pixels."""
+    for ch in range(3, D):
         col = colors[g, ch]
         vr = U(B_VR + ch * NPIX)
         s = U(B_VR + (D + ch) * NPIX)
@@ -427,14 +445,35 @@ def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
 
 
 @njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
-def backward_geometry_pixels(st, lo, hi, mx, my, a, b, c, op):
-    """Backward, step 3 (pixels [lo, hi)): from d loss / d alpha (B_VAL), sums of d loss / d conic,
-    d loss / d means2d, |d loss / d means2d| per pixel, and d loss / d opacity (terms where alpha
-    was clamped at 0.999 are 0). Returns (ga, gb, gc, gmx, gmy, absx, absy, gop)."""
+def backward_rgb_geometry_pixels(st, lo, hi, c0, c1, c2, s_off, mx, my, a, b, c, op):
+    """Backward, steps 2 and 3 in one pass over pixels [lo, hi) (after backward_color_pixels for
+    channels >= 3, if any). Step 2 for channels 0..2 (colours c0..c2; zeros for channels the render
+    lacks, whose v_render rows are 0): sums alpha T_i v_render, the colour part of d loss / d alpha
+    and S += c alpha T_i (S rows from ``s_off``). Step 3 from the complete d loss / d alpha: sums of
+    d loss / d conic, d loss / d means2d, |d loss / d means2d| per pixel and d loss / d opacity (terms
+    where alpha was clamped at 0.999 are 0). Returns (ga, gb, gc, gmx, gmy, absx, absy, gop, s0, s1, s2)."""
     zero, half, amax = like(0.0, op), like(0.5, op), like(ALPHA_MAX, op)
-    ga = gb = gc = gmx = gmy = absx = absy = gop = zero
+    ga = gb = gc = gmx = gmy = absx = absy = gop = s0 = s1 = s2 = zero
     for p in range(U(lo), U(hi)):
+        fac = st[U(B_FAC) + p]
+        ti = st[U(B_TI) + p]
+        ra = st[U(B_RA) + p]
+        v0 = st[U(B_VR) + p]
+        v1 = st[U(B_VR + NPIX) + p]
+        v2 = st[U(B_VR + 2 * NPIX) + p]
+        b0 = st[U(s_off) + p]
+        b1 = st[U(s_off + NPIX) + p]
+        b2 = st[U(s_off + 2 * NPIX) + p]
+        s0 += fac * v0
+        s1 += fac * v1
+        s2 += fac * v2
         v_al = st[U(B_VAL) + p]
+        v_al += (c0 * ti - b0 * ra) * v0
+        v_al += (c1 * ti - b1 * ra) * v1
+        v_al += (c2 * ti - b2 * ra) * v2
+        st[U(s_off) + p] = b0 + c0 * fac
+        st[U(s_off + NPIX) + p] = b1 + c1 * fac
+        st[U(s_off + 2 * NPIX) + p] = b2 + c2 * fac
         vis = st[U(B_VIS) + p]
         ov = op * vis
         keep = ov <= amax
@@ -451,7 +490,7 @@ def backward_geometry_pixels(st, lo, hi, mx, my, a, b, c, op):
         absx += abs(gx)
         absy += abs(gy)
         gop += select(keep, vis * v_al, zero)
-    return ga, gb, gc, gmx, gmy, absx, absy, gop
+    return ga, gb, gc, gmx, gmy, absx, absy, gop, s0, s1, s2
 
 
 @njit(cache=True, parallel=True)
@@ -470,7 +509,9 @@ def backward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, W, H
     """Backward pass of one tile t, recovering T_i = T_{i+1} / (1 - alpha_i) from back to front."""
     D = colors.shape[1]
     c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
-    st = np.zeros(B_VR + 2 * D * NPIX, colors.dtype)  # v_render and S 0 outside the image
+    Dp = max(D, 3)  # state rows for at least 3 channels (backward_rgb_geometry_pixels reads three)
+    st = np.zeros(B_VR + 2 * Dp * NPIX, colors.dtype)  # v_render and S 0 outside the image (and unused rows)
+    zero = like(0.0, st[0])
     last = np.full(NPIX, -1, np.int32)
     init_tile_pixels(st, B_T, B_CX, B_CY, x0, y0)
     k_end = offsets[t]
@@ -492,8 +533,16 @@ def backward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, W, H
         mx, my = means2d[g, 0], means2d[g, 1]
         a, b, cc, op = conics[g, 0], conics[g, 1], conics[g, 2], opac[g]
         backward_alpha_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
-        backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k)
-        ga, gb, gc, gmx, gmy, absx, absy, gop = backward_geometry_pixels(st, lo, hi, mx, my, a, b, cc, op)
+        if D > 3:
+            backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k)
+        c0, c1, c2 = first_three(colors, g, zero)
+        ga, gb, gc, gmx, gmy, absx, absy, gop, s0, s1, s2 = backward_rgb_geometry_pixels(
+            st, lo, hi, c0, c1, c2, B_VR + Dp * NPIX, mx, my, a, b, cc, op)
+        g_colors[k, 0] = s0
+        if D > 1:
+            g_colors[k, 1] = s1
+        if D > 2:
+            g_colors[k, 2] = s2
         g_conics[k, 0], g_conics[k, 1], g_conics[k, 2] = ga, gb, gc
         g_means2d[k, 0], g_means2d[k, 1] = gmx, gmy
         g_abs[k, 0], g_abs[k, 1] = absx, absy
