@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..tiles import TileGrid, tile_ranges
+from ..tiles import TileGrid
 from . import kernels as K
 from .sort import depth_order
 
@@ -29,13 +29,12 @@ class BinnedTiles:
     def __init__(self, means2d: Tensor, conics: Tensor, opac: Tensor, radii: Tensor, depths: Tensor,
                  grid: TileGrid, width: int, height: int):
         C, N = depths.shape
-        tmin, tmax = tile_ranges(means2d, radii, grid)
         with K.KERNEL_LOCK:
             order = depth_order(_np(depths.detach().to(torch.float32)))
-        self.offsets, self.ids = K.bin_gaussians(
-            order, _np(tmin.reshape(C * N, 2)), _np(tmax.reshape(C * N, 2)),
-            _np(means2d.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)), _np(opac.reshape(C * N)),
-            N, grid.tiles_x, grid.tiles_y, grid.tile_size, width, height)
+        self.bins = K.bin_gaussians(
+            order, _np(means2d.reshape(C * N, 2)), _np(radii.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)),
+            _np(opac.reshape(C * N)), N, grid.tiles_x, grid.tiles_y, grid.tile_size, width, height)
+        self.offsets, self.ids = self.bins.offsets, self.bins.ids
         self.order = interleaved_tile_order(C * grid.tiles_x * grid.tiles_y)
 
 
@@ -76,15 +75,13 @@ class CompositeFunction(torch.autograd.Function):
             K.backward_kernel(*flat, row_half, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
                               grid.tiles_y, grid.tile_size, T_final, last_ids, _np(v_render), _np(v_alpha),
                               g_means2d, g_abs, g_conics, g_opac[:, 0], g_colors)
-        grads = []
-        for per_isect, width_ in ((g_means2d, 2), (g_conics, 3), (g_opac, 1), (g_colors, D)):
-            out = np.zeros((C * N, width_), dtype)
-            K.scatter_add_rows(out, per_isect, bins.ids)
-            grads.append(torch.from_numpy(out))
-        if absgrad_acc is not None:
-            out = np.zeros((C * N, 2), dtype)
-            K.scatter_add_rows(out, g_abs, bins.ids)
-            absgrad_acc += torch.from_numpy(out).to(absgrad_acc.dtype)
+        b = bins.bins
+        with K.KERNEL_LOCK:
+            grads = [torch.from_numpy(K.sum_per_gaussian(per_isect, b.perm, b.starts, b.counts))
+                     for per_isect in (g_means2d, g_conics, g_opac, g_colors)]
+            if absgrad_acc is not None:
+                out = K.sum_per_gaussian(g_abs, b.perm, b.starts, b.counts)
+                absgrad_acc += torch.from_numpy(out).to(absgrad_acc.dtype)
         v_means2d, v_conics, v_opac, v_colors = grads
         return (v_means2d.view(C, N, 2), v_conics.view(C, N, 3), v_opac.view(C, N), v_colors.view(C, N, D),
                 None, None, None, None, None, None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -135,7 +136,8 @@ def touched_tiles(order, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H)
         tile ranges (empty for culled Gaussians); means2d [C*N, 2]; conics [C*N, 3]; opac [C*N].
     Returns:
         pair_tile [M] flat tile ids and pair_gauss [M] flat Gaussian ids, grouped by Gaussian in the
-        order of ``order`` (camera-major, near to far).
+        order of ``order`` (camera-major, near to far), tiles ascending within a Gaussian; starts and
+        counts [C*N]: where each Gaussian's pairs start and how many there are.
     The counting pass keeps small boxes' reached tiles as bitmasks, so only large boxes are tested twice.
     """
     C = order.shape[0]
@@ -162,14 +164,15 @@ def touched_tiles(order, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H)
             else:
                 count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, (g // N) * TT, TW, pair_tile,
                                     pair_gauss, starts[g])
-    return pair_tile, pair_gauss
+    return pair_tile, pair_gauss, starts, counts
 
 
 @njit(cache=True)
 def sort_pairs_by_tile(pair_tile, pair_gauss, n_tiles):
     """Stable counting sort of (tile, Gaussian) pairs by tile: depth order is kept within a tile.
 
-    Returns offsets [n_tiles + 1] and ids [M] (flat Gaussian ids, tile-major)."""
+    Returns offsets [n_tiles + 1], ids [M] (flat Gaussian ids, tile-major) and perm [M] (pair k went
+    to ids[perm[k]])."""
     offsets = np.zeros(n_tiles + 1, np.int64)
     for k in range(pair_tile.shape[0]):
         offsets[pair_tile[k] + 1] += 1
@@ -177,19 +180,56 @@ def sort_pairs_by_tile(pair_tile, pair_gauss, n_tiles):
         offsets[t + 1] += offsets[t]
     fill = offsets[:-1].copy()
     ids = np.empty(pair_tile.shape[0], np.int64)
+    perm = np.empty(pair_tile.shape[0], np.int64)
     for k in range(pair_tile.shape[0]):
         t = pair_tile[k]
         ids[fill[t]] = pair_gauss[k]
+        perm[k] = fill[t]
         fill[t] += 1
-    return offsets, ids
+    return offsets, ids, perm
 
 
-def bin_gaussians(order, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H):
-    """Per-tile, depth-sorted Gaussian lists: offsets [C*TT + 1] int64, ids [M] int64 (see
-    touched_tiles and sort_pairs_by_tile)."""
+@njit(cache=True, parallel=True)
+def tile_rects(means2d, radii, ts, TW, TH):
+    """Half-open tile rectangles tmin, tmax [G, 2] int64 of Gaussians' boxes mean +- radius: the
+    arithmetic of ``rasterizer.tiles.tile_ranges`` (in the storage dtype; empty for a zero radius).
+    means2d [G, 2] float, radii [G, 2] int32."""
+    G = means2d.shape[0]
+    tmin = np.empty((G, 2), np.int64)
+    tmax = np.empty((G, 2), np.int64)
+    inv = like(1.0 / ts, np.zeros(1, means2d.dtype)[0])  # exact: ts is a power of two
+    for g in prange(G):
+        visible = radii[g, 0] > 0 and radii[g, 1] > 0
+        for j in range(2):
+            lim = TW if j == 0 else TH
+            m = means2d[g, j] * inv
+            r = like(radii[g, j], m) * inv
+            lo = min(max(np.int64(math.floor(m - r)), 0), lim)
+            hi = min(max(np.int64(math.ceil(m + r)), 0), lim)
+            tmin[g, j] = lo
+            tmax[g, j] = hi if visible else lo
+    return tmin, tmax
+
+
+class Bins(NamedTuple):
+    """Per-tile, depth-sorted Gaussian lists (see bin_gaussians)."""
+
+    offsets: np.ndarray  # [C*TT + 1] int64: tile t's intersections are ids[offsets[t]:offsets[t + 1]]
+    ids: np.ndarray  # [M] int64 flat Gaussian ids, tile-major, near to far within a tile
+    perm: np.ndarray  # [M] int64: Gaussian g's intersections are ids[perm[starts[g]:starts[g] + counts[g]]]
+    starts: np.ndarray  # [C*N] int64
+    counts: np.ndarray  # [C*N] int64
+
+
+def bin_gaussians(order, means2d, radii, conics, opac, N, TW, TH, ts, W, H) -> Bins:
+    """Per-tile, depth-sorted Gaussian lists (see touched_tiles and sort_pairs_by_tile) from depth
+    order [C, N], means2d [C*N, 2], radii [C*N, 2] int32, conics [C*N, 3], opac [C*N]."""
     with KERNEL_LOCK:
-        pair_tile, pair_gauss = touched_tiles(order, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H)
-    return sort_pairs_by_tile(pair_tile, pair_gauss, order.shape[0] * TW * TH)
+        tmin, tmax = tile_rects(means2d, radii, ts, TW, TH)
+        pair_tile, pair_gauss, starts, counts = touched_tiles(order, tmin, tmax, means2d, conics, opac, N, TW, TH,
+                                                              ts, W, H)
+    offsets, ids, perm = sort_pairs_by_tile(pair_tile, pair_gauss, order.shape[0] * TW * TH)
+    return Bins(offsets, ids, perm, starts, counts)
 
 
 @njit(cache=True, parallel=True)
@@ -549,10 +589,17 @@ def backward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, W, H
         g_opac[k] = gop
 
 
-@njit(cache=True)
-def scatter_add_rows(dst, src, ids):
-    """dst[ids[k]] += src[k] for 2-D arrays (per-intersection gradients -> per Gaussian)."""
-    for k in range(ids.shape[0]):
-        g = ids[k]
+@njit(cache=True, parallel=True)
+def sum_per_gaussian(src, perm, starts, counts):
+    """[G, src.shape[1]]: row g = sum of src[k] over Gaussian g's intersections k (per-intersection
+    gradients -> per Gaussian; see Bins), added in ascending k as a serial scatter-add would."""
+    G = starts.shape[0]
+    out = np.empty((G, src.shape[1]), src.dtype)
+    zero = np.zeros(1, src.dtype)[0]
+    for g in prange(G):
         for j in range(src.shape[1]):
-            dst[g, j] += src[k, j]
+            acc = zero
+            for q in range(starts[g], starts[g] + counts[g]):
+                acc += src[perm[q], j]
+            out[g, j] = acc
+    return out
