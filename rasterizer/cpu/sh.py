@@ -92,22 +92,19 @@ def unit_direction(means, centers, n, c):
 
 
 @njit(cache=True)
-def raw_colour(b, coeffs, n, ch, K):
-    """Channel ch of Gaussian n before the clamp: 0.5 + sum_k b[k] coeffs[n, k, ch]."""
-    acc = 0.5
-    for k in range(K):
-        acc += b[k] * coeffs[n, k, ch]
-    return acc
-
-
-@njit(cache=True)
 def sh_forward_one(means, centers, coeffs, K, out, n, b):
     """Colours of Gaussian n in every camera (see sh_forward_kernel); b [16] scratch."""
     for c in range(out.shape[0]):
         x, y, z, _ = unit_direction(means, centers, n, c)
         sh_basis_at(x, y, z, K, b)
-        for ch in range(3):
-            out[c, n, ch] = max(raw_colour(b, coeffs, n, ch, K), 0.0)
+        r0 = r1 = r2 = 0.5  # colour before the clamp, summed in k order
+        for k in range(K):
+            r0 += b[k] * coeffs[n, k, 0]
+            r1 += b[k] * coeffs[n, k, 1]
+            r2 += b[k] * coeffs[n, k, 2]
+        out[c, n, 0] = max(r0, 0.0)
+        out[c, n, 1] = max(r1, 0.0)
+        out[c, n, 2] = max(r2, 0.0)
 
 
 @njit(cache=True, parallel=True)
@@ -121,44 +118,59 @@ def sh_forward_kernel(means, centers, coeffs, K, out):
 
 
 @njit(cache=True)
-def sh_backward_one(means, centers, coeffs, K, v_colors, v_coeffs, v_means, n, b, w, g):
-    """Gradients of Gaussian n summed over cameras (see sh_backward_kernel); b, w [16], g [3] scratch."""
-    for k in range(coeffs.shape[1]):
-        for ch in range(3):
-            v_coeffs[n, k, ch] = 0.0
-    v_means[n, 0] = v_means[n, 1] = v_means[n, 2] = 0.0
-    for c in range(v_colors.shape[0]):
+def sh_backward_one(means, centers, coeffs, K, v_colors, v_coeffs, v_means, n, b, w):
+    """Gradients of Gaussian n summed over cameras (see sh_backward_kernel); b, w [16] scratch. The
+    first camera writes v_coeffs rows < K, later ones add; rows >= K are zeroed."""
+    C = v_colors.shape[0]
+    vm0 = vm1 = vm2 = 0.0
+    for c in range(C):
         x, y, z, norm = unit_direction(means, centers, n, c)
         sh_basis_at(x, y, z, K, b)
-        for ch in range(3):
-            g[ch] = v_colors[c, n, ch] if raw_colour(b, coeffs, n, ch, K) >= 0.0 else 0.0
+        r0 = r1 = r2 = 0.5  # colour before the clamp, summed in k order
         for k in range(K):
-            w[k] = 0.0
-            for ch in range(3):
-                v_coeffs[n, k, ch] += b[k] * g[ch]
-                w[k] += coeffs[n, k, ch] * g[ch]
+            r0 += b[k] * coeffs[n, k, 0]
+            r1 += b[k] * coeffs[n, k, 1]
+            r2 += b[k] * coeffs[n, k, 2]
+        g0 = v_colors[c, n, 0] if r0 >= 0.0 else 0.0
+        g1 = v_colors[c, n, 1] if r1 >= 0.0 else 0.0
+        g2 = v_colors[c, n, 2] if r2 >= 0.0 else 0.0
+        for k in range(K):
+            bk = b[k]
+            if c == 0:
+                v_coeffs[n, k, 0] = bk * g0
+                v_coeffs[n, k, 1] = bk * g1
+                v_coeffs[n, k, 2] = bk * g2
+            else:
+                v_coeffs[n, k, 0] += bk * g0
+                v_coeffs[n, k, 1] += bk * g1
+                v_coeffs[n, k, 2] += bk * g2
+            w[k] = coeffs[n, k, 0] * g0 + coeffs[n, k, 1] * g1 + coeffs[n, k, 2] * g2
         gx, gy, gz = sh_basis_grad_at(x, y, z, K, w)
         if norm > NORM_EPS:
             dot = x * gx + y * gy + z * gz
-            v_means[n, 0] += (gx - x * dot) / norm
-            v_means[n, 1] += (gy - y * dot) / norm
-            v_means[n, 2] += (gz - z * dot) / norm
+            vm0 += (gx - x * dot) / norm
+            vm1 += (gy - y * dot) / norm
+            vm2 += (gz - z * dot) / norm
         else:
-            v_means[n, 0] += gx / NORM_EPS
-            v_means[n, 1] += gy / NORM_EPS
-            v_means[n, 2] += gz / NORM_EPS
+            vm0 += gx / NORM_EPS
+            vm1 += gy / NORM_EPS
+            vm2 += gz / NORM_EPS
+    for k in range(K if C > 0 else 0, coeffs.shape[1]):
+        v_coeffs[n, k, 0] = v_coeffs[n, k, 1] = v_coeffs[n, k, 2] = 0.0
+    v_means[n, 0] = vm0
+    v_means[n, 1] = vm1
+    v_means[n, 2] = vm2
 
 
 @njit(cache=True, parallel=True)
 def sh_backward_kernel(means, centers, coeffs, K, v_colors, v_coeffs, v_means):
-    """Gradients of sh_forward_kernel: v_coeffs [N, K_all, 3] (rows >= K stay 0), v_means [N, 3]."""
+    """Gradients of sh_forward_kernel: v_coeffs [N, K_all, 3] (rows >= K are 0), v_means [N, 3]."""
     N = v_colors.shape[1]
     for blk in prange((N + BLOCK - 1) // BLOCK):
         b = np.empty(16)
-        w = np.zeros(16)
-        g = np.zeros(3)
+        w = np.empty(16)
         for n in range(blk * BLOCK, min(N, (blk + 1) * BLOCK)):
-            sh_backward_one(means, centers, coeffs, K, v_colors, v_coeffs, v_means, n, b, w, g)
+            sh_backward_one(means, centers, coeffs, K, v_colors, v_coeffs, v_means, n, b, w)
 
 
 def camera_centers(viewmats: Tensor) -> np.ndarray:
