@@ -23,7 +23,7 @@ from recon.data.scene import Scene
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_splats
 from recon.frame_images import FrameImages
-from recon.losses import masked_render, photometric_loss, psnr
+from recon.losses import masked_render, photometric_loss, quick_psnr
 from recon.models.gaussians import GaussianModel
 from recon import run_files as rf
 from recon.strategy import ADCStrategy, MCMCStrategy
@@ -298,7 +298,7 @@ class Trainer:
         value = float(loss.detach())
         if not math.isfinite(value):
             raise FloatingPointError(f"step {step}: loss is {value} (NaN/Inf); last checkpoint is kept")
-        return StepResult(value, psnr(pred.detach().clamp(0, 1), gt))
+        return StepResult(value, quick_psnr(pred.detach(), gt))
 
     # ---------------------------------------------------------------------------- loop
 

@@ -76,13 +76,15 @@ class CompositeFunction(torch.autograd.Function):
                               grid.tiles_y, grid.tile_size, T_final, last_ids, _np(v_render), _np(v_alpha),
                               g_means2d, g_abs, g_conics, g_opac[:, 0], g_colors)
         b = bins.bins
+        G = C * N
+        outs = (np.empty((G, 2), dtype), np.empty((G, 3), dtype), np.empty(G, dtype), np.empty((G, D), dtype))
+        v_abs = np.empty((G if absgrad_acc is not None else 0, 2), dtype)
         with K.KERNEL_LOCK:
-            grads = [torch.from_numpy(K.sum_per_gaussian(per_isect, b.perm, b.starts, b.counts))
-                     for per_isect in (g_means2d, g_conics, g_opac, g_colors)]
-            if absgrad_acc is not None:
-                out = K.sum_per_gaussian(g_abs, b.perm, b.starts, b.counts)
-                absgrad_acc += torch.from_numpy(out).to(absgrad_acc.dtype)
-        v_means2d, v_conics, v_opac, v_colors = grads
+            K.sum_per_gaussian(g_means2d, g_conics, g_opac[:, 0], g_colors, g_abs, b.perm, b.starts, b.counts,
+                               *outs, v_abs)
+        if absgrad_acc is not None:
+            absgrad_acc += torch.from_numpy(v_abs).to(absgrad_acc.dtype)
+        v_means2d, v_conics, v_opac, v_colors = (torch.from_numpy(a) for a in outs)
         return (v_means2d.view(C, N, 2), v_conics.view(C, N, 3), v_opac.view(C, N), v_colors.view(C, N, D),
                 None, None, None, None, None, None)
 

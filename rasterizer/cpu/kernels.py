@@ -590,16 +590,33 @@ def backward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, W, H
 
 
 @njit(cache=True, parallel=True)
-def sum_per_gaussian(src, perm, starts, counts):
-    """[G, src.shape[1]]: row g = sum of src[k] over Gaussian g's intersections k (per-intersection
-    gradients -> per Gaussian; see Bins), added in ascending k as a serial scatter-add would."""
-    G = starts.shape[0]
-    out = np.empty((G, src.shape[1]), src.dtype)
-    zero = np.zeros(1, src.dtype)[0]
-    for g in prange(G):
-        for j in range(src.shape[1]):
-            acc = zero
-            for q in range(starts[g], starts[g] + counts[g]):
-                acc += src[perm[q], j]
-            out[g, j] = acc
-    return out
+def sum_per_gaussian(g_means2d, g_conics, g_opac, g_colors, g_abs, perm, starts, counts,
+                     v_means2d, v_conics, v_opac, v_colors, v_abs):
+    """Per-intersection gradients [M, .] -> per Gaussian [G, .]: v_x[g] = sum of g_x[k] over Gaussian
+    g's intersections k (see Bins), added in ascending k as a serial scatter-add would. g_abs/v_abs
+    may be empty ([0, 2]: no |d loss / d means2d| accumulation)."""
+    with_abs = v_abs.shape[0] > 0
+    D = g_colors.shape[1]
+    zero = np.zeros(1, g_opac.dtype)[0]
+    for g in prange(starts.shape[0]):
+        m0 = m1 = c0 = c1 = c2 = o = a0 = a1 = zero
+        for j in range(D):
+            v_colors[g, j] = 0.0
+        for q in range(starts[g], starts[g] + counts[g]):
+            k = perm[q]
+            m0 += g_means2d[k, 0]
+            m1 += g_means2d[k, 1]
+            c0 += g_conics[k, 0]
+            c1 += g_conics[k, 1]
+            c2 += g_conics[k, 2]
+            o += g_opac[k]
+            for j in range(D):
+                v_colors[g, j] += g_colors[k, j]
+            if with_abs:
+                a0 += g_abs[k, 0]
+                a1 += g_abs[k, 1]
+        v_means2d[g, 0], v_means2d[g, 1] = m0, m1
+        v_conics[g, 0], v_conics[g, 1], v_conics[g, 2] = c0, c1, c2
+        v_opac[g] = o
+        if with_abs:
+            v_abs[g, 0], v_abs[g, 1] = a0, a1

@@ -40,10 +40,17 @@ def test_sum_per_gaussian_equals_scatter_add():
                            opac.numpy(), N, grid.tiles_x, grid.tiles_y, grid.tile_size, W, H)
     M = bins.ids.shape[0]
     assert M > C * N  # Gaussians spanning several tiles
-    src = torch.randn(M, 3, generator=g).numpy()
-    want = np.zeros((C * N, 3), np.float32)
-    for k in range(M):  # the serial definition, in intersection order
-        want[bins.ids[k]] += src[k]
-    got = K.sum_per_gaussian(src, bins.perm, bins.starts, bins.counts)
-    np.testing.assert_array_equal(got, want)
+    widths = (2, 3, 1, 3, 2)  # means2d, conics, opacity, colours, |means2d|
+    srcs = [torch.randn(M, w, generator=g).numpy() for w in widths]
+    outs = [np.full((C * N, w), np.nan, np.float32) for w in widths]
+    K.sum_per_gaussian(srcs[0], srcs[1], srcs[2][:, 0], srcs[3], srcs[4], bins.perm, bins.starts, bins.counts,
+                       outs[0], outs[1], outs[2][:, 0], outs[3], outs[4])
+    for src, got in zip(srcs, outs):
+        want = np.zeros((C * N, src.shape[1]), np.float32)
+        for k in range(M):  # the serial definition, in intersection order
+            want[bins.ids[k]] += src[k]
+        np.testing.assert_array_equal(got, want)
+    no_abs = np.empty((0, 2), np.float32)
+    K.sum_per_gaussian(srcs[0], srcs[1], srcs[2][:, 0], srcs[3], no_abs, bins.perm, bins.starts, bins.counts,
+                       outs[0], outs[1], outs[2][:, 0], outs[3], no_abs)
     np.testing.assert_array_equal(np.bincount(bins.ids, minlength=C * N), bins.counts)

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from recon.losses import l1_loss, photometric_loss, psnr, ssim
+from recon.losses import l1_loss, photometric_loss, psnr, quick_psnr, ssim
 
 
 def test_ssim_identical_is_one():
@@ -26,6 +26,14 @@ def test_psnr_formula():
     b = torch.full((8, 8, 3), 0.1)
     assert abs(psnr(a, b) - 10 * math.log10(1 / 0.01)) < 1e-5  # 20 dB (0.1 is not exact in float32)
     assert psnr(a, a) == math.inf
+
+
+def test_quick_psnr_matches_psnr_of_the_clamped_render():
+    g = torch.Generator().manual_seed(4)
+    render = torch.rand(48, 64, 3, generator=g) * 1.4 - 0.2  # some values outside [0, 1]
+    target = torch.rand(48, 64, 3, generator=g)
+    assert abs(quick_psnr(render, target) - psnr(render.clamp(0, 1), target)) < 1e-4
+    assert quick_psnr(target, target) == math.inf
 
 
 def test_photometric_loss_mix():
