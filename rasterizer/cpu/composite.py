@@ -57,8 +57,8 @@ class CompositeFunction(torch.autograd.Function):
         alpha = np.zeros((C, height, width, 1), dtype)
         T_final = np.ones((C, height, width), dtype)
         last_ids = np.full((C, height, width), -1, np.int32)
+        row_half = bins.bins.row_half
         with K.KERNEL_LOCK:
-            row_half = K.row_half_extents(flat[1], flat[2])
             K.forward_kernel(*flat, row_half, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
                              grid.tile_size, render, alpha, T_final, last_ids)
         ctx.state = (flat, row_half, bins, T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc)

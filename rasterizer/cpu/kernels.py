@@ -189,31 +189,54 @@ def sort_pairs_by_tile(pair_tile, pair_gauss, n_tiles):
     return offsets, ids, perm
 
 
+@njit(cache=True)
+def tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax):
+    """tmin[g], tmax[g]: half-open tile rectangle of Gaussian g's box mean +- radius, with the
+    arithmetic of ``rasterizer.tiles.tile_ranges`` (in the storage dtype; empty for a zero radius)."""
+    visible = radii[g, 0] > 0 and radii[g, 1] > 0
+    for j in range(2):
+        lim = TW if j == 0 else TH
+        m = means2d[g, j] * inv_ts
+        r = like(radii[g, j], m) * inv_ts
+        lo = min(max(np.int64(math.floor(m - r)), 0), lim)
+        hi = min(max(np.int64(math.ceil(m + r)), 0), lim)
+        tmin[g, j] = lo
+        tmax[g, j] = hi if visible else lo
+
+
+@njit(cache=True)
+def row_half_extent(conics, opac, g):
+    """Half height in pixels (+ SPAN_MARGIN) of Gaussian g's alpha >= 1/255 ellipse sigma <= ln(255
+    opacity), float64; -1 for opacity <= 0 (no rows), inf for a conic that is not positive definite
+    (every row). The tile kernels only offset it by the mean (gaussian_rows)."""
+    level = alpha_level(np.float64(opac[g]))
+    a, b, c = np.float64(conics[g, 0]), np.float64(conics[g, 1]), np.float64(conics[g, 2])
+    if level < 0.0:
+        return -1.0
+    if not is_positive_definite(a, b, c):
+        return np.inf
+    return math.sqrt(2.0 * level * a / (a * c - b * b)) + SPAN_MARGIN
+
+
 @njit(cache=True, parallel=True)
-def tile_rects(means2d, radii, ts, TW, TH):
-    """Half-open tile rectangles tmin, tmax [G, 2] int64 of Gaussians' boxes mean +- radius: the
-    arithmetic of ``rasterizer.tiles.tile_ranges`` (in the storage dtype; empty for a zero radius).
-    means2d [G, 2] float, radii [G, 2] int32."""
+def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH):
+    """Per Gaussian, in one parallel pass: tile rectangles tmin, tmax [G, 2] int64 (tile_rect) and row
+    half extents [G] float64 (row_half_extent). means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G]."""
     G = means2d.shape[0]
     tmin = np.empty((G, 2), np.int64)
     tmax = np.empty((G, 2), np.int64)
-    inv = like(1.0 / ts, np.zeros(1, means2d.dtype)[0])  # exact: ts is a power of two
+    row_half = np.empty(G)
+    inv_ts = like(1.0 / ts, np.zeros(1, means2d.dtype)[0])  # exact: ts is a power of two
     for g in prange(G):
-        visible = radii[g, 0] > 0 and radii[g, 1] > 0
-        for j in range(2):
-            lim = TW if j == 0 else TH
-            m = means2d[g, j] * inv
-            r = like(radii[g, j], m) * inv
-            lo = min(max(np.int64(math.floor(m - r)), 0), lim)
-            hi = min(max(np.int64(math.ceil(m + r)), 0), lim)
-            tmin[g, j] = lo
-            tmax[g, j] = hi if visible else lo
-    return tmin, tmax
+        tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax)
+        row_half[g] = row_half_extent(conics, opac, g)
+    return tmin, tmax, row_half
 
 
 class Bins(NamedTuple):
     """Per-tile, depth-sorted Gaussian lists (see bin_gaussians)."""
 
+    row_half: np.ndarray  # [C*N] float64 row half extents (row_half_extent)
     offsets: np.ndarray  # [C*TT + 1] int64: tile t's intersections are ids[offsets[t]:offsets[t + 1]]
     ids: np.ndarray  # [M] int64 flat Gaussian ids, tile-major, near to far within a tile
     perm: np.ndarray  # [M] int64: Gaussian g's intersections are ids[perm[starts[g]:starts[g] + counts[g]]]
@@ -225,36 +248,17 @@ def bin_gaussians(order, means2d, radii, conics, opac, N, TW, TH, ts, W, H) -> B
     """Per-tile, depth-sorted Gaussian lists (see touched_tiles and sort_pairs_by_tile) from depth
     order [C, N], means2d [C*N, 2], radii [C*N, 2] int32, conics [C*N, 3], opac [C*N]."""
     with KERNEL_LOCK:
-        tmin, tmax = tile_rects(means2d, radii, ts, TW, TH)
+        tmin, tmax, row_half = gaussian_extents(means2d, radii, conics, opac, ts, TW, TH)
         pair_tile, pair_gauss, starts, counts = touched_tiles(order, tmin, tmax, means2d, conics, opac, N, TW, TH,
                                                               ts, W, H)
     offsets, ids, perm = sort_pairs_by_tile(pair_tile, pair_gauss, order.shape[0] * TW * TH)
-    return Bins(offsets, ids, perm, starts, counts)
-
-
-@njit(cache=True, parallel=True)
-def row_half_extents(conics, opac):
-    """[G] float64 per Gaussian: half height in pixels (+ SPAN_MARGIN) of its alpha >= 1/255 ellipse
-    sigma <= ln(255 opacity); -1 for opacity <= 0 (no rows), inf for a conic that is not positive
-    definite (every row). Computed once per render; the tile kernels only offset it by the mean."""
-    G = conics.shape[0]
-    out = np.empty(G)
-    for g in prange(G):
-        level = alpha_level(np.float64(opac[g]))
-        a, b, c = np.float64(conics[g, 0]), np.float64(conics[g, 1]), np.float64(conics[g, 2])
-        if level < 0.0:
-            out[g] = -1.0
-        elif not is_positive_definite(a, b, c):
-            out[g] = np.inf
-        else:
-            out[g] = math.sqrt(2.0 * level * a / (a * c - b * b)) + SPAN_MARGIN
-    return out
+    return Bins(row_half, offsets, ids, perm, starts, counts)
 
 
 @njit(cache=True, inline="always")
 def gaussian_rows(g, means2d, row_half, y0, y1):
     """Rows [ylo, yhi) of the tile (y0 <= ylo, yhi <= y1) where Gaussian g can pass alpha >= 1/255:
-    those whose centres lie within ``row_half[g]`` (row_half_extents) of its mean (all rows for an
+    those whose centres lie within ``row_half[g]`` (row_half_extent) of its mean (all rows for an
     infinite extent, none for a negative one). Float64 whatever the storage dtype."""
     h = row_half[g]
     if h < 0.0:

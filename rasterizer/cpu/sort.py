@@ -50,9 +50,17 @@ def argsort_row(depths):
     return idx
 
 
+def depth_order(depths: np.ndarray) -> np.ndarray:
+    """[C, N] int64: per camera, Gaussian indices sorted near to far (stable) from float32 depths [C, N]
+    (cameras in parallel; one camera without a parallel launch, which costs more than it saves)."""
+    if depths.shape[0] == 1:
+        return argsort_row(depths[0])[None]
+    return depth_order_parallel(depths)
+
+
 @njit(cache=True, parallel=True)
-def depth_order(depths):
-    """[C, N] int64: per camera, Gaussian indices sorted near to far (stable) from float32 depths [C, N]."""
+def depth_order_parallel(depths):
+    """depth_order with cameras in parallel."""
     C, N = depths.shape
     out = np.empty((C, N), np.int64)
     for c in prange(C):

@@ -11,7 +11,7 @@ from rasterizer.tiles import TileGrid, tile_ranges
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_tile_rects_match_tile_ranges(dtype):
+def test_tile_rectangles_match_tile_ranges(dtype):
     g = torch.Generator().manual_seed(0)
     C, N, W, H = 2, 3000, 203, 117
     grid = TileGrid.for_image(W, H)
@@ -21,8 +21,11 @@ def test_tile_rects_match_tile_ranges(dtype):
     radii[1, :50, 0] = 0  # culled
     means2d = means2d.to(dtype)
     tmin, tmax = tile_ranges(means2d, radii, grid)
-    got_min, got_max = K.tile_rects(means2d.reshape(-1, 2).numpy(), radii.reshape(-1, 2).numpy(), grid.tile_size,
-                                    grid.tiles_x, grid.tiles_y)
+    G = C * N
+    conics = torch.tensor([0.5, 0.1, 0.4], dtype=dtype).repeat(G, 1)
+    got_min, got_max, _ = K.gaussian_extents(means2d.reshape(-1, 2).numpy(), radii.reshape(-1, 2).numpy(),
+                                             conics.numpy(), torch.full((G,), 0.5, dtype=dtype).numpy(),
+                                             grid.tile_size, grid.tiles_x, grid.tiles_y)
     np.testing.assert_array_equal(got_min, tmin.reshape(-1, 2).numpy())
     np.testing.assert_array_equal(got_max, tmax.reshape(-1, 2).numpy())
 
