@@ -60,8 +60,8 @@ def _finish(render: Tensor, alpha: Tensor, render_mode: str, backgrounds: Tensor
         depth = render[..., -1:] / alpha.clamp(min=1e-10)
         render = torch.cat([render[..., :-1], depth], dim=-1)
     if backgrounds is not None and render_mode != "D" and render_mode != "ED":
-        colour = render[..., :n_color] + (1.0 - alpha) * backgrounds[:, None, None, :]
-        render = torch.cat([colour, render[..., n_color:]], dim=-1)
+        colour = torch.addcmul(render[..., :n_color], 1.0 - alpha, backgrounds[:, None, None, :])
+        render = colour if render.shape[-1] == n_color else torch.cat([colour, render[..., n_color:]], dim=-1)
     return render
 
 
