@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -21,7 +23,7 @@ def _fail(name: str, problem: str) -> None:
 def all_finite(x: Tensor) -> bool:
     """No NaN/Inf in ``x``: a Numba kernel for CPU float32/64 tensors (one pass; PyTorch's isfinite + all
     makes four), ``torch.isfinite`` elsewhere."""
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+    if _cpu_float(x):
         from .cpu.checks import count_non_finite
 
         return count_non_finite(x.detach().contiguous().reshape(-1).numpy()) == 0
@@ -61,20 +63,45 @@ def check_gaussians(means, quats, scales, opacities, covars) -> int:
     else:
         check_tensor("quats", quats, (N, 4), dt, dev)
         check_tensor("scales", scales, (N, 3), dt, dev)
-        if N and bool((quats.detach().norm(dim=-1) == 0).any()):
+        if N and any_zero_rows(quats):
             rows = (quats.detach().norm(dim=-1) == 0).nonzero()[:5, 0].tolist()
             _fail("quats", f"has zero-norm rows {rows}: a rotation needs a non-zero quaternion (w, x, y, z)")
-        if N and bool((scales.detach() < 0).any()):
+        if N and any_outside(scales, 0.0, math.inf):
             _fail("scales", "has negative values: pass activated scales, e.g. exp(log_scales)")
     check_tensor("opacities", opacities, (N,), dt, dev)
-    if N and bool(((opacities.detach() < 0) | (opacities.detach() > 1)).any()):
+    if N and any_outside(opacities, 0.0, 1.0):
         _fail("opacities", "has values outside [0, 1]: pass activated opacities, e.g. sigmoid(logits)")
     return N
+
+
+def _cpu_float(x: Tensor) -> bool:
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+
+
+def any_zero_rows(x: Tensor) -> bool:
+    """Whether a row of ``x`` [N, D] is all zeros (one Numba pass on the CPU; PyTorch elsewhere)."""
+    if _cpu_float(x):
+        from .cpu.checks import count_zero_rows
+
+        return count_zero_rows(x.detach().contiguous().numpy()) > 0
+    return bool((x.detach() == 0).all(dim=-1).any())
+
+
+def any_outside(x: Tensor, lo: float, hi: float) -> bool:
+    """Whether an entry of ``x`` is below ``lo`` or above ``hi`` (one Numba pass on the CPU)."""
+    if _cpu_float(x):
+        from .cpu.checks import count_outside
+
+        return count_outside(x.detach().contiguous().reshape(-1).numpy(), lo, hi) > 0
+    x = x.detach()
+    return bool(((x < lo) | (x > hi)).any())
 
 
 def check_colors(colors: Tensor, N: int, C: int, sh_degree: int | None, dt, dev) -> int:
     """Check colours or SH coefficients; return the number of colour channels D."""
     if sh_degree is None:
+        if isinstance(colors, (tuple, list)):
+            _fail("colors", "is a pair (split SH coefficients sh0, shN): pass sh_degree as well")
         if colors is None or colors.dim() not in (2, 3):
             _fail("colors", f"must be [N, D] or [C, N, D] when sh_degree is None, got "
                   f"{None if colors is None else list(colors.shape)}")
@@ -85,8 +112,16 @@ def check_colors(colors: Tensor, N: int, C: int, sh_degree: int | None, dt, dev)
         return colors.shape[-1]
     if not isinstance(sh_degree, int) or not 0 <= sh_degree <= 3:
         _fail("sh_degree", f"must be an int in 0..3, got {sh_degree!r}")
-    check_tensor("colors", colors, (N, None, 3), dt, dev)
-    K = colors.shape[1]
+    if isinstance(colors, (tuple, list)):  # split coefficients (sh0, shN)
+        if len(colors) != 2:
+            _fail("colors", f"as split SH coefficients must be a pair (sh0 [N, 1, 3], shN [N, K-1, 3]), "
+                  f"got {len(colors)} items")
+        check_tensor("colors[0] (sh0)", colors[0], (N, 1, 3), dt, dev)
+        check_tensor("colors[1] (shN)", colors[1], (N, None, 3), dt, dev)
+        K = 1 + colors[1].shape[1]
+    else:
+        check_tensor("colors", colors, (N, None, 3), dt, dev)
+        K = colors.shape[1]
     if K < (sh_degree + 1) ** 2:
         _fail("colors", f"has {K} SH coefficients per channel, sh_degree={sh_degree} needs {(sh_degree + 1) ** 2}")
     return 3

@@ -39,3 +39,26 @@ def count_non_finite_parallel(flat):
             acc += 0 if v - v == 0.0 else 1
         bad[c] = acc
     return bad.sum()
+
+
+@njit(cache=True, error_model="numpy")
+def count_zero_rows(rows):
+    """Number of all-zero rows of a 2-D float array (zero-norm quaternions)."""
+    bad = 0
+    for i in range(rows.shape[0]):
+        nonzero = False
+        for j in range(rows.shape[1]):
+            nonzero |= rows[i, j] != 0.0
+        bad += 0 if nonzero else 1
+    return bad
+
+
+@njit(cache=True, error_model="numpy")
+def count_outside(flat, lo, hi):
+    """Number of entries of a 1-D float array below lo or above hi (NaN counts as inside: the finite
+    check reports it)."""
+    bad = 0
+    for i in range(flat.shape[0]):
+        v = flat[i]
+        bad += 1 if (v < lo) | (v > hi) else 0
+    return bad

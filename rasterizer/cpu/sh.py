@@ -20,7 +20,7 @@ from numba import njit, prange
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..reference.sh import SH_C0, SH_C1, SH_C2, SH_C3, num_sh_bases
+from ..reference.sh import SH_C0, SH_C1, SH_C2, SH_C3, num_sh_bases, split_sh
 from .kernels import KERNEL_LOCK
 
 NORM_EPS = 1e-12  # F.normalize's eps
@@ -92,59 +92,71 @@ def unit_direction(means, centers, n, c):
 
 
 @njit(cache=True)
-def sh_forward_one(means, centers, coeffs, K, out, n, b):
+def sh_forward_one(means, centers, sh0, shN, K, out, n, b):
     """Colours of Gaussian n in every camera (see sh_forward_kernel); b [16] scratch."""
     for c in range(out.shape[0]):
         x, y, z, _ = unit_direction(means, centers, n, c)
         sh_basis_at(x, y, z, K, b)
-        r0 = r1 = r2 = 0.5  # colour before the clamp, summed in k order
-        for k in range(K):
-            r0 += b[k] * coeffs[n, k, 0]
-            r1 += b[k] * coeffs[n, k, 1]
-            r2 += b[k] * coeffs[n, k, 2]
+        r0 = 0.5 + b[0] * sh0[n, 0, 0]  # colour before the clamp, summed in k order
+        r1 = 0.5 + b[0] * sh0[n, 0, 1]
+        r2 = 0.5 + b[0] * sh0[n, 0, 2]
+        for k in range(1, K):
+            r0 += b[k] * shN[n, k - 1, 0]
+            r1 += b[k] * shN[n, k - 1, 1]
+            r2 += b[k] * shN[n, k - 1, 2]
         out[c, n, 0] = max(r0, 0.0)
         out[c, n, 1] = max(r1, 0.0)
         out[c, n, 2] = max(r2, 0.0)
 
 
 @njit(cache=True, parallel=True)
-def sh_forward_kernel(means, centers, coeffs, K, out):
-    """out [C, N, 3] = max(sum_k basis_k(u) coeffs[n, k] + 0.5, 0)."""
+def sh_forward_kernel(means, centers, sh0, shN, K, out):
+    """out [C, N, 3] = max(sum_k basis_k(u) coeffs[n, k] + 0.5, 0); coefficient 0 in sh0 [N, 1, 3], the
+    others in shN [N, K_all - 1, 3]."""
     N = out.shape[1]
     for blk in prange((N + BLOCK - 1) // BLOCK):
         b = np.empty(16)  # scratch per block of Gaussians (an allocation per Gaussian costs more than the work)
         for n in range(blk * BLOCK, min(N, (blk + 1) * BLOCK)):
-            sh_forward_one(means, centers, coeffs, K, out, n, b)
+            sh_forward_one(means, centers, sh0, shN, K, out, n, b)
 
 
 @njit(cache=True)
-def sh_backward_one(means, centers, coeffs, K, v_colors, v_coeffs, v_means, n, b, w):
+def sh_backward_one(means, centers, sh0, shN, K, v_colors, v_sh0, v_shN, v_means, n, b, w):
     """Gradients of Gaussian n summed over cameras (see sh_backward_kernel); b, w [16] scratch. The
-    first camera writes v_coeffs rows < K, later ones add; rows >= K are zeroed."""
+    first camera writes the coefficient gradients of rows < K, later ones add; rows >= K are zeroed."""
     C = v_colors.shape[0]
     vm0 = vm1 = vm2 = 0.0
     for c in range(C):
         x, y, z, norm = unit_direction(means, centers, n, c)
         sh_basis_at(x, y, z, K, b)
-        r0 = r1 = r2 = 0.5  # colour before the clamp, summed in k order
-        for k in range(K):
-            r0 += b[k] * coeffs[n, k, 0]
-            r1 += b[k] * coeffs[n, k, 1]
-            r2 += b[k] * coeffs[n, k, 2]
+        r0 = 0.5 + b[0] * sh0[n, 0, 0]  # colour before the clamp, summed in k order
+        r1 = 0.5 + b[0] * sh0[n, 0, 1]
+        r2 = 0.5 + b[0] * sh0[n, 0, 2]
+        for k in range(1, K):
+            r0 += b[k] * shN[n, k - 1, 0]
+            r1 += b[k] * shN[n, k - 1, 1]
+            r2 += b[k] * shN[n, k - 1, 2]
         g0 = v_colors[c, n, 0] if r0 >= 0.0 else 0.0
         g1 = v_colors[c, n, 1] if r1 >= 0.0 else 0.0
         g2 = v_colors[c, n, 2] if r2 >= 0.0 else 0.0
-        for k in range(K):
+        if c == 0:
+            v_sh0[n, 0, 0], v_sh0[n, 0, 1], v_sh0[n, 0, 2] = b[0] * g0, b[0] * g1, b[0] * g2
+        else:
+            v_sh0[n, 0, 0] += b[0] * g0
+            v_sh0[n, 0, 1] += b[0] * g1
+            v_sh0[n, 0, 2] += b[0] * g2
+        w[0] = sh0[n, 0, 0] * g0 + sh0[n, 0, 1] * g1 + sh0[n, 0, 2] * g2
+        for k in range(1, K):
             bk = b[k]
             if c == 0:
-                v_coeffs[n, k, 0] = bk * g0
-                v_coeffs[n, k, 1] = bk * g1
-                v_coeffs[n, k, 2] = bk * g2
+                v_shN[n, k - 1, 0] = bk * g0
+                v_shN[n, k - 1, 1] = bk * g1
+                v_shN[n, k - 1, 2] = bk * g2
             else:
-                v_coeffs[n, k, 0] += bk * g0
-                v_coeffs[n, k, 1] += bk * g1
-                v_coeffs[n, k, 2] += bk * g2
-            w[k] = coeffs[n, k, 0] * g0 + coeffs[n, k, 1] * g1 + coeffs[n, k, 2] * g2
+                v_shN[n, k - 1, 0] += bk * g0
+                v_shN[n, k - 1, 1] += bk * g1
+                v_shN[n, k - 1, 2] += bk * g2
+            w[k] = shN[n, k - 1, 0] * g0 + shN[n, k - 1, 1] * g1 + shN[n, k - 1, 2] * g2
         gx, gy, gz = sh_basis_grad_at(x, y, z, K, w)
         if norm > NORM_EPS:
             dot = x * gx + y * gy + z * gz
@@ -155,22 +167,25 @@ def sh_backward_one(means, centers, coeffs, K, v_colors, v_coeffs, v_means, n, b
             vm0 += gx / NORM_EPS
             vm1 += gy / NORM_EPS
             vm2 += gz / NORM_EPS
-    for k in range(K if C > 0 else 0, coeffs.shape[1]):
-        v_coeffs[n, k, 0] = v_coeffs[n, k, 1] = v_coeffs[n, k, 2] = 0.0
+    if C == 0:
+        v_sh0[n, 0, 0] = v_sh0[n, 0, 1] = v_sh0[n, 0, 2] = 0.0
+    for k in range(max(K - 1, 0) if C > 0 else 0, shN.shape[1]):
+        v_shN[n, k, 0] = v_shN[n, k, 1] = v_shN[n, k, 2] = 0.0
     v_means[n, 0] = vm0
     v_means[n, 1] = vm1
     v_means[n, 2] = vm2
 
 
 @njit(cache=True, parallel=True)
-def sh_backward_kernel(means, centers, coeffs, K, v_colors, v_coeffs, v_means):
-    """Gradients of sh_forward_kernel: v_coeffs [N, K_all, 3] (rows >= K are 0), v_means [N, 3]."""
+def sh_backward_kernel(means, centers, sh0, shN, K, v_colors, v_sh0, v_shN, v_means):
+    """Gradients of sh_forward_kernel: v_sh0 [N, 1, 3], v_shN [N, K_all - 1, 3] (rows >= K - 1 are 0),
+    v_means [N, 3]."""
     N = v_colors.shape[1]
     for blk in prange((N + BLOCK - 1) // BLOCK):
         b = np.empty(16)
         w = np.empty(16)
         for n in range(blk * BLOCK, min(N, (blk + 1) * BLOCK)):
-            sh_backward_one(means, centers, coeffs, K, v_colors, v_coeffs, v_means, n, b, w)
+            sh_backward_one(means, centers, sh0, shN, K, v_colors, v_sh0, v_shN, v_means, n, b, w)
 
 
 def camera_centers(viewmats: Tensor) -> np.ndarray:
@@ -181,38 +196,42 @@ def camera_centers(viewmats: Tensor) -> np.ndarray:
 
 
 class SHColorFunction(torch.autograd.Function):
-    """colours [C, N, 3] from means [N, 3] and SH coefficients [N, K, 3] (see the module docstring)."""
+    """colours [C, N, 3] from means [N, 3] and SH coefficients split as sh0 [N, 1, 3] and shN [N, K - 1, 3]
+    (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx, degree: int, means: Tensor, coeffs: Tensor, viewmats: Tensor) -> Tensor:
+    def forward(ctx, degree: int, means: Tensor, sh0: Tensor, shN: Tensor, viewmats: Tensor) -> Tensor:
         K = num_sh_bases(degree)
         m = means.detach().contiguous().numpy()
-        sh = coeffs.detach().contiguous().numpy()
+        a0, aN = sh0.detach().contiguous().numpy(), shN.detach().contiguous().numpy()
         centers = camera_centers(viewmats)
         out = np.empty((viewmats.shape[0], m.shape[0], 3), m.dtype)
         with KERNEL_LOCK:
-            sh_forward_kernel(m, centers, sh, K, out)
-        ctx.arrays = (m, centers, sh, K)
-        ctx.save_for_backward(means, coeffs)
+            sh_forward_kernel(m, centers, a0, aN, K, out)
+        ctx.arrays = (m, centers, a0, aN, K)
+        ctx.save_for_backward(means, sh0, shN)
         return torch.from_numpy(out)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, v_colors: Tensor):
         ctx.saved_tensors  # noqa: B018  (raises if an input was modified in place since the forward)
-        m, centers, sh, K = ctx.arrays
-        v_coeffs = np.empty(sh.shape, sh.dtype)
+        m, centers, a0, aN, K = ctx.arrays
+        v_sh0, v_shN = np.empty(a0.shape, a0.dtype), np.empty(aN.shape, aN.dtype)
         v_means = np.empty(m.shape, m.dtype)
         with KERNEL_LOCK:
-            sh_backward_kernel(m, centers, sh, K, np.ascontiguousarray(v_colors.detach().numpy(), dtype=m.dtype),
-                               v_coeffs, v_means)
+            sh_backward_kernel(m, centers, a0, aN, K, np.ascontiguousarray(v_colors.detach().numpy(), dtype=m.dtype),
+                               v_sh0, v_shN, v_means)
         need = ctx.needs_input_grad
-        return (None, torch.from_numpy(v_means) if need[1] else None, torch.from_numpy(v_coeffs) if need[2] else None,
-                None)
+        grad = lambda a, i: torch.from_numpy(a) if need[i] else None  # noqa: E731
+        return None, grad(v_means, 1), grad(v_sh0, 2), grad(v_shN, 3), None
 
 
-def sh_to_color(degree: int, means: Tensor, coeffs: Tensor, viewmats: Tensor) -> Tensor:
-    """Same contract as ``rasterizer.reference.sh.sh_to_color`` (CPU tensors; no gradient to viewmats)."""
-    if coeffs.shape[1] < num_sh_bases(degree):
-        raise ValueError(f"sh_degree {degree} needs {num_sh_bases(degree)} coefficients, got {coeffs.shape[1]}")
-    return SHColorFunction.apply(int(degree), means, coeffs, viewmats)
+def sh_to_color(degree: int, means: Tensor, coeffs: Tensor | tuple[Tensor, Tensor], viewmats: Tensor) -> Tensor:
+    """Same contract as ``rasterizer.reference.sh.sh_to_color`` (CPU tensors; no gradient to viewmats).
+    ``coeffs`` [N, K, 3] or split as (sh0 [N, 1, 3], shN [N, K - 1, 3]): the split form, as trainers
+    store the coefficients, is read in place (no concatenation, gradients land in two arrays)."""
+    sh0, shN = split_sh(coeffs)
+    if 1 + shN.shape[1] < num_sh_bases(degree):
+        raise ValueError(f"sh_degree {degree} needs {num_sh_bases(degree)} coefficients, got {1 + shN.shape[1]}")
+    return SHColorFunction.apply(int(degree), means, sh0, shN, viewmats)

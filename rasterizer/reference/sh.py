@@ -48,11 +48,28 @@ def eval_sh(degree: int, dirs: Tensor, coeffs: Tensor) -> Tensor:
     return (basis[..., None] * coeffs[..., :k, :]).sum(dim=-2)
 
 
-def sh_to_color(degree: int, means: Tensor, coeffs: Tensor, viewmats: Tensor) -> Tensor:
+def split_sh(coeffs: Tensor | tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    """(sh0 [N, 1, 3], shN [N, K - 1, 3]) from coefficients [N, K, 3] (views) or from such a pair."""
+    if isinstance(coeffs, (tuple, list)):
+        sh0, shN = coeffs
+        return sh0, shN
+    return coeffs[:, :1], coeffs[:, 1:]
+
+
+def join_sh(coeffs: Tensor | tuple[Tensor, Tensor]) -> Tensor:
+    """[N, K, 3] coefficients from [N, K, 3] (unchanged) or a (sh0, shN) pair (concatenated)."""
+    if isinstance(coeffs, (tuple, list)):
+        return torch.cat(list(coeffs), dim=1)
+    return coeffs
+
+
+def sh_to_color(degree: int, means: Tensor, coeffs: Tensor | tuple[Tensor, Tensor], viewmats: Tensor) -> Tensor:
     """View-dependent colours [C, N, 3] = max(SH(dir) + 0.5, 0), dir = mean - camera centre.
 
-    means [N, 3] world, coeffs [N, K, 3], viewmats [C, 4, 4] world_to_cam.
+    means [N, 3] world, coeffs [N, K, 3] or split as (sh0 [N, 1, 3], shN [N, K - 1, 3]) (concatenated
+    here), viewmats [C, 4, 4] world_to_cam.
     """
+    coeffs = join_sh(coeffs)
     R = viewmats[:, :3, :3]
     t = viewmats[:, :3, 3]
     centers = -(R.transpose(-1, -2) @ t[..., None])[..., 0]  # [C, 3]

@@ -285,7 +285,8 @@ class GaussianModel:
             bg = torch.as_tensor(background, dtype=torch.float32, device=dev)
             bg = bg.expand(viewmats.shape[0], 3) if bg.dim() == 1 else bg
         return rasterize_gaussians(
-            self.params["means"], self.params["quats"], self.scales, self.opacities, self.sh, viewmats, Ks, W, H,
+            self.params["means"], self.params["quats"], self.scales, self.opacities,
+            (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H,
             sh_degree=degree, backgrounds=bg, render_mode="RGB",
             rasterize_mode="antialiased" if self.antialiased else "classic", backend=backend, absgrad=absgrad)
 
