@@ -24,17 +24,17 @@ def interleaved_tile_order(n_tiles: int) -> np.ndarray:
 
 
 class BinnedTiles:
-    """Per-tile depth-sorted Gaussian lists for C cameras (numpy), computed once per render."""
+    """Per-tile depth-sorted Gaussian lists for C cameras (numpy; the fields of kernels.Bins) and the
+    tile visiting order, computed once per render."""
 
     def __init__(self, means2d: Tensor, conics: Tensor, opac: Tensor, radii: Tensor, depths: Tensor,
                  grid: TileGrid, width: int, height: int):
         C, N = depths.shape
         with K.KERNEL_LOCK:
             order = depth_order(_np(depths.detach().to(torch.float32)))
-        self.bins = K.bin_gaussians(
+        self.row_half, self.offsets, self.ids, self.perm, self.starts, self.counts = K.bin_gaussians(
             order, _np(means2d.reshape(C * N, 2)), _np(radii.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)),
             _np(opac.reshape(C * N)), N, grid.tiles_x, grid.tiles_y, grid.tile_size, width, height)
-        self.offsets, self.ids = self.bins.offsets, self.bins.ids
         self.order = interleaved_tile_order(C * grid.tiles_x * grid.tiles_y)
 
 
@@ -57,7 +57,7 @@ class CompositeFunction(torch.autograd.Function):
         alpha = np.zeros((C, height, width, 1), dtype)
         T_final = np.ones((C, height, width), dtype)
         last_ids = np.full((C, height, width), -1, np.int32)
-        row_half = bins.bins.row_half
+        row_half = bins.row_half
         with K.KERNEL_LOCK:
             K.forward_kernel(*flat, row_half, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
                              grid.tile_size, render, alpha, T_final, last_ids)
@@ -75,13 +75,12 @@ class CompositeFunction(torch.autograd.Function):
             K.backward_kernel(*flat, row_half, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
                               grid.tiles_y, grid.tile_size, T_final, last_ids, _np(v_render), _np(v_alpha),
                               g_means2d, g_abs, g_conics, g_opac[:, 0], g_colors)
-        b = bins.bins
         G = C * N
         outs = (np.empty((G, 2), dtype), np.empty((G, 3), dtype), np.empty(G, dtype), np.empty((G, D), dtype))
         v_abs = np.empty((G if absgrad_acc is not None else 0, 2), dtype)
         with K.KERNEL_LOCK:
-            K.sum_per_gaussian(g_means2d, g_conics, g_opac[:, 0], g_colors, g_abs, b.perm, b.starts, b.counts,
-                               *outs, v_abs)
+            K.sum_per_gaussian(g_means2d, g_conics, g_opac[:, 0], g_colors, g_abs, bins.perm, bins.starts,
+                               bins.counts, *outs, v_abs)
         if absgrad_acc is not None:
             absgrad_acc += torch.from_numpy(v_abs).to(absgrad_acc.dtype)
         v_means2d, v_conics, v_opac, v_colors = (torch.from_numpy(a) for a in outs)
