@@ -69,8 +69,7 @@ def _empty_render(means, opacities, colors, viewmats, width, height, render_mode
     """N = 0: background (or zeros), zero alpha, empty meta; still connected to the inputs' graph."""
     C = viewmats.shape[0]
     D = {"D": 1, "ED": 1, "RGB+D": n_color + 1, "RGB+ED": n_color + 1}.get(render_mode, n_color)
-    colour_sum = sum(c.sum() for c in colors) if isinstance(colors, (tuple, list)) else colors.sum()
-    zero = (means.sum() + opacities.sum() + colour_sum) * 0.0
+    zero = (means.sum() + opacities.sum() + join_sh(colors).sum()) * 0.0
     render = means.new_zeros(C, height, width, D) + zero
     alpha = means.new_zeros(C, height, width, 1) + zero
     render = _finish(render, alpha, render_mode, backgrounds, n_color)
@@ -108,7 +107,8 @@ def rasterize_gaussians(
         means [N, 3] world; quats [N, 4] (w, x, y, z), not necessarily normalised; scales [N, 3]
         activated; opacities [N] activated; colors [N, D] or [C, N, D], or SH coefficients [N, K, 3]
         when ``sh_degree`` is set (or split as a pair (sh0 [N, 1, 3], shN [N, K - 1, 3]), the layout
-        trainers keep: the cpu backend then reads them without a concatenation each call); viewmats [C, 4, 4] world_to_cam (OpenCV axes); Ks [C, 3, 3] pixels.
+        trainers keep: the cpu backend then reads them without a concatenation each call);
+        viewmats [C, 4, 4] world_to_cam (OpenCV axes); Ks [C, 3, 3] pixels.
         covars [N, 3, 3] replaces quats/scales when given. backgrounds [C, D] (colour channels).
         render_mode: "RGB", "D" (accumulated depth), "ED" (expected depth), "RGB+D", "RGB+ED".
         rasterize_mode: "classic" or "antialiased" (opacity x sqrt(det(S - eps I) / det S)).

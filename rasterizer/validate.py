@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor
 
+from .reference.sh import is_split_sh
+
 RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
 RASTERIZE_MODES = ("classic", "antialiased")
 BACKENDS = ("auto", "reference", "cpu", "cuda")
@@ -100,7 +102,7 @@ def any_outside(x: Tensor, lo: float, hi: float) -> bool:
 def check_colors(colors: Tensor, N: int, C: int, sh_degree: int | None, dt, dev) -> int:
     """Check colours or SH coefficients; return the number of colour channels D."""
     if sh_degree is None:
-        if isinstance(colors, (tuple, list)):
+        if is_split_sh(colors):
             _fail("colors", "is a pair (split SH coefficients sh0, shN): pass sh_degree as well")
         if colors is None or colors.dim() not in (2, 3):
             _fail("colors", f"must be [N, D] or [C, N, D] when sh_degree is None, got "
@@ -112,7 +114,7 @@ def check_colors(colors: Tensor, N: int, C: int, sh_degree: int | None, dt, dev)
         return colors.shape[-1]
     if not isinstance(sh_degree, int) or not 0 <= sh_degree <= 3:
         _fail("sh_degree", f"must be an int in 0..3, got {sh_degree!r}")
-    if isinstance(colors, (tuple, list)):  # split coefficients (sh0, shN)
+    if is_split_sh(colors):
         if len(colors) != 2:
             _fail("colors", f"as split SH coefficients must be a pair (sh0 [N, 1, 3], shN [N, K-1, 3]), "
                   f"got {len(colors)} items")

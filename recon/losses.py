@@ -110,4 +110,4 @@ def quick_psnr(render: Tensor, target: Tensor) -> float:
     """PSNR of ``render`` clamped to [0, 1] against ``target`` with the MSE in the storage dtype (one
     fused pass; for progress displays, where :func:`psnr`'s float64 copies cost milliseconds a step at
     480 x 272)."""
-    return psnr_from_mse(float(torch.nn.functional.mse_loss(render.clamp(0.0, 1.0), target)))
+    return psnr_from_mse(float(F.mse_loss(render.clamp(0.0, 1.0), target)))

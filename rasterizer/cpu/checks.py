@@ -33,11 +33,7 @@ def count_non_finite_parallel(flat):
     chunks = (n + CHUNK - 1) // CHUNK
     bad = np.zeros(chunks, np.int64)
     for c in prange(chunks):
-        acc = 0
-        for i in range(c * CHUNK, min(n, (c + 1) * CHUNK)):
-            v = flat[i]
-            acc += 0 if v - v == 0.0 else 1
-        bad[c] = acc
+        bad[c] = count_non_finite_serial(flat[c * CHUNK:min(n, (c + 1) * CHUNK)])
     return bad.sum()
 
 

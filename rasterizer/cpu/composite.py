@@ -57,22 +57,21 @@ class CompositeFunction(torch.autograd.Function):
         alpha = np.zeros((C, height, width, 1), dtype)
         T_final = np.ones((C, height, width), dtype)
         last_ids = np.full((C, height, width), -1, np.int32)
-        row_half = bins.row_half
         with K.KERNEL_LOCK:
-            K.forward_kernel(*flat, row_half, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
+            K.forward_kernel(*flat, bins.row_half, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
                              grid.tile_size, render, alpha, T_final, last_ids)
-        ctx.state = (flat, row_half, bins, T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc)
+        ctx.state = (flat, bins, T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc)
         return torch.from_numpy(render), torch.from_numpy(alpha)
 
     @staticmethod
     def backward(ctx, v_render, v_alpha):
-        flat, row_half, bins, T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc = ctx.state
+        flat, bins, T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc = ctx.state
         dtype = flat[3].dtype
         M = bins.ids.shape[0]
         g_means2d, g_abs = np.zeros((M, 2), dtype), np.zeros((M, 2), dtype)
         g_conics, g_opac, g_colors = np.zeros((M, 3), dtype), np.zeros((M, 1), dtype), np.zeros((M, D), dtype)
         with K.KERNEL_LOCK:
-            K.backward_kernel(*flat, row_half, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
+            K.backward_kernel(*flat, bins.row_half, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
                               grid.tiles_y, grid.tile_size, T_final, last_ids, _np(v_render), _np(v_alpha),
                               g_means2d, g_abs, g_conics, g_opac[:, 0], g_colors)
         G = C * N

@@ -169,9 +169,9 @@ def sh_backward_one(means, centers, sh0, shN, K, v_colors, v_sh0, v_shN, v_means
             vm0 += gx / NORM_EPS
             vm1 += gy / NORM_EPS
             vm2 += gz / NORM_EPS
-    if C == 0:
+    if C == 0:  # no camera wrote anything
         v_sh0[n, 0, 0] = v_sh0[n, 0, 1] = v_sh0[n, 0, 2] = 0.0
-    for k in range(max(K - 1, 0) if C > 0 else 0, shN.shape[1]):
+    for k in range(K - 1 if C > 0 else 0, shN.shape[1]):
         v_shN[n, k, 0] = v_shN[n, k, 1] = v_shN[n, k, 2] = 0.0
     v_means[n, 0] = vm0
     v_means[n, 1] = vm1

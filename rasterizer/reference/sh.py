@@ -48,9 +48,14 @@ def eval_sh(degree: int, dirs: Tensor, coeffs: Tensor) -> Tensor:
     return (basis[..., None] * coeffs[..., :k, :]).sum(dim=-2)
 
 
+def is_split_sh(colors) -> bool:
+    """Whether ``colors`` is SH coefficients split as a (sh0, shN) pair (tuple or list)."""
+    return isinstance(colors, (tuple, list))
+
+
 def split_sh(coeffs: Tensor | tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
     """(sh0 [N, 1, 3], shN [N, K - 1, 3]) from coefficients [N, K, 3] (views) or from such a pair."""
-    if isinstance(coeffs, (tuple, list)):
+    if is_split_sh(coeffs):
         sh0, shN = coeffs
         return sh0, shN
     return coeffs[:, :1], coeffs[:, 1:]
@@ -58,7 +63,7 @@ def split_sh(coeffs: Tensor | tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
 
 def join_sh(coeffs: Tensor | tuple[Tensor, Tensor]) -> Tensor:
     """[N, K, 3] coefficients from [N, K, 3] (unchanged) or a (sh0, shN) pair (concatenated)."""
-    if isinstance(coeffs, (tuple, list)):
+    if is_split_sh(coeffs):
         return torch.cat(list(coeffs), dim=1)
     return coeffs
 
