@@ -36,12 +36,14 @@ def _backend_module(name: str):
     return importlib.import_module(f"{__package__}.{name}")
 
 
-def _per_camera_colors(colors: Tensor, means: Tensor, viewmats: Tensor, sh_degree: int | None, impl) -> Tensor:
+def _per_camera_colors(colors: Tensor, means: Tensor, viewmats: Tensor, sh_degree: int | None, impl,
+                       radii: Tensor) -> Tensor:
     """Colours [C, N, D]: evaluated SH (view-dependent; the backend's ``sh_to_color``, whose signature is
-    the reference's) or the given colours broadcast over cameras."""
+    the reference's; culled pairs (zero radii) are 0, never composited) or the given colours broadcast
+    over cameras."""
     C = viewmats.shape[0]
     if sh_degree is not None:
-        return getattr(impl, "sh_to_color", sh_to_color)(sh_degree, means, colors, viewmats)
+        return getattr(impl, "sh_to_color", sh_to_color)(sh_degree, means, colors, viewmats, radii)
     return colors if colors.dim() == 3 else colors[None].expand(C, -1, -1)
 
 
@@ -141,7 +143,8 @@ def rasterize_gaussians(
     proj = impl.project(means, quats, scales, covars, viewmats, Ks, width, height, eps2d=eps2d,
                         near_plane=near_plane, far_plane=far_plane, opacities=opacities, antialiased=antialiased)
     opac = opacities[None] * proj.compensations if antialiased else opacities[None].expand(C, -1)
-    channels = _render_channels(_per_camera_colors(colors, means, viewmats, sh_degree, impl), proj.depths, render_mode)
+    channels = _render_channels(_per_camera_colors(colors, means, viewmats, sh_degree, impl, proj.radii),
+                                proj.depths, render_mode)
     means2d = proj.means2d
     if means2d.requires_grad:
         means2d.retain_grad()

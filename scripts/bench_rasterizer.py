@@ -86,7 +86,8 @@ def machine() -> dict:
     info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "numba_threads": numba.get_num_threads(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
-            "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT")}
+            "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"),
+            "keeps_freed_memory": rasterizer.runtime.KEEPS_FREED_MEMORY}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info

@@ -80,7 +80,8 @@ def bench_step(args) -> dict:
             "steps_timed": args.steps, "median_step_seconds_sh0": round(statistics.median(sh0), 4),
             "median_step_seconds_sh3": round(statistics.median(sh3), 4),
             "numba_threads": int(os.environ.get("NUMBA_NUM_THREADS", "0")) or None,
-            "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"), "cpus": os.cpu_count()}
+            "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"),
+            "keeps_freed_memory": rasterizer.runtime.KEEPS_FREED_MEMORY, "cpus": os.cpu_count()}
 
 
 def bench_full(name: str, data: Path, steps: int, device: str) -> dict:

@@ -82,6 +82,8 @@ def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, tile_bas
     Returns (number of reached tiles, bitmask of them in box order (bit (ty - ty0) * box_w + tx - tx0)
     when the box has at most MASK_TILES tiles, else 0)."""
     mask = np.uint64(0)
+    if tmax[g, 0] <= tmin[g, 0] or tmax[g, 1] <= tmin[g, 1]:  # empty box (culled)
+        return 0, mask
     mx, my = means2d[g, 0], means2d[g, 1]
     a, b, c = conics[g, 0], conics[g, 1], conics[g, 2]
     level = alpha_level(opac[g])
@@ -228,6 +230,10 @@ def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH):
     row_half = np.empty(G)
     inv_ts = like(1.0 / ts, np.zeros(1, means2d.dtype)[0])  # exact: ts is a power of two
     for g in prange(G):
+        if radii[g, 0] <= 0 or radii[g, 1] <= 0:  # culled (most of a large scene's): an empty rectangle, no rows
+            tmin[g, 0] = tmin[g, 1] = tmax[g, 0] = tmax[g, 1] = 0
+            row_half[g] = -1.0
+            continue
         tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax)
         row_half[g] = row_half_extent(conics, opac, g)
     return tmin, tmax, row_half

@@ -8,7 +8,9 @@ its conventions at the non-differentiable points:
 - ``torch.clamp`` of x/z, y/z in the Jacobian: gradient passes where lo <= x/z <= hi (inclusive);
 - ``det.clamp(min=1e-10)``: gradient passes where det >= 1e-10;
 - ``sqrt(clamp(det_orig / det, min=0))``: gradient g / (2 sqrt(.)) where the ratio >= 0, else 0;
-- no masking by radius: every (camera, Gaussian) pair gets gradient from its cotangents.
+- no masking by radius: every (camera, Gaussian) pair gets gradient from its cotangents; pairs whose
+  cotangents are all zero (culled or hidden in that view: most of them in a large scene) add exactly
+  zero and are skipped (the reference would give NaN there only for non-finite intermediate values).
 
 Both kernels run in parallel over Gaussians and loop over cameras inside, so the reduction over cameras
 in the backward is race-free (each thread owns its Gaussians' gradient rows). Arithmetic runs in float64
@@ -241,6 +243,23 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
 # backward
 
 
+@njit(cache=True, error_model="numpy")
+def _pair_has_cotangent(v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
+    """Any non-zero cotangent for pair (c, n)? (Zero ones contribute exactly zero: the pair is skipped.)"""
+    return (v_means2d[c, n, 0] != 0.0 or v_means2d[c, n, 1] != 0.0 or v_conics[c, n, 0] != 0.0
+            or v_conics[c, n, 1] != 0.0 or v_conics[c, n, 2] != 0.0 or v_depths[c, n] != 0.0
+            or (antialiased and v_comps[c, n] != 0.0))
+
+
+@njit(cache=True, error_model="numpy")
+def _has_cotangent(v_means2d, v_conics, v_depths, v_comps, antialiased, n):
+    """Any non-zero cotangent for Gaussian n in any camera?"""
+    for c in range(v_depths.shape[0]):
+        if _pair_has_cotangent(v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
+            return True
+    return False
+
+
 @njit(cache=True, parallel=True, error_model="numpy")
 def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, Ks, width, height, eps2d,
                             antialiased, v_means2d, v_conics, v_depths, v_comps,
@@ -252,11 +271,32 @@ def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, 
     N = means.shape[0]
     cams = camera_table(viewmats, Ks, width, height)
     for n in prange(N):
+        # no cotangent in any camera (culled or hidden: most Gaussians of a large scene): zero rows. Tested
+        # here for one camera, written out: a helper call per Gaussian costs more than the test (measured)
+        if C == 0 or (v_means2d[0, n, 0] == 0.0 and v_means2d[0, n, 1] == 0.0 and v_conics[0, n, 0] == 0.0
+                      and v_conics[0, n, 1] == 0.0 and v_conics[0, n, 2] == 0.0 and v_depths[0, n] == 0.0
+                      and (not antialiased or v_comps[0, n] == 0.0)
+                      and (C == 1 or not _has_cotangent(v_means2d, v_conics, v_depths, v_comps, antialiased, n))):
+            g_means[n, 0] = g_means[n, 1] = g_means[n, 2] = 0.0
+            if has_covars:
+                for i in range(9):
+                    g_covars[n, i // 3, i % 3] = 0.0
+            else:
+                g_quats[n, 0] = g_quats[n, 1] = g_quats[n, 2] = g_quats[n, 3] = 0.0
+                g_scales[n, 0] = g_scales[n, 1] = g_scales[n, 2] = 0.0
+            continue
         S = _world_covar(quats, scales, covars, n, has_covars)
         px, py, pz = float(means[n, 0]), float(means[n, 1]), float(means[n, 2])
         gp0 = gp1 = gp2 = 0.0
         gS = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         for c in range(C):
+            # ---- zero cotangents (culled or hidden in this view, the common case) add exactly zero: skip
+            if not _pair_has_cotangent(v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
+                continue
+            ga, gb, gc = float(v_conics[c, n, 0]), float(v_conics[c, n, 1]), float(v_conics[c, n, 2])
+            vm0, vm1 = float(v_means2d[c, n, 0]), float(v_means2d[c, n, 1])
+            g_depth = float(v_depths[c, n])
+            g_comp = float(v_comps[c, n]) if antialiased else 0.0
             # ---- recompute the forward
             Rv, (t0, t1, t2), Kc, (lo_x, hi_x, lo_y, hi_y) = _camera(cams, c)
             tx = Rv[0] * px + Rv[1] * py + Rv[2] * pz + t0
@@ -291,7 +331,6 @@ def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, 
             con_c = b00 * rdet
 
             # ---- conics -> blurred covariance (b01 = c01, b10 = c10)
-            ga, gb, gc = float(v_conics[c, n, 0]), float(v_conics[c, n, 1]), float(v_conics[c, n, 2])
             g_det = -(ga * con_a + gb * con_b + gc * con_c) * rdet
             gb00 = gc * rdet
             gb11 = ga * rdet
@@ -303,7 +342,7 @@ def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, 
                 ratio = det_orig * rdet
                 g_ratio = 0.0
                 if ratio >= 0.0:
-                    g_ratio = float(v_comps[c, n]) / (2.0 * math.sqrt(ratio))
+                    g_ratio = g_comp / (2.0 * math.sqrt(ratio))
                 g_do = g_ratio * rdet
                 g_det -= g_ratio * ratio * rdet
                 gc00 = g_do * c11
@@ -340,7 +379,7 @@ def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, 
             gJ12 = gc10 * e0_2 + gc11 * e1_2 + gc01 * a0[2] + gc11 * a1[2]
 
             # ---- Jacobian -> camera-space mean
-            g_tz = float(v_depths[c, n])
+            g_tz = g_depth
             g_tz -= (gJ00 * fx + gJ11 * fy) * rz2
             g_tz += 2.0 * (gJ02 * fx * txc + gJ12 * fy * tyc) * (rz2 * rz)
             g_txc = -gJ02 * fx * rz2
@@ -353,7 +392,6 @@ def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, 
             g_tz -= (g_u * u + g_v * v) * rz
 
             # ---- means2d = K[:2] t / tz
-            vm0, vm1 = float(v_means2d[c, n, 0]), float(v_means2d[c, n, 1])
             g0 = vm0 * rz
             g1 = vm1 * rz
             g_tx += Kc[0] * g0 + Kc[3] * g1

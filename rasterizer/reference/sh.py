@@ -68,15 +68,20 @@ def join_sh(coeffs: Tensor | tuple[Tensor, Tensor]) -> Tensor:
     return coeffs
 
 
-def sh_to_color(degree: int, means: Tensor, coeffs: Tensor | tuple[Tensor, Tensor], viewmats: Tensor) -> Tensor:
+def sh_to_color(degree: int, means: Tensor, coeffs: Tensor | tuple[Tensor, Tensor], viewmats: Tensor,
+                radii: Tensor | None = None) -> Tensor:
     """View-dependent colours [C, N, 3] = max(SH(dir) + 0.5, 0), dir = mean - camera centre.
 
     means [N, 3] world, coeffs [N, K, 3] or split as (sh0 [N, 1, 3], shN [N, K - 1, 3]) (concatenated
-    here), viewmats [C, 4, 4] world_to_cam.
+    here), viewmats [C, 4, 4] world_to_cam. radii [C, N, 2] (the projection's, optional): pairs with a
+    zero radius are culled, their colour is 0 (and gets no gradient); the cpu backend skips them.
     """
     coeffs = join_sh(coeffs)
     R = viewmats[:, :3, :3]
     t = viewmats[:, :3, 3]
     centers = -(R.transpose(-1, -2) @ t[..., None])[..., 0]  # [C, 3]
     dirs = means[None] - centers[:, None]  # [C, N, 3]
-    return torch.clamp_min(eval_sh(degree, dirs, coeffs[None].expand(len(viewmats), -1, -1, -1)) + 0.5, 0.0)
+    colors = torch.clamp_min(eval_sh(degree, dirs, coeffs[None].expand(len(viewmats), -1, -1, -1)) + 0.5, 0.0)
+    if radii is None:
+        return colors
+    return torch.where((radii > 0).all(-1, keepdim=True), colors, colors.new_zeros(()))

@@ -163,6 +163,24 @@ def test_vjp_single_output_cotangents():
             assert_rel(a, e, GRAD_RTOL, f"output {i}")
 
 
+@pytest.mark.parametrize("antialiased", [False, True])
+def test_vjp_zero_cotangent_pairs(antialiased):
+    """Pairs (camera, Gaussian) whose cotangents are all zero (culled or hidden: the common case in
+    training) are skipped by the kernel; the gradients still equal the reference's, and Gaussians with
+    zero cotangents in every camera get exactly zero."""
+    means, quats, scales, opac, viewmats, Ks = make_scene(torch.float64, n=120, n_cams=3, seed=6)
+    means, quats, scales = leaves(means, quats, scales)
+    ref, cpu = both(means, quats, scales, None, viewmats, Ks, opacities=opac, antialiased=antialiased)
+    g = torch.Generator().manual_seed(7)
+    keep = torch.rand(3, 120, generator=g) < 0.5  # per pair; camera 0 is zero for about half
+    keep[:, :10] = False  # Gaussians 0..9: zero in every camera
+    cot = [c * keep.view(3, 120, *([1] * (c.dim() - 2))).to(c.dtype) for c in random_cotangents(ref, seed=8)]
+    grads = vjp(cpu, [means, quats, scales], cot)
+    for name, a, e in zip(["means", "quats", "scales"], grads, vjp(ref, [means, quats, scales], cot)):
+        assert_rel(a, e, GRAD_RTOL, name)
+        assert float(a[:10].abs().max()) == 0.0 and float(a[10:].abs().max()) > 0.0
+
+
 def test_asymmetric_covars():
     """covars are used as given (the reference does not symmetrise them): c01 != c10."""
     means, quats, scales, opac, viewmats, Ks = make_scene(torch.float64, n=60, seed=4)

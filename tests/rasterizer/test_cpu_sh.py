@@ -47,6 +47,53 @@ def test_cpu_sh_matches_reference(dtype, degree):
     torch.testing.assert_close(outs["cpu"][2][0], outs["ref"][2][0], rtol=tol["rtol"], atol=tol["atol"])
 
 
+@pytest.mark.parametrize("degree", [1, 3])
+def test_cpu_sh_zero_cotangent_pairs(degree):
+    """Pairs (camera, Gaussian) with a zero cotangent (culled or hidden: the common case in training) are
+    skipped; gradients still equal the reference's, exactly zero where every camera's cotangent is."""
+    means, coeffs, viewmats = _inputs(torch.float64, n=120, C=3, seed=4)
+    g = torch.Generator().manual_seed(5)
+    keep = torch.rand(3, 120, 1, generator=g, dtype=torch.float64) < 0.5  # camera 0 zero for about half
+    keep[:, :10] = False
+    cot = torch.randn(3, 120, 3, generator=g, dtype=torch.float64) * keep
+    outs = {}
+    for name, fn in (("ref", ref_sh), ("cpu", cpu_sh)):
+        m, c = means.clone().requires_grad_(True), coeffs.clone().requires_grad_(True)
+        (fn(degree, m, c, viewmats) * cot).sum().backward()
+        outs[name] = (m.grad, c.grad)
+    for got, want in zip(outs["cpu"], outs["ref"]):
+        got, want = got[1:], want[1:]  # row 0: the zero-distance Gaussian (see above)
+        assert float((got - want).abs().max()) <= GRAD_REL[torch.float64] * float(want.abs().max())
+        assert float(got[:9].abs().max()) == 0.0 and float(got[9:].abs().max()) > 0.0
+
+
+def test_cpu_sh_culled_pairs():
+    """radii [C, N, 2]: culled pairs (a zero radius) get colour 0 and no gradient, on both backends,
+    whatever their cotangent; the others are unchanged."""
+    means, coeffs, viewmats = _inputs(torch.float64, n=100, C=3, seed=6)
+    g = torch.Generator().manual_seed(1)
+    radii = torch.randint(1, 5, (3, 100, 2), generator=g, dtype=torch.int32)
+    radii[torch.rand(3, 100, generator=g) < 0.5] = 0
+    radii[:, 1:8] = 0  # culled in every camera
+    cot = torch.randn(3, 100, 3, generator=g, dtype=torch.float64)
+    outs = {}
+    for name, fn in (("ref", ref_sh), ("cpu", cpu_sh)):
+        m, c = means.clone().requires_grad_(True), coeffs.clone().requires_grad_(True)
+        col = fn(3, m, c, viewmats, radii)
+        (col * cot).sum().backward()
+        outs[name] = (col.detach(), m.grad, c.grad)
+    culled = (radii == 0).any(-1)
+    assert float(outs["cpu"][0][culled].abs().max()) == 0.0
+    torch.testing.assert_close(outs["cpu"][0][~culled], ref_sh(3, means, coeffs, viewmats)[~culled])
+    torch.testing.assert_close(outs["cpu"][0], outs["ref"][0])
+    for got, want in zip(outs["cpu"][1:], outs["ref"][1:]):
+        got, want = got[1:], want[1:]  # row 0: the zero-distance Gaussian (see above)
+        assert float((got - want).abs().max()) <= GRAD_REL[torch.float64] * float(want.abs().max())
+        assert float(got[:7].abs().max()) == 0.0 and float(got[7:].abs().max()) > 0.0
+    with pytest.raises(ValueError, match="radii must be"):
+        cpu_sh(3, means, coeffs, viewmats, radii[:, :50])
+
+
 def test_cpu_sh_gradcheck():
     means, coeffs, viewmats = _inputs(torch.float64, n=6, C=2, seed=3)
     means, coeffs = means[1:].clone().requires_grad_(True), coeffs[1:].clone().requires_grad_(True)
