@@ -4,8 +4,8 @@ One API (:func:`rasterize_gaussians`), backends ``reference`` (plain PyTorch), `
 with hand-written backward) and ``cuda`` (gsplat's kernels). Conventions: rasterizer/CONVENTIONS.md.
 Never imports recon or viewer.
 
-Importing it first (before torch) applies the process settings of :mod:`rasterizer.runtime`
-(OpenMP spin count, glibc keeping freed memory); the ``splatforge`` command does this first thing.
+Importing it applies the process settings of :mod:`rasterizer.runtime`: glibc keeps freed memory,
+and, when imported before torch, the OpenMP spin count (the ``splatforge`` command imports it first).
 """
 
 from . import runtime as _runtime

@@ -13,7 +13,8 @@ coefficients alone are 39 MB at 218k Gaussians). glibc serves blocks above its m
 them in again: 4,700 faults and ~20-40 ms of system time per colmap_bird step at 218k Gaussians,
 measured. :func:`keep_freed_memory` raises the mmap and trim thresholds to 1 GiB with ``mallopt`` so
 freed blocks are reused (~350 faults per step). It applies on glibc only, and not when the user set
-``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` or ``SPLATFORGE_KEEP_FREED_MEMORY=0``.
+``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` / malloc ``GLIBC_TUNABLES`` or
+``SPLATFORGE_KEEP_FREED_MEMORY=0``.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def default_gomp_spincount() -> None:
 def keep_freed_memory() -> bool:
     """Keep freed blocks of up to 1 GiB in the process (see module doc); True when applied."""
     env = os.environ
-    if env.get("SPLATFORGE_KEEP_FREED_MEMORY", "1") == "0" or any(
-            k in env for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+    if (env.get("SPLATFORGE_KEEP_FREED_MEMORY", "1") == "0"
+            or any(k in env for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))
+            or "glibc.malloc." in env.get("GLIBC_TUNABLES", "")):
         return False
     if not sys.platform.startswith("linux"):
         return False
@@ -47,7 +49,9 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, KEEP_FREED_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES))
+    mmap_ok = bool(mallopt(M_MMAP_THRESHOLD, KEEP_FREED_BYTES))
+    trim_ok = bool(mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES))
+    return mmap_ok and trim_ok
 
 
 KEEPS_FREED_MEMORY = False  # set by rasterizer/__init__.py

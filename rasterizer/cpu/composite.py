@@ -31,7 +31,7 @@ class BinnedTiles:
                  grid: TileGrid, width: int, height: int):
         C, N = depths.shape
         with K.KERNEL_LOCK:
-            order = depth_order(_np(depths.detach().to(torch.float32)))
+            order = depth_order(_np(depths.detach().to(torch.float32)), _np(radii))
         self.row_half, self.offsets, self.ids, self.perm, self.starts, self.counts = K.bin_gaussians(
             order, _np(means2d.reshape(C * N, 2)), _np(radii.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)),
             _np(opac.reshape(C * N)), N, grid.tiles_x, grid.tiles_y, grid.tile_size, width, height)

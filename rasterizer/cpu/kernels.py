@@ -82,7 +82,7 @@ def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, tile_bas
     Returns (number of reached tiles, bitmask of them in box order (bit (ty - ty0) * box_w + tx - tx0)
     when the box has at most MASK_TILES tiles, else 0)."""
     mask = np.uint64(0)
-    if tmax[g, 0] <= tmin[g, 0] or tmax[g, 1] <= tmin[g, 1]:  # empty box (culled)
+    if tmax[g, 0] <= tmin[g, 0] or tmax[g, 1] <= tmin[g, 1]:  # empty box (culled, or off the image)
         return 0, mask
     mx, my = means2d[g, 0], means2d[g, 1]
     a, b, c = conics[g, 0], conics[g, 1], conics[g, 2]
@@ -194,8 +194,8 @@ def sort_pairs_by_tile(pair_tile, pair_gauss, n_tiles):
 @njit(cache=True)
 def tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax):
     """tmin[g], tmax[g]: half-open tile rectangle of Gaussian g's box mean +- radius, with the
-    arithmetic of ``rasterizer.tiles.tile_ranges`` (in the storage dtype; empty for a zero radius)."""
-    visible = radii[g, 0] > 0 and radii[g, 1] > 0
+    arithmetic of ``rasterizer.tiles.tile_ranges`` (in the storage dtype). For a Gaussian that is not
+    culled (gaussian_extents handles those)."""
     for j in range(2):
         lim = TW if j == 0 else TH
         m = means2d[g, j] * inv_ts
@@ -203,7 +203,7 @@ def tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax):
         lo = min(max(np.int64(math.floor(m - r)), 0), lim)
         hi = min(max(np.int64(math.ceil(m + r)), 0), lim)
         tmin[g, j] = lo
-        tmax[g, j] = hi if visible else lo
+        tmax[g, j] = hi
 
 
 @njit(cache=True)
@@ -223,7 +223,8 @@ def row_half_extent(conics, opac, g):
 @njit(cache=True, parallel=True)
 def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH):
     """Per Gaussian, in one parallel pass: tile rectangles tmin, tmax [G, 2] int64 (tile_rect) and row
-    half extents [G] float64 (row_half_extent). means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G]."""
+    half extents [G] float64 (row_half_extent). means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G].
+    Culled Gaussians (a zero radius) get the empty rectangle (0, 0)-(0, 0) and row half extent -1."""
     G = means2d.shape[0]
     tmin = np.empty((G, 2), np.int64)
     tmax = np.empty((G, 2), np.int64)
@@ -242,7 +243,7 @@ def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH):
 class Bins(NamedTuple):
     """Per-tile, depth-sorted Gaussian lists (see bin_gaussians)."""
 
-    row_half: np.ndarray  # [C*N] float64 row half extents (row_half_extent)
+    row_half: np.ndarray  # [C*N] float64 row half extents (row_half_extent; -1 for culled Gaussians)
     offsets: np.ndarray  # [C*TT + 1] int64: tile t's intersections are ids[offsets[t]:offsets[t + 1]]
     ids: np.ndarray  # [M] int64 flat Gaussian ids, tile-major, near to far within a tile
     perm: np.ndarray  # [M] int64: Gaussian g's intersections are ids[perm[starts[g]:starts[g] + counts[g]]]

@@ -9,8 +9,10 @@ its conventions at the non-differentiable points:
 - ``det.clamp(min=1e-10)``: gradient passes where det >= 1e-10;
 - ``sqrt(clamp(det_orig / det, min=0))``: gradient g / (2 sqrt(.)) where the ratio >= 0, else 0;
 - no masking by radius: every (camera, Gaussian) pair gets gradient from its cotangents; pairs whose
-  cotangents are all zero (culled or hidden in that view: most of them in a large scene) add exactly
-  zero and are skipped (the reference would give NaN there only for non-finite intermediate values).
+  cotangents are all zero (culled or hidden in that view: most of them in a large scene) are skipped.
+  For finite inputs they add exactly zero; where the reference's autograd gives NaN from a zero
+  cotangent times an infinite derivative (a Gaussian at depth 0, or in antialiased mode a singular
+  2D covariance, ratio 0), the skip gives 0.
 
 Both kernels run in parallel over Gaussians and loop over cameras inside, so the reduction over cameras
 in the backward is race-free (each thread owns its Gaussians' gradient rows). Arithmetic runs in float64

@@ -11,7 +11,8 @@ Camera centres (viewmats) get no gradient, as in the cpu projection. Arithmetic 
 
 Skipped work: pairs culled by the optional ``radii`` (zero radius; about 60% of them in a colmap_bird
 view) are neither evaluated (colour 0, as the reference gives) nor differentiated, and in the backward
-a pair whose cotangent is zero (culled, or hidden behind others) is skipped: it adds exactly zero. (No
+a pair whose cotangent is zero (culled, or hidden behind others) is skipped: for finite means and
+coefficients it adds exactly zero. (No
 ``inline="always"`` here: Numba 0.6x miscompiled the inlined per-Gaussian backward, clamped channels
 received gradients; the test against the reference caught it.)
 """
@@ -24,7 +25,7 @@ from numba import njit, prange
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..reference.sh import SH_C0, SH_C1, SH_C2, SH_C3, num_sh_bases, split_sh
+from ..reference.sh import SH_C0, SH_C1, SH_C2, SH_C3, check_radii, num_sh_bases, split_sh
 from .kernels import KERNEL_LOCK
 
 NORM_EPS = 1e-12  # F.normalize's eps
@@ -239,12 +240,12 @@ class SHColorFunction(torch.autograd.Function):
         m = means.detach().contiguous().numpy()
         a0, aN = sh0.detach().contiguous().numpy(), shN.detach().contiguous().numpy()
         centers = camera_centers(viewmats)
-        r = np.zeros((0, 0, 2), np.int32) if radii is None else np.ascontiguousarray(radii.numpy(), np.int32)
+        r = np.zeros((0, 0, 2), np.int32) if radii is None else radii.contiguous().numpy()
         out = np.empty((viewmats.shape[0], m.shape[0], 3), m.dtype)
         with KERNEL_LOCK:
             sh_forward_kernel(m, centers, a0, aN, K, r, out)
         ctx.arrays = (m, centers, a0, aN, K, r)
-        ctx.save_for_backward(means, sh0, shN)
+        ctx.save_for_backward(means, sh0, shN, radii)
         return torch.from_numpy(out)
 
     @staticmethod
@@ -271,7 +272,5 @@ def sh_to_color(degree: int, means: Tensor, coeffs: Tensor | tuple[Tensor, Tenso
     sh0, shN = split_sh(coeffs)
     if 1 + shN.shape[1] < num_sh_bases(degree):
         raise ValueError(f"sh_degree {degree} needs {num_sh_bases(degree)} coefficients, got {1 + shN.shape[1]}")
-    if radii is not None and radii.shape != (viewmats.shape[0], means.shape[0], 2):
-        raise ValueError(f"radii must be [C, N, 2] = [{viewmats.shape[0]}, {means.shape[0]}, 2], "
-                         f"got {list(radii.shape)}")
+    check_radii(radii, viewmats.shape[0], means.shape[0])
     return SHColorFunction.apply(int(degree), means, sh0, shN, viewmats, radii)

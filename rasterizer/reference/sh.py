@@ -68,6 +68,13 @@ def join_sh(coeffs: Tensor | tuple[Tensor, Tensor]) -> Tensor:
     return coeffs
 
 
+def check_radii(radii: Tensor | None, C: int, N: int) -> None:
+    """``radii`` is None or int32 [C, N, 2] (the projection's), else ValueError."""
+    if radii is not None and (radii.shape != (C, N, 2) or radii.dtype != torch.int32):
+        raise ValueError(f"radii must be int32 [C, N, 2] = [{C}, {N}, 2] (the projection's), got "
+                         f"{radii.dtype} {list(radii.shape)}")
+
+
 def sh_to_color(degree: int, means: Tensor, coeffs: Tensor | tuple[Tensor, Tensor], viewmats: Tensor,
                 radii: Tensor | None = None) -> Tensor:
     """View-dependent colours [C, N, 3] = max(SH(dir) + 0.5, 0), dir = mean - camera centre.
@@ -76,6 +83,7 @@ def sh_to_color(degree: int, means: Tensor, coeffs: Tensor | tuple[Tensor, Tenso
     here), viewmats [C, 4, 4] world_to_cam. radii [C, N, 2] (the projection's, optional): pairs with a
     zero radius are culled, their colour is 0 (and gets no gradient); the cpu backend skips them.
     """
+    check_radii(radii, viewmats.shape[0], means.shape[0])
     coeffs = join_sh(coeffs)
     R = viewmats[:, :3, :3]
     t = viewmats[:, :3, 3]

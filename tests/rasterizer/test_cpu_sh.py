@@ -47,15 +47,16 @@ def test_cpu_sh_matches_reference(dtype, degree):
     torch.testing.assert_close(outs["cpu"][2][0], outs["ref"][2][0], rtol=tol["rtol"], atol=tol["atol"])
 
 
+@pytest.mark.parametrize("cameras", [1, 3])  # one camera: the kernels' own fast path (training renders one)
 @pytest.mark.parametrize("degree", [1, 3])
-def test_cpu_sh_zero_cotangent_pairs(degree):
+def test_cpu_sh_zero_cotangent_pairs(degree, cameras):
     """Pairs (camera, Gaussian) with a zero cotangent (culled or hidden: the common case in training) are
     skipped; gradients still equal the reference's, exactly zero where every camera's cotangent is."""
-    means, coeffs, viewmats = _inputs(torch.float64, n=120, C=3, seed=4)
+    means, coeffs, viewmats = _inputs(torch.float64, n=120, C=cameras, seed=4)
     g = torch.Generator().manual_seed(5)
-    keep = torch.rand(3, 120, 1, generator=g, dtype=torch.float64) < 0.5  # camera 0 zero for about half
+    keep = torch.rand(cameras, 120, 1, generator=g, dtype=torch.float64) < 0.5  # camera 0 zero for about half
     keep[:, :10] = False
-    cot = torch.randn(3, 120, 3, generator=g, dtype=torch.float64) * keep
+    cot = torch.randn(cameras, 120, 3, generator=g, dtype=torch.float64) * keep
     outs = {}
     for name, fn in (("ref", ref_sh), ("cpu", cpu_sh)):
         m, c = means.clone().requires_grad_(True), coeffs.clone().requires_grad_(True)
@@ -67,15 +68,17 @@ def test_cpu_sh_zero_cotangent_pairs(degree):
         assert float(got[:9].abs().max()) == 0.0 and float(got[9:].abs().max()) > 0.0
 
 
-def test_cpu_sh_culled_pairs():
+@pytest.mark.parametrize("cameras", [1, 3])
+def test_cpu_sh_culled_pairs(cameras):
     """radii [C, N, 2]: culled pairs (a zero radius) get colour 0 and no gradient, on both backends,
     whatever their cotangent; the others are unchanged."""
-    means, coeffs, viewmats = _inputs(torch.float64, n=100, C=3, seed=6)
+    means, coeffs, viewmats = _inputs(torch.float64, n=100, C=cameras, seed=6)
     g = torch.Generator().manual_seed(1)
-    radii = torch.randint(1, 5, (3, 100, 2), generator=g, dtype=torch.int32)
-    radii[torch.rand(3, 100, generator=g) < 0.5] = 0
+    radii = torch.randint(1, 5, (cameras, 100, 2), generator=g, dtype=torch.int32)
+    radii[torch.rand(cameras, 100, generator=g) < 0.5] = 0
     radii[:, 1:8] = 0  # culled in every camera
-    cot = torch.randn(3, 100, 3, generator=g, dtype=torch.float64)
+    radii[0, 9, 1] = 0  # one zero component is enough
+    cot = torch.randn(cameras, 100, 3, generator=g, dtype=torch.float64)
     outs = {}
     for name, fn in (("ref", ref_sh), ("cpu", cpu_sh)):
         m, c = means.clone().requires_grad_(True), coeffs.clone().requires_grad_(True)
@@ -90,8 +93,11 @@ def test_cpu_sh_culled_pairs():
         got, want = got[1:], want[1:]  # row 0: the zero-distance Gaussian (see above)
         assert float((got - want).abs().max()) <= GRAD_REL[torch.float64] * float(want.abs().max())
         assert float(got[:7].abs().max()) == 0.0 and float(got[7:].abs().max()) > 0.0
-    with pytest.raises(ValueError, match="radii must be"):
-        cpu_sh(3, means, coeffs, viewmats, radii[:, :50])
+    for fn in (cpu_sh, ref_sh):
+        with pytest.raises(ValueError, match="radii must be"):
+            fn(3, means, coeffs, viewmats, radii[:, :50])
+        with pytest.raises(ValueError, match="radii must be"):
+            fn(3, means, coeffs, viewmats, radii.float())
 
 
 def test_cpu_sh_gradcheck():

@@ -21,3 +21,23 @@ def test_depth_order_matches_stable_argsort(n, cameras):
     got = depth_order(np.ascontiguousarray(depths.numpy()))
     want = torch.argsort(depths, dim=1, stable=True).numpy()
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("cameras", [1, 3])
+def test_depth_order_culled_last(cameras):
+    """With radii, culled Gaussians (a zero radius) come last in index order; the others keep the order
+    of the full stable sort."""
+    g = torch.Generator().manual_seed(2)
+    n = 3000
+    depths = torch.round(torch.randn(cameras, n, generator=g) * 10)  # many ties
+    radii = torch.randint(1, 9, (cameras, n, 2), generator=g, dtype=torch.int32)
+    culled = torch.rand(cameras, n, generator=g) < 0.6
+    radii[culled] = 0
+    radii[0, 5, 1] = 0  # one zero component is enough
+    got = depth_order(np.ascontiguousarray(depths.numpy()), np.ascontiguousarray(radii.numpy()))
+    full = torch.argsort(depths, dim=1, stable=True)
+    for c in range(cameras):
+        out = (radii[c] == 0).any(-1)
+        kept = full[c][~out[full[c]]].numpy()
+        want = np.concatenate([kept, torch.nonzero(out).flatten().numpy()])
+        assert np.array_equal(got[c], want)
