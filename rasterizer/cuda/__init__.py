@@ -29,6 +29,8 @@ def rasterize(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
         backgrounds=backgrounds if render_mode not in ("D", "ED") else None, render_mode=render_mode,
         rasterize_mode=rasterize_mode, covars=covars, absgrad=absgrad)
     meta.setdefault("n_cameras", viewmats.shape[0])
+    if meta["means2d"].requires_grad:  # as the cpu/reference backends: densification reads its gradient
+        meta["means2d"].retain_grad()
     if absgrad and hasattr(meta["means2d"], "absgrad") is False:
         meta["means2d"].absgrad = None
     return render, alpha, meta

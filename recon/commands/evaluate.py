@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from recon.commands.train import USER_ERRORS, fail
 
 
 def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | None = None,
-             data_factor: int | None = None, out: Path | None = None, device: str = "cpu") -> None:
+             data_factor: int | None = None, out: Path | None = None, device: Literal["auto", "cpu", "cuda"] = "auto") -> None:
     """Evaluate on the test views; writes OUT/metrics.json and OUT/renders/test_XXX.png.
 
     Args:
@@ -17,7 +18,7 @@ def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | N
         data: dataset folder or "procedural" (default: the run's).
         data_factor: image downscale factor (default: the run's, else 1).
         out: where metrics.json and renders/ go (default: RUN/eval, or next to the splat file).
-        device: "cpu" or "cuda".
+        device: where to render: auto (the GPU when CUDA is available), cpu or cuda.
     """
     try:
         metrics = _evaluate(run, splats, data, data_factor, out, device)
@@ -34,7 +35,7 @@ def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | N
 def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     from recon import run_files as rf
     from recon.evaluation import evaluate_splat_file
-    from recon.trainer import TrainConfig, background_color, load_training_scene
+    from recon.trainer import TrainConfig, background_color, load_training_scene, resolve_device
 
     if run is None and splats is None:
         raise ValueError("give --run DIR or --splats FILE")
@@ -58,4 +59,5 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     out = Path(out) if out is not None else (Path(run) / "eval" if run is not None else Path(splats).parent / "eval")
     out.mkdir(parents=True, exist_ok=True)
     background = background_color(cfg, scene).tolist()  # the run's fixed background (dataset's for auto/random)
-    return evaluate_splat_file(splats, scene, out, background=background, device=device, run_facts=run_facts)
+    return evaluate_splat_file(splats, scene, out, background=background, device=resolve_device(device),
+                               run_facts=run_facts)

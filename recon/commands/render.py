@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Literal
+
 import numpy as np
 import torch
 
@@ -13,7 +15,8 @@ from recon.commands.train import USER_ERRORS, fail
 
 
 def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames: int = 120, fps: int = 30,
-           splats: Path | None = None, max_side: int | None = None, progress: bool = True) -> None:
+           splats: Path | None = None, max_side: int | None = None, progress: bool = True,
+           device: Literal["auto", "cpu", "cuda"] = "auto") -> None:
     """Render RUN's splats.ply along a camera path into an MP4 (H.264 via imageio-ffmpeg).
 
     Args:
@@ -26,22 +29,23 @@ def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames
         splats: render this splat file instead of RUN/splats.ply.
         max_side: camera-path FILE only: scale the frames down so that their longest side is at most this
             (the field of view is kept); browser keyframes have the browser window's size.
+        device: where to render: auto (the GPU when CUDA is available), cpu or cuda.
     """
     try:
-        written = render_video(run, path, out, frames, fps, splats, progress, max_side=max_side)
-    except USER_ERRORS as err:
+        written = render_video(run, path, out, frames, fps, splats, progress, max_side=max_side, device=device)
+    except (*USER_ERRORS, MissingEncoderError) as err:
         fail("render", err)
     print(f"wrote {written}")
 
 
 def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps: int = 30, splats: Path | None = None,
-                 progress: bool = True, max_side: int | None = None) -> Path:
+                 progress: bool = True, max_side: int | None = None, device: str = "auto") -> Path:
     """Library form of :func:`render`; returns the video path."""
     from recon import run_files as rf
     from recon.camera_paths import PATHS, camera_path
     from recon.export import read_splats
     from recon.models.gaussians import GaussianModel
-    from recon.trainer import TrainConfig, background_color, load_training_scene
+    from recon.trainer import TrainConfig, background_color, load_training_scene, resolve_device
 
     config_file = Path(run) / rf.CONFIG_FILE
     if not config_file.is_file():
@@ -52,11 +56,13 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
         raise FileNotFoundError(f"{splats} not found (has the run finished?)")
     if str(path) not in PATHS:
         cams = keyframe_path_cameras(Path(path), frames, max_side)  # checked before the scene is loaded
+    check_video_encoder()  # after the arguments, before any rendering work
     scene = load_training_scene(cfg)
     if str(path) in PATHS:
         cams = camera_path(str(path), [f.camera for f in scene.frames_train], frames)
-    model = GaussianModel.from_splat_data(read_splats(splats), extent=scene.extent)
-    bg = background_color(cfg, scene)
+    dev = resolve_device(device)
+    model = GaussianModel.from_splat_data(read_splats(splats), extent=scene.extent).to(dev)
+    bg = background_color(cfg, scene).to(dev)
     images = _render_frames(model, cams, bg, progress)
     return write_video(Path(out), images, fps)
 
@@ -92,14 +98,29 @@ def _render_frames(model, cams, bg, progress: bool) -> list[np.ndarray]:
     images = []
     for cam in track(cams, description="rendering", disable=not progress):
         rgb, _, _ = model.render([cam], None, bg)
-        images.append((rgb[0].clamp(0, 1).numpy() * 255 + 0.5).astype(np.uint8))
+        images.append((rgb[0].clamp(0, 1).cpu().numpy() * 255 + 0.5).astype(np.uint8))
     return images
+
+
+class MissingEncoderError(RuntimeError):
+    """The MP4 encoder (the imageio-ffmpeg package, which bundles ffmpeg) is not installed."""
+
+
+def check_video_encoder() -> None:
+    """Raise :class:`MissingEncoderError` unless imageio-ffmpeg is importable. Without it imageio picks
+    another plugin for ``.mp4`` and fails with an unrelated message (seen: TiffWriter and ``fps``)."""
+    try:
+        import imageio_ffmpeg  # noqa: F401
+    except ImportError as err:
+        raise MissingEncoderError("writing an MP4 needs the imageio-ffmpeg package, which is not installed "
+                                  "(pip install 'imageio-ffmpeg>=0.5,<1'; it is a dependency of splatforge)") from err
 
 
 def write_video(out: Path, images: list[np.ndarray], fps: int) -> Path:
     """Encode uint8 [H, W, 3] frames as H.264 MP4 atomically (odd sizes are padded to even)."""
     import imageio.v2 as imageio
 
+    check_video_encoder()
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix or ".mp4", dir=out.parent)
     os.close(fd)

@@ -28,7 +28,7 @@ def test_cuda_matches_reference(kw):
     # gsplat computes in float32 with fast-math exp: compare with float32-level tolerances
     assert (cuda[0] - ref[0]).abs().mean() < 1e-4 and (cuda[0] - ref[0]).abs().max() < 2e-2
     assert (cuda[1] - ref[1]).abs().max() < 2e-2
-    for name in ("means", "opacities", "colors"):
+    for name in ("means", "quats", "scales", "opacities", "colors"):
         err = (cuda[2][name] - ref[2][name]).norm() / ref[2][name].norm()
         assert err < 1e-2, f"{name} gradient relative error {err:.3g}"
 

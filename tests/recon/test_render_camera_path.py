@@ -4,6 +4,7 @@ a video through its keyframes (interpolated), with the frame count asked for and
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -116,3 +117,18 @@ def test_render_path_errors_name_the_file(tmp_path, capsys):
         assert exc.value.code == 2
         assert name in capsys.readouterr().err
     assert not (tmp_path / "v.mp4").exists()
+
+
+def test_missing_video_encoder_is_named(tmp_path, capsys, monkeypatch):
+    """Without imageio-ffmpeg, imageio would pick another plugin for .mp4 and fail with an unrelated
+    message; the command names the missing package before rendering anything."""
+    from recon.commands.render import MissingEncoderError, render, render_video
+
+    run = tiny_run(tmp_path)
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # import fails
+    with pytest.raises(MissingEncoderError, match="imageio-ffmpeg"):
+        render_video(run, "orbit", tmp_path / "v.mp4", frames=2, progress=False)
+    with pytest.raises(SystemExit) as exit_info:
+        render(run, "orbit", tmp_path / "v.mp4", frames=2, progress=False)
+    assert exit_info.value.code == 2
+    assert "imageio-ffmpeg" in capsys.readouterr().err and not (tmp_path / "v.mp4").exists()
