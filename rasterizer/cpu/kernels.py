@@ -564,6 +564,7 @@ def backward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, W, H
     st = np.zeros(B_VR + 2 * Dp * NPIX, colors.dtype)  # v_render and S 0 outside the image (and unused rows)
     zero = like(0.0, st[0])
     last = np.full(NPIX, -1, np.int32)
+    row_last = np.full(TS, -1, np.int64)  # per tile row: the largest last blended index of its pixels
     init_tile_pixels(st, B_T, B_CX, B_CY, x0, y0)
     k_end = offsets[t]
     for y in range(y0, y1):
@@ -574,10 +575,16 @@ def backward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, W, H
             last[p] = last_ids[c, y, x]
             for ch in range(D):
                 st[B_VR + ch * NPIX + p] = v_render[c, y, x, ch]
-            k_end = max(k_end, last_ids[c, y, x] + 1)
+            row_last[y - y0] = max(row_last[y - y0], last_ids[c, y, x])
+        k_end = max(k_end, row_last[y - y0] + 1)
     for k in range(k_end - 1, offsets[t] - 1, -1):
         g = ids[k]
         ylo, yhi = gaussian_rows(g, means2d, row_half, y0, y1)
+        # rows where no pixel blended k or anything behind it contribute exactly 0: leave them out
+        while ylo < yhi and row_last[ylo - y0] < k:
+            ylo += 1
+        while yhi > ylo and row_last[yhi - 1 - y0] < k:
+            yhi -= 1
         if ylo >= yhi:
             continue
         lo, hi = (ylo - y0) * TS, (yhi - y0) * TS

@@ -123,6 +123,30 @@ def test_cpu_matches_reference_with_covars():
     torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-8, atol=1e-9)
 
 
+def test_rows_stop_early_while_other_rows_go_on():
+    """Opaque horizontal bands in front stop some rows of each tile early (T <= 1e-4) while the other
+    rows keep blending the Gaussians behind: the backward leaves the stopped rows out for those
+    Gaussians, and must still agree with the reference."""
+    p, viewmats, Ks = random_scene(n=300, width=32, height=32, seed=5)
+    f = float(Ks[0, 0, 0])
+    band_rows = (3.5, 19.5)  # pixel-centre rows of the bands, one in each tile row
+    with torch.no_grad():
+        for j in range(16):  # 8 stacked strips per band, in front of everything else
+            z = 2.0 + 0.01 * j
+            p["means"][j] = torch.tensor([0.0, (band_rows[j % 2] - 16.0) * z / f, z])
+            p["quats"][j] = torch.tensor([1.0, 0.0, 0.0, 0.0])
+            p["scales"][j] = torch.tensor([2.0, 0.02, 0.02])
+            p["opacities"][j] = 0.99
+    ref = render_and_vjp("reference", p, viewmats, Ks, 32, 32)
+    cpu = render_and_vjp("cpu", p, viewmats, Ks, 32, 32)
+    alpha = ref[1][0, :, :, 0]
+    # band rows: 8 strips of alpha >= 0.9 each, so every pixel stopped (T would fall below 1e-4)
+    assert (alpha[3] > 0.99).all() and (alpha[19] > 0.99).all()
+    assert (alpha[8:16].min(dim=1).values < 0.9).all()  # rows of the same tiles that went on
+    assert_images_close(cpu[0], ref[0], torch.float64)
+    assert_grads_close(cpu[2], ref[2], torch.float64)
+
+
 def test_dense_scene_hits_early_stop():
     """Many large opaque Gaussians: most pixels terminate early (T <= 1e-4); kernels must agree."""
     p, viewmats, Ks = random_scene(n=300, width=32, height=32, seed=2)
