@@ -43,7 +43,7 @@ class CompositeFunction(torch.autograd.Function):
     colors [C,N,D]; gradients for all four (and the |grad means2d| accumulator)."""
 
     @staticmethod
-    def forward(ctx, means2d, conics, opac, colors, radii, depths, width, height, grid, absgrad_acc):
+    def forward(ctx, means2d, conics, opac, colors, radii, depths, width, height, grid, absgrad_acc, will_backward):
         C, N, D = colors.shape
         flat = (_np(means2d.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)), _np(opac.reshape(C * N)),
                 _np(colors.reshape(C * N, D)))
@@ -58,20 +58,24 @@ class CompositeFunction(torch.autograd.Function):
         T_final = np.ones((C, height, width), dtype)
         last_ids = np.full((C, height, width), -1, np.int32)
         with K.KERNEL_LOCK:
-            K.forward_kernel(*flat, bins.row_half, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tiles_y,
-                             grid.tile_size, render, alpha, T_final, last_ids)
-        ctx.state = (flat, bins, T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc)
+            if will_backward:  # pack the intersections once for both passes (kernels.pack_intersections)
+                packed, rows = K.pack_intersections(*flat, bins.row_half, bins.ids)
+            else:
+                packed = rows = None
+            K.forward_kernel(*flat, bins.row_half, bins.offsets, bins.ids, packed, rows, bins.order, width, height,
+                             grid.tiles_x, grid.tiles_y, grid.tile_size, render, alpha, T_final, last_ids)
+        ctx.state = (flat, bins, (packed, rows), T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc)
         return torch.from_numpy(render), torch.from_numpy(alpha)
 
     @staticmethod
     def backward(ctx, v_render, v_alpha):
-        flat, bins, T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc = ctx.state
+        flat, bins, (packed, rows), T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc = ctx.state
         dtype = flat[3].dtype
         M = bins.ids.shape[0]
         g_means2d, g_abs = np.zeros((M, 2), dtype), np.zeros((M, 2), dtype)
         g_conics, g_opac, g_colors = np.zeros((M, 3), dtype), np.zeros((M, 1), dtype), np.zeros((M, D), dtype)
         with K.KERNEL_LOCK:
-            K.backward_kernel(*flat, bins.row_half, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
+            K.backward_kernel(packed, rows, flat[3], bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
                               grid.tiles_y, grid.tile_size, T_final, last_ids, _np(v_render), _np(v_alpha),
                               g_means2d, g_abs, g_conics, g_opac[:, 0], g_colors)
         G = C * N
@@ -84,10 +88,11 @@ class CompositeFunction(torch.autograd.Function):
             absgrad_acc += torch.from_numpy(v_abs).to(absgrad_acc.dtype)
         v_means2d, v_conics, v_opac, v_colors = (torch.from_numpy(a) for a in outs)
         return (v_means2d.view(C, N, 2), v_conics.view(C, N, 3), v_opac.view(C, N), v_colors.view(C, N, D),
-                None, None, None, None, None, None)
+                None, None, None, None, None, None, None)
 
 
 def composite_cpu(means2d, conics, opacities, colors, radii, depths, width, height, grid, absgrad_acc):
     """Compositing step of the cpu backend (see CompositeFunction)."""
+    will_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (means2d, conics, opacities, colors))
     return CompositeFunction.apply(means2d, conics, opacities, colors, radii, depths, width, height, grid,
-                                   absgrad_acc)
+                                   absgrad_acc, will_backward)
