@@ -158,3 +158,17 @@ def test_dense_scene_hits_early_stop():
     assert (ref[1] > 1 - 1e-3).float().mean() > 0.5
     assert_images_close(cpu[0], ref[0], torch.float64)
     assert_grads_close(cpu[2], ref[2], torch.float64)
+
+
+@pytest.mark.parametrize("channels,render_mode", [(3, "RGB"), (5, "RGB"), (3, "D"), (3, "RGB+ED")])
+def test_training_and_inference_forward_agree_bit_for_bit(channels, render_mode):
+    """Renders that will be differentiated read the packed intersections (kernels.pack_intersections),
+    renders under no_grad the [C*N, .] arrays: the pictures are the same to the last bit."""
+    p, viewmats, Ks = random_scene(n=300, width=40, height=36, n_cams=2, channels=channels, dtype=torch.float32,
+                                   seed=3)
+    args = [p[k] for k in ("means", "quats", "scales", "opacities", "colors")]
+    with torch.no_grad():
+        inference = rasterize_gaussians(*args, viewmats, Ks, 40, 36, backend="cpu", render_mode=render_mode)
+    training = rasterize_gaussians(*args, viewmats, Ks, 40, 36, backend="cpu", render_mode=render_mode)
+    assert training[0].requires_grad and not inference[0].requires_grad
+    assert torch.equal(training[0].detach(), inference[0]) and torch.equal(training[1].detach(), inference[1])
