@@ -9,7 +9,8 @@ from recon.commands.train import USER_ERRORS, fail
 
 
 def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | None = None,
-             data_factor: int | None = None, out: Path | None = None, device: Literal["auto", "cpu", "cuda"] = "auto") -> None:
+             data_factor: int | None = None, out: Path | None = None,
+             device: Literal["auto", "cpu", "cuda"] = "auto") -> None:
     """Evaluate on the test views; writes OUT/metrics.json and OUT/renders/test_XXX.png.
 
     Args:
