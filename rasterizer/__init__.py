@@ -10,8 +10,7 @@ and, when imported before torch, the OpenMP spin count (the ``splatforge`` comma
 
 from . import runtime as _runtime
 
-_runtime.default_gomp_spincount()
-_runtime.KEEPS_FREED_MEMORY = _runtime.keep_freed_memory()
+_runtime.apply()
 GOMP_SPINCOUNT_DEFAULT = _runtime.GOMP_SPINCOUNT_DEFAULT
 
 from .api import rasterize_gaussians, resolve_backend

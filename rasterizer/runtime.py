@@ -54,4 +54,11 @@ def keep_freed_memory() -> bool:
     return mmap_ok and trim_ok
 
 
-KEEPS_FREED_MEMORY = False  # set by rasterizer/__init__.py
+KEEPS_FREED_MEMORY = False  # whether apply() kept freed memory
+
+
+def apply() -> None:
+    """Both settings (``import rasterizer`` calls this once); records :data:`KEEPS_FREED_MEMORY`."""
+    global KEEPS_FREED_MEMORY
+    default_gomp_spincount()
+    KEEPS_FREED_MEMORY = keep_freed_memory()

@@ -117,10 +117,10 @@ def check_video_encoder() -> None:
 
 
 def write_video(out: Path, images: list[np.ndarray], fps: int) -> Path:
-    """Encode uint8 [H, W, 3] frames as H.264 MP4 atomically (odd sizes are padded to even)."""
+    """Encode uint8 [H, W, 3] frames as H.264 MP4 atomically (odd sizes are padded to even); the caller
+    has checked the encoder (check_video_encoder) before rendering the frames."""
     import imageio.v2 as imageio
 
-    check_video_encoder()
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix or ".mp4", dir=out.parent)
     os.close(fd)

@@ -10,6 +10,7 @@ import pytest
 from rasterizer import runtime
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+MALLINFO2 = GLIBC and tuple(int(x) for x in platform.libc_ver()[1].split(".")[:2]) >= (2, 33)
 
 
 def _run(code: str, **env) -> str:
@@ -39,7 +40,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)
 """
 
 
-@pytest.mark.skipif(not GLIBC, reason="mallopt tuning applies to glibc only")
+@pytest.mark.skipif(not MALLINFO2, reason="mallopt tuning applies to glibc only; the test reads mallinfo2 (2.33+)")
 def test_freed_memory_is_reused():
     """On: a 40 MB array comes from the heap and its pages are reused (few page faults). Off: glibc gives
     it a mapping of its own, unmapped on free, so every new array faults its pages in again (10 x 40 MB:

@@ -33,8 +33,7 @@ def test_adc_densifies_on_cuda(tmp_path):
     trainer = Trainer(small_cfg(tmp_path, device="cuda", steps=200, save_every=0), log=lambda *a: None)
     n0 = len(trainer.model)
     trainer.run()
-    assert len(trainer.model) != n0
-    assert float(trainer.strategy_state["count"].sum()) > 0 or len(trainer.model) > n0
+    assert len(trainer.model) > 2 * n0  # clone/split from the accumulated gradients (on the CPU: 1,500 -> 8,197)
 
 
 @pytest.mark.parametrize("kw", [dict(strategy="mcmc", max_gaussians=3000), dict(antialiased=True)],
