@@ -72,7 +72,8 @@ class CompositeFunction(torch.autograd.Function):
         flat, bins, (packed, rows), T_final, last_ids, (C, N, D), width, height, grid, absgrad_acc = ctx.state
         dtype = flat[3].dtype
         M = bins.ids.shape[0]
-        g_means2d, g_abs = np.zeros((M, 2), dtype), np.zeros((M, 2), dtype)
+        g_means2d = np.zeros((M, 2), dtype)
+        g_abs = np.zeros((M if absgrad_acc is not None else 0, 2), dtype)  # empty: not summed
         g_conics, g_opac, g_colors = np.zeros((M, 3), dtype), np.zeros((M, 1), dtype), np.zeros((M, D), dtype)
         with K.KERNEL_LOCK:
             K.backward_kernel(packed, rows, flat[3], bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,

@@ -29,7 +29,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .vecmath import FASTMATH, U, exp_kernel, like, select
+from .vecmath import FASTMATH, U, exp_kernel, like, radd, select
 
 # Numba's OpenMP layer and PyTorch's OpenMP runtime spin-wait against each other (PyTorch ops became
 # 40x slower after a Numba parallel kernel in our measurements); the workqueue layer does not. It is not
@@ -350,12 +350,13 @@ B_T = 0  # [NPIX] transmittance T_i, recovered back to front
 B_TFVA = B_T + NPIX  # [NPIX] T_final * v_alpha
 B_CX = B_TFVA + NPIX  # [NPIX] pixel-centre x
 B_CY = B_CX + NPIX  # [NPIX] pixel-centre y
-B_RA = B_CY + NPIX  # [NPIX] current Gaussian: 1 / (1 - alpha) where blended, else 0
-B_TI = B_RA + NPIX  # [NPIX] current Gaussian: T_i where blended, else 0
-B_FAC = B_TI + NPIX  # [NPIX] current Gaussian: alpha T_i where blended, else 0
-B_VAL = B_FAC + NPIX  # [NPIX] current Gaussian: d loss / d alpha (0 where not blended)
-B_VIS = B_VAL + NPIX  # [NPIX] current Gaussian: exp(-sigma)
-B_VR = B_VIS + NPIX  # [D', NPIX] v_render; then S [D', NPIX], the colour behind (D' = max(D, 3))
+B_VSIG = B_CY + NPIX  # [NPIX] current Gaussian: d loss / d sigma (for abs_gradient_pixels)
+B_XVAL = B_VSIG + NPIX  # [NPIX] current Gaussian: the channels >= 3 part of d loss / d alpha (0 for D <= 3)
+B_TI = B_XVAL + NPIX  # [NPIX] D > 3 only, current Gaussian: T_i where blended, else 0
+B_RA = B_TI + NPIX  # [NPIX] D > 3 only, current Gaussian: 1 / (1 - alpha) where blended, else 0
+B_FAC = B_RA + NPIX  # [NPIX] D > 3 only, current Gaussian: alpha T_i where blended, else 0
+B_SRGB = B_FAC + NPIX  # [3, NPIX] S, the colour behind, of channels 0..2
+B_VR = B_SRGB + 3 * NPIX  # [D', NPIX] v_render (D' = max(D, 3)); then S of channels 3..D-1 [D - 3, NPIX]
 
 
 FASTMATH_SUMS = FASTMATH | {"reassoc"}  # for loops without exp: lets LLVM vectorise their sums
@@ -370,26 +371,47 @@ def init_tile_pixels(st, T0, CX, CY, x0, y0):
         st[CY + p] = y0 + p // TS + 0.5
 
 
-@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
-    """Blend Gaussian k into tile pixels [lo, hi), branch-free.
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def pixel_alpha(st, CX, CY, p, mx, my, a, b, c, op):
+    """At tile pixel p (centres at st[CX + p], st[CY + p]): d = mean - centre, sigma = 0.5 (a dx^2 +
+    c dy^2) + b dx dy, exp(-max(sigma, 0)) and alpha = min(0.999, op exp(-max(sigma, 0))). Returns
+    (dx, dy, sigma, vis, alpha). The one definition of alpha for the forward and the backward, which
+    must agree exactly (the backward recovers T_i by dividing by 1 - alpha)."""
+    zero, half, amax = like(0.0, op), like(0.5, op), like(ALPHA_MAX, op)
+    dx = mx - st[U(CX) + p]
+    dy = my - st[U(CY) + p]
+    sigma = half * (a * dx * dx + c * dy * dy) + b * dx * dy
+    vis = exp_kernel(-select(sigma > zero, sigma, zero))
+    al = op * vis
+    return dx, dy, sigma, vis, select(al > amax, amax, al)
 
-    Per pixel: sigma, alpha = min(0.999, op exp(-sigma)); it blends when sigma >= 0, alpha reaches
-    the pixel's threshold (1/255, or 2 once done) and T (1 - alpha) > 1e-4, and is done instead when
-    T (1 - alpha) <= 1e-4. Updates T, thresholds and last [NPIX] int32 (index k of the last blended
-    Gaussian); writes the weights alpha T (0 where not blended) to st[F_W + p] and adds (c0, c1, c2)
-    times them to the first three accumulated channels in the same pass (RGB renders need no
-    separate pass; fewer channels pass zeros, more add the rest with accumulate_pixels)."""
-    zero, one, half = like(0.0, op), like(1.0, op), like(0.5, op)
-    amax, tmin, done = like(ALPHA_MAX, op), like(T_MIN, op), like(2.0, op)
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def pixel_blended(st, last, p, k32, sigma, al):
+    """Was Gaussian k32 blended at pixel p (k32 <= last[p], sigma >= 0, alpha >= 1/255)? Returns (ok,
+    T_i = T_{i+1} / (1 - alpha) from st[B_T + p], 1 / (1 - alpha)), T_i and the ratio 0 where not."""
+    zero, one, thr = like(0.0, al), like(1.0, al), like(ALPHA_THRESHOLD, al)
+    ok = (sigma >= zero) & (al >= thr) & (k32 <= last[p])
+    ra = one / (one - al)
+    return ok, select(ok, st[U(B_T) + p] * ra, zero), select(ok, ra, zero)
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
+    """Blend Gaussian k into tile pixels [lo, hi), branch-free (inlined into forward_tile: per-call
+    set-up, such as broadcasting the constants, then happens once per tile).
+
+    Per pixel: alpha (pixel_alpha); it blends when sigma >= 0, alpha reaches the pixel's threshold
+    (1/255, or 2 once done) and T (1 - alpha) > 1e-4, and is done instead when T (1 - alpha) <= 1e-4.
+    Updates T, thresholds and last [NPIX] int32 (index k of the last blended Gaussian); writes the
+    weights alpha T (0 where not blended) to st[F_W + p] and adds (c0, c1, c2) times them to the first
+    three accumulated channels in the same pass (RGB renders need no separate pass; fewer channels
+    pass zeros, more add the rest with accumulate_pixels)."""
+    zero, one = like(0.0, op), like(1.0, op)
+    tmin, done = like(T_MIN, op), like(2.0, op)
     k32, minus1 = np.int32(k), np.int32(-1)
     for p in range(U(lo), U(hi)):
-        dx = mx - st[U(F_CX) + p]
-        dy = my - st[U(F_CY) + p]
-        sigma = half * (a * dx * dx + c * dy * dy) + b * dx * dy
-        vis = exp_kernel(-select(sigma > zero, sigma, zero))
-        al = op * vis
-        al = select(al > amax, amax, al)
+        _, _, sigma, _, al = pixel_alpha(st, F_CX, F_CY, p, mx, my, a, b, c, op)
         thr = st[U(F_THR) + p]
         Tp = st[U(F_T) + p]
         next_T = Tp * (one - al)
@@ -488,108 +510,117 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def backward_alpha_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
-    """Backward, step 1 for Gaussian k over tile pixels [lo, hi) (branch-free): recover
-    T_i = T_{i+1} / (1 - alpha_i) where k was blended (k <= last, sigma >= 0, alpha >= 1/255), and
-    write B_RA, B_TI, B_FAC (zero where not blended), B_VAL = T_final v_alpha / (1 - alpha) (the
-    v_alpha part of d loss / d alpha) and B_VIS = exp(-sigma)."""
-    zero, one, half = like(0.0, op), like(1.0, op), like(0.5, op)
-    amax, thr = like(ALPHA_MAX, op), like(ALPHA_THRESHOLD, op)
+def extra_channel_setup_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
+    """Renders with more than 3 channels, before backward_pixels: B_TI, B_RA, B_FAC of Gaussian k over
+    pixels [lo, hi) (pixel_blended; T itself is updated by backward_pixels) and B_XVAL = 0."""
     k32 = np.int32(k)
     for p in range(U(lo), U(hi)):
-        dx = mx - st[U(B_CX) + p]
-        dy = my - st[U(B_CY) + p]
-        sigma = half * (a * dx * dx + c * dy * dy) + b * dx * dy
-        vis = exp_kernel(-select(sigma > zero, sigma, zero))
-        al = op * vis
-        al = select(al > amax, amax, al)
-        ok = (sigma >= zero) & (al >= thr) & (k32 <= last[p])
-        ra = one / (one - al)
-        Tp = st[U(B_T) + p]
-        st[U(B_T) + p] = Tp * select(ok, ra, one)  # arithmetic, not a masked store (see forward_pixels)
-        Ti = select(ok, Tp * ra, zero)
-        ra = select(ok, ra, zero)
+        _, _, sigma, _, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
+        _, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
+        st[U(B_TI) + p] = ti
         st[U(B_RA) + p] = ra
-        st[U(B_TI) + p] = Ti
-        st[U(B_FAC) + p] = al * Ti
-        st[U(B_VAL) + p] = st[U(B_TFVA) + p] * ra
-        st[U(B_VIS) + p] = vis
+        st[U(B_FAC) + p] = al * ti
+        st[U(B_XVAL) + p] = like(0.0, op)
 
 
 @njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
 def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
-    """Backward, step 2 for channels ch >= 3 (per channel, pixels [lo, hi)): g_colors[k, ch] = sum
-    alpha T_i v_render; adds the colour part of d loss / d alpha, (c T_i - S / (1 - alpha)) v_render,
-    to B_VAL; updates the colour behind S += c alpha T_i. Pixels where k was not blended contribute 0
-    (temporaries 0). Channels 0..2 are done by backward_rgb_geometry_pixels."""
+    """Channels ch >= 3 of Gaussian k (after extra_channel_setup_pixels; per channel, pixels [lo, hi)):
+    g_colors[k, ch] = sum alpha T_i v_render; adds the colour part of d loss / d alpha,
+    (c T_i - S / (1 - alpha)) v_render, to B_XVAL; updates the colour behind S += c alpha T_i. Pixels
+    where k was not blended contribute 0 (temporaries 0)."""
     for ch in range(3, D):
         col = colors[g, ch]
         vr = U(B_VR + ch * NPIX)
-        s = U(B_VR + (D + ch) * NPIX)
+        s = U(B_VR + (D + ch - 3) * NPIX)
         gsum = like(0.0, col)
         for p in range(U(lo), U(hi)):
             v = st[vr + p]
             fac = st[U(B_FAC) + p]
             gsum += fac * v
-            st[U(B_VAL) + p] += (col * st[U(B_TI) + p] - st[s + p] * st[U(B_RA) + p]) * v
+            st[U(B_XVAL) + p] += (col * st[U(B_TI) + p] - st[s + p] * st[U(B_RA) + p]) * v
             st[s + p] += col * fac
         g_colors[k, ch] = gsum
 
 
-@njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
-def backward_rgb_geometry_pixels(st, lo, hi, c0, c1, c2, s_off, mx, my, a, b, c, op):
-    """Backward, steps 2 and 3 in one pass over pixels [lo, hi) (after backward_color_pixels for
-    channels >= 3, if any). Step 2 for channels 0..2 (colours c0..c2; zeros for channels the render
-    lacks, whose v_render rows are 0): sums alpha T_i v_render, the colour part of d loss / d alpha
-    and S += c alpha T_i (S rows from ``s_off``). Step 3 from the complete d loss / d alpha: sums of
-    d loss / d conic, d loss / d means2d, |d loss / d means2d| per pixel and d loss / d opacity (terms
-    where alpha was clamped at 0.999 are 0). Returns (ga, gb, gc, gmx, gmy, absx, absy, gop, s0, s1, s2)."""
-    zero, half, amax = like(0.0, op), like(0.5, op), like(ALPHA_MAX, op)
-    ga = gb = gc = gmx = gmy = absx = absy = gop = s0 = s1 = s2 = zero
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
+    """Backward of Gaussian k over tile pixels [lo, hi) in one branch-free pass (inlined into
+    backward_tile, as forward_pixels): recovers T_i = T_{i+1} / (1 - alpha) where k was blended
+    (pixel_blended) and updates st[B_T + p] to it; for channels 0..2 (colours c0..c2; zeros for
+    channels the render lacks, whose v_render rows are 0) sums alpha T_i v_render and updates the
+    colour behind S += c alpha T_i; forms d loss / d alpha = T_final v_alpha / (1 - alpha) +
+    sum_ch (c T_i - S / (1 - alpha)) v_render (+ B_XVAL, the channels >= 3 part) and from it v_sigma = d loss / d sigma (0 where alpha was clamped at
+    0.999), written to B_VSIG. Returns sums over the pixels of v_sigma (dx, dy, dx^2, dx dy, dy^2)
+    (d = mean - pixel centre; conic_gradients), d loss / d opacity and the colour gradients:
+    (sx, sy, sxx, sxy, syy, gop, s0, s1, s2). Sums use radd (vectorised reductions; the alpha
+    arithmetic must not be reassociated)."""
+    zero, one, amax = like(0.0, op), like(1.0, op), like(ALPHA_MAX, op)
+    k32 = np.int32(k)
+    sx = sy = sxx = sxy = syy = gop = s0 = s1 = s2 = zero
     for p in range(U(lo), U(hi)):
-        fac = st[U(B_FAC) + p]
-        ti = st[U(B_TI) + p]
-        ra = st[U(B_RA) + p]
+        dx, dy, sigma, vis, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
+        ok, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
+        st[U(B_T) + p] *= select(ok, one / (one - al), one)  # arithmetic, not a masked store (forward_pixels)
+        fac = al * ti
         v0 = st[U(B_VR) + p]
         v1 = st[U(B_VR + NPIX) + p]
         v2 = st[U(B_VR + 2 * NPIX) + p]
-        b0 = st[U(s_off) + p]
-        b1 = st[U(s_off + NPIX) + p]
-        b2 = st[U(s_off + 2 * NPIX) + p]
-        s0 += fac * v0
-        s1 += fac * v1
-        s2 += fac * v2
-        v_al = st[U(B_VAL) + p]
+        b0 = st[U(B_SRGB) + p]
+        b1 = st[U(B_SRGB + NPIX) + p]
+        b2 = st[U(B_SRGB + 2 * NPIX) + p]
+        s0 = radd(s0, fac * v0)
+        s1 = radd(s1, fac * v1)
+        s2 = radd(s2, fac * v2)
+        v_al = st[U(B_TFVA) + p] * ra + st[U(B_XVAL) + p]
         v_al += (c0 * ti - b0 * ra) * v0
         v_al += (c1 * ti - b1 * ra) * v1
         v_al += (c2 * ti - b2 * ra) * v2
-        st[U(s_off) + p] = b0 + c0 * fac
-        st[U(s_off + NPIX) + p] = b1 + c1 * fac
-        st[U(s_off + 2 * NPIX) + p] = b2 + c2 * fac
-        vis = st[U(B_VIS) + p]
+        st[U(B_SRGB) + p] = b0 + c0 * fac
+        st[U(B_SRGB + NPIX) + p] = b1 + c1 * fac
+        st[U(B_SRGB + 2 * NPIX) + p] = b2 + c2 * fac
         ov = op * vis
         keep = ov <= amax
         v_sigma = select(keep, -ov * v_al, zero)
+        st[U(B_VSIG) + p] = v_sigma
+        u = v_sigma * dx
+        w = v_sigma * dy
+        sx = radd(sx, u)
+        sy = radd(sy, w)
+        sxx = radd(sxx, u * dx)
+        sxy = radd(sxy, u * dy)
+        syy = radd(syy, w * dy)
+        gop = radd(gop, select(keep, vis * v_al, zero))
+    return sx, sy, sxx, sxy, syy, gop, s0, s1, s2
+
+
+@njit(cache=True, inline="always")
+def conic_gradients(sx, sy, sxx, sxy, syy, a, b, c):
+    """(d loss / d conic (a, b, c), d loss / d means2d (x, y)) from the sums of backward_pixels:
+    sigma = a dx^2 / 2 + b dx dy + c dy^2 / 2 and d sigma / d mean = (a dx + b dy, b dx + c dy)."""
+    return 0.5 * sxx, sxy, 0.5 * syy, a * sx + b * sy, b * sx + c * sy
+
+
+@njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
+def abs_gradient_pixels(st, lo, hi, mx, my, a, b, c):
+    """Sums over pixels [lo, hi) of |d loss / d means2d x| and |... y| per pixel, from v_sigma in
+    B_VSIG (backward_pixels). Returns (absx, absy)."""
+    absx = absy = like(0.0, a)
+    for p in range(U(lo), U(hi)):
+        v_sigma = st[U(B_VSIG) + p]
         dx = mx - st[U(B_CX) + p]
         dy = my - st[U(B_CY) + p]
-        gx = v_sigma * (a * dx + b * dy)
-        gy = v_sigma * (b * dx + c * dy)
-        ga += half * dx * dx * v_sigma
-        gb += dx * dy * v_sigma
-        gc += half * dy * dy * v_sigma
-        gmx += gx
-        gmy += gy
-        absx += abs(gx)
-        absy += abs(gy)
-        gop += select(keep, vis * v_al, zero)
-    return ga, gb, gc, gmx, gmy, absx, absy, gop, s0, s1, s2
+        absx += abs(v_sigma * (a * dx + b * dy))
+        absy += abs(v_sigma * (b * dx + c * dy))
+    return absx, absy
 
 
 @njit(cache=True, parallel=True)
 def backward_kernel(packed, rows, colors, offsets, ids, tile_order, W, H, TW, TH, ts, T_final, last_ids, v_render,
                     v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors):
     """Back-to-front pass of all tiles in parallel (inputs as forward_kernel); gradients per
-    intersection k (g_* [M, ...]) so that tiles never write to the same place. Requires ts == TS."""
+    intersection k (g_* [M, ...]) so that tiles never write to the same place; g_abs may be empty
+    ([0, 2]: no |d loss / d means2d| sums). Requires ts == TS."""
     for it in prange(tile_order.shape[0]):
         backward_tile(tile_order[it], packed, rows, colors, offsets, ids, W, H, TW, TH, T_final, last_ids, v_render,
                       v_alpha, g_means2d, g_abs, g_conics, g_opac, g_colors)
@@ -600,9 +631,10 @@ def backward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, T_final, 
                   g_abs, g_conics, g_opac, g_colors):
     """Backward pass of one tile t, recovering T_i = T_{i+1} / (1 - alpha_i) from back to front."""
     D = colors.shape[1]
+    with_abs = g_abs.shape[0] > 0
     c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
-    Dp = max(D, 3)  # state rows for at least 3 channels (backward_rgb_geometry_pixels reads three)
-    st = np.zeros(B_VR + 2 * Dp * NPIX, colors.dtype)  # v_render and S 0 outside the image (and unused rows)
+    Dp = max(D, 3)  # v_render rows for at least 3 channels (backward_pixels reads three)
+    st = np.zeros(B_VR + (Dp + max(D - 3, 0)) * NPIX, colors.dtype)  # v_render, S, B_XVAL 0 outside the image
     last = np.full(NPIX, -1, np.int32)
     row_last = np.full(TS, -1, np.int64)  # per tile row: the largest last blended index of its pixels
     init_tile_pixels(st, B_T, B_CX, B_CY, x0, y0)
@@ -629,21 +661,21 @@ def backward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, T_final, 
         lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
         mx, my = packed[k, P_MX], packed[k, P_MY]
         a, b, cc, op = packed[k, P_A], packed[k, P_B], packed[k, P_C], packed[k, P_OP]
-        backward_alpha_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
         if D > 3:
+            extra_channel_setup_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
             backward_color_pixels(st, lo, hi, colors, ids[k], D, g_colors, k)
-        c0, c1, c2 = packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2]
-        ga, gb, gc, gmx, gmy, absx, absy, gop, s0, s1, s2 = backward_rgb_geometry_pixels(
-            st, lo, hi, c0, c1, c2, B_VR + Dp * NPIX, mx, my, a, b, cc, op)
+        sx, sy, sxx, sxy, syy, gop, s0, s1, s2 = backward_pixels(
+            st, last, lo, hi, k, mx, my, a, b, cc, op, packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2])
+        g_conics[k, 0], g_conics[k, 1], g_conics[k, 2], g_means2d[k, 0], g_means2d[k, 1] = conic_gradients(
+            sx, sy, sxx, sxy, syy, a, b, cc)
+        if with_abs:
+            g_abs[k, 0], g_abs[k, 1] = abs_gradient_pixels(st, lo, hi, mx, my, a, b, cc)
+        g_opac[k] = gop
         g_colors[k, 0] = s0
         if D > 1:
             g_colors[k, 1] = s1
         if D > 2:
             g_colors[k, 2] = s2
-        g_conics[k, 0], g_conics[k, 1], g_conics[k, 2] = ga, gb, gc
-        g_means2d[k, 0], g_means2d[k, 1] = gmx, gmy
-        g_abs[k, 0], g_abs[k, 1] = absx, absy
-        g_opac[k] = gop
 
 
 @njit(cache=True, parallel=True)

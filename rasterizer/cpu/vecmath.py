@@ -71,6 +71,25 @@ def select(typingctx, cond, a, b):
     return ty(types.boolean, ty, ty), codegen
 
 
+@intrinsic
+def radd(typingctx, a, b):
+    """a + b with reassociation allowed on this one addition (plus FASTMATH's flags): a running sum
+    ``s = radd(s, x)`` in a loop compiled without ``reassoc`` still vectorises as a reduction (LLVM
+    needs reassoc on the reduction's additions only; Numba adds function-wide flags only to
+    instructions that have none)."""
+    ty = typingctx.unify_types(a, b)
+    if ty is None or not isinstance(ty, types.Float):
+        return None
+
+    def codegen(context, builder, signature, args):
+        x, y = (context.cast(builder, v, t, signature.return_type) for v, t in zip(args, signature.args))
+        instr = builder.fadd(x, y)
+        instr.flags = sorted(FASTMATH | {"reassoc"})
+        return instr
+
+    return ty(ty, ty), codegen
+
+
 @njit(cache=True, inline="always")
 def U(i):
     """Index i (>= 0) as uint64: Numba wraps negative signed indices around (a compare and select per
