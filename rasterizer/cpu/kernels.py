@@ -550,9 +550,10 @@ def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
     (pixel_blended) and updates st[B_T + p] to it; for channels 0..2 (colours c0..c2; zeros for
     channels the render lacks, whose v_render rows are 0) sums alpha T_i v_render and updates the
     colour behind S += c alpha T_i; forms d loss / d alpha = T_final v_alpha / (1 - alpha) +
-    sum_ch (c T_i - S / (1 - alpha)) v_render (+ B_XVAL, the channels >= 3 part) and from it v_sigma = d loss / d sigma (0 where alpha was clamped at
-    0.999), written to B_VSIG. Returns sums over the pixels of v_sigma (dx, dy, dx^2, dx dy, dy^2)
-    (d = mean - pixel centre; conic_gradients), d loss / d opacity and the colour gradients:
+    sum_ch (c T_i - S / (1 - alpha)) v_render (+ B_XVAL, the channels >= 3 part) and from it
+    v_sigma = d loss / d sigma (0 where alpha was clamped at 0.999), written to B_VSIG. Returns sums
+    over the pixels of v_sigma (dx, dy, dx^2, dx dy, dy^2) (d = mean - pixel centre; conic_gradients),
+    d loss / d opacity and the colour gradients:
     (sx, sy, sxx, sxy, syy, gop, s0, s1, s2). Sums use radd (vectorised reductions; the alpha
     arithmetic must not be reassociated)."""
     zero, one, amax = like(0.0, op), like(1.0, op), like(ALPHA_MAX, op)
@@ -561,7 +562,7 @@ def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
     for p in range(U(lo), U(hi)):
         dx, dy, sigma, vis, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
         ok, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
-        st[U(B_T) + p] *= select(ok, one / (one - al), one)  # arithmetic, not a masked store (forward_pixels)
+        st[U(B_T) + p] *= select(ok, one / (one - al), one)  # arithmetic, not a masked store (see forward_pixels)
         fac = al * ti
         v0 = st[U(B_VR) + p]
         v1 = st[U(B_VR + NPIX) + p]

@@ -70,14 +70,15 @@ class ProjectFunction(torch.autograd.Function):
             ctx.mark_non_differentiable(out[4])
         # keep the (possibly converted) arrays; save_for_backward adds PyTorch's in-place modification check
         ctx.save_for_backward(means, quats, scales, covars)
-        ctx.arrays = (m, q, s, cv, has_covars, vm, K, float(width), float(height), float(eps2d), bool(antialiased))
+        ctx.arrays = (m, q, s, cv, has_covars, vm, K, float(width), float(height), float(eps2d), bool(antialiased),
+                      radii)
         return tuple(out)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, v_means2d, v_conics, v_depths, v_radii, v_comps):
         ctx.saved_tensors  # noqa: B018  (raises if an input was modified in place since the forward)
-        m, q, s, cv, has_covars, vm, K, width, height, eps2d, antialiased = ctx.arrays
+        m, q, s, cv, has_covars, vm, K, width, height, eps2d, antialiased, radii = ctx.arrays
         N, C = m.shape[0], vm.shape[0]
         dtype = m.dtype
         g_means = np.empty((N, 3), dtype)
@@ -90,7 +91,7 @@ class ProjectFunction(torch.autograd.Function):
 
         v_comps_np = cot(v_comps, (C, N)) if antialiased else np.zeros((0, 0), dtype)
         with KERNEL_LOCK:
-            PK.project_backward_kernel(m, q, s, cv, has_covars, vm, K, width, height, eps2d, antialiased,
+            PK.project_backward_kernel(m, q, s, cv, has_covars, vm, K, width, height, eps2d, antialiased, radii,
                                        cot(v_means2d, (C, N, 2)), cot(v_conics, (C, N, 3)), cot(v_depths, (C, N)),
                                        v_comps_np, g_means, g_quats, g_scales, g_covars)
         need = ctx.needs_input_grad

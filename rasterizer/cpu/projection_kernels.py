@@ -8,11 +8,12 @@ its conventions at the non-differentiable points:
 - ``torch.clamp`` of x/z, y/z in the Jacobian: gradient passes where lo <= x/z <= hi (inclusive);
 - ``det.clamp(min=1e-10)``: gradient passes where det >= 1e-10;
 - ``sqrt(clamp(det_orig / det, min=0))``: gradient g / (2 sqrt(.)) where the ratio >= 0, else 0;
-- no masking by radius: every (camera, Gaussian) pair gets gradient from its cotangents; pairs whose
-  cotangents are all zero (culled or hidden in that view: most of them in a large scene) are skipped.
-  For finite inputs they add exactly zero; where the reference's autograd gives NaN from a zero
-  cotangent times an infinite derivative (a Gaussian at depth 0, or in antialiased mode a singular
-  2D covariance, ratio 0), the skip gives 0.
+- culled pairs (a zero radius) output 0 and get no gradient (the reference's ``zero_culled``); the
+  forward finds most of them before computing their covariances. Visible pairs whose cotangents are
+  all zero (hidden in that view) are skipped in the backward: for finite inputs they add exactly zero;
+  where the reference's autograd gives NaN from a zero cotangent times an infinite derivative (in
+  antialiased mode a singular 2D covariance, ratio 0; or through ``torch.where`` for a culled pair at
+  depth 0), the skip gives 0.
 
 Both kernels run in parallel over Gaussians and loop over cameras inside, so the reduction over cameras
 in the backward is race-free (each thread owns its Gaussians' gradient rows). Arithmetic runs in float64
@@ -161,6 +162,23 @@ def _cov2d(j00, j02, j11, j12, S):
 # forward
 
 
+@njit(cache=True, error_model="numpy")
+def _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n):
+    """Outputs of a culled pair (see reference zero_culled)."""
+    means2d[c, n, 0] = means2d[c, n, 1] = 0.0
+    conics[c, n, 0] = conics[c, n, 1] = conics[c, n, 2] = 0.0
+    depths[c, n] = 0.0
+    radii[c, n, 0] = radii[c, n, 1] = 0
+    comps[c, n] = 0.0 if antialiased else 1.0
+
+
+@njit(cache=True, error_model="numpy")
+def _max_scale_sq(scales, n):
+    """Largest squared scale of Gaussian n: the largest eigenvalue of its covariance R S S^T R^T."""
+    s0, s1, s2 = float(scales[n, 0]), float(scales[n, 1]), float(scales[n, 2])
+    return max(s0 * s0, s1 * s1, s2 * s2)
+
+
 @njit(cache=True, parallel=True, error_model="numpy")
 def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, Ks, opac, has_opac, width, height,
                            eps2d, near_plane, far_plane, antialiased,
@@ -169,21 +187,32 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
 
     viewmats [C,4,4] and Ks [C,3,3] float64; opac [N] float64 (ignored unless has_opac); quats [N,4] +
     scales [N,3] or covars [N,3,3] (has_covars).
+
+    Culled pairs (most of them in a large scene) are found early: outside the depth range from the
+    camera-space mean alone, and, with quats + scales, off the image by a bound on the screen radius
+    (radius <= ceil(3.33 sqrt(|J|_F^2 max scale^2 + eps2d)): the 2D covariance's largest eigenvalue is
+    at most |J|^2 times the 3D one's); their covariances are then never computed.
     """
     C = viewmats.shape[0]
     N = means.shape[0]
     cams = camera_table(viewmats, Ks, width, height)
     for n in prange(N):
-        S = _world_covar(quats, scales, covars, n, has_covars)
+        have_S = False
+        S = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        smax2 = 0.0 if has_covars else _max_scale_sq(scales, n)
         px, py, pz = float(means[n, 0]), float(means[n, 1]), float(means[n, 2])
         for c in range(C):
             Rv, (t0, t1, t2), Kc, (lo_x, hi_x, lo_y, hi_y) = _camera(cams, c)
             tx = Rv[0] * px + Rv[1] * py + Rv[2] * pz + t0
             ty = Rv[3] * px + Rv[4] * py + Rv[5] * pz + t1
             tz = Rv[6] * px + Rv[7] * py + Rv[8] * pz + t2
-            Sc = _mul(_mul(Rv, S), _t(Rv))
+            if not (tz > near_plane and tz < far_plane):  # (NaN depths too)
+                _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n)
+                continue
             fx, fy = Kc[0], Kc[4]
             rz = 1.0 / tz
+            mx = (Kc[0] * tx + Kc[1] * ty + Kc[2] * tz) * rz
+            my = (Kc[3] * tx + Kc[4] * ty + Kc[5] * tz) * rz
             uc, _ = _clamp(tx * rz, lo_x, hi_x)
             vc, _ = _clamp(ty * rz, lo_y, hi_y)
             txc = tz * uc
@@ -192,9 +221,17 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
             j02 = -fx * txc * (rz * rz)
             j11 = fy * rz
             j12 = -fy * tyc * (rz * rz)
+            if not has_covars:
+                bound = MAX_EXTEND * math.sqrt((j00 * j00 + j02 * j02 + j11 * j11 + j12 * j12) * smax2 * (1.0 + 1e-6)
+                                               + eps2d) + 1.0
+                if mx + bound <= 0.0 or mx - bound >= width or my + bound <= 0.0 or my - bound >= height:
+                    _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n)
+                    continue
+            if not have_S:
+                S = _world_covar(quats, scales, covars, n, has_covars)
+                have_S = True
+            Sc = _mul(_mul(Rv, S), _t(Rv))
             _, _, c00, c01, c10, c11 = _cov2d(j00, j02, j11, j12, Sc)
-            mx = (Kc[0] * tx + Kc[1] * ty + Kc[2] * tz) * rz
-            my = (Kc[3] * tx + Kc[4] * ty + Kc[5] * tz) * rz
             det_orig = c00 * c11 - c01 * c10
             b00 = c00 + eps2d
             b11 = c11 + eps2d
@@ -202,19 +239,12 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
             if det < DET_MIN:
                 det = DET_MIN
             rdet = 1.0 / det
-            means2d[c, n, 0] = mx
-            means2d[c, n, 1] = my
-            conics[c, n, 0] = b11 * rdet
-            conics[c, n, 1] = -0.5 * (c01 + c10) * rdet
-            conics[c, n, 2] = b00 * rdet
-            depths[c, n] = tz
             comp = 1.0
             if antialiased:
                 ratio = det_orig * rdet
                 if ratio < 0.0:
                     ratio = 0.0
                 comp = math.sqrt(ratio)
-            comps[c, n] = comp
             # screen_radii + cull_radii
             sx = math.sqrt(b00) if b00 >= 0.0 else math.nan
             sy = math.sqrt(b11) if b11 >= 0.0 else math.nan
@@ -231,14 +261,19 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
                     extend = 0.0
             rx = math.ceil(extend * sx)
             ry = math.ceil(extend * sy)
-            keep = ((tz > near_plane) and (tz < far_plane) and (mx + rx > 0.0) and (mx - rx < width)
-                    and (my + ry > 0.0) and (my - ry < height) and (rx > 0.0) and (ry > 0.0))
-            if keep:
-                radii[c, n, 0] = int(rx)
-                radii[c, n, 1] = int(ry)
-            else:
-                radii[c, n, 0] = 0
-                radii[c, n, 1] = 0
+            if not ((mx + rx > 0.0) and (mx - rx < width) and (my + ry > 0.0) and (my - ry < height) and (rx > 0.0)
+                    and (ry > 0.0)):
+                _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n)
+                continue
+            radii[c, n, 0] = int(rx)
+            radii[c, n, 1] = int(ry)
+            means2d[c, n, 0] = mx
+            means2d[c, n, 1] = my
+            conics[c, n, 0] = b11 * rdet
+            conics[c, n, 1] = -0.5 * (c01 + c10) * rdet
+            conics[c, n, 2] = b00 * rdet
+            depths[c, n] = tz
+            comps[c, n] = comp
 
 
 # --------------------------------------------------------------------------------------------------
@@ -246,39 +281,43 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
 
 
 @njit(cache=True, error_model="numpy")
-def _pair_has_cotangent(v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
-    """Any non-zero cotangent for pair (c, n)? (Zero ones contribute exactly zero: the pair is skipped.)"""
-    return (v_means2d[c, n, 0] != 0.0 or v_means2d[c, n, 1] != 0.0 or v_conics[c, n, 0] != 0.0
+def _pair_has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
+    """Visible pair (c, n) with a non-zero cotangent? (Culled pairs get no gradient; zero cotangents
+    contribute exactly zero: either way the pair is skipped.)"""
+    return radii[c, n, 0] > 0 and (v_means2d[c, n, 0] != 0.0 or v_means2d[c, n, 1] != 0.0 or v_conics[c, n, 0] != 0.0
             or v_conics[c, n, 1] != 0.0 or v_conics[c, n, 2] != 0.0 or v_depths[c, n] != 0.0
             or (antialiased and v_comps[c, n] != 0.0))
 
 
 @njit(cache=True, error_model="numpy")
-def _has_cotangent(v_means2d, v_conics, v_depths, v_comps, antialiased, n):
-    """Any non-zero cotangent for Gaussian n in any camera?"""
+def _has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased, n):
+    """Any visible pair of Gaussian n with a non-zero cotangent?"""
     for c in range(v_depths.shape[0]):
-        if _pair_has_cotangent(v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
+        if _pair_has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
             return True
     return False
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, Ks, width, height, eps2d,
-                            antialiased, v_means2d, v_conics, v_depths, v_comps,
+                            antialiased, radii, v_means2d, v_conics, v_depths, v_comps,
                             g_means, g_quats, g_scales, g_covars):
     """Vector-Jacobian product of project_forward_kernel's means2d, conics, depths (and comps when
-    antialiased) w.r.t. means [N,3] and quats [N,4] + scales [N,3] or covars [N,3,3]. Gradients are
-    written (not accumulated) into g_means and g_quats/g_scales or g_covars."""
+    antialiased) w.r.t. means [N,3] and quats [N,4] + scales [N,3] or covars [N,3,3], over the visible
+    pairs (radii [C,N,2] from the forward; culled ones get no gradient). Gradients are written (not
+    accumulated) into g_means and g_quats/g_scales or g_covars."""
     C = viewmats.shape[0]
     N = means.shape[0]
     cams = camera_table(viewmats, Ks, width, height)
     for n in prange(N):
-        # no cotangent in any camera (culled or hidden: most Gaussians of a large scene): zero rows. Tested
+        # culled or without cotangent in every camera (most Gaussians of a large scene): zero rows. Tested
         # here for one camera, written out: a helper call per Gaussian costs more than the test (measured)
-        if C == 0 or (v_means2d[0, n, 0] == 0.0 and v_means2d[0, n, 1] == 0.0 and v_conics[0, n, 0] == 0.0
-                      and v_conics[0, n, 1] == 0.0 and v_conics[0, n, 2] == 0.0 and v_depths[0, n] == 0.0
-                      and (not antialiased or v_comps[0, n] == 0.0)
-                      and (C == 1 or not _has_cotangent(v_means2d, v_conics, v_depths, v_comps, antialiased, n))):
+        if C == 0 or ((radii[0, n, 0] == 0 or (v_means2d[0, n, 0] == 0.0 and v_means2d[0, n, 1] == 0.0
+                                                and v_conics[0, n, 0] == 0.0 and v_conics[0, n, 1] == 0.0
+                                                and v_conics[0, n, 2] == 0.0 and v_depths[0, n] == 0.0
+                                                and (not antialiased or v_comps[0, n] == 0.0)))
+                      and (C == 1 or not _has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased,
+                                                        n))):
             g_means[n, 0] = g_means[n, 1] = g_means[n, 2] = 0.0
             if has_covars:
                 for i in range(9):
@@ -293,7 +332,7 @@ def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, 
         gS = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         for c in range(C):
             # ---- zero cotangents (culled or hidden in this view, the common case) add exactly zero: skip
-            if not _pair_has_cotangent(v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
+            if not _pair_has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
                 continue
             ga, gb, gc = float(v_conics[c, n, 0]), float(v_conics[c, n, 1]), float(v_conics[c, n, 2])
             vm0, vm1 = float(v_means2d[c, n, 0]), float(v_means2d[c, n, 1])

@@ -23,7 +23,8 @@ class Projection(NamedTuple):
 
     means2d [C, N, 2] pixels; conics [C, N, 3] (a, b, c) of the inverse 2D covariance; depths [C, N]
     camera-space z; radii [C, N, 2] int32 half-extent in pixels (0 = culled); compensations [C, N]
-    (anti-aliasing opacity factor sqrt(det(S - eps I) / det(S)), ones in classic mode).
+    (anti-aliasing opacity factor sqrt(det(S - eps I) / det(S)), ones in classic mode). Culled pairs
+    have means2d, conics, depths (and antialiased compensations) 0, with no gradient (zero_culled).
     """
 
     means2d: Tensor
@@ -136,7 +137,8 @@ def project_gaussians(
         opacities: [N] activated opacities for the opacity-aware radius (None: fixed 3.33 sigma).
         antialiased: the radius uses opacity x compensation (what is composited in that mode).
     Returns:
-        Projection (see its docstring). Gradients flow to means and covars through means2d and conics.
+        Projection (see its docstring). Gradients flow to means and covars through the visible pairs'
+        means2d, conics, depths (and compensations).
     """
     means_c, covars_c = world_to_cam(means, covars, viewmats)
     J = pinhole_jacobian(means_c, Ks, width, height)
@@ -152,4 +154,15 @@ def project_gaussians(
     with torch.no_grad():
         radius = screen_radii(blurred.detach(), radius_opacity)
         radii = cull_radii(radius, means2d.detach(), depths.detach(), width, height, near_plane, far_plane)
+    means2d, conics, depths, compensations = zero_culled(radii, means2d, conics, depths, compensations, antialiased)
     return Projection(means2d, conics, depths, radii, compensations)
+
+
+def zero_culled(radii: Tensor, means2d: Tensor, conics: Tensor, depths: Tensor, compensations: Tensor,
+                antialiased: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Culled pairs (a zero radius) get means2d, conics, depths and, in antialiased mode, compensations
+    0, and no gradient (as gsplat's CUDA projection, which skips them): nothing downstream reads them,
+    and the cpu backend then never computes them."""
+    visible = (radii > 0).all(-1)  # [C, N]; cull_radii zeroes both radii or neither
+    zero = lambda t: torch.where(visible.view(visible.shape + (1,) * (t.dim() - 2)), t, 0.0)  # noqa: E731
+    return zero(means2d), zero(conics), zero(depths), zero(compensations) if antialiased else compensations

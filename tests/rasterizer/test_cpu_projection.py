@@ -9,6 +9,8 @@ ones, unnormalised quaternions and opacities below 1/255.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -147,8 +149,9 @@ def test_vjp_matches_reference_autograd(antialiased, use_covars, with_opacities)
     grads = vjp(cpu, inputs, cot)
     for name, a, e in zip(["means", "quats/covars", "scales"], grads, vjp(ref, inputs, cot)):
         assert_rel(a, e, GRAD_RTOL, name)
-    culled = (cpu.radii == 0).all(-1).all(0)  # no masking by radius: culled Gaussians get gradients too
-    assert (grads[0][culled].abs().sum(-1) > 0).all()
+    culled = (cpu.radii == 0).all(-1).all(0)  # culled in every camera: no gradient, despite their cotangents
+    assert culled.sum() >= 5 and float(grads[0][culled].abs().max()) == 0.0
+    assert (grads[0][~culled].abs().sum(-1) > 0).all()
 
 
 def test_vjp_single_output_cotangents():
@@ -255,3 +258,53 @@ def test_empty_inputs():
     p = project_cpu(means[:0], quats[:0], scales[:0], None, viewmats, Ks, W, H, eps2d=0.3, near_plane=0.01,
                     far_plane=1e10, opacities=opac[:0], antialiased=True)
     assert p.means2d.shape == (2, 0, 2) and p.radii.shape == (2, 0, 2)
+
+
+@pytest.mark.parametrize("antialiased", [False, True])
+@pytest.mark.parametrize("use_covars", [False, True])
+def test_culled_pairs_are_zero(antialiased, use_covars):
+    """Culled pairs (behind the camera, off the image, too transparent) output means2d, conics, depths
+    and (antialiased) compensations 0 on both backends; the cpu kernel finds most of them early (depth,
+    and with quats + scales a bound on the radius), the rest after the full computation."""
+    means, quats, scales, opac, viewmats, Ks = make_scene(torch.float64, n=200, seed=11)
+    means[-20:, 0] += 50.0 * torch.sign(means[-20:, 0])  # far off the image
+    covars = covariance_from_quat_scale(quats, scales) if use_covars else None
+    q, s = (None, None) if use_covars else (quats, scales)
+    with torch.no_grad():
+        ref, cpu = both(means, q, s, covars, viewmats, Ks, opacities=opac, antialiased=antialiased)
+    culled = (ref.radii == 0).all(-1)
+    assert culled.sum() >= 30 and (~culled).sum() >= 30
+    for p in (ref, cpu):
+        for name in ("means2d", "conics", "depths") + (("compensations",) if antialiased else ()):
+            t = getattr(p, name)
+            assert float(t[culled].abs().max()) == 0.0 and float(t[~culled].abs().max()) > 0.0, name
+    assert_forward_equal(ref, cpu, torch.float64)
+
+
+def test_radius_bound_never_culls_a_visible_gaussian():
+    """Large Gaussians whose means lie outside the image but whose footprints reach into it stay visible
+    (the early off-image test uses an upper bound on the radius); in float32 too."""
+    g = torch.Generator().manual_seed(3)
+    n = 400
+    z = 1.0 + 4.0 * torch.rand(n, generator=g, dtype=torch.float64)
+    # means just outside the field of view on every side, scales up to a third of the depth
+    ang = 2 * math.pi * torch.rand(n, generator=g, dtype=torch.float64)
+    r = 0.6 + 0.8 * torch.rand(n, generator=g, dtype=torch.float64)
+    means = torch.stack([r * torch.cos(ang) * z, r * torch.sin(ang) * z, z], -1)
+    scales = z[:, None] * (0.02 + 0.3 * torch.rand(n, 3, generator=g, dtype=torch.float64))
+    quats = torch.randn(n, 4, generator=g, dtype=torch.float64)
+    opac = 0.05 + 0.95 * torch.rand(n, generator=g, dtype=torch.float64)
+    viewmats = torch.eye(4, dtype=torch.float64)[None]
+    Ks = torch.tensor([[[W, 0.0, W / 2], [0.0, W, H / 2], [0.0, 0.0, 1.0]]], dtype=torch.float64)
+    for dtype in (torch.float64, torch.float32):
+        args = [t.to(dtype) for t in (means, quats, scales)]
+        with torch.no_grad():
+            ref, cpu = both(*args, None, viewmats.to(dtype), Ks.to(dtype), opacities=opac.to(dtype))
+        outside = (ref.means2d[0, :, 0] < 0) | (ref.means2d[0, :, 0] > W) | (ref.means2d[0, :, 1] < 0) \
+            | (ref.means2d[0, :, 1] > H)
+        visible_outside = outside & (ref.radii[0] > 0).all(-1)
+        assert visible_outside.sum() >= 20  # the scene tests the bound
+        if dtype == torch.float64:
+            assert torch.equal(cpu.radii, ref.radii)
+        else:
+            assert ((cpu.radii > 0) != (ref.radii > 0)).any(-1).sum() <= 2
