@@ -10,6 +10,7 @@ resumes from the newest checkpoint (``steps`` may be raised to extend a finished
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from dataclasses import dataclass, field
@@ -317,6 +318,10 @@ class Trainer:
         start_step = self.step
         for hook in self.hooks:
             hook.on_train_start(self)
+        # Python's full collections walk every object (~380k after loading a capture: 160 ms each, about
+        # every 200 steps); those made before training live to the end, so take them out of its sight
+        gc.collect()
+        gc.freeze()
         try:
             with _progress(self.cfg.progress, self.cfg.steps, start_step) as bar:
                 t0, idle0 = time.perf_counter(), self.idle_seconds
@@ -335,6 +340,7 @@ class Trainer:
             self.log(f"interrupted at step {self.step}; checkpoint saved, rerun the same command to resume")
             raise
         finally:
+            gc.unfreeze()
             for hook in self.hooks:
                 hook.on_train_end(self)
         if not rf.list_checkpoints(self.out) or rf.list_checkpoints(self.out)[-1][0] != self.step:
