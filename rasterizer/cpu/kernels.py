@@ -463,6 +463,20 @@ def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, packed
                      TH, render, alpha_out, T_final, last_ids)
 
 
+@njit(cache=True, inline="always")
+def intersection_values(k, g, packed, means2d, conics, opac, colors):
+    """(mean x, mean y, conic a, b, c, opacity, colours 0..2) of intersection k, Gaussian g: from the
+    packed arrays, or (``packed`` None) from the [C*N, .] arrays (colour channels the render lacks are
+    0)."""
+    if packed is not None:
+        return (packed[k, P_MX], packed[k, P_MY], packed[k, P_A], packed[k, P_B], packed[k, P_C], packed[k, P_OP],
+                packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2])
+    D = colors.shape[1]
+    zero = like(0.0, opac[g])
+    return (means2d[g, 0], means2d[g, 1], conics[g, 0], conics[g, 1], conics[g, 2], opac[g],
+            colors[g, 0] if D > 0 else zero, colors[g, 1] if D > 1 else zero, colors[g, 2] if D > 2 else zero)
+
+
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW, TH, render,
                  alpha_out, T_final, last_ids):
@@ -478,7 +492,6 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
     for ly in range(y1 - y0):
         for lx in range(x1 - x0):
             st[F_THR + ly * TS + lx] = ALPHA_THRESHOLD
-    zero = like(0.0, st[0])
     for k in range(offsets[t], offsets[t + 1]):
         if (k - offsets[t]) % LIVE_CHECK == LIVE_CHECK - 1 and count_done(st, done) == NPIX:
             break
@@ -490,13 +503,8 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
         if ylo >= yhi:
             continue
         lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
-        if packed is not None:
-            forward_pixels(st, last, lo, hi, k, packed[k, P_MX], packed[k, P_MY], packed[k, P_A], packed[k, P_B],
-                           packed[k, P_C], packed[k, P_OP], packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2])
-        else:
-            forward_pixels(st, last, lo, hi, k, means2d[g, 0], means2d[g, 1], conics[g, 0], conics[g, 1], conics[g, 2],
-                           opac[g], colors[g, 0] if D > 0 else zero, colors[g, 1] if D > 1 else zero,
-                           colors[g, 2] if D > 2 else zero)
+        mx, my, a, b, cc, op, c0, c1, c2 = intersection_values(k, g, packed, means2d, conics, opac, colors)
+        forward_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2)
         if D > 3:
             accumulate_pixels(st, lo, hi, colors, g)
     for y in range(y0, y1):
