@@ -319,7 +319,8 @@ class Trainer:
         for hook in self.hooks:
             hook.on_train_start(self)
         # Python's full collections walk every object (~380k after loading a capture: 160 ms each, about
-        # every 200 steps); those made before training live to the end, so take them out of its sight
+        # every 200 steps); those made before training mostly live to its end: keep them out of sight
+        # until then (unfreeze() is process-wide: a caller's own freeze ends here too)
         gc.collect()
         gc.freeze()
         try:

@@ -69,16 +69,15 @@ class ProjectFunction(torch.autograd.Function):
         if not antialiased:
             ctx.mark_non_differentiable(out[4])
         # keep the (possibly converted) arrays; save_for_backward adds PyTorch's in-place modification check
-        ctx.save_for_backward(means, quats, scales, covars)
-        ctx.arrays = (m, q, s, cv, has_covars, vm, K, float(width), float(height), float(eps2d), bool(antialiased),
-                      radii)
+        ctx.save_for_backward(means, quats, scales, covars, out[3])  # radii: which pairs get gradients
+        ctx.arrays = (m, q, s, cv, has_covars, vm, K, float(width), float(height), float(eps2d), bool(antialiased))
         return tuple(out)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, v_means2d, v_conics, v_depths, v_radii, v_comps):
-        ctx.saved_tensors  # noqa: B018  (raises if an input was modified in place since the forward)
-        m, q, s, cv, has_covars, vm, K, width, height, eps2d, antialiased, radii = ctx.arrays
+        radii = ctx.saved_tensors[4].numpy()  # (raises if an input or radii was modified in place since)
+        m, q, s, cv, has_covars, vm, K, width, height, eps2d, antialiased = ctx.arrays
         N, C = m.shape[0], vm.shape[0]
         dtype = m.dtype
         g_means = np.empty((N, 3), dtype)

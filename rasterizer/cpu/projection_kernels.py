@@ -111,8 +111,10 @@ def _world_covar(quats, scales, covars, n, has_covars):
     return _mul(M, _t(M))
 
 
-# camera table columns: R (9, row-major), t (3), K[:2, :3] (6), clamp limits lo_x, hi_x, lo_y, hi_y
-CAM_COLS = 22
+# camera table columns: R (9, row-major), t (3), K[:2, :3] (6), clamp limits lo_x, hi_x, lo_y, hi_y, and a bound
+# on |R|_2^2 (RADIUS_BOUND_COL)
+CAM_COLS = 23
+RADIUS_BOUND_COL = 22
 
 
 @njit(cache=True, error_model="numpy")
@@ -133,6 +135,17 @@ def camera_table(viewmats, Ks, width, height):
         cams[c, 19] = (width - cx) / fx + 0.3 * (0.5 * width / fx)
         cams[c, 20] = -(cy / fy + 0.3 * (0.5 * height / fy))
         cams[c, 21] = (height - cy) / fy + 0.3 * (0.5 * height / fy)
+        # |R|_2^2 = largest eigenvalue of R^T R <= its largest absolute row sum (1 for a rotation; view
+        # matrices are not checked to be rigid): the camera-space covariance's largest eigenvalue is at
+        # most this times the world one's
+        r2 = 0.0
+        for i in range(3):
+            row = 0.0
+            for j in range(3):
+                row += abs(viewmats[c, 0, i] * viewmats[c, 0, j] + viewmats[c, 1, i] * viewmats[c, 1, j]
+                           + viewmats[c, 2, i] * viewmats[c, 2, j])
+            r2 = max(r2, row)
+        cams[c, RADIUS_BOUND_COL] = r2
     return cams
 
 
@@ -190,8 +203,9 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
 
     Culled pairs (most of them in a large scene) are found early: outside the depth range from the
     camera-space mean alone, and, with quats + scales, off the image by a bound on the screen radius
-    (radius <= ceil(3.33 sqrt(|J|_F^2 max scale^2 + eps2d)): the 2D covariance's largest eigenvalue is
-    at most |J|^2 times the 3D one's); their covariances are then never computed.
+    (radius <= ceil(3.33 sqrt(|J|_F^2 |R|^2 max scale^2 + eps2d)): the 2D covariance's largest
+    eigenvalue is at most |J|^2 |R|^2 times the world one's, max scale^2; |R|^2 is bounded per camera,
+    1 for a rigid view matrix); their covariances are then never computed.
     """
     C = viewmats.shape[0]
     N = means.shape[0]
@@ -222,8 +236,8 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
             j11 = fy * rz
             j12 = -fy * tyc * (rz * rz)
             if not has_covars:
-                bound = MAX_EXTEND * math.sqrt((j00 * j00 + j02 * j02 + j11 * j11 + j12 * j12) * smax2 * (1.0 + 1e-6)
-                                               + eps2d) + 1.0
+                lam = (j00 * j00 + j02 * j02 + j11 * j11 + j12 * j12) * cams[c, RADIUS_BOUND_COL] * smax2
+                bound = MAX_EXTEND * math.sqrt(lam * (1.0 + 1e-6) + eps2d) + 1.0
                 if mx + bound <= 0.0 or mx - bound >= width or my + bound <= 0.0 or my - bound >= height:
                     _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n)
                     continue

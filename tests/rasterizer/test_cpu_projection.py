@@ -308,3 +308,21 @@ def test_radius_bound_never_culls_a_visible_gaussian():
             assert torch.equal(cpu.radii, ref.radii)
         else:
             assert ((cpu.radii > 0) != (ref.radii > 0)).any(-1).sum() <= 2
+
+
+def test_radius_bound_with_a_scaled_view_matrix():
+    """View matrices are not checked to be rigid: with a scaled rotation the camera-space covariance
+    grows by its square, and the early off-image test must allow for it (review find: a Gaussian just
+    left of the view with radius 96 was culled)."""
+    means = torch.tensor([[-1.0633, 0.0, 2.0]], dtype=torch.float64)
+    quats = torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    scales = torch.tensor([[0.3, 0.01, 0.01]], dtype=torch.float64)
+    Ks = torch.tensor([[[64.0, 0.0, W / 2], [0.0, 64.0, H / 2], [0.0, 0.0, 1.0]]], dtype=torch.float64)
+    for k in (1.0, 3.0):
+        viewmats = torch.eye(4, dtype=torch.float64)[None]
+        viewmats[0, :3, :3] *= k
+        viewmats[0, 2, 3] = 2.0 - 2.0 * k  # depth 2; camera-space x -1.06 k: off the image, reaching into it
+        with torch.no_grad():
+            ref, cpu = both(means, quats, scales, None, viewmats, Ks, opacities=torch.ones(1, dtype=torch.float64))
+        assert (ref.radii > 0).all()
+        assert torch.equal(cpu.radii, ref.radii)
