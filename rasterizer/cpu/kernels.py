@@ -279,24 +279,32 @@ P_MX, P_MY, P_A, P_B, P_C, P_OP, P_C0 = 0, 1, 2, 3, 4, 5, 6  # packed columns: m
 PACKED = 9
 
 
+@njit(cache=True, inline="always")
+def intersection_values(k, g, packed, means2d, conics, opac, colors):
+    """(mean x, mean y, conic a, b, c, opacity, colours 0..2) of intersection k, Gaussian g: from the
+    packed arrays (pack_intersections), or (``packed`` None) from the [C*N, .] arrays (colour channels
+    the render lacks are 0), the one place that defines what is packed."""
+    if packed is not None:
+        return (packed[k, P_MX], packed[k, P_MY], packed[k, P_A], packed[k, P_B], packed[k, P_C], packed[k, P_OP],
+                packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2])
+    D = colors.shape[1]
+    zero = like(0.0, opac[g])
+    return (means2d[g, 0], means2d[g, 1], conics[g, 0], conics[g, 1], conics[g, 2], opac[g],
+            colors[g, 0] if D > 0 else zero, colors[g, 1] if D > 1 else zero, colors[g, 2] if D > 2 else zero)
+
+
 @njit(cache=True, parallel=True)
 def pack_intersections(means2d, conics, opac, colors, row_half, ids):
     """packed [M, PACKED] (storage dtype; colour channels the render lacks are 0) and rows [M, 2]
     float64 (row half extent, mean y: what gaussian_rows takes) of Gaussian ids[k] for every k."""
     M = ids.shape[0]
-    D = colors.shape[1]
     packed = np.empty((M, PACKED), means2d.dtype)
     rows = np.empty((M, 2), np.float64)
     for k in prange(M):
         g = ids[k]
-        packed[k, P_MX] = means2d[g, 0]
-        packed[k, P_MY] = means2d[g, 1]
-        packed[k, P_A] = conics[g, 0]
-        packed[k, P_B] = conics[g, 1]
-        packed[k, P_C] = conics[g, 2]
-        packed[k, P_OP] = opac[g]
-        for ch in range(3):
-            packed[k, P_C0 + ch] = colors[g, ch] if ch < D else 0.0
+        (packed[k, P_MX], packed[k, P_MY], packed[k, P_A], packed[k, P_B], packed[k, P_C], packed[k, P_OP],
+         packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2]) = intersection_values(k, g, None, means2d, conics,
+                                                                                           opac, colors)
         rows[k, 0] = row_half[g]
         rows[k, 1] = np.float64(means2d[g, 1])
     return packed, rows
@@ -463,20 +471,6 @@ def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, packed
                      TH, render, alpha_out, T_final, last_ids)
 
 
-@njit(cache=True, inline="always")
-def intersection_values(k, g, packed, means2d, conics, opac, colors):
-    """(mean x, mean y, conic a, b, c, opacity, colours 0..2) of intersection k, Gaussian g: from the
-    packed arrays, or (``packed`` None) from the [C*N, .] arrays (colour channels the render lacks are
-    0)."""
-    if packed is not None:
-        return (packed[k, P_MX], packed[k, P_MY], packed[k, P_A], packed[k, P_B], packed[k, P_C], packed[k, P_OP],
-                packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2])
-    D = colors.shape[1]
-    zero = like(0.0, opac[g])
-    return (means2d[g, 0], means2d[g, 1], conics[g, 0], conics[g, 1], conics[g, 2], opac[g],
-            colors[g, 0] if D > 0 else zero, colors[g, 1] if D > 1 else zero, colors[g, 2] if D > 2 else zero)
-
-
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW, TH, render,
                  alpha_out, T_final, last_ids):
@@ -570,7 +564,7 @@ def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
     for p in range(U(lo), U(hi)):
         dx, dy, sigma, vis, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
         ok, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
-        st[U(B_T) + p] *= select(ok, one / (one - al), one)  # arithmetic, not a masked store (see forward_pixels)
+        st[U(B_T) + p] *= select(ok, ra, one)  # arithmetic, not a masked store (see forward_pixels)
         fac = al * ti
         v0 = st[U(B_VR) + p]
         v1 = st[U(B_VR + NPIX) + p]
