@@ -136,33 +136,27 @@ def fill_from_mask(g, mask, tmin, tmax, tile_base, TW, out_tile, out_gauss, pos)
 
 
 @njit(cache=True, parallel=True)
-def touched_tiles(order, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H):
+def touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H):
     """Tiles each Gaussian really reaches, listed Gaussian by Gaussian in depth order.
 
     Args:
-        order [C, N] Gaussian indices per camera sorted near to far; tmin/tmax [C*N, 2] half-open
-        tile ranges (empty for culled Gaussians); means2d [C*N, 2]; conics [C*N, 3]; opac [C*N].
+        order [C, N] Gaussian indices per camera sorted near to far; counts, masks [C*N], tmin/tmax
+        [C*N, 2] from gaussian_extents; means2d [C*N, 2]; conics [C*N, 3]; opac [C*N].
     Returns:
         pair_tile [M] flat tile ids and pair_gauss [M] flat Gaussian ids, grouped by Gaussian in the
-        order of ``order`` (camera-major, near to far), tiles ascending within a Gaussian; starts and
-        counts [C*N]: where each Gaussian's pairs start and how many there are.
-    The counting pass keeps small boxes' reached tiles as bitmasks, so only large boxes are tested twice.
+        order of ``order`` (camera-major, near to far), tiles ascending within a Gaussian; starts [C*N]:
+        where each Gaussian's pairs start (counts[g] of them).
+    Small boxes' reached tiles come from their bitmasks; only large boxes are tested again.
     """
     C = order.shape[0]
     TT = TW * TH
-    counts = np.zeros(C * N, np.int64)  # per flat Gaussian g (visited in memory order: no random gathers)
-    masks = np.zeros(C * N, np.uint64)
-    none = np.empty(0, np.int64)
-    for g in prange(C * N):
-        counts[g], masks[g] = count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, (g // N) * TT,
-                                                  TW, none, none, 0)
     starts = np.zeros(C * N, np.int64)  # output position of g: prefix sums taken in depth order
     total = 0
-    for j in range(C * N):
-        c = j // N
-        g = c * N + order[c, j - c * N]
-        starts[g] = total
-        total += counts[g]
+    for c in range(C):  # (camera by camera: a division per Gaussian cost 0.6 ms of 0.8 at 218k, serial)
+        for i in range(N):
+            g = c * N + order[c, i]
+            starts[g] = total
+            total += counts[g]
     pair_tile = np.empty(total, np.int64)
     pair_gauss = np.empty(total, np.int64)
     for g in prange(C * N):
@@ -172,7 +166,7 @@ def touched_tiles(order, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H)
             else:
                 count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, (g // N) * TT, TW, pair_tile,
                                     pair_gauss, starts[g])
-    return pair_tile, pair_gauss, starts, counts
+    return pair_tile, pair_gauss, starts
 
 
 @njit(cache=True)
@@ -227,23 +221,32 @@ def row_half_extent(conics, opac, g):
 
 
 @njit(cache=True, parallel=True)
-def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH):
-    """Per Gaussian, in one parallel pass: tile rectangles tmin, tmax [G, 2] int64 (tile_rect) and row
-    half extents [G] float64 (row_half_extent). means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G].
-    Culled Gaussians (a zero radius) get the empty rectangle (0, 0)-(0, 0) and row half extent -1."""
+def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H):
+    """Per Gaussian, in one parallel pass: tile rectangles tmin, tmax [G, 2] int64 (tile_rect), row half
+    extents [G] float64 (row_half_extent), and the tiles it reaches (count_or_fill_tiles, counting):
+    counts [G] int64 and masks [G] uint64. means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G];
+    image W x H. Culled Gaussians (a zero radius) get the empty rectangle (0, 0)-(0, 0), row half
+    extent -1 and no tiles."""
     G = means2d.shape[0]
     tmin = np.empty((G, 2), np.int64)
     tmax = np.empty((G, 2), np.int64)
     row_half = np.empty(G)
+    counts = np.empty(G, np.int64)
+    masks = np.empty(G, np.uint64)
     inv_ts = like(1.0 / ts, np.zeros(1, means2d.dtype)[0])  # exact: ts is a power of two
+    none = np.empty(0, np.int64)
     for g in prange(G):
         if radii[g, 0] <= 0 or radii[g, 1] <= 0:  # culled (most of a large scene's): an empty rectangle, no rows
             tmin[g, 0] = tmin[g, 1] = tmax[g, 0] = tmax[g, 1] = 0
             row_half[g] = -1.0
+            counts[g] = 0
+            masks[g] = 0
             continue
         tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax)
         row_half[g] = row_half_extent(conics, opac, g)
-    return tmin, tmax, row_half
+        counts[g], masks[g] = count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, 0, TW, none, none,
+                                                  0)
+    return tmin, tmax, row_half, counts, masks
 
 
 class Bins(NamedTuple):
@@ -261,9 +264,9 @@ def bin_gaussians(order, means2d, radii, conics, opac, N, TW, TH, ts, W, H) -> B
     """Per-tile, depth-sorted Gaussian lists (see touched_tiles and sort_pairs_by_tile) from depth
     order [C, N], means2d [C*N, 2], radii [C*N, 2] int32, conics [C*N, 3], opac [C*N]."""
     with KERNEL_LOCK:
-        tmin, tmax, row_half = gaussian_extents(means2d, radii, conics, opac, ts, TW, TH)
-        pair_tile, pair_gauss, starts, counts = touched_tiles(order, tmin, tmax, means2d, conics, opac, N, TW, TH,
-                                                              ts, W, H)
+        tmin, tmax, row_half, counts, masks = gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H)
+        pair_tile, pair_gauss, starts = touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW,
+                                                      TH, ts, W, H)
     offsets, ids, perm = sort_pairs_by_tile(pair_tile, pair_gauss, order.shape[0] * TW * TH)
     return Bins(row_half, offsets, ids, perm, starts, counts)
 

@@ -23,13 +23,14 @@ def test_tile_rectangles_match_tile_ranges(dtype):
     tmin, tmax = tile_ranges(means2d, radii, grid)
     G = C * N
     conics = torch.tensor([0.5, 0.1, 0.4], dtype=dtype).repeat(G, 1)
-    got_min, got_max, _ = K.gaussian_extents(means2d.reshape(-1, 2).numpy(), radii.reshape(-1, 2).numpy(),
-                                             conics.numpy(), torch.full((G,), 0.5, dtype=dtype).numpy(),
-                                             grid.tile_size, grid.tiles_x, grid.tiles_y)
+    got_min, got_max, _, counts, _ = K.gaussian_extents(
+        means2d.reshape(-1, 2).numpy(), radii.reshape(-1, 2).numpy(), conics.numpy(),
+        torch.full((G,), 0.5, dtype=dtype).numpy(), grid.tile_size, grid.tiles_x, grid.tiles_y, W, H)
     kept = (radii > 0).all(-1).reshape(-1).numpy()
     np.testing.assert_array_equal(got_min[kept], tmin.reshape(-1, 2).numpy()[kept])
     np.testing.assert_array_equal(got_max[kept], tmax.reshape(-1, 2).numpy()[kept])
     assert (got_min[~kept] == got_max[~kept]).all() and (~kept).sum() >= 50  # culled: empty rectangles
+    assert (counts[~kept] == 0).all()
 
 
 def test_sum_per_gaussian_equals_scatter_add():
