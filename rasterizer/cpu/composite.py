@@ -9,6 +9,7 @@ from torch import Tensor
 
 from ..tiles import TileGrid
 from . import kernels as K
+from .schedule import thread_count
 from .sort import depth_order
 
 
@@ -84,7 +85,7 @@ class CompositeFunction(torch.autograd.Function):
         v_abs = np.empty((G if absgrad_acc is not None else 0, 2), dtype)
         with K.KERNEL_LOCK:
             K.sum_per_gaussian(g_means2d, g_conics, g_opac[:, 0], g_colors, g_abs, bins.perm, bins.starts,
-                               bins.counts, *outs, v_abs)
+                               bins.counts, *outs, v_abs, thread_count())
         if absgrad_acc is not None:
             absgrad_acc += torch.from_numpy(v_abs).to(absgrad_acc.dtype)
         v_means2d, v_conics, v_opac, v_colors = (torch.from_numpy(a) for a in outs)

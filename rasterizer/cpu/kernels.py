@@ -29,7 +29,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .vecmath import FASTMATH, U, exp_kernel, like, radd, select
+from .schedule import dealt_block, dealt_blocks, thread_count
+from .vecmath import FASTMATH, U, exp_kernel, like, prefetch, prefetch_span, radd, select
 
 # Numba's OpenMP layer and PyTorch's OpenMP runtime spin-wait against each other (PyTorch ops became
 # 40x slower after a Numba parallel kernel in our measurements); the workqueue layer does not. It is not
@@ -136,7 +137,7 @@ def fill_from_mask(g, mask, tmin, tmax, tile_base, TW, out_tile, out_gauss, pos)
 
 
 @njit(cache=True, parallel=True)
-def touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H):
+def touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H, threads):
     """Tiles each Gaussian really reaches, listed Gaussian by Gaussian in depth order.
 
     Args:
@@ -159,13 +160,16 @@ def touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW
             total += counts[g]
     pair_tile = np.empty(total, np.int64)
     pair_gauss = np.empty(total, np.int64)
-    for g in prange(C * N):
-        if counts[g] > 0:
-            if masks[g] != np.uint64(0):
-                fill_from_mask(g, masks[g], tmin, tmax, (g // N) * TT, TW, pair_tile, pair_gauss, starts[g])
-            else:
-                count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, (g // N) * TT, TW, pair_tile,
-                                    pair_gauss, starts[g])
+    n_blocks, per_thread = dealt_blocks(C * N, threads)
+    for it in prange(per_thread * threads):
+        lo, hi = dealt_block(it, n_blocks, per_thread, threads, C * N)
+        for g in range(lo, hi):
+            if counts[g] > 0:
+                if masks[g] != np.uint64(0):
+                    fill_from_mask(g, masks[g], tmin, tmax, (g // N) * TT, TW, pair_tile, pair_gauss, starts[g])
+                else:
+                    count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, (g // N) * TT, TW, pair_tile,
+                                        pair_gauss, starts[g])
     return pair_tile, pair_gauss, starts
 
 
@@ -221,12 +225,12 @@ def row_half_extent(conics, opac, g):
 
 
 @njit(cache=True, parallel=True)
-def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H):
+def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H, threads):
     """Per Gaussian, in one parallel pass: tile rectangles tmin, tmax [G, 2] int64 (tile_rect), row half
     extents [G] float64 (row_half_extent), and the tiles it reaches (count_or_fill_tiles, counting):
     counts [G] int64 and masks [G] uint64. means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G];
     image W x H. Culled Gaussians (a zero radius) get the empty rectangle (0, 0)-(0, 0), row half
-    extent -1 and no tiles."""
+    extent -1 and no tiles. Gaussians are dealt to ``threads`` threads in blocks (schedule.py)."""
     G = means2d.shape[0]
     tmin = np.empty((G, 2), np.int64)
     tmax = np.empty((G, 2), np.int64)
@@ -235,17 +239,20 @@ def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H):
     masks = np.empty(G, np.uint64)
     inv_ts = like(1.0 / ts, np.zeros(1, means2d.dtype)[0])  # exact: ts is a power of two
     none = np.empty(0, np.int64)
-    for g in prange(G):
-        if radii[g, 0] <= 0 or radii[g, 1] <= 0:  # culled (most of a large scene's): an empty rectangle, no rows
-            tmin[g, 0] = tmin[g, 1] = tmax[g, 0] = tmax[g, 1] = 0
-            row_half[g] = -1.0
-            counts[g] = 0
-            masks[g] = 0
-            continue
-        tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax)
-        row_half[g] = row_half_extent(conics, opac, g)
-        counts[g], masks[g] = count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, 0, TW, none, none,
-                                                  0)
+    n_blocks, per_thread = dealt_blocks(G, threads)
+    for it in prange(per_thread * threads):
+        lo, hi = dealt_block(it, n_blocks, per_thread, threads, G)
+        for g in range(lo, hi):
+            if radii[g, 0] <= 0 or radii[g, 1] <= 0:  # culled (most of a large scene's): empty rectangle, no rows
+                tmin[g, 0] = tmin[g, 1] = tmax[g, 0] = tmax[g, 1] = 0
+                row_half[g] = -1.0
+                counts[g] = 0
+                masks[g] = 0
+                continue
+            tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax)
+            row_half[g] = row_half_extent(conics, opac, g)
+            counts[g], masks[g] = count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, 0, TW, none,
+                                                      none, 0)
     return tmin, tmax, row_half, counts, masks
 
 
@@ -264,12 +271,17 @@ def bin_gaussians(order, means2d, radii, conics, opac, N, TW, TH, ts, W, H) -> B
     """Per-tile, depth-sorted Gaussian lists (see touched_tiles and sort_pairs_by_tile) from depth
     order [C, N], means2d [C*N, 2], radii [C*N, 2] int32, conics [C*N, 3], opac [C*N]."""
     with KERNEL_LOCK:
-        tmin, tmax, row_half, counts, masks = gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H)
+        threads = thread_count()
+        tmin, tmax, row_half, counts, masks = gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H, threads)
         pair_tile, pair_gauss, starts = touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW,
-                                                      TH, ts, W, H)
+                                                      TH, ts, W, H, threads)
     offsets, ids, perm = sort_pairs_by_tile(pair_tile, pair_gauss, order.shape[0] * TW * TH)
     return Bins(row_half, offsets, ids, perm, starts, counts)
 
+
+# Gathers by a random index (a Gaussian per intersection, intersections per Gaussian) wait for memory one
+# after another unless the rows AHEAD iterations on are prefetched (vecmath.prefetch).
+AHEAD = 8
 
 # Per intersection, what the tile kernels read of its Gaussian, gathered once per training render in
 # tile-major order (pack_intersections) and read in order by the forward and the backward kernel,
@@ -303,7 +315,15 @@ def pack_intersections(means2d, conics, opac, colors, row_half, ids):
     M = ids.shape[0]
     packed = np.empty((M, PACKED), means2d.dtype)
     rows = np.empty((M, 2), np.float64)
+    D = colors.shape[1]
     for k in prange(M):
+        if k + AHEAD < M:  # random rows: prefetched (see AHEAD)
+            ga = ids[k + AHEAD]
+            prefetch(means2d, 2 * ga)
+            prefetch(conics, 3 * ga)
+            prefetch(opac, ga)
+            prefetch_span(colors, D * ga, min(D, 3))
+            prefetch(row_half, ga)
         g = ids[k]
         (packed[k, P_MX], packed[k, P_MY], packed[k, P_A], packed[k, P_B], packed[k, P_C], packed[k, P_OP],
          packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2]) = intersection_values(k, g, None, means2d, conics,
@@ -686,32 +706,47 @@ def backward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, T_final, 
 
 @njit(cache=True, parallel=True)
 def sum_per_gaussian(g_means2d, g_conics, g_opac, g_colors, g_abs, perm, starts, counts,
-                     v_means2d, v_conics, v_opac, v_colors, v_abs):
+                     v_means2d, v_conics, v_opac, v_colors, v_abs, threads):
     """Per-intersection gradients [M, .] -> per Gaussian [G, .]: v_x[g] = sum of g_x[k] over Gaussian
     g's intersections k (see Bins), added in ascending k as a serial scatter-add would. g_abs/v_abs
     may be empty ([0, 2]: no |d loss / d means2d| accumulation)."""
     with_abs = v_abs.shape[0] > 0
     D = g_colors.shape[1]
     zero = np.zeros(1, g_opac.dtype)[0]
-    for g in prange(starts.shape[0]):
-        m0 = m1 = c0 = c1 = c2 = o = a0 = a1 = zero
-        for j in range(D):
-            v_colors[g, j] = 0.0
-        for q in range(starts[g], starts[g] + counts[g]):
-            k = perm[q]
-            m0 += g_means2d[k, 0]
-            m1 += g_means2d[k, 1]
-            c0 += g_conics[k, 0]
-            c1 += g_conics[k, 1]
-            c2 += g_conics[k, 2]
-            o += g_opac[k]
+    G = starts.shape[0]
+    n_blocks, per_thread = dealt_blocks(G, threads)
+    for it in prange(per_thread * threads):
+        lo, hi = dealt_block(it, n_blocks, per_thread, threads, G)
+        for g in range(lo, hi):
+            if g + 2 * AHEAD < G and counts[g + 2 * AHEAD] > 0:  # random rows: prefetched in two steps (see AHEAD)
+                prefetch_span(perm, starts[g + 2 * AHEAD], counts[g + 2 * AHEAD])
+            if g + AHEAD < G:
+                for q in range(starts[g + AHEAD], starts[g + AHEAD] + counts[g + AHEAD]):
+                    k = perm[q]
+                    prefetch(g_means2d, 2 * k)
+                    prefetch(g_conics, 3 * k)
+                    prefetch(g_opac, k)
+                    prefetch_span(g_colors, D * k, D)
+                    if with_abs:
+                        prefetch(g_abs, 2 * k)
+            m0 = m1 = c0 = c1 = c2 = o = a0 = a1 = zero
             for j in range(D):
-                v_colors[g, j] += g_colors[k, j]
+                v_colors[g, j] = 0.0
+            for q in range(starts[g], starts[g] + counts[g]):
+                k = perm[q]
+                m0 += g_means2d[k, 0]
+                m1 += g_means2d[k, 1]
+                c0 += g_conics[k, 0]
+                c1 += g_conics[k, 1]
+                c2 += g_conics[k, 2]
+                o += g_opac[k]
+                for j in range(D):
+                    v_colors[g, j] += g_colors[k, j]
+                if with_abs:
+                    a0 += g_abs[k, 0]
+                    a1 += g_abs[k, 1]
+            v_means2d[g, 0], v_means2d[g, 1] = m0, m1
+            v_conics[g, 0], v_conics[g, 1], v_conics[g, 2] = c0, c1, c2
+            v_opac[g] = o
             if with_abs:
-                a0 += g_abs[k, 0]
-                a1 += g_abs[k, 1]
-        v_means2d[g, 0], v_means2d[g, 1] = m0, m1
-        v_conics[g, 0], v_conics[g, 1], v_conics[g, 2] = c0, c1, c2
-        v_opac[g] = o
-        if with_abs:
-            v_abs[g, 0], v_abs[g, 1] = a0, a1
+                v_abs[g, 0], v_abs[g, 1] = a0, a1

@@ -24,6 +24,7 @@ from torch.autograd.function import once_differentiable
 from ..reference.projection import Projection
 from . import projection_kernels as PK
 from .kernels import KERNEL_LOCK
+from .schedule import thread_count
 
 
 def _np(x: Tensor) -> np.ndarray:
@@ -62,7 +63,7 @@ class ProjectFunction(torch.autograd.Function):
         with KERNEL_LOCK:
             PK.project_forward_kernel(m, q, s, cv, has_covars, vm, K, op, has_opac, float(width), float(height),
                                       float(eps2d), float(near_plane), float(far_plane), bool(antialiased),
-                                      means2d, conics, depths, radii, comps)
+                                      means2d, conics, depths, radii, comps, thread_count())
         out = [torch.from_numpy(a) for a in (means2d, conics, depths, radii, comps)]
         assert out[0].dtype == dtype
         ctx.mark_non_differentiable(out[3])
@@ -92,7 +93,7 @@ class ProjectFunction(torch.autograd.Function):
         with KERNEL_LOCK:
             PK.project_backward_kernel(m, q, s, cv, has_covars, vm, K, width, height, eps2d, antialiased, radii,
                                        cot(v_means2d, (C, N, 2)), cot(v_conics, (C, N, 3)), cot(v_depths, (C, N)),
-                                       v_comps_np, g_means, g_quats, g_scales, g_covars)
+                                       v_comps_np, g_means, g_quats, g_scales, g_covars, thread_count())
         need = ctx.needs_input_grad
         grad = lambda a, i: torch.from_numpy(a) if need[i] else None  # noqa: E731
         if has_covars:

@@ -34,6 +34,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .schedule import dealt_block, dealt_blocks
+
 ALPHA_THRESHOLD = 1.0 / 255.0
 MAX_EXTEND = 3.33
 NORM_EPS = 1e-12  # F.normalize
@@ -195,7 +197,7 @@ def _max_scale_sq(scales, n):
 @njit(cache=True, parallel=True, error_model="numpy")
 def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, Ks, opac, has_opac, width, height,
                            eps2d, near_plane, far_plane, antialiased,
-                           means2d, conics, depths, radii, comps):
+                           means2d, conics, depths, radii, comps, threads):
     """Writes means2d [C,N,2], conics [C,N,3], depths [C,N], radii [C,N,2] int32, comps [C,N].
 
     viewmats [C,4,4] and Ks [C,3,3] float64; opac [N] float64 (ignored unless has_opac); quats [N,4] +
@@ -210,84 +212,87 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
     C = viewmats.shape[0]
     N = means.shape[0]
     cams = camera_table(viewmats, Ks, width, height)
-    for n in prange(N):
-        have_S = False
-        S = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        smax2 = 0.0 if has_covars else _max_scale_sq(scales, n)
-        px, py, pz = float(means[n, 0]), float(means[n, 1]), float(means[n, 2])
-        for c in range(C):
-            Rv, (t0, t1, t2), Kc, (lo_x, hi_x, lo_y, hi_y) = _camera(cams, c)
-            tx = Rv[0] * px + Rv[1] * py + Rv[2] * pz + t0
-            ty = Rv[3] * px + Rv[4] * py + Rv[5] * pz + t1
-            tz = Rv[6] * px + Rv[7] * py + Rv[8] * pz + t2
-            if not (tz > near_plane and tz < far_plane):  # (NaN depths too)
-                _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n)
-                continue
-            fx, fy = Kc[0], Kc[4]
-            rz = 1.0 / tz
-            mx = (Kc[0] * tx + Kc[1] * ty + Kc[2] * tz) * rz
-            my = (Kc[3] * tx + Kc[4] * ty + Kc[5] * tz) * rz
-            uc, _ = _clamp(tx * rz, lo_x, hi_x)
-            vc, _ = _clamp(ty * rz, lo_y, hi_y)
-            txc = tz * uc
-            tyc = tz * vc
-            j00 = fx * rz
-            j02 = -fx * txc * (rz * rz)
-            j11 = fy * rz
-            j12 = -fy * tyc * (rz * rz)
-            if not has_covars:
-                lam = (j00 * j00 + j02 * j02 + j11 * j11 + j12 * j12) * cams[c, RADIUS_BOUND_COL] * smax2
-                bound = MAX_EXTEND * math.sqrt(lam * (1.0 + 1e-6) + eps2d) + 1.0
-                if mx + bound <= 0.0 or mx - bound >= width or my + bound <= 0.0 or my - bound >= height:
+    n_blocks, per_thread = dealt_blocks(N, threads)
+    for it in prange(per_thread * threads):
+        lo, hi = dealt_block(it, n_blocks, per_thread, threads, N)
+        for n in range(lo, hi):
+            have_S = False
+            S = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            smax2 = 0.0 if has_covars else _max_scale_sq(scales, n)
+            px, py, pz = float(means[n, 0]), float(means[n, 1]), float(means[n, 2])
+            for c in range(C):
+                Rv, (t0, t1, t2), Kc, (lo_x, hi_x, lo_y, hi_y) = _camera(cams, c)
+                tx = Rv[0] * px + Rv[1] * py + Rv[2] * pz + t0
+                ty = Rv[3] * px + Rv[4] * py + Rv[5] * pz + t1
+                tz = Rv[6] * px + Rv[7] * py + Rv[8] * pz + t2
+                if not (tz > near_plane and tz < far_plane):  # (NaN depths too)
                     _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n)
                     continue
-            if not have_S:
-                S = _world_covar(quats, scales, covars, n, has_covars)
-                have_S = True
-            Sc = _mul(_mul(Rv, S), _t(Rv))
-            _, _, c00, c01, c10, c11 = _cov2d(j00, j02, j11, j12, Sc)
-            det_orig = c00 * c11 - c01 * c10
-            b00 = c00 + eps2d
-            b11 = c11 + eps2d
-            det = b00 * b11 - c01 * c10
-            if det < DET_MIN:
-                det = DET_MIN
-            rdet = 1.0 / det
-            comp = 1.0
-            if antialiased:
-                ratio = det_orig * rdet
-                if ratio < 0.0:
-                    ratio = 0.0
-                comp = math.sqrt(ratio)
-            # screen_radii + cull_radii
-            sx = math.sqrt(b00) if b00 >= 0.0 else math.nan
-            sy = math.sqrt(b11) if b11 >= 0.0 else math.nan
-            extend = MAX_EXTEND
-            if has_opac:
-                o = opac[n] * comp
-                ratio_o = o * 255.0  # o / ALPHA_THRESHOLD
-                if ratio_o < 1.0:
-                    ratio_o = 1.0
-                extend = math.sqrt(2.0 * math.log(ratio_o))
-                if extend > MAX_EXTEND:
-                    extend = MAX_EXTEND
-                if o < ALPHA_THRESHOLD:
-                    extend = 0.0
-            rx = math.ceil(extend * sx)
-            ry = math.ceil(extend * sy)
-            if not ((mx + rx > 0.0) and (mx - rx < width) and (my + ry > 0.0) and (my - ry < height) and (rx > 0.0)
-                    and (ry > 0.0)):
-                _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n)
-                continue
-            radii[c, n, 0] = int(rx)
-            radii[c, n, 1] = int(ry)
-            means2d[c, n, 0] = mx
-            means2d[c, n, 1] = my
-            conics[c, n, 0] = b11 * rdet
-            conics[c, n, 1] = -0.5 * (c01 + c10) * rdet
-            conics[c, n, 2] = b00 * rdet
-            depths[c, n] = tz
-            comps[c, n] = comp
+                fx, fy = Kc[0], Kc[4]
+                rz = 1.0 / tz
+                mx = (Kc[0] * tx + Kc[1] * ty + Kc[2] * tz) * rz
+                my = (Kc[3] * tx + Kc[4] * ty + Kc[5] * tz) * rz
+                uc, _ = _clamp(tx * rz, lo_x, hi_x)
+                vc, _ = _clamp(ty * rz, lo_y, hi_y)
+                txc = tz * uc
+                tyc = tz * vc
+                j00 = fx * rz
+                j02 = -fx * txc * (rz * rz)
+                j11 = fy * rz
+                j12 = -fy * tyc * (rz * rz)
+                if not has_covars:
+                    lam = (j00 * j00 + j02 * j02 + j11 * j11 + j12 * j12) * cams[c, RADIUS_BOUND_COL] * smax2
+                    bound = MAX_EXTEND * math.sqrt(lam * (1.0 + 1e-6) + eps2d) + 1.0
+                    if mx + bound <= 0.0 or mx - bound >= width or my + bound <= 0.0 or my - bound >= height:
+                        _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n)
+                        continue
+                if not have_S:
+                    S = _world_covar(quats, scales, covars, n, has_covars)
+                    have_S = True
+                Sc = _mul(_mul(Rv, S), _t(Rv))
+                _, _, c00, c01, c10, c11 = _cov2d(j00, j02, j11, j12, Sc)
+                det_orig = c00 * c11 - c01 * c10
+                b00 = c00 + eps2d
+                b11 = c11 + eps2d
+                det = b00 * b11 - c01 * c10
+                if det < DET_MIN:
+                    det = DET_MIN
+                rdet = 1.0 / det
+                comp = 1.0
+                if antialiased:
+                    ratio = det_orig * rdet
+                    if ratio < 0.0:
+                        ratio = 0.0
+                    comp = math.sqrt(ratio)
+                # screen_radii + cull_radii
+                sx = math.sqrt(b00) if b00 >= 0.0 else math.nan
+                sy = math.sqrt(b11) if b11 >= 0.0 else math.nan
+                extend = MAX_EXTEND
+                if has_opac:
+                    o = opac[n] * comp
+                    ratio_o = o * 255.0  # o / ALPHA_THRESHOLD
+                    if ratio_o < 1.0:
+                        ratio_o = 1.0
+                    extend = math.sqrt(2.0 * math.log(ratio_o))
+                    if extend > MAX_EXTEND:
+                        extend = MAX_EXTEND
+                    if o < ALPHA_THRESHOLD:
+                        extend = 0.0
+                rx = math.ceil(extend * sx)
+                ry = math.ceil(extend * sy)
+                if not ((mx + rx > 0.0) and (mx - rx < width) and (my + ry > 0.0) and (my - ry < height) and (rx > 0.0)
+                        and (ry > 0.0)):
+                    _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n)
+                    continue
+                radii[c, n, 0] = int(rx)
+                radii[c, n, 1] = int(ry)
+                means2d[c, n, 0] = mx
+                means2d[c, n, 1] = my
+                conics[c, n, 0] = b11 * rdet
+                conics[c, n, 1] = -0.5 * (c01 + c10) * rdet
+                conics[c, n, 2] = b00 * rdet
+                depths[c, n] = tz
+                comps[c, n] = comp
 
 
 # --------------------------------------------------------------------------------------------------
@@ -315,7 +320,7 @@ def _has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased, n
 @njit(cache=True, parallel=True, error_model="numpy")
 def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, Ks, width, height, eps2d,
                             antialiased, radii, v_means2d, v_conics, v_depths, v_comps,
-                            g_means, g_quats, g_scales, g_covars):
+                            g_means, g_quats, g_scales, g_covars, threads):
     """Vector-Jacobian product of project_forward_kernel's means2d, conics, depths (and comps when
     antialiased) w.r.t. means [N,3] and quats [N,4] + scales [N,3] or covars [N,3,3], over the visible
     pairs (radii [C,N,2] from the forward; culled ones get no gradient). Gradients are written (not
@@ -323,183 +328,186 @@ def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, 
     C = viewmats.shape[0]
     N = means.shape[0]
     cams = camera_table(viewmats, Ks, width, height)
-    for n in prange(N):
-        # culled or without cotangent in every camera (most Gaussians of a large scene): zero rows. Tested
-        # here for one camera, written out: a helper call per Gaussian costs more than the test (measured)
-        if C == 0 or ((radii[0, n, 0] == 0 or (v_means2d[0, n, 0] == 0.0 and v_means2d[0, n, 1] == 0.0
-                                                and v_conics[0, n, 0] == 0.0 and v_conics[0, n, 1] == 0.0
-                                                and v_conics[0, n, 2] == 0.0 and v_depths[0, n] == 0.0
-                                                and (not antialiased or v_comps[0, n] == 0.0)))
-                      and (C == 1 or not _has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased,
-                                                        n))):
-            g_means[n, 0] = g_means[n, 1] = g_means[n, 2] = 0.0
-            if has_covars:
-                for i in range(9):
-                    g_covars[n, i // 3, i % 3] = 0.0
-            else:
-                g_quats[n, 0] = g_quats[n, 1] = g_quats[n, 2] = g_quats[n, 3] = 0.0
-                g_scales[n, 0] = g_scales[n, 1] = g_scales[n, 2] = 0.0
-            continue
-        S = _world_covar(quats, scales, covars, n, has_covars)
-        px, py, pz = float(means[n, 0]), float(means[n, 1]), float(means[n, 2])
-        gp0 = gp1 = gp2 = 0.0
-        gS = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        for c in range(C):
-            # ---- zero cotangents (culled or hidden in this view, the common case) add exactly zero: skip
-            if not _pair_has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
+    n_blocks, per_thread = dealt_blocks(N, threads)
+    for it in prange(per_thread * threads):
+        lo, hi = dealt_block(it, n_blocks, per_thread, threads, N)
+        for n in range(lo, hi):
+            # culled or without cotangent in every camera (most Gaussians of a large scene): zero rows. Tested
+            # here for one camera, written out: a helper call per Gaussian costs more than the test (measured)
+            if C == 0 or ((radii[0, n, 0] == 0 or (v_means2d[0, n, 0] == 0.0 and v_means2d[0, n, 1] == 0.0
+                                                    and v_conics[0, n, 0] == 0.0 and v_conics[0, n, 1] == 0.0
+                                                    and v_conics[0, n, 2] == 0.0 and v_depths[0, n] == 0.0
+                                                    and (not antialiased or v_comps[0, n] == 0.0)))
+                          and (C == 1 or not _has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased,
+                                                            n))):
+                g_means[n, 0] = g_means[n, 1] = g_means[n, 2] = 0.0
+                if has_covars:
+                    for i in range(9):
+                        g_covars[n, i // 3, i % 3] = 0.0
+                else:
+                    g_quats[n, 0] = g_quats[n, 1] = g_quats[n, 2] = g_quats[n, 3] = 0.0
+                    g_scales[n, 0] = g_scales[n, 1] = g_scales[n, 2] = 0.0
                 continue
-            ga, gb, gc = float(v_conics[c, n, 0]), float(v_conics[c, n, 1]), float(v_conics[c, n, 2])
-            vm0, vm1 = float(v_means2d[c, n, 0]), float(v_means2d[c, n, 1])
-            g_depth = float(v_depths[c, n])
-            g_comp = float(v_comps[c, n]) if antialiased else 0.0
-            # ---- recompute the forward
-            Rv, (t0, t1, t2), Kc, (lo_x, hi_x, lo_y, hi_y) = _camera(cams, c)
-            tx = Rv[0] * px + Rv[1] * py + Rv[2] * pz + t0
-            ty = Rv[3] * px + Rv[4] * py + Rv[5] * pz + t1
-            tz = Rv[6] * px + Rv[7] * py + Rv[8] * pz + t2
-            Sc = _mul(_mul(Rv, S), _t(Rv))
-            fx, fy = Kc[0], Kc[4]
-            rz = 1.0 / tz
-            rz2 = rz * rz
-            u = tx * rz
-            v = ty * rz
-            uc, in_u = _clamp(u, lo_x, hi_x)
-            vc, in_v = _clamp(v, lo_y, hi_y)
-            txc = tz * uc
-            tyc = tz * vc
-            j00 = fx * rz
-            j02 = -fx * txc * rz2
-            j11 = fy * rz
-            j12 = -fy * tyc * rz2
-            a0, a1, c00, c01, c10, c11 = _cov2d(j00, j02, j11, j12, Sc)
-            uvw0 = Kc[0] * tx + Kc[1] * ty + Kc[2] * tz
-            uvw1 = Kc[3] * tx + Kc[4] * ty + Kc[5] * tz
-            b00 = c00 + eps2d
-            b11 = c11 + eps2d
-            det_raw = b00 * b11 - c01 * c10
-            det = det_raw
-            if det < DET_MIN:
-                det = DET_MIN
-            rdet = 1.0 / det
-            con_a = b11 * rdet
-            con_b = -0.5 * (c01 + c10) * rdet
-            con_c = b00 * rdet
+            S = _world_covar(quats, scales, covars, n, has_covars)
+            px, py, pz = float(means[n, 0]), float(means[n, 1]), float(means[n, 2])
+            gp0 = gp1 = gp2 = 0.0
+            gS = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            for c in range(C):
+                # ---- zero cotangents (culled or hidden in this view, the common case) add exactly zero: skip
+                if not _pair_has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
+                    continue
+                ga, gb, gc = float(v_conics[c, n, 0]), float(v_conics[c, n, 1]), float(v_conics[c, n, 2])
+                vm0, vm1 = float(v_means2d[c, n, 0]), float(v_means2d[c, n, 1])
+                g_depth = float(v_depths[c, n])
+                g_comp = float(v_comps[c, n]) if antialiased else 0.0
+                # ---- recompute the forward
+                Rv, (t0, t1, t2), Kc, (lo_x, hi_x, lo_y, hi_y) = _camera(cams, c)
+                tx = Rv[0] * px + Rv[1] * py + Rv[2] * pz + t0
+                ty = Rv[3] * px + Rv[4] * py + Rv[5] * pz + t1
+                tz = Rv[6] * px + Rv[7] * py + Rv[8] * pz + t2
+                Sc = _mul(_mul(Rv, S), _t(Rv))
+                fx, fy = Kc[0], Kc[4]
+                rz = 1.0 / tz
+                rz2 = rz * rz
+                u = tx * rz
+                v = ty * rz
+                uc, in_u = _clamp(u, lo_x, hi_x)
+                vc, in_v = _clamp(v, lo_y, hi_y)
+                txc = tz * uc
+                tyc = tz * vc
+                j00 = fx * rz
+                j02 = -fx * txc * rz2
+                j11 = fy * rz
+                j12 = -fy * tyc * rz2
+                a0, a1, c00, c01, c10, c11 = _cov2d(j00, j02, j11, j12, Sc)
+                uvw0 = Kc[0] * tx + Kc[1] * ty + Kc[2] * tz
+                uvw1 = Kc[3] * tx + Kc[4] * ty + Kc[5] * tz
+                b00 = c00 + eps2d
+                b11 = c11 + eps2d
+                det_raw = b00 * b11 - c01 * c10
+                det = det_raw
+                if det < DET_MIN:
+                    det = DET_MIN
+                rdet = 1.0 / det
+                con_a = b11 * rdet
+                con_b = -0.5 * (c01 + c10) * rdet
+                con_c = b00 * rdet
 
-            # ---- conics -> blurred covariance (b01 = c01, b10 = c10)
-            g_det = -(ga * con_a + gb * con_b + gc * con_c) * rdet
-            gb00 = gc * rdet
-            gb11 = ga * rdet
-            gb01 = -0.5 * gb * rdet
-            gb10 = gb01
-            gc00 = gc01 = gc10 = gc11 = 0.0
-            if antialiased:
-                det_orig = c00 * c11 - c01 * c10
-                ratio = det_orig * rdet
-                g_ratio = 0.0
-                if ratio >= 0.0:
-                    g_ratio = g_comp / (2.0 * math.sqrt(ratio))
-                g_do = g_ratio * rdet
-                g_det -= g_ratio * ratio * rdet
-                gc00 = g_do * c11
-                gc11 = g_do * c00
-                gc01 = -g_do * c10
-                gc10 = -g_do * c01
-            if det_raw >= DET_MIN:
-                gb00 += g_det * b11
-                gb11 += g_det * b00
-                gb01 -= g_det * c10
-                gb10 -= g_det * c01
-            gc00 += gb00
-            gc01 += gb01
-            gc10 += gb10
-            gc11 += gb11
+                # ---- conics -> blurred covariance (b01 = c01, b10 = c10)
+                g_det = -(ga * con_a + gb * con_b + gc * con_c) * rdet
+                gb00 = gc * rdet
+                gb11 = ga * rdet
+                gb01 = -0.5 * gb * rdet
+                gb10 = gb01
+                gc00 = gc01 = gc10 = gc11 = 0.0
+                if antialiased:
+                    det_orig = c00 * c11 - c01 * c10
+                    ratio = det_orig * rdet
+                    g_ratio = 0.0
+                    if ratio >= 0.0:
+                        g_ratio = g_comp / (2.0 * math.sqrt(ratio))
+                    g_do = g_ratio * rdet
+                    g_det -= g_ratio * ratio * rdet
+                    gc00 = g_do * c11
+                    gc11 = g_do * c00
+                    gc01 = -g_do * c10
+                    gc10 = -g_do * c01
+                if det_raw >= DET_MIN:
+                    gb00 += g_det * b11
+                    gb11 += g_det * b00
+                    gb01 -= g_det * c10
+                    gb10 -= g_det * c01
+                gc00 += gb00
+                gc01 += gb01
+                gc10 += gb10
+                gc11 += gb11
 
-            # ---- covars2d = J Sc J^T -> Sc and J
-            # P = gc J (2x3); gSc = J^T P
-            p0 = (gc00 * j00, gc01 * j11, gc00 * j02 + gc01 * j12)
-            p1 = (gc10 * j00, gc11 * j11, gc10 * j02 + gc11 * j12)
-            gSc = (j00 * p0[0], j00 * p0[1], j00 * p0[2],
-                   j11 * p1[0], j11 * p1[1], j11 * p1[2],
-                   j02 * p0[0] + j12 * p1[0], j02 * p0[1] + j12 * p1[1], j02 * p0[2] + j12 * p1[2])
-            # gJ = gc (J Sc^T) + gc^T (J Sc); A = J Sc (rows a0, a1), A' = J Sc^T (rows e0, e1)
-            e0_0 = j00 * Sc[0] + j02 * Sc[2]
-            e0_2 = j00 * Sc[6] + j02 * Sc[8]
-            e1_0 = j11 * Sc[1] + j12 * Sc[2]
-            e1_2 = j11 * Sc[7] + j12 * Sc[8]
-            e0_1 = j00 * Sc[3] + j02 * Sc[5]
-            e1_1 = j11 * Sc[4] + j12 * Sc[5]
-            gJ00 = gc00 * e0_0 + gc01 * e1_0 + gc00 * a0[0] + gc10 * a1[0]
-            gJ02 = gc00 * e0_2 + gc01 * e1_2 + gc00 * a0[2] + gc10 * a1[2]
-            gJ11 = gc10 * e0_1 + gc11 * e1_1 + gc01 * a0[1] + gc11 * a1[1]
-            gJ12 = gc10 * e0_2 + gc11 * e1_2 + gc01 * a0[2] + gc11 * a1[2]
+                # ---- covars2d = J Sc J^T -> Sc and J
+                # P = gc J (2x3); gSc = J^T P
+                p0 = (gc00 * j00, gc01 * j11, gc00 * j02 + gc01 * j12)
+                p1 = (gc10 * j00, gc11 * j11, gc10 * j02 + gc11 * j12)
+                gSc = (j00 * p0[0], j00 * p0[1], j00 * p0[2],
+                       j11 * p1[0], j11 * p1[1], j11 * p1[2],
+                       j02 * p0[0] + j12 * p1[0], j02 * p0[1] + j12 * p1[1], j02 * p0[2] + j12 * p1[2])
+                # gJ = gc (J Sc^T) + gc^T (J Sc); A = J Sc (rows a0, a1), A' = J Sc^T (rows e0, e1)
+                e0_0 = j00 * Sc[0] + j02 * Sc[2]
+                e0_2 = j00 * Sc[6] + j02 * Sc[8]
+                e1_0 = j11 * Sc[1] + j12 * Sc[2]
+                e1_2 = j11 * Sc[7] + j12 * Sc[8]
+                e0_1 = j00 * Sc[3] + j02 * Sc[5]
+                e1_1 = j11 * Sc[4] + j12 * Sc[5]
+                gJ00 = gc00 * e0_0 + gc01 * e1_0 + gc00 * a0[0] + gc10 * a1[0]
+                gJ02 = gc00 * e0_2 + gc01 * e1_2 + gc00 * a0[2] + gc10 * a1[2]
+                gJ11 = gc10 * e0_1 + gc11 * e1_1 + gc01 * a0[1] + gc11 * a1[1]
+                gJ12 = gc10 * e0_2 + gc11 * e1_2 + gc01 * a0[2] + gc11 * a1[2]
 
-            # ---- Jacobian -> camera-space mean
-            g_tz = g_depth
-            g_tz -= (gJ00 * fx + gJ11 * fy) * rz2
-            g_tz += 2.0 * (gJ02 * fx * txc + gJ12 * fy * tyc) * (rz2 * rz)
-            g_txc = -gJ02 * fx * rz2
-            g_tyc = -gJ12 * fy * rz2
-            g_tz += g_txc * uc + g_tyc * vc
-            g_u = g_txc * tz if in_u else 0.0
-            g_v = g_tyc * tz if in_v else 0.0
-            g_tx = g_u * rz
-            g_ty = g_v * rz
-            g_tz -= (g_u * u + g_v * v) * rz
+                # ---- Jacobian -> camera-space mean
+                g_tz = g_depth
+                g_tz -= (gJ00 * fx + gJ11 * fy) * rz2
+                g_tz += 2.0 * (gJ02 * fx * txc + gJ12 * fy * tyc) * (rz2 * rz)
+                g_txc = -gJ02 * fx * rz2
+                g_tyc = -gJ12 * fy * rz2
+                g_tz += g_txc * uc + g_tyc * vc
+                g_u = g_txc * tz if in_u else 0.0
+                g_v = g_tyc * tz if in_v else 0.0
+                g_tx = g_u * rz
+                g_ty = g_v * rz
+                g_tz -= (g_u * u + g_v * v) * rz
 
-            # ---- means2d = K[:2] t / tz
-            g0 = vm0 * rz
-            g1 = vm1 * rz
-            g_tx += Kc[0] * g0 + Kc[3] * g1
-            g_ty += Kc[1] * g0 + Kc[4] * g1
-            g_tz += Kc[2] * g0 + Kc[5] * g1
-            g_tz -= (g0 * uvw0 + g1 * uvw1) * rz
+                # ---- means2d = K[:2] t / tz
+                g0 = vm0 * rz
+                g1 = vm1 * rz
+                g_tx += Kc[0] * g0 + Kc[3] * g1
+                g_ty += Kc[1] * g0 + Kc[4] * g1
+                g_tz += Kc[2] * g0 + Kc[5] * g1
+                g_tz -= (g0 * uvw0 + g1 * uvw1) * rz
 
-            # ---- world_to_cam
-            gp0 += Rv[0] * g_tx + Rv[3] * g_ty + Rv[6] * g_tz
-            gp1 += Rv[1] * g_tx + Rv[4] * g_ty + Rv[7] * g_tz
-            gp2 += Rv[2] * g_tx + Rv[5] * g_ty + Rv[8] * g_tz
-            gS = _add(gS, _mul(_mul(_t(Rv), gSc), Rv))
+                # ---- world_to_cam
+                gp0 += Rv[0] * g_tx + Rv[3] * g_ty + Rv[6] * g_tz
+                gp1 += Rv[1] * g_tx + Rv[4] * g_ty + Rv[7] * g_tz
+                gp2 += Rv[2] * g_tx + Rv[5] * g_ty + Rv[8] * g_tz
+                gS = _add(gS, _mul(_mul(_t(Rv), gSc), Rv))
 
-        g_means[n, 0] = gp0
-        g_means[n, 1] = gp1
-        g_means[n, 2] = gp2
-        if has_covars:
-            for i in range(3):
-                for j in range(3):
-                    g_covars[n, i, j] = gS[3 * i + j]
-            continue
-        # ---- Sigma = M M^T, M = R diag(s)
-        w, x, y, z, norm, den = _normalized_quat(quats, n)
-        R = _rotmat(w, x, y, z)
-        s0, s1, s2 = float(scales[n, 0]), float(scales[n, 1]), float(scales[n, 2])
-        M = (R[0] * s0, R[1] * s1, R[2] * s2, R[3] * s0, R[4] * s1, R[5] * s2, R[6] * s0, R[7] * s1, R[8] * s2)
-        gM = _mul(_add(gS, _t(gS)), M)
-        g_scales[n, 0] = gM[0] * R[0] + gM[3] * R[3] + gM[6] * R[6]
-        g_scales[n, 1] = gM[1] * R[1] + gM[4] * R[4] + gM[7] * R[7]
-        g_scales[n, 2] = gM[2] * R[2] + gM[5] * R[5] + gM[8] * R[8]
-        gR = (gM[0] * s0, gM[1] * s1, gM[2] * s2, gM[3] * s0, gM[4] * s1, gM[5] * s2,
-              gM[6] * s0, gM[7] * s1, gM[8] * s2)
-        # rotation matrix -> normalised quaternion
-        gw = 2.0 * (-gR[1] * z + gR[2] * y + gR[3] * z - gR[5] * x - gR[6] * y + gR[7] * x)
-        gx = 2.0 * (gR[1] * y + gR[2] * z + gR[3] * y - 2.0 * gR[4] * x - gR[5] * w + gR[6] * z + gR[7] * w
-                    - 2.0 * gR[8] * x)
-        gy = 2.0 * (-2.0 * gR[0] * y + gR[1] * x + gR[2] * w + gR[3] * x + gR[5] * z - gR[6] * w + gR[7] * z
-                    - 2.0 * gR[8] * y)
-        gz = 2.0 * (-2.0 * gR[0] * z - gR[1] * w + gR[2] * x + gR[3] * w - 2.0 * gR[4] * z + gR[5] * y
-                    + gR[6] * x + gR[7] * y)
-        # q_n = q / max(|q|, eps)
-        rden = 1.0 / den
-        gw *= rden
-        gx *= rden
-        gy *= rden
-        gz *= rden
-        if norm >= NORM_EPS:
-            dot = gw * w + gx * x + gy * y + gz * z  # (q_n . g_qn) / den
-            gw -= dot * w
-            gx -= dot * x
-            gy -= dot * y
-            gz -= dot * z
-        g_quats[n, 0] = gw
-        g_quats[n, 1] = gx
-        g_quats[n, 2] = gy
-        g_quats[n, 3] = gz
+            g_means[n, 0] = gp0
+            g_means[n, 1] = gp1
+            g_means[n, 2] = gp2
+            if has_covars:
+                for i in range(3):
+                    for j in range(3):
+                        g_covars[n, i, j] = gS[3 * i + j]
+                continue
+            # ---- Sigma = M M^T, M = R diag(s)
+            w, x, y, z, norm, den = _normalized_quat(quats, n)
+            R = _rotmat(w, x, y, z)
+            s0, s1, s2 = float(scales[n, 0]), float(scales[n, 1]), float(scales[n, 2])
+            M = (R[0] * s0, R[1] * s1, R[2] * s2, R[3] * s0, R[4] * s1, R[5] * s2, R[6] * s0, R[7] * s1, R[8] * s2)
+            gM = _mul(_add(gS, _t(gS)), M)
+            g_scales[n, 0] = gM[0] * R[0] + gM[3] * R[3] + gM[6] * R[6]
+            g_scales[n, 1] = gM[1] * R[1] + gM[4] * R[4] + gM[7] * R[7]
+            g_scales[n, 2] = gM[2] * R[2] + gM[5] * R[5] + gM[8] * R[8]
+            gR = (gM[0] * s0, gM[1] * s1, gM[2] * s2, gM[3] * s0, gM[4] * s1, gM[5] * s2,
+                  gM[6] * s0, gM[7] * s1, gM[8] * s2)
+            # rotation matrix -> normalised quaternion
+            gw = 2.0 * (-gR[1] * z + gR[2] * y + gR[3] * z - gR[5] * x - gR[6] * y + gR[7] * x)
+            gx = 2.0 * (gR[1] * y + gR[2] * z + gR[3] * y - 2.0 * gR[4] * x - gR[5] * w + gR[6] * z + gR[7] * w
+                        - 2.0 * gR[8] * x)
+            gy = 2.0 * (-2.0 * gR[0] * y + gR[1] * x + gR[2] * w + gR[3] * x + gR[5] * z - gR[6] * w + gR[7] * z
+                        - 2.0 * gR[8] * y)
+            gz = 2.0 * (-2.0 * gR[0] * z - gR[1] * w + gR[2] * x + gR[3] * w - 2.0 * gR[4] * z + gR[5] * y
+                        + gR[6] * x + gR[7] * y)
+            # q_n = q / max(|q|, eps)
+            rden = 1.0 / den
+            gw *= rden
+            gx *= rden
+            gy *= rden
+            gz *= rden
+            if norm >= NORM_EPS:
+                dot = gw * w + gx * x + gy * y + gz * z  # (q_n . g_qn) / den
+                gw -= dot * w
+                gx -= dot * x
+                gy -= dot * y
+                gz -= dot * z
+            g_quats[n, 0] = gw
+            g_quats[n, 1] = gx
+            g_quats[n, 2] = gy
+            g_quats[n, 3] = gz

@@ -27,9 +27,11 @@ from torch.autograd.function import once_differentiable
 
 from ..reference.sh import SH_C0, SH_C1, SH_C2, SH_C3, check_radii, num_sh_bases, split_sh
 from .kernels import KERNEL_LOCK
+from .schedule import dealt_block, dealt_blocks, thread_count
+from .vecmath import prefetch_span
 
 NORM_EPS = 1e-12  # F.normalize's eps
-BLOCK = 256  # Gaussians per parallel work item
+AHEAD = 8  # Gaussians ahead whose coefficients are prefetched (see prefetch_coefficients)
 
 C20, C21, C22, C23, C24 = SH_C2
 C30, C31, C32, C33, C34, C35, C36 = SH_C3
@@ -97,6 +99,17 @@ def unit_direction(means, centers, n, c, u):
     u[0], u[1], u[2], u[3] = dx * inv, dy * inv, dz * inv, norm
 
 
+@njit(cache=True, inline="always")
+def prefetch_coefficients(shN, radii, K, n):
+    """Prefetch the shN [N, K_all - 1, 3] coefficients the kernels will read for Gaussian n (none when it
+    is culled in the first camera of several: most are, in a large scene). The visible Gaussians' rows
+    are spread over the array with culled ones between them, which the hardware prefetcher does not
+    follow: without this each row waited for memory (degree 1 took as long as degree 3, measured)."""
+    if n < shN.shape[0] and K > 1 and (radii.shape[0] == 0 or (radii[0, n, 0] > 0 and radii[0, n, 1] > 0)
+                                         or radii.shape[0] > 1):
+        prefetch_span(shN, n * shN.shape[1] * 3, (K - 1) * 3)
+
+
 @njit(cache=True)
 def is_culled(radii, c, n):
     """Pair (c, n) has a zero radius (radii [C, N, 2] int32; an empty array: nothing is culled)."""
@@ -128,13 +141,16 @@ def sh_forward_one(means, centers, sh0, shN, K, radii, out, n, b):
 
 
 @njit(cache=True, parallel=True)
-def sh_forward_kernel(means, centers, sh0, shN, K, radii, out):
+def sh_forward_kernel(means, centers, sh0, shN, K, radii, out, threads):
     """out [C, N, 3] = max(sum_k basis_k(u) coeffs[n, k] + 0.5, 0); coefficient 0 in sh0 [N, 1, 3], the
     others in shN [N, K_all - 1, 3]; 0 for pairs culled by radii [C, N, 2] (empty: none)."""
     C, N = out.shape[0], out.shape[1]
-    for blk in prange((N + BLOCK - 1) // BLOCK):
+    n_blocks, per_thread = dealt_blocks(N, threads)
+    for it in prange(per_thread * threads):
         b = np.empty(16)  # scratch per block of Gaussians (an allocation per Gaussian costs more than the work)
-        for n in range(blk * BLOCK, min(N, (blk + 1) * BLOCK)):
+        lo, hi = dealt_block(it, n_blocks, per_thread, threads, N)
+        for n in range(lo, hi):
+            prefetch_coefficients(shN, radii, K, n + AHEAD)
             if C == 1 and radii.shape[0] > 0 and (radii[0, n, 0] <= 0 or radii[0, n, 1] <= 0):
                 # culled (the common case, tested here: a call per Gaussian costs ~15 ns, measured)
                 out[0, n, 0] = out[0, n, 1] = out[0, n, 2] = 0.0
@@ -207,14 +223,17 @@ def sh_backward_one(means, centers, sh0, shN, K, radii, v_colors, v_sh0, v_shN, 
 
 
 @njit(cache=True, parallel=True)
-def sh_backward_kernel(means, centers, sh0, shN, K, radii, v_colors, v_sh0, v_shN, v_means):
+def sh_backward_kernel(means, centers, sh0, shN, K, radii, v_colors, v_sh0, v_shN, v_means, threads):
     """Gradients of sh_forward_kernel: v_sh0 [N, 1, 3], v_shN [N, K_all - 1, 3] (rows >= K - 1 are 0),
     v_means [N, 3]."""
     C, N = v_colors.shape[0], v_colors.shape[1]
-    for blk in prange((N + BLOCK - 1) // BLOCK):
+    n_blocks, per_thread = dealt_blocks(N, threads)
+    for it in prange(per_thread * threads):
         b = np.empty(16)
         w = np.empty(16)
-        for n in range(blk * BLOCK, min(N, (blk + 1) * BLOCK)):
+        lo, hi = dealt_block(it, n_blocks, per_thread, threads, N)
+        for n in range(lo, hi):
+            prefetch_coefficients(shN, radii, K, n + AHEAD)
             if C == 1 and (v_colors[0, n, 0] == 0.0 and v_colors[0, n, 1] == 0.0 and v_colors[0, n, 2] == 0.0):
                 # no gradient reaches n (culled or hidden: the common case, tested here, see the forward)
                 v_sh0[n, 0, 0] = v_sh0[n, 0, 1] = v_sh0[n, 0, 2] = 0.0
@@ -246,7 +265,7 @@ class SHColorFunction(torch.autograd.Function):
         r = np.zeros((0, 0, 2), np.int32) if radii is None else radii.contiguous().numpy()
         out = np.empty((viewmats.shape[0], m.shape[0], 3), m.dtype)
         with KERNEL_LOCK:
-            sh_forward_kernel(m, centers, a0, aN, K, r, out)
+            sh_forward_kernel(m, centers, a0, aN, K, r, out, thread_count())
         ctx.arrays = (m, centers, a0, aN, K, r)
         ctx.save_for_backward(means, sh0, shN, radii)
         return torch.from_numpy(out)
@@ -260,7 +279,8 @@ class SHColorFunction(torch.autograd.Function):
         v_means = np.empty(m.shape, m.dtype)
         with KERNEL_LOCK:
             sh_backward_kernel(m, centers, a0, aN, K, r,
-                               np.ascontiguousarray(v_colors.detach().numpy(), dtype=m.dtype), v_sh0, v_shN, v_means)
+                               np.ascontiguousarray(v_colors.detach().numpy(), dtype=m.dtype), v_sh0, v_shN, v_means,
+                               thread_count())
         need = ctx.needs_input_grad
         grad = lambda a, i: torch.from_numpy(a) if need[i] else None  # noqa: E731
         return None, grad(v_means, 1), grad(v_sh0, 2), grad(v_shN, 3), None, None

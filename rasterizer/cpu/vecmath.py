@@ -22,7 +22,7 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import njit
-from numba.core import types
+from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
 FASTMATH = {"nnan", "ninf", "nsz", "arcp", "contract", "afn"}
@@ -88,6 +88,37 @@ def radd(typingctx, a, b):
         return instr
 
     return ty(ty, ty), codegen
+
+
+@intrinsic
+def prefetch(typingctx, arr, idx):
+    """Hint the CPU to load the cache line holding element ``idx`` of the C-contiguous array ``arr``
+    (flat index, not checked: a prefetch never faults) into all cache levels (llvm.prefetch). For
+    loops whose loads miss memory one after another (rows read in an order the hardware prefetcher
+    does not follow)."""
+    if not isinstance(arr, types.Array) or arr.layout != "C" or not isinstance(idx, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(ary.data, [context.cast(builder, args[1], signature.args[1], types.intp)])
+        ptr = builder.bitcast(ptr, ir.IntType(8).as_pointer())  # one declaration for every element type
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])  # read, keep, data
+        return context.get_dummy_value()
+
+    return types.void(arr, idx), codegen
+
+
+@njit(cache=True, inline="always")
+def prefetch_span(arr, start, length):
+    """prefetch the cache lines of elements [start, start + length) of the C-contiguous ``arr``."""
+    step = max(1, 64 // arr.itemsize)
+    for i in range(start, start + length, step):
+        prefetch(arr, i)
+    prefetch(arr, start + length - 1)
 
 
 @njit(cache=True, inline="always")

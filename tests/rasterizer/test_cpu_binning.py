@@ -25,7 +25,7 @@ def test_tile_rectangles_match_tile_ranges(dtype):
     conics = torch.tensor([0.5, 0.1, 0.4], dtype=dtype).repeat(G, 1)
     got_min, got_max, _, counts, _ = K.gaussian_extents(
         means2d.reshape(-1, 2).numpy(), radii.reshape(-1, 2).numpy(), conics.numpy(),
-        torch.full((G,), 0.5, dtype=dtype).numpy(), grid.tile_size, grid.tiles_x, grid.tiles_y, W, H)
+        torch.full((G,), 0.5, dtype=dtype).numpy(), grid.tile_size, grid.tiles_x, grid.tiles_y, W, H, 2)
     kept = (radii > 0).all(-1).reshape(-1).numpy()
     np.testing.assert_array_equal(got_min[kept], tmin.reshape(-1, 2).numpy()[kept])
     np.testing.assert_array_equal(got_max[kept], tmax.reshape(-1, 2).numpy()[kept])
@@ -50,7 +50,7 @@ def test_sum_per_gaussian_equals_scatter_add():
     srcs = [torch.randn(M, w, generator=g).numpy() for w in widths]
     outs = [np.full((C * N, w), np.nan, np.float32) for w in widths]
     K.sum_per_gaussian(srcs[0], srcs[1], srcs[2][:, 0], srcs[3], srcs[4], bins.perm, bins.starts, bins.counts,
-                       outs[0], outs[1], outs[2][:, 0], outs[3], outs[4])
+                       outs[0], outs[1], outs[2][:, 0], outs[3], outs[4], 3)  # 3 threads' blocks, one empty
     for src, got in zip(srcs, outs):
         want = np.zeros((C * N, src.shape[1]), np.float32)
         for k in range(M):  # the serial definition, in intersection order
@@ -58,5 +58,5 @@ def test_sum_per_gaussian_equals_scatter_add():
         np.testing.assert_array_equal(got, want)
     no_abs = np.empty((0, 2), np.float32)
     K.sum_per_gaussian(srcs[0], srcs[1], srcs[2][:, 0], srcs[3], no_abs, bins.perm, bins.starts, bins.counts,
-                       outs[0], outs[1], outs[2][:, 0], outs[3], no_abs)
+                       outs[0], outs[1], outs[2][:, 0], outs[3], no_abs, 1)
     np.testing.assert_array_equal(np.bincount(bins.ids, minlength=C * N), bins.counts)
