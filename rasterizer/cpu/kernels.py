@@ -29,7 +29,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .schedule import dealt_block, dealt_blocks, thread_count
+from .schedule import dealt_block, dealt_iterations, thread_count
 from .vecmath import FASTMATH, U, exp_kernel, like, prefetch, prefetch_span, radd, select
 
 # Numba's OpenMP layer and PyTorch's OpenMP runtime spin-wait against each other (PyTorch ops became
@@ -160,9 +160,8 @@ def touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW
             total += counts[g]
     pair_tile = np.empty(total, np.int64)
     pair_gauss = np.empty(total, np.int64)
-    n_blocks, per_thread = dealt_blocks(C * N, threads)
-    for it in prange(per_thread * threads):
-        lo, hi = dealt_block(it, n_blocks, per_thread, threads, C * N)
+    for it in prange(dealt_iterations(C * N, threads)):
+        lo, hi = dealt_block(it, C * N, threads)
         for g in range(lo, hi):
             if counts[g] > 0:
                 if masks[g] != np.uint64(0):
@@ -239,9 +238,8 @@ def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H, threads):
     masks = np.empty(G, np.uint64)
     inv_ts = like(1.0 / ts, np.zeros(1, means2d.dtype)[0])  # exact: ts is a power of two
     none = np.empty(0, np.int64)
-    n_blocks, per_thread = dealt_blocks(G, threads)
-    for it in prange(per_thread * threads):
-        lo, hi = dealt_block(it, n_blocks, per_thread, threads, G)
+    for it in prange(dealt_iterations(G, threads)):
+        lo, hi = dealt_block(it, G, threads)
         for g in range(lo, hi):
             if radii[g, 0] <= 0 or radii[g, 1] <= 0:  # culled (most of a large scene's): empty rectangle, no rows
                 tmin[g, 0] = tmin[g, 1] = tmax[g, 0] = tmax[g, 1] = 0
@@ -714,9 +712,8 @@ def sum_per_gaussian(g_means2d, g_conics, g_opac, g_colors, g_abs, perm, starts,
     D = g_colors.shape[1]
     zero = np.zeros(1, g_opac.dtype)[0]
     G = starts.shape[0]
-    n_blocks, per_thread = dealt_blocks(G, threads)
-    for it in prange(per_thread * threads):
-        lo, hi = dealt_block(it, n_blocks, per_thread, threads, G)
+    for it in prange(dealt_iterations(G, threads)):
+        lo, hi = dealt_block(it, G, threads)
         for g in range(lo, hi):
             if g + 2 * AHEAD < G and counts[g + 2 * AHEAD] > 0:  # random rows: prefetched in two steps (see AHEAD)
                 prefetch_span(perm, starts[g + 2 * AHEAD], counts[g + 2 * AHEAD])

@@ -34,7 +34,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .schedule import dealt_block, dealt_blocks
+from .schedule import dealt_block, dealt_iterations
 
 ALPHA_THRESHOLD = 1.0 / 255.0
 MAX_EXTEND = 3.33
@@ -212,9 +212,8 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
     C = viewmats.shape[0]
     N = means.shape[0]
     cams = camera_table(viewmats, Ks, width, height)
-    n_blocks, per_thread = dealt_blocks(N, threads)
-    for it in prange(per_thread * threads):
-        lo, hi = dealt_block(it, n_blocks, per_thread, threads, N)
+    for it in prange(dealt_iterations(N, threads)):
+        lo, hi = dealt_block(it, N, threads)
         for n in range(lo, hi):
             have_S = False
             S = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -328,9 +327,8 @@ def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, 
     C = viewmats.shape[0]
     N = means.shape[0]
     cams = camera_table(viewmats, Ks, width, height)
-    n_blocks, per_thread = dealt_blocks(N, threads)
-    for it in prange(per_thread * threads):
-        lo, hi = dealt_block(it, n_blocks, per_thread, threads, N)
+    for it in prange(dealt_iterations(N, threads)):
+        lo, hi = dealt_block(it, N, threads)
         for n in range(lo, hi):
             # culled or without cotangent in every camera (most Gaussians of a large scene): zero rows. Tested
             # here for one camera, written out: a helper call per Gaussian costs more than the test (measured)

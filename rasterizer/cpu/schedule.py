@@ -6,9 +6,8 @@ ones cluster), so contiguous halves of the Gaussians gave one of the two threads
 other's work (measured at 218k colmap_bird Gaussians: 243k vs 125k tile tests in binning). Dealt in
 blocks, each thread gets blocks from all over the array:
 
-    n_blocks, per_thread = dealt_blocks(G, threads)
-    for it in prange(per_thread * threads):
-        lo, hi = dealt_block(it, n_blocks, per_thread, threads, G)
+    for it in prange(dealt_iterations(G, threads)):
+        lo, hi = dealt_block(it, G, threads)
         for g in range(lo, hi):
             ...
 
@@ -29,17 +28,22 @@ def thread_count() -> int:
 
 
 @njit(cache=True, inline="always")
-def dealt_blocks(G, threads):
-    """(number of blocks, blocks per thread) for dealing G items in blocks of DEAL_BLOCK, block b to
-    thread b % threads."""
-    n_blocks = (G + DEAL_BLOCK - 1) // DEAL_BLOCK
-    return n_blocks, (n_blocks + threads - 1) // threads
+def _blocks_per_thread(G, threads):
+    return ((G + DEAL_BLOCK - 1) // DEAL_BLOCK + threads - 1) // threads
 
 
 @njit(cache=True, inline="always")
-def dealt_block(it, n_blocks, per_thread, threads, G):
-    """Item range [lo, hi) of parallel iteration it (see dealt_blocks); empty past the last block."""
-    b = (it % per_thread) * threads + it // per_thread
-    if b >= n_blocks:
+def dealt_iterations(G, threads):
+    """Iterations of the parallel loop that deals G items in blocks of DEAL_BLOCK, block b to thread
+    b % threads (some of the last ones empty)."""
+    return _blocks_per_thread(G, threads) * threads
+
+
+@njit(cache=True, inline="always")
+def dealt_block(it, G, threads):
+    """Item range [lo, hi) of parallel iteration it (see dealt_iterations); empty past the last block."""
+    per_thread = _blocks_per_thread(G, threads)
+    lo = ((it % per_thread) * threads + it // per_thread) * DEAL_BLOCK
+    if lo >= G:
         return G, G
-    return b * DEAL_BLOCK, min(G, (b + 1) * DEAL_BLOCK)
+    return lo, min(G, lo + DEAL_BLOCK)

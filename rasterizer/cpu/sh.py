@@ -27,7 +27,7 @@ from torch.autograd.function import once_differentiable
 
 from ..reference.sh import SH_C0, SH_C1, SH_C2, SH_C3, check_radii, num_sh_bases, split_sh
 from .kernels import KERNEL_LOCK
-from .schedule import dealt_block, dealt_blocks, thread_count
+from .schedule import dealt_block, dealt_iterations, thread_count
 from .vecmath import prefetch_span
 
 NORM_EPS = 1e-12  # F.normalize's eps
@@ -145,10 +145,9 @@ def sh_forward_kernel(means, centers, sh0, shN, K, radii, out, threads):
     """out [C, N, 3] = max(sum_k basis_k(u) coeffs[n, k] + 0.5, 0); coefficient 0 in sh0 [N, 1, 3], the
     others in shN [N, K_all - 1, 3]; 0 for pairs culled by radii [C, N, 2] (empty: none)."""
     C, N = out.shape[0], out.shape[1]
-    n_blocks, per_thread = dealt_blocks(N, threads)
-    for it in prange(per_thread * threads):
+    for it in prange(dealt_iterations(N, threads)):
         b = np.empty(16)  # scratch per block of Gaussians (an allocation per Gaussian costs more than the work)
-        lo, hi = dealt_block(it, n_blocks, per_thread, threads, N)
+        lo, hi = dealt_block(it, N, threads)
         for n in range(lo, hi):
             prefetch_coefficients(shN, radii, K, n + AHEAD)
             if C == 1 and radii.shape[0] > 0 and (radii[0, n, 0] <= 0 or radii[0, n, 1] <= 0):
@@ -227,11 +226,10 @@ def sh_backward_kernel(means, centers, sh0, shN, K, radii, v_colors, v_sh0, v_sh
     """Gradients of sh_forward_kernel: v_sh0 [N, 1, 3], v_shN [N, K_all - 1, 3] (rows >= K - 1 are 0),
     v_means [N, 3]."""
     C, N = v_colors.shape[0], v_colors.shape[1]
-    n_blocks, per_thread = dealt_blocks(N, threads)
-    for it in prange(per_thread * threads):
+    for it in prange(dealt_iterations(N, threads)):
         b = np.empty(16)
         w = np.empty(16)
-        lo, hi = dealt_block(it, n_blocks, per_thread, threads, N)
+        lo, hi = dealt_block(it, N, threads)
         for n in range(lo, hi):
             prefetch_coefficients(shN, radii, K, n + AHEAD)
             if C == 1 and (v_colors[0, n, 0] == 0.0 and v_colors[0, n, 1] == 0.0 and v_colors[0, n, 2] == 0.0):

@@ -4,17 +4,17 @@ import numpy as np
 import pytest
 from numba import njit
 
-from rasterizer.cpu.schedule import DEAL_BLOCK, dealt_block, dealt_blocks
+from rasterizer.cpu.schedule import DEAL_BLOCK, dealt_block, dealt_iterations
 
 
 @njit
 def _visits(G, threads):
     """How often each item is visited, and by which 'thread' (Numba's contiguous split of the loop)."""
-    n_blocks, per_thread = dealt_blocks(G, threads)
+    per_thread = dealt_iterations(G, threads) // threads  # Numba gives each thread this many in a row
     seen = np.zeros(G, np.int64)
     owner = np.full(G, -1, np.int64)
-    for it in range(per_thread * threads):
-        lo, hi = dealt_block(it, n_blocks, per_thread, threads, G)
+    for it in range(dealt_iterations(G, threads)):
+        lo, hi = dealt_block(it, G, threads)
         for g in range(lo, hi):
             seen[g] += 1
             owner[g] = it // per_thread
