@@ -24,6 +24,7 @@ from recon.data.scene import Scene
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_splats
 from recon.frame_images import FrameImages
+from recon.init_region import parse_init_box, random_init_region
 from recon.losses import masked_render, photometric_loss, quick_psnr
 from recon.models.gaussians import GaussianModel
 from recon import run_files as rf
@@ -31,7 +32,6 @@ from recon.strategy import ADCStrategy, MCMCStrategy
 
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
 PROCEDURAL = "procedural"  # --data procedural: the built-in scene of recon.data.procedural_scene
-BLENDER_HALF_SIZE = 1.3  # 3DGS random init for synthetic scenes: cube [-1.3, 1.3]^3
 # fields that may differ when resuming (everything else must match the saved config.yaml)
 RESUMABLE_CHANGES = {"steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device", "overwrite",
                      "viewer", "viewer_port", "viewer_every", "viewer_keep_open"}
@@ -70,8 +70,13 @@ class TrainConfig:
     """cap on the Gaussian count (MCMC cap_max; ADC stops growing there)"""
     steps_scaler: float | None = None
     """multiplier of the 30k-step schedule; default steps / 30000"""
+    init_type: Literal["sfm", "random"] = "sfm"
+    """initial Gaussians: the dataset's points (sfm; random when it has none) or random ones"""
     init_num_random: int = 100_000
-    """Gaussians for scenes without points (random in a cube)"""
+    """Gaussians for scenes without points (random in the box the cameras look at; see recon.init_region)"""
+    init_box: str | None = None
+    """box for random init, "cx,cy,cz,half" (write --init-box=-1,0,0,2 for a negative first number);
+    default: chosen from the cameras (recon.init_region)"""
     init_opacity: float | None = None
     """initial opacity; default 0.1 (adc) or 0.5 (mcmc, as gsplat)"""
     init_scale: float | None = None
@@ -120,14 +125,16 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
     return scene
 
 
-def build_model(cfg: TrainConfig, scene: Scene, generator: torch.Generator) -> GaussianModel:
-    """Initial Gaussians: from the scene's points, else ``init_num_random`` random ones in a cube."""
+def build_model(cfg: TrainConfig, scene: Scene, generator: torch.Generator, log=print) -> GaussianModel:
+    """Initial Gaussians: from the scene's points (``init_type`` "sfm"), else ``init_num_random`` random ones
+    in the box the cameras look at (:func:`recon.init_region.random_init_region`; ``log`` gets one line
+    saying where and why)."""
     mcmc = cfg.strategy == "mcmc"
     kw = dict(init_opacity=cfg.init_opacity if cfg.init_opacity is not None else (0.5 if mcmc else 0.1),
               init_scale=cfg.init_scale if cfg.init_scale is not None else (0.1 if mcmc else 1.0),
               antialiased=cfg.antialiased, generator=generator)
     extent = scene.extent
-    if scene.points is not None and len(scene.points) > 0:
+    if cfg.init_type == "sfm" and scene.points is not None and len(scene.points) > 0:
         points = torch.as_tensor(scene.points, dtype=torch.float32)
         colors = None if scene.point_colors is None else torch.as_tensor(scene.point_colors).float() / 255.0
         if mcmc and len(points) > cfg.max_gaussians:
@@ -135,11 +142,10 @@ def build_model(cfg: TrainConfig, scene: Scene, generator: torch.Generator) -> G
             points, colors = points[keep], None if colors is None else colors[keep]
         return GaussianModel.from_points(points, colors, cfg.sh_degree, extent, **kw)
     n = min(cfg.init_num_random, cfg.max_gaussians) if mcmc else cfg.init_num_random
-    if scene.source_format in ("blender", "dnerf"):
-        center, half = (0.0, 0.0, 0.0), BLENDER_HALF_SIZE
-    else:
-        center, half = scene.nerfpp_norm()[0], 0.5 * extent
-    return GaussianModel.random_in_box(n, center, half, cfg.sh_degree, extent, **kw)
+    region = random_init_region(scene.frames_train, scene.source_format, extent, cfg.init_box)
+    why = "" if cfg.init_type == "random" or cfg.init_box else " (the dataset has no points)"
+    log(region.describe(n) + why)
+    return GaussianModel.random_in_box(n, region.center, region.half, cfg.sh_degree, extent, **kw)
 
 
 def build_strategy(cfg: TrainConfig) -> ADCStrategy | MCMCStrategy:
@@ -164,8 +170,9 @@ def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator 
 def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
     """ConfigMismatchError listing the fields that differ from ``out/config.yaml`` (except resumable ones)."""
     current = rf.config_to_dict(cfg)
-    diffs = [f"{k}: saved {saved.get(k)!r}, now {current.get(k)!r}" for k in current
-             if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k)]
+    defaults = rf.config_to_dict(TrainConfig())  # a field newer than the saved run had its default there
+    diffs = [f"{k}: saved {saved.get(k, defaults[k])!r}, now {current.get(k)!r}" for k in current
+             if k not in RESUMABLE_CHANGES and saved.get(k, defaults[k]) != current.get(k)]
     if diffs:
         raise ConfigMismatchError(
             f"{out / rf.CONFIG_FILE}: this run directory holds a run with a different configuration "
@@ -215,6 +222,7 @@ class Trainer:
         cfg = self.cfg
         if cfg.steps < 0:
             raise ValueError(f"steps must be >= 0, got {cfg.steps}")
+        parse_init_box(cfg.init_box)  # a malformed --init-box fails before the scene is loaded
         self.device = resolve_device(cfg.device)
         self.out = Path(cfg.out)
         self.scene = load_training_scene(cfg)
@@ -222,7 +230,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.init_gen = torch.Generator().manual_seed(cfg.seed)
         self.view_gen = torch.Generator().manual_seed(cfg.seed + 1)
-        self.model = build_model(cfg, self.scene, self.init_gen).to(self.device)
+        self.model = build_model(cfg, self.scene, self.init_gen, self.log).to(self.device)
         self.strategy = build_strategy(cfg)
         self.strategy_state = self.strategy.initialize_state(self.model)
         self.losses: list[float] = []

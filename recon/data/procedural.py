@@ -48,6 +48,16 @@ def orbit_basis(up: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return e1, e2, up_hat
 
 
+FULL_CIRCLE = 2.0 * math.pi - 1e-9  # an ``arc`` at least this wide is the whole circle
+
+
+def azimuth_step(n: int, arc: float) -> float:
+    """Azimuth between neighbouring cameras: ``arc / n`` on a full circle, ``arc / (n - 1)`` on a partial arc."""
+    if arc >= FULL_CIRCLE:
+        return 2.0 * math.pi / n
+    return arc / max(n - 1, 1)
+
+
 def orbit_cameras(
     n: int,
     radius: float,
@@ -58,6 +68,7 @@ def orbit_cameras(
     up: Sequence[float] = (0.0, -1.0, 0.0),
     elevation: float = math.radians(20.0),
     start_azimuth: float = 0.0,
+    arc: float = 2.0 * math.pi,
 ) -> list[Camera]:
     """``n`` pinhole cameras evenly spaced in azimuth on a circle around ``look_at``, all looking at it.
 
@@ -71,6 +82,8 @@ def orbit_cameras(
         elevation: angle in radians above the plane through ``look_at`` perpendicular to ``up``
             (positive: cameras above, looking down).
         start_azimuth: azimuth of the first camera in radians.
+        arc: azimuth span in radians: the full circle (default, ``n`` cameras ``2 pi / n`` apart), or
+            a partial arc ``[start_azimuth, start_azimuth + arc]`` with both ends taken.
     Returns:
         Cameras with ``world_to_cam`` [4, 4] float32 (OpenCV axes) and ``K`` [3, 3] float32.
     """
@@ -82,7 +95,7 @@ def orbit_cameras(
     e1, e2, up_hat = orbit_basis(np.asarray(up, dtype=np.float64))
     cams = []
     for i in range(n):
-        az = start_azimuth + 2.0 * math.pi * i / n
+        az = start_azimuth + (2.0 * math.pi * i / n if arc >= FULL_CIRCLE else azimuth_step(n, arc) * i)
         offset = math.cos(elevation) * (math.cos(az) * e1 + math.sin(az) * e2) + math.sin(elevation) * up_hat
         w2c = look_at_world_to_cam(target + radius * offset, target, up_hat)
         cams.append(Camera.from_fov(torch.tensor(w2c, dtype=torch.float32), width, height, fov_x))

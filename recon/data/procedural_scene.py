@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
-from recon.data.procedural import orbit_cameras
+from recon.data.procedural import azimuth_step, orbit_cameras
 from recon.data.scene import WHITE, Frame, Scene
 
 GROUND_Y = 0.5
@@ -142,7 +142,7 @@ def render_surfels(s: Surfels, cameras: list[Camera]) -> np.ndarray:
 
 def procedural_scene(width: int = 128, height: int = 128, n_train: int = 40, n_test: int = 8,
                      radius: float = 3.0, fov_deg: float = 50.0, n_points: int = 1500, seed: int = 0,
-                     data_factor: int = 1) -> Scene:
+                     data_factor: int = 1, arc_deg: float = 360.0) -> Scene:
     """The demo scene as a :class:`Scene` with in-memory frames.
 
     Args:
@@ -151,6 +151,8 @@ def procedural_scene(width: int = 128, height: int = 128, n_train: int = 40, n_t
         n_test: test views at 25 degrees, azimuths between the train views.
         radius: camera distance from LOOK_AT; fov_deg: horizontal field of view.
         n_points: "SfM" points (ground-truth centres jittered by 2 cm) with colours, for initialisation.
+        arc_deg: azimuth span of the cameras: 360 (rings all around), or a partial arc (e.g. 90: a
+            capture from one side; test views lie inside the arc, between train views).
     Returns:
         Scene with ``points`` [P, 3] float32, ``point_colors`` [P, 3] uint8, white background,
         ``source_format`` "procedural".
@@ -160,11 +162,18 @@ def procedural_scene(width: int = 128, height: int = 128, n_train: int = 40, n_t
     W, H = max(1, width // data_factor), max(1, height // data_factor)
     fov = math.radians(fov_deg)
     half = n_train // 2
-    train = (orbit_cameras(half, radius, W, H, fov, LOOK_AT, elevation=math.radians(15.0))
+    arc = math.radians(arc_deg)
+    full = arc_deg >= 360.0
+    # second ring and test views sit between the first ring's cameras (half a step on a partial arc)
+    shift_train = math.pi / max(n_train - half, 1) if full else 0.5 * azimuth_step(half, arc)
+    shift_test = math.pi / max(n_test, 1) / 2 + 0.1 if full else 0.5 * azimuth_step(n_test + 1, arc)
+    arc_train2 = arc if full else arc - 2 * shift_train
+    arc_test = arc if full else arc - 2 * shift_test
+    train = (orbit_cameras(half, radius, W, H, fov, LOOK_AT, elevation=math.radians(15.0), arc=arc)
              + orbit_cameras(n_train - half, radius, W, H, fov, LOOK_AT, elevation=math.radians(35.0),
-                             start_azimuth=math.pi / max(n_train - half, 1)))
+                             start_azimuth=shift_train, arc=arc_train2))
     test = orbit_cameras(n_test, radius, W, H, fov, LOOK_AT, elevation=math.radians(25.0),
-                         start_azimuth=math.pi / max(n_test, 1) / 2 + 0.1)
+                         start_azimuth=shift_test, arc=arc_test)
     s = ground_truth_surfels()
     images = render_surfels(s, train + test)
 

@@ -211,11 +211,12 @@ class GaussianModel:
         return cls(params, sh_degree, extent, antialiased, lrs)
 
     @classmethod
-    def random_in_box(cls, n: int, center: Sequence[float], half_size: float, sh_degree: int, extent: float,
-                      *, generator: torch.Generator | None = None, **kw) -> "GaussianModel":
-        """``n`` Gaussians uniform in the cube ``center +- half_size`` (Blender scenes: 100k points)."""
+    def random_in_box(cls, n: int, center: Sequence[float], half_size: float | Sequence[float], sh_degree: int,
+                      extent: float, *, generator: torch.Generator | None = None, **kw) -> "GaussianModel":
+        """``n`` Gaussians uniform in the box ``center`` [3] +- ``half_size`` (a number: a cube; or [3] per axis)."""
         c = torch.as_tensor(np.asarray(center, dtype=np.float32))
-        pts = c + (torch.rand(n, 3, generator=generator) * 2 - 1) * half_size
+        half = torch.as_tensor(np.asarray(half_size, dtype=np.float32))
+        pts = c + (torch.rand(n, 3, generator=generator) * 2 - 1) * half
         return cls.from_points(pts, None, sh_degree, extent, generator=generator, **kw)
 
     @classmethod
