@@ -10,8 +10,9 @@ see several runs) with :class:`torch.utils.tensorboard.SummaryWriter`:
   ``test/lpips`` (when its weights are present) and the first ``num_renders`` test views as images
   ``test_renders/XXX`` (ground truth | render | error, as ``OUT/renders/``).
 
-A resumed run opens its writer with ``purge_step`` = the checkpoint's step, so TensorBoard hides what an
-interrupted run had logged past it. Nothing here syncs the GPU except the test renders at evaluations.
+A resumed run opens its writer with ``purge_step`` = the checkpoint's step + 1, so TensorBoard hides
+what a crashed run had logged past its checkpoint (everything up to the checkpoint's step is logged before
+that checkpoint is saved). Nothing here syncs the GPU except the test renders at evaluations.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class TensorBoardLogger(TrainingHook):
         self.num_renders = int(num_renders)
         self.writer = None  # torch.utils.tensorboard.SummaryWriter while training
         self.last_logged = 0  # step of the last scalar write
-        self.ended = False
+        self.last_evaluated = -1  # step of the last test write (the final evaluation may repeat the last one)
 
     # ------------------------------------------------------------------------------------ writer
 
@@ -57,7 +58,7 @@ class TensorBoardLogger(TrainingHook):
     # ------------------------------------------------------------------------------------ hook API
 
     def on_train_start(self, trainer: Trainer) -> None:
-        self.open(purge_step=trainer.step)
+        self.open(purge_step=trainer.step + 1)
         self.last_logged = trainer.step
 
     def on_step(self, trainer: Trainer, result: StepResult) -> None:
@@ -65,6 +66,9 @@ class TensorBoardLogger(TrainingHook):
             self.write_train_scalars(trainer, result.psnr)
 
     def on_evaluate(self, trainer: Trainer, test: dict) -> None:
+        if trainer.step == self.last_evaluated:
+            return
+        self.last_evaluated = trainer.step
         reopened = self.writer is None  # the final evaluation comes after on_train_end
         if reopened:
             self.open()
