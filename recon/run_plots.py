@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter, MaxNLocator
+from matplotlib.ticker import EngFormatter, LogFormatter, MaxNLocator
 
 from recon.export import atomic_write_bytes
 from recon.run_history import RunHistory
@@ -90,12 +90,28 @@ def _noisy_curve(ax, steps: np.ndarray, values: np.ndarray, label: str | None, c
     ax.plot(steps, smooth(values, smoothing_window(len(values))), color=color, label=label, linewidth=1.6)
 
 
+class PlainLogFormatter(LogFormatter):
+    """LogFormatter's choice of which ticks to label, written plainly: 0.2, 0.03, 30, 1,000."""
+
+    def __call__(self, x, pos=None) -> str:
+        if not super().__call__(x, pos):
+            return ""
+        return f"{x:,.0f}" if x >= 1 else f"{x:.2g}"
+
+
+def _plain_log_axis(ax) -> None:
+    """Log y axis with plain labels; minor ticks labelled too when under about two decades show."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(PlainLogFormatter(labelOnlyBase=False))
+    ax.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
 def draw_loss(ax, history: RunHistory, label: str | None = None, color: str | None = None, raw: bool = True) -> None:
     """Training loss per step (log y)."""
     values = as_float_array(history.loss)
     values[values <= 0] = math.nan  # log scale
     _noisy_curve(ax, np.asarray(history.steps), values, label, color or "C0", raw)
-    ax.set_yscale("log")
+    _plain_log_axis(ax)
     ax.set_title("training loss")
     ax.set_ylabel("loss (log scale)")
 
@@ -127,7 +143,7 @@ def draw_step_time(ax, history: RunHistory, label: str | None = None, color: str
         ax.plot(steps, values, color=color, alpha=RAW_ALPHA, linewidth=0.8)
     idx, med = rolling_median(values, smoothing_window(len(values)))
     ax.plot(steps[idx] if len(idx) else idx, med, color=color, label=label, linewidth=1.6)
-    ax.set_yscale("log")
+    _plain_log_axis(ax)
     ax.set_title("time per step")
     ax.set_ylabel("ms per step (log scale)")
 

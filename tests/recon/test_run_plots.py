@@ -92,3 +92,11 @@ def test_rolling_median_ignores_one_slow_step():
     idx, med = rolling_median(values, 10, points=100)
     assert list(idx) == list(range(100))
     assert med[0] == 2000.0 and np.all(med[2:] == 30.0)  # a mean would stay above 200 for 10 steps
+
+
+def test_log_axes_are_labelled_plainly():
+    fig = plot_run(fake_history())
+    fig.canvas.draw()
+    labels = {t.get_text() for ax in (fig.axes[0], fig.axes[3])
+              for t in ax.yaxis.get_ticklabels(which="both") if t.get_text()}
+    assert {"0.1", "30"} <= labels and not any("e-" in t or "10^" in t for t in labels), labels
