@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "eval": "recon.commands.evaluate:evaluate",
     "render": "recon.commands.render:render",
     "export": "recon.commands.export:export",
+    "compare": "recon.commands.compare:compare",
     "view": "viewer.commands:view",
 }
 

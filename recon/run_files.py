@@ -6,28 +6,35 @@ Layout::
     OUT/checkpoints/ckpt_XXXXX.pt   torch.save'd plain dicts (tensors, numbers, lists), XXXXX = step
     OUT/splats.ply                  final model (3DGS PLY)
     OUT/metrics.json                test metrics and timings
-    OUT/loss.png                    loss curve (drawn with Pillow)
+    OUT/history.json                per step: loss, Gaussian count, seconds; per evaluation: test PSNR, SSIM
+                                    (recon.run_history.RunHistory)
+    OUT/loss.png                    those curves against step (recon.run_plots, matplotlib)
     OUT/renders/test_XXX.png        ground truth | render | error
+    OUT/tensorboard/                TensorBoard event files (--logger tensorboard; recon.tensorboard_logger)
 """
 
 from __future__ import annotations
 
 import io
 import json
-import math
 import re
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 import yaml
 
 from recon.export import atomic_open, atomic_write_bytes
+from recon.run_history import RunHistory
 
 CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoints"
+METRICS_FILE = "metrics.json"
+HISTORY_FILE = "history.json"
+LOSS_PLOT_FILE = "loss.png"
+TENSORBOARD_DIR = "tensorboard"
 _CKPT_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 
 
@@ -143,46 +150,36 @@ def write_png(path: Path, image: np.ndarray) -> None:
     atomic_write_bytes(path, buf.getvalue(), force=True)
 
 
-def smooth(values: Sequence[float], window: int) -> np.ndarray:
-    """Trailing moving average (same length)."""
-    v = np.asarray(values, dtype=np.float64)
-    if len(v) == 0 or window <= 1:
-        return v
-    c = np.cumsum(np.insert(v, 0, 0.0))
-    idx = np.arange(1, len(v) + 1)
-    lo = np.maximum(0, idx - window)
-    return (c[idx] - c[lo]) / (idx - lo)
+# ------------------------------------------------------------------------------------------ history
 
 
-def plot_loss(path: Path, losses: Sequence[float], width: int = 720, height: int = 400) -> None:
-    """Draw the loss curve (raw in light grey, moving average in blue, log-scale y) with Pillow."""
-    from PIL import Image, ImageDraw
+def write_history(out: Path, history: RunHistory) -> Path:
+    """Atomically write ``out/history.json`` (one line per list: 30k steps stay a few hundred kB)."""
+    data = history.to_dict()
+    body = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in data.items())
+    path = Path(out) / HISTORY_FILE
+    atomic_write_bytes(path, ("{\n" + body + "\n}\n").encode(), force=True)
+    return path
 
-    im = Image.new("RGB", (width, height), "white")
-    d = ImageDraw.Draw(im)
-    left, right, top, bottom = 70, width - 20, 30, height - 40
-    d.rectangle([left, top, right, bottom], outline="black")
-    d.text((left, 8), f"training loss ({len(losses)} steps, log scale)", fill="black")
-    vals = np.asarray([x for x in losses if math.isfinite(x) and x > 0], dtype=np.float64)
-    if len(vals) >= 2:
-        lo, hi = math.log10(vals.min()), math.log10(vals.max())
-        hi = hi if hi > lo else lo + 1.0
 
-        def xy(i: int, v: float) -> tuple[float, float]:
-            x = left + (right - left) * i / (len(vals) - 1)
-            y = bottom - (bottom - top) * (math.log10(max(v, 1e-12)) - lo) / (hi - lo)
-            return x, y
+def read_history(out: Path) -> RunHistory | None:
+    """``out/history.json`` (None when the run has none: older runs); ValueError naming the file when bad."""
+    path = Path(out) / HISTORY_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); delete it or rerun the training") from e
+    return RunHistory.from_dict(data, str(path))
 
-        stride = max(1, len(vals) // 2000)
-        raw = [xy(i, vals[i]) for i in range(0, len(vals), stride)]
-        d.line(raw, fill=(200, 200, 200), width=1)
-        avg = smooth(vals, max(1, len(vals) // 50))
-        d.line([xy(i, avg[i]) for i in range(0, len(vals), stride)], fill=(30, 80, 200), width=2)
-        for frac in (0.0, 0.5, 1.0):
-            y = bottom - (bottom - top) * frac
-            d.text((5, y - 6), f"{10 ** (lo + frac * (hi - lo)):.3g}", fill="black")
-        d.text((left, bottom + 8), "0", fill="black")
-        d.text((right - 40, bottom + 8), f"{len(losses)}", fill="black")
-    buf = io.BytesIO()
-    im.save(buf, format="PNG")
-    atomic_write_bytes(Path(path), buf.getvalue(), force=True)
+
+def finished_history(out: Path, history: RunHistory) -> RunHistory:
+    """``out/history.json`` when it continues ``history`` (a checkpoint's): same per-step losses, so the run
+    finished at that checkpoint and the file adds the final evaluation, made after the last save. Else
+    ``history`` (also when the file is missing or unreadable: the checkpoint is what counts)."""
+    try:
+        saved = read_history(out)
+    except ValueError:
+        return history
+    return saved if saved is not None and saved.loss == history.loss else history

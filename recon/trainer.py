@@ -28,13 +28,14 @@ from recon.init_region import parse_init_box, random_init_region
 from recon.losses import masked_render, photometric_loss, quick_psnr
 from recon.models.gaussians import GaussianModel
 from recon import run_files as rf
+from recon.run_history import RunHistory
 from recon.strategy import ADCStrategy, MCMCStrategy
 
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
 PROCEDURAL = "procedural"  # --data procedural: the built-in scene of recon.data.procedural_scene
 # fields that may differ when resuming (everything else must match the saved config.yaml)
 RESUMABLE_CHANGES = {"steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device", "overwrite",
-                     "viewer", "viewer_port", "viewer_every", "viewer_keep_open"}
+                     "viewer", "viewer_port", "viewer_every", "viewer_keep_open", "logger", "logger_every"}
 
 
 class ConfigMismatchError(ValueError):
@@ -48,7 +49,7 @@ class TrainConfig:
     data: Path = Path(PROCEDURAL)
     """dataset folder (COLMAP, nerfstudio, Blender), or "procedural" for the built-in demo scene"""
     out: Path = Path("output")
-    """run directory: config.yaml, checkpoints/, splats.ply, metrics.json, loss.png, renders/"""
+    """run directory: config.yaml, checkpoints/, splats.ply, metrics.json, history.json, loss.png, renders/"""
     method: Literal["3dgs"] = "3dgs"
     steps: int = 30_000
     data_factor: int = 1
@@ -95,6 +96,10 @@ class TrainConfig:
     """send the current Gaussians to the viewer every N steps (the stats panel updates about once a second)"""
     viewer_keep_open: bool = True
     """after training, keep serving the final model until Ctrl-C"""
+    logger: Literal["none", "tensorboard"] = "none"
+    """tensorboard: write TensorBoard event files to OUT/tensorboard/ (scalars, test renders at evaluations)"""
+    logger_every: int = 100
+    """write the logger's training scalars every N steps"""
 
 
 # ------------------------------------------------------------------------------------------ setup
@@ -194,6 +199,8 @@ class TrainingHook:
     ``on_train_start(trainer)``: after the run directory is ready. ``on_step(trainer, result)``: after
     every step (``trainer.step`` already counts it); it may block (a paused viewer) and then adds the
     blocked seconds to ``trainer.idle_seconds`` so that they do not count as training time.
+    ``on_evaluate(trainer, test)``: after each evaluation on the test views (``eval_every`` and the final
+    one, which comes after ``on_train_end``); ``test`` is :func:`recon.evaluation.evaluate_model`'s dict.
     ``on_train_end(trainer)``: after the last step, also on interruption. The live viewer
     (:mod:`viewer.training`) is one; recon itself never imports it.
     """
@@ -202,6 +209,9 @@ class TrainingHook:
         pass
 
     def on_step(self, trainer: "Trainer", result: "StepResult") -> None:
+        pass
+
+    def on_evaluate(self, trainer: "Trainer", test: dict) -> None:
         pass
 
     def on_train_end(self, trainer: "Trainer") -> None:
@@ -233,7 +243,7 @@ class Trainer:
         self.model = build_model(cfg, self.scene, self.init_gen, self.log).to(self.device)
         self.strategy = build_strategy(cfg)
         self.strategy_state = self.strategy.initialize_state(self.model)
-        self.losses: list[float] = []
+        self.history = RunHistory()  # per-step loss / Gaussian count / seconds, test PSNR per evaluation
         self.train_seconds = 0.0
         self.idle_seconds = 0.0  # time hooks spent blocking the loop (a paused viewer): not training time
         self.sh_interval = max(1, round(cfg.sh_degree_interval * schedule_scaler(cfg)))
@@ -263,7 +273,7 @@ class Trainer:
                                for k, v in self.strategy_state.items()},
             "rng": {"torch": torch.get_rng_state(), "view": self.view_gen.get_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-            "losses": list(self.losses),
+            "history": self.history.to_dict(),
             "train_seconds": self.train_seconds,
         }
 
@@ -276,8 +286,15 @@ class Trainer:
         self.view_gen.set_state(payload["rng"]["view"])
         if payload["rng"].get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
-        self.losses = list(payload["losses"])
+        self.history = (RunHistory.from_dict(payload["history"], "checkpoint history") if "history" in payload
+                        else RunHistory.from_losses(payload["losses"]))  # a checkpoint from before histories
+        self.history = rf.finished_history(self.out, self.history)  # + the final evaluation of a finished run
         self.train_seconds = float(payload["train_seconds"])
+
+    @property
+    def losses(self) -> list[float]:
+        """Training loss of each step so far (``history.loss``)."""
+        return self.history.loss
 
     def save(self) -> Path:
         return rf.save_checkpoint(self.out, self.step, self.checkpoint_payload(), self.cfg.keep_checkpoints)
@@ -313,8 +330,9 @@ class Trainer:
 
     def advance(self, step: int) -> StepResult:
         """One loop iteration: :meth:`train_step`, bookkeeping, then the hooks' ``on_step``."""
+        t0 = time.perf_counter()
         result = self.train_step(step)
-        self.losses.append(result.loss)
+        self.history.record_step(result.loss, len(self.model), time.perf_counter() - t0)
         self.step = step + 1
         for hook in self.hooks:
             hook.on_step(self, result)
@@ -337,12 +355,12 @@ class Trainer:
                 for step in range(start_step, self.cfg.steps):
                     result = self.advance(step)
                     bar.update(self.step, result, len(self.model))
+                    if self.cfg.eval_every > 0 and self.step % self.cfg.eval_every == 0:  # before a save: in it
+                        self.log(f"step {self.step}: test PSNR {self.evaluate(None)['psnr']:.2f}")
                     if self.cfg.save_every > 0 and self.step % self.cfg.save_every == 0:
                         self.train_seconds += time.perf_counter() - t0 - (self.idle_seconds - idle0)
                         t0, idle0 = time.perf_counter(), self.idle_seconds
                         self.save()
-                    if self.cfg.eval_every > 0 and self.step % self.cfg.eval_every == 0:
-                        self.log(f"step {self.step}: test PSNR {self.evaluate(None)['psnr']:.2f}")
                 self.train_seconds += time.perf_counter() - t0 - (self.idle_seconds - idle0)
         except KeyboardInterrupt:
             self.save()
@@ -357,17 +375,26 @@ class Trainer:
         return self.finish(trained=self.step - start_step)
 
     def evaluate(self, renders_dir: Path | None) -> dict:
+        """Test-view metrics (see evaluate_model), recorded in ``history`` and passed to hooks' on_evaluate."""
         bg = background_color(self.cfg, self.scene)
         images = FrameImages(self.scene.frames_test, self.device)
-        return evaluate_model(self.model, self.scene.frames_test, images, bg, self.cfg.sh_degree, renders_dir)
+        test = evaluate_model(self.model, self.scene.frames_test, images, bg, self.cfg.sh_degree, renders_dir)
+        self.history.record_eval(self.step, test["psnr"], test["ssim"])
+        for hook in self.hooks:
+            if hasattr(hook, "on_evaluate"):
+                hook.on_evaluate(self, test)
+        return test
 
     def finish(self, trained: int) -> dict:
-        """Write splats.ply, renders/, loss.png and metrics.json."""
+        """Write splats.ply, renders/, history.json, loss.png and metrics.json."""
         write_splats(self.out / "splats.ply", self.model.to_splat_data(), force=True)
         test = self.evaluate(self.out / "renders")
         if test["lpips"] is None:
             self.log(LPIPS_NOTE)
-        rf.plot_loss(self.out / "loss.png", self.losses)
+        from recon.run_plots import plot_run, save_figure  # matplotlib: imported when a run ends, not at start
+
+        rf.write_history(self.out, self.history)
+        save_figure(plot_run(self.history), self.out / rf.LOSS_PLOT_FILE)
         metrics = {
             "test": {k: test[k] for k in ("psnr", "ssim", "lpips", "num_views")},
             "steps": self.step,

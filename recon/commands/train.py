@@ -4,7 +4,8 @@ Presets (as gsplat's trainer): ``splatforge train mcmc --data DIR`` starts from 
 :class:`recon.trainer.TrainConfig` in :data:`PRESETS`, then applies the flags. Without a preset name
 (``splatforge train --data DIR``) the ``default`` preset is used (see :func:`recon.cli.main`).
 
-``--viewer`` serves the training live in the browser (:mod:`viewer.training`, imported only then).
+``--viewer`` serves the training live in the browser (:mod:`viewer.training`, imported only then);
+``--logger tensorboard`` writes TensorBoard event files to OUT/tensorboard/ (:mod:`recon.tensorboard_logger`).
 """
 
 from __future__ import annotations
@@ -98,34 +99,48 @@ def make_viewer_hook(cfg: TrainConfig, log=print):
     return TrainingViewer(every=cfg.viewer_every, port=cfg.viewer_port, log=log)
 
 
+def make_logger_hooks(cfg: TrainConfig) -> list:
+    """The hooks of ``cfg.logger``: none, or a TensorBoard writer on OUT/tensorboard/ (tensorboard is
+    imported only then)."""
+    if cfg.logger == "none":
+        return []
+    from pathlib import Path
+
+    from recon import run_files as rf
+    from recon.tensorboard_logger import TensorBoardLogger
+
+    return [TensorBoardLogger(Path(cfg.out) / rf.TENSORBOARD_DIR, every=cfg.logger_every)]
+
+
 def train(cfg: Annotated[PresetConfig, tyro.conf.OmitArgPrefixes]) -> None:
     """Train 3D Gaussian splatting on a dataset folder (COLMAP, nerfstudio, Blender) or "procedural".
 
     Pick a preset (default, mcmc, fast), then override any field with flags, e.g.
     `splatforge train mcmc --data DIR --out OUT --steps 7000`; without a preset name, default is used.
     Or start from a saved run's settings: `splatforge train --config RUN/config.yaml --out NEW --steps N`.
-    Writes OUT/config.yaml, OUT/checkpoints/, OUT/splats.ply, OUT/metrics.json, OUT/loss.png and
-    OUT/renders/. Running the same command again resumes from the newest checkpoint. --viewer shows the
-    training live in the browser (pause/resume there).
+    Writes OUT/config.yaml, OUT/checkpoints/, OUT/splats.ply, OUT/metrics.json, OUT/history.json,
+    OUT/loss.png and OUT/renders/. Running the same command again resumes from the newest checkpoint. --viewer shows the
+    training live in the browser (pause/resume there). --logger tensorboard writes OUT/tensorboard/.
     """
-    hooks = []
+    viewers = []
     try:
+        loggers = make_logger_hooks(cfg)
         if cfg.viewer:
-            hooks.append(make_viewer_hook(cfg))
-        metrics = train_model(cfg, hooks=hooks)
+            viewers.append(make_viewer_hook(cfg))
+        metrics = train_model(cfg, hooks=[*loggers, *viewers])
     except USER_ERRORS as err:
-        for hook in hooks:
+        for hook in viewers:
             hook.stop()
         fail("train", err)
     except BaseException:
-        for hook in hooks:
+        for hook in viewers:
             hook.stop()
         raise
     test = metrics["test"]
     psnr = "n/a" if test["psnr"] is None else f"{test['psnr']:.2f} dB"
     print(f"done: {metrics['steps']} steps, {metrics['num_gaussians']:,} Gaussians, test PSNR {psnr} "
           f"over {test['num_views']} views; outputs in {cfg.out}")
-    for hook in hooks:
+    for hook in viewers:
         if cfg.viewer_keep_open:
             hook.serve_forever()
         else:

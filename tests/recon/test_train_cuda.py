@@ -48,12 +48,12 @@ def test_other_modes_train_on_cuda(tmp_path, kw):
 def test_cuda_run_resumes_on_cpu(tmp_path):
     """A checkpoint written on the GPU resumes on the CPU (``device`` may change on resume)."""
     train_model(small_cfg(tmp_path, device="cuda", steps=100, save_every=50), log=lambda *a: None)
-    first = rf.load_latest_checkpoint(tmp_path)[1]["losses"]
+    first = rf.load_latest_checkpoint(tmp_path)[1]["history"]["loss"]
     logs = []
     second = train_model(small_cfg(tmp_path, device="cpu", steps=160, save_every=50), log=logs.append)
     assert any("from step 100" in str(m) for m in logs), logs
     payload = rf.load_latest_checkpoint(tmp_path)[1]
-    assert payload["losses"][:100] == first and len(payload["losses"]) == 160
+    assert payload["history"]["loss"][:100] == first and len(payload["history"]["loss"]) == 160
     assert second["test"]["psnr"] > 18.0
 
 

@@ -70,12 +70,12 @@ def test_resume_continues_from_checkpoint(tmp_path):
     logs = []
     first = train_model(small_cfg(tmp_path, steps=100, save_every=50), log=logs.append)
     assert first["steps"] == 100
-    losses_first = rf.load_latest_checkpoint(tmp_path)[1]["losses"]
+    losses_first = rf.load_latest_checkpoint(tmp_path)[1]["history"]["loss"]
     second = train_model(small_cfg(tmp_path, steps=160, save_every=50), log=logs.append)
     assert any("from step 100" in str(m) for m in logs), logs
     ckpt_step, payload = rf.load_latest_checkpoint(tmp_path)
-    assert ckpt_step == 160 and len(payload["losses"]) == 160
-    assert payload["losses"][:100] == losses_first  # continued, not restarted
+    assert ckpt_step == 160 and len(payload["history"]["loss"]) == 160
+    assert payload["history"]["loss"][:100] == losses_first  # continued, not restarted
     assert second["steps"] == 160 and second["test"]["psnr"] > 18.0
 
 
@@ -96,7 +96,7 @@ def test_resume_after_interrupt(tmp_path, monkeypatch):
     logs = []
     metrics = train_model(small_cfg(tmp_path, steps=120, save_every=50), log=logs.append)
     assert any("from step 70" in str(m) for m in logs)
-    assert metrics["steps"] == 120 and len(rf.load_latest_checkpoint(tmp_path)[1]["losses"]) == 120
+    assert metrics["steps"] == 120 and len(rf.load_latest_checkpoint(tmp_path)[1]["history"]["loss"]) == 120
 
 
 def test_resume_refuses_other_config(trained):
@@ -172,7 +172,7 @@ def test_cli_run_killed_with_sigkill_resumes(tmp_path, capsys):
     assert f"from step {killed_at}" in printed, printed
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps"] == 400
-    assert len(rf.load_latest_checkpoint(out)[1]["losses"]) == 400
+    assert len(rf.load_latest_checkpoint(out)[1]["history"]["loss"]) == 400
 
 
 def test_export_report_psnr_before_and_after_real_path(trained, tmp_path):
