@@ -20,7 +20,7 @@ import numpy as np
 
 from .atomic import atomic_open
 from .splats import (SplatData, SplatFileError, dc_to_rgb, logit_clamped, normalized_quats,
-                     require_writable, rgb_to_dc, sigmoid)
+                     read_regular_file, require_writable, rgb_to_dc, sigmoid)
 
 RECORD_DTYPE = np.dtype([("position", "<f4", (3,)), ("scale", "<f4", (3,)),
                          ("rgba", "u1", (4,)), ("rotation", "u1", (4,))])
@@ -112,6 +112,4 @@ def records_to_splats(path, rec: np.ndarray) -> SplatData:
 
 def read_splat(path: str | os.PathLike) -> SplatData:
     """Read an antimatter15 ``.splat`` file (DC-only model, quaternions normalised)."""
-    with open(path, "rb") as f:
-        buf = f.read()
-    return records_to_splats(path, decode_records(path, buf))
+    return records_to_splats(path, decode_records(path, read_regular_file(path)))
