@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from recon.data.nerfstudio import (
+    frame_entry,
     frame_intrinsics,
     matrix_4x4,
     opengl_cam_to_world_to_opencv_world_to_cam,
@@ -44,9 +45,8 @@ def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None)
         raise DataFormatError(f"{path}: no 'camera_angle_x' (Blender format)")
     raw = []
     size = None
-    for i, fr in enumerate(meta["frames"]):
-        if "file_path" not in fr or "transform_matrix" not in fr:
-            raise DataFormatError(f"{path}: frame {i} lacks 'file_path' or 'transform_matrix'")
+    for i, value in enumerate(meta["frames"]):
+        fr = frame_entry(value, i, path)
         image_path = resolve_file(root, fr["file_path"], ".png")
         if size is None and "w" not in meta:
             try:
