@@ -25,6 +25,7 @@ from .splats import (SplatData, SplatFileError, dc_to_rgb, logit_clamped, normal
 RECORD_DTYPE = np.dtype([("position", "<f4", (3,)), ("scale", "<f4", (3,)),
                          ("rgba", "u1", (4,)), ("rotation", "u1", (4,))])
 RECORD_SIZE = 32
+STORED_SH_DEGREE = 0  # colour (the DC term) only
 assert RECORD_DTYPE.itemsize == RECORD_SIZE
 
 
