@@ -13,6 +13,7 @@ from pathlib import Path
 from recon.data.nerfstudio import (
     frame_entry,
     frame_intrinsics,
+    json_number,
     matrix_4x4,
     opengl_cam_to_world_to_opencv_world_to_cam,
     read_json,
@@ -57,7 +58,7 @@ def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None)
         K, w, h = frame_intrinsics(meta, sized, image_path, path)
         c2w = matrix_4x4(fr["transform_matrix"], path, f"transform_matrix of frame {i}")
         w2c = opengl_cam_to_world_to_opencv_world_to_cam(c2w)
-        time = float(fr["time"]) if fr.get("time") is not None else None
+        time = json_number(fr["time"], "time", str(fr["file_path"]), path) if fr.get("time") is not None else None
         name = str(fr["file_path"]).removeprefix("./")
         raw.append((Frame(name, image_path, make_camera(w2c, K, w, h), None, time), None))
     return finalize_frames(raw, root, path, data_factor, cache_dir)

@@ -106,7 +106,7 @@ def frame_entry(value: Any, index: int, path: Path) -> dict:
     return value
 
 
-def _number(value: Any, key: str, label: str, path: Path) -> float:
+def json_number(value: Any, key: str, label: str, path: Path) -> float:
     """``value`` as a float; DataFormatError naming the file, the frame and the key otherwise."""
     if isinstance(value, bool):
         value = str(value)
@@ -138,7 +138,7 @@ def frame_intrinsics(meta: dict, frame: dict, image_path: Path, path: Path) -> t
         return frame.get(key, meta.get(key))
 
     def number(key: str) -> float | None:
-        return None if get(key) is None else _number(get(key), key, label, path)
+        return None if get(key) is None else json_number(get(key), key, label, path)
 
     w, h = number("w"), number("h")
     if w is None or h is None:
@@ -195,7 +195,10 @@ def read_ply_points(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
     path = Path(path)
     if not path.is_file():
         raise DataFormatError(f"point cloud file not found: {path}")
+    from recon.export.ply import check_ply_counts
+
     try:
+        check_ply_counts(path)  # a header declaring more points than the file holds
         v = PlyData.read(str(path))["vertex"].data
         xyz = np.stack([v["x"], v["y"], v["z"]], axis=-1).astype(np.float32)
     except Exception as e:  # plyfile raises several types for malformed files
@@ -238,7 +241,7 @@ def load_nerfstudio(
             w2c = undo_applied_transform_w2c(w2c, applied)
         K, w, h = frame_intrinsics(meta, fr, image_path, path)
         mask = resolve_file(root, fr["mask_path"]) if fr.get("mask_path") else None
-        time = float(fr["time"]) if fr.get("time") is not None else None
+        time = json_number(fr["time"], "time", str(fr["file_path"]), path) if fr.get("time") is not None else None
         frame = Frame(str(fr["file_path"]), image_path, make_camera(w2c, K, w, h), mask, time)
         raw.append((frame, frame_distortion(meta, fr, path)))
     frames = finalize_frames(raw, root, path, data_factor, cache_dir)

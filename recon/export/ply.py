@@ -142,7 +142,7 @@ def check_ply_counts(path: str | os.PathLike) -> None:
         parsed = parse_ply_counts(f.read(MAX_HEADER_BYTES))
     if parsed is None:
         return
-    remaining = size - parsed[0]
+    remaining = size - parsed[0] + (1 if parsed[1] == "ascii" else 0)  # last value may end the file
     for name, count, row in parsed[2]:
         if row is None or row == 0:
             continue

@@ -389,4 +389,32 @@ DATASET_CASES = [
             r"r_1\.png is 48x32, its camera expects 24x16 \(same aspect ratio, so resize the image to 24x16 or scale the camera's intrinsics and size by 2\)", MissingImageError),
 ]
 
+def _dnerf_time_not_a_number(meta: dict) -> None:
+    for frame in meta["frames"]:
+        frame["time"] = "noon"
+
+
+def _with_points_declaring(count: int):
+    """nerfstudio with ``ply_file_path`` pointing at an ASCII PLY whose header declares ``count`` points."""
+    def edit(meta: dict) -> None:
+        meta["ply_file_path"] = "points.ply"
+
+    def write(folder: Path) -> Path:
+        root = nerfstudio_dataset(edit)(folder)
+        header = f"ply\nformat ascii 1.0\nelement vertex {count}\nproperty float x\nproperty float y\n" \
+                 f"property float z\nend_header\n"
+        (root / "points.ply").write_text(header + "0 0 0\n")
+        return root
+
+    return write
+
+
+DATASET_CASES += [
+    BadFile("dnerf-time-not-a-number", blender_dataset(_dnerf_time_not_a_number), load,
+            r"transforms_train\.json: frame '\./train/r_0': 'time' is not a number \('noon'\)",
+            DataFormatError),
+    BadFile("nerfstudio-points-declare-4g", _with_points_declaring(4_000_000_000), load,
+            r"points\.ply: .*declares 4,000,000,000 vertices .* hold at most 1;", DataFormatError),
+]
+
 CASES: list[BadFile] = SPZ_CASES + GLB_CASES + SPLAT_CASES + PLY_CASES + DATASET_CASES
