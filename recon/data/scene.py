@@ -455,7 +455,8 @@ def downscale_frame(frame: Frame, factor: int, root: Path, cache_root: Path) -> 
 # --------------------------------------------------------------------------------------------------
 # camera validation (at load time, so a bad test view fails the load and not the end of a run)
 
-MIN_ROTATION_DET = 1e-6  # |det R| below this: an all-zero or collapsed pose (a rotation has det 1)
+MIN_ROTATION_DET = 1e-12  # |det R| below this: an all-zero or collapsed pose (a rotation has det 1;
+# a pose scaled by s has s^3, so this still admits s = 1e-4)
 
 
 def camera_problem(camera: Camera) -> str | None:
