@@ -23,7 +23,8 @@ from recon.data import DataFormatError, MissingImageError, load_scene
 from recon.data.colmap import ColmapCamera, ColmapImage, ColmapModel, ColmapPoints, write_model
 from recon.data.procedural import orbit_cameras
 from recon.export import read_ply, read_splat, read_spz
-from recon.export.glb import encode_glb, parse_glb, read_glb
+from recon.export.glb import (CHUNK_BIN, CHUNK_JSON, GLB_MAGIC, GLB_VERSION, encode_glb, parse_glb,
+                              read_glb)
 from recon.export.splats import SplatFileError, random_splats
 from recon.export.spz import HEADER, MAGIC, encode_spz
 
@@ -137,8 +138,9 @@ def glb_container(doc: dict, binary: bytes) -> bytes:
     js += b" " * (-len(js) % 4)
     binary += b"\0" * (-len(binary) % 4)
     total = 12 + 8 + len(js) + 8 + len(binary)
-    return b"".join([struct.pack("<III", 0x46546C67, 2, total), struct.pack("<II", len(js), 0x4E4F534A),
-                     js, struct.pack("<II", len(binary), 0x004E4942), binary])
+    return b"".join([struct.pack("<III", GLB_MAGIC, GLB_VERSION, total),
+                     struct.pack("<II", len(js), CHUNK_JSON), js,
+                     struct.pack("<II", len(binary), CHUNK_BIN), binary])
 
 
 def glb_edited(edit: Callable[[dict], None]) -> Callable[[], bytes]:
@@ -352,6 +354,9 @@ def load_half(root: Path):
     return load_scene(root, data_factor=2, cache_dir=root.parent / "cache")
 
 
+WRONG_SIZE = (r"r_1\.png is 48x32, its camera expects 24x16 \(same aspect ratio, so resize the image "
+              r"to 24x16 or scale the camera's intrinsics and size by 2\)")
+
 DATASET_CASES = [
     BadFile("blender-frame-not-an-object", blender_dataset(_set_frame(1, 42)), load,
             r"transforms_train\.json: frame 1 is not an object \(got number\)", DataFormatError),
@@ -382,11 +387,11 @@ DATASET_CASES = [
             r"images\.txt: image 'im_1\.png': image size 0x16", DataFormatError),
     BadFile("blender-source-size-differs-at-factor-2",
             _resize_source(blender_dataset(), "train/r_1.png", (2 * W, 2 * H)), load_half,
-            r"r_1\.png is 48x32, its camera expects 24x16 \(same aspect ratio, so resize the image to 24x16 or scale the camera's intrinsics and size by 2\)", MissingImageError),
+            WRONG_SIZE, MissingImageError),
     BadFile("blender-source-size-differs-at-factor-1",
             _resize_source(blender_dataset(), "train/r_1.png", (2 * W, 2 * H)),
             lambda root: [load_scene(root).load_image(f) for f in load_scene(root).frames],
-            r"r_1\.png is 48x32, its camera expects 24x16 \(same aspect ratio, so resize the image to 24x16 or scale the camera's intrinsics and size by 2\)", MissingImageError),
+            WRONG_SIZE, MissingImageError),
 ]
 
 def _dnerf_time_not_a_number(meta: dict) -> None:
