@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from recon.data.nerfstudio import (
+    frame_entry,
     frame_intrinsics,
+    json_number,
     matrix_4x4,
     opengl_cam_to_world_to_opencv_world_to_cam,
     read_json,
@@ -44,9 +46,8 @@ def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None)
         raise DataFormatError(f"{path}: no 'camera_angle_x' (Blender format)")
     raw = []
     size = None
-    for i, fr in enumerate(meta["frames"]):
-        if "file_path" not in fr or "transform_matrix" not in fr:
-            raise DataFormatError(f"{path}: frame {i} lacks 'file_path' or 'transform_matrix'")
+    for i, value in enumerate(meta["frames"]):
+        fr = frame_entry(value, i, path)
         image_path = resolve_file(root, fr["file_path"], ".png")
         if size is None and "w" not in meta:
             try:
@@ -57,7 +58,7 @@ def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None)
         K, w, h = frame_intrinsics(meta, sized, image_path, path)
         c2w = matrix_4x4(fr["transform_matrix"], path, f"transform_matrix of frame {i}")
         w2c = opengl_cam_to_world_to_opencv_world_to_cam(c2w)
-        time = float(fr["time"]) if fr.get("time") is not None else None
+        time = json_number(fr["time"], "time", str(fr["file_path"]), path) if fr.get("time") is not None else None
         name = str(fr["file_path"]).removeprefix("./")
         raw.append((Frame(name, image_path, make_camera(w2c, K, w, h), None, time), None))
     return finalize_frames(raw, root, path, data_factor, cache_dir)

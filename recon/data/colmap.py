@@ -536,7 +536,8 @@ def rotmat_to_qvec(R: np.ndarray) -> np.ndarray:
 def colmap_world_to_cam(image: ColmapImage) -> np.ndarray:
     """[4, 4] float64 world-to-camera (OpenCV axes; COLMAP's own convention, no axis change)."""
     w2c = np.eye(4)
-    w2c[:3, :3] = qvec_to_rotmat(image.qvec)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a zero qvec gives NaN, refused at load
+        w2c[:3, :3] = qvec_to_rotmat(image.qvec)
     w2c[:3, 3] = image.tvec
     return w2c
 

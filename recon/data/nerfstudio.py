@@ -90,31 +90,71 @@ def resolve_file(root: Path, file_path: str, default_ext: str = "") -> Path:
     return p
 
 
+_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number",
+               bool: "boolean", type(None): "null"}
+
+
+def frame_entry(value: Any, index: int, path: Path) -> dict:
+    """Frame ``index`` of a transforms file: an object with ``file_path`` and ``transform_matrix``;
+    DataFormatError naming the file and the frame otherwise."""
+    if not isinstance(value, dict):
+        kind = _JSON_TYPES.get(type(value), type(value).__name__)
+        raise DataFormatError(f"{path}: frame {index} is not an object (got {kind}); each entry of "
+                              f"'frames' must be {{\"file_path\": ..., \"transform_matrix\": ...}}")
+    if "file_path" not in value or "transform_matrix" not in value:
+        raise DataFormatError(f"{path}: frame {index} lacks 'file_path' or 'transform_matrix'")
+    return value
+
+
+def json_number(value: Any, key: str, label: str, path: Path) -> float:
+    """``value`` as a float; DataFormatError naming the file, the frame and the key otherwise."""
+    if isinstance(value, bool):
+        value = str(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise DataFormatError(f"{path}: frame {label!r}: {key!r} is not a number ({value!r})") from None
+
+
+def _focal_from_angle(angle: float, size: int, key: str, label: str, path: Path) -> float:
+    """Focal length in pixels from a field of view in radians, which must lie in (0, pi)."""
+    if not 0.0 < angle < math.pi:
+        raise DataFormatError(f"{path}: {key} {angle:g} of frame {label!r} must lie in (0, pi): it is "
+                              f"the field of view in radians")
+    return 0.5 * size / math.tan(0.5 * angle)
+
+
 def frame_intrinsics(meta: dict, frame: dict, image_path: Path, path: Path) -> tuple[np.ndarray, int, int]:
     """(K [3, 3] float64, width, height) from per-frame keys, else top-level keys.
 
     Focal: ``fl_x``/``fl_y``, else ``camera_angle_x``/``camera_angle_y`` (fy = fx when absent).
     Size: ``w``/``h``, else read from the image header. Principal point defaults to the image centre.
+    Values that are not numbers, and fields of view outside (0, pi), raise DataFormatError; the
+    camera itself (positive size and focal lengths) is checked by :func:`recon.data.scene.check_cameras`.
     """
+    label = str(frame.get("file_path"))
 
     def get(key: str):
         return frame.get(key, meta.get(key))
 
-    w, h = get("w"), get("h")
+    def number(key: str) -> float | None:
+        return None if get(key) is None else json_number(get(key), key, label, path)
+
+    w, h = number("w"), number("h")
     if w is None or h is None:
         w, h = image_size(image_path)
     w, h = int(w), int(h)
-    fx, fy = get("fl_x"), get("fl_y")
+    fx, fy = number("fl_x"), number("fl_y")
     if fx is None and get("camera_angle_x") is not None:
-        fx = 0.5 * w / math.tan(0.5 * float(get("camera_angle_x")))
+        fx = _focal_from_angle(number("camera_angle_x"), w, "camera_angle_x", label, path)
     if fy is None and get("camera_angle_y") is not None:
-        fy = 0.5 * h / math.tan(0.5 * float(get("camera_angle_y")))
+        fy = _focal_from_angle(number("camera_angle_y"), h, "camera_angle_y", label, path)
     if fx is None and fy is None:
-        raise DataFormatError(f"{path}: frame {frame.get('file_path')!r} has no fl_x/fl_y or camera_angle_x")
-    fx = float(fx if fx is not None else fy)
-    fy = float(fy if fy is not None else fx)
-    cx = float(get("cx") if get("cx") is not None else w / 2)
-    cy = float(get("cy") if get("cy") is not None else h / 2)
+        raise DataFormatError(f"{path}: frame {label!r} has no fl_x/fl_y or camera_angle_x")
+    fx = fx if fx is not None else fy
+    fy = fy if fy is not None else fx
+    cx = number("cx") if get("cx") is not None else w / 2
+    cy = number("cy") if get("cy") is not None else h / 2
     return intrinsics_matrix(fx, fy, cx, cy), w, h
 
 
@@ -155,7 +195,10 @@ def read_ply_points(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
     path = Path(path)
     if not path.is_file():
         raise DataFormatError(f"point cloud file not found: {path}")
+    from recon.export.ply import check_ply_counts
+
     try:
+        check_ply_counts(path)  # a header declaring more points than the file holds
         v = PlyData.read(str(path))["vertex"].data
         xyz = np.stack([v["x"], v["y"], v["z"]], axis=-1).astype(np.float32)
     except Exception as e:  # plyfile raises several types for malformed files
@@ -189,9 +232,8 @@ def load_nerfstudio(
     applied = matrix_4x4(meta["applied_transform"], path, "applied_transform") if "applied_transform" in meta else None
     inv_applied = np.linalg.inv(applied) if (applied is not None and undo_applied_transform) else None
     raw = []
-    for i, fr in enumerate(meta["frames"]):
-        if "file_path" not in fr or "transform_matrix" not in fr:
-            raise DataFormatError(f"{path}: frame {i} lacks 'file_path' or 'transform_matrix'")
+    for i, value in enumerate(meta["frames"]):
+        fr = frame_entry(value, i, path)
         image_path = resolve_file(root, fr["file_path"], ".png")
         c2w_gl = matrix_4x4(fr["transform_matrix"], path, f"transform_matrix of frame {i}")
         w2c = opengl_cam_to_world_to_opencv_world_to_cam(c2w_gl)
@@ -199,7 +241,7 @@ def load_nerfstudio(
             w2c = undo_applied_transform_w2c(w2c, applied)
         K, w, h = frame_intrinsics(meta, fr, image_path, path)
         mask = resolve_file(root, fr["mask_path"]) if fr.get("mask_path") else None
-        time = float(fr["time"]) if fr.get("time") is not None else None
+        time = json_number(fr["time"], "time", str(fr["file_path"]), path) if fr.get("time") is not None else None
         frame = Frame(str(fr["file_path"]), image_path, make_camera(w2c, K, w, h), mask, time)
         raw.append((frame, frame_distortion(meta, fr, path)))
     frames = finalize_frames(raw, root, path, data_factor, cache_dir)

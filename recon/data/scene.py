@@ -12,6 +12,7 @@ Loaders convert their file convention to ours once, build :class:`Frame` objects
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -198,6 +199,23 @@ def image_size(path: Path) -> tuple[int, int]:
         raise MissingImageError(f"cannot read image file {path}: {e}") from e
 
 
+def check_image_size(path: Path, size: tuple[int, int], width: int, height: int, what: str = "image") -> None:
+    """MissingImageError unless an image of ``size`` (w, h) is its camera's ``width x height``.
+
+    Same at every data factor: a source image is never stretched to fit. When only the scale differs
+    (same aspect ratio) the message says that scaling the camera would fit.
+    """
+    if tuple(size) == (width, height):
+        return
+    w, h = size
+    if w > 0 and h > 0 and abs(w * height - h * width) <= max(w, width):  # aspect equal to ~1 px
+        hint = (f"same aspect ratio, so resize the image to {width}x{height} or scale the camera's "
+                f"intrinsics and size by {w / width:g}")
+    else:
+        hint = "a different aspect ratio: check that the dataset lists the right image for this camera"
+    raise MissingImageError(f"{what} file {path} is {w}x{h}, its camera expects {width}x{height} ({hint})")
+
+
 def to_float_rgba(im) -> np.ndarray:
     """Pillow image -> float32 [H, W, 4] in [0, 1] (alpha 1 where the image has none)."""
     if im.mode in ("I;16", "I;16B", "I;16L", "I"):
@@ -223,11 +241,7 @@ def load_image(frame: Frame, background: Sequence[float] = WHITE) -> np.ndarray:
     ``frame.width x frame.height``.
     """
     im = _read_pil(frame.image_path)
-    if im.size != (frame.width, frame.height):
-        raise MissingImageError(
-            f"image file {frame.image_path} is {im.size[0]}x{im.size[1]}, its camera expects "
-            f"{frame.width}x{frame.height}"
-        )
+    check_image_size(frame.image_path, im.size, frame.width, frame.height)
     return composite(to_float_rgba(im), background)
 
 
@@ -325,33 +339,108 @@ def _size_acceptable(size: tuple[int, int], width: int, height: int, factor: int
     return abs(size[0] - width / factor) <= 1.0 and abs(size[1] - height / factor) <= 1.0
 
 
-def _resize_file(src: Path, dst: Path, size: tuple[int, int], what: str) -> None:
-    """Area-downscale ``src`` to ``size`` and save it at ``dst`` (RGBA is resized premultiplied by Pillow)."""
+RESIZABLE_MODES = ("RGB", "RGBA", "L", "LA", "I;16", "I")  # Pillow box-filters these as they are
+
+
+def _resizable(im):
+    """``im`` in a mode Pillow can area-resize without losing range: 16-bit stays 16-bit
+    (big/little-endian "I;16B"/"I;16L" become native "I;16"), palettes and the rest become RGB(A)."""
     from PIL import Image
 
-    im = _read_pil(src, what)
-    if im.mode not in ("RGB", "RGBA", "L", "LA"):
-        im = im.convert("RGBA" if "A" in im.getbands() else "RGB")
+    if im.mode in RESIZABLE_MODES:
+        return im
+    if im.mode.startswith("I;16"):
+        return Image.fromarray(np.asarray(im).astype(np.uint16), "I;16")
+    return im.convert("RGBA" if "A" in im.getbands() else "RGB")
+
+
+def _resize_file(src: Path, dst: Path, size: tuple[int, int], what: str) -> None:
+    """Area-downscale ``src`` to ``size`` and save it at ``dst`` (RGBA is resized premultiplied by
+    Pillow; 16-bit images keep 16 bits)."""
+    from PIL import Image
+
+    im = _resizable(_read_pil(src, what))
     save_image_atomic(im.resize(size, Image.BOX), dst)
+
+
+def cache_key_path(derived: Path) -> Path:
+    """Sidecar ``.<name>.source.json`` beside a derived (downscaled) image."""
+    derived = Path(derived)
+    return derived.with_name(f".{derived.name}.source.json")
+
+
+def _file_stamp(path: Path) -> dict:
+    """What identifies a file's content cheaply: size in bytes and modification time (ns)."""
+    st = Path(path).stat()
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def write_cache_key(derived: Path, src: Path) -> None:
+    """Record which source (path, size, mtime) ``derived`` was made from, and ``derived``'s own stamp
+    (so a derived file rewritten after its key no longer matches). Written atomically."""
+    key = {"source": str(Path(src).resolve()), **_file_stamp(src), "derived": _file_stamp(derived)}
+    path = cache_key_path(derived)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(key, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cache_matches(derived: Path, src: Path) -> bool | None:
+    """True when ``derived``'s key matches ``src`` and ``derived`` as they are now; False when the key
+    is stale (source replaced or derived file changed); None when ``derived`` has no key (not made
+    by us, e.g. a dataset's own ``images_N/``)."""
+    try:
+        key = json.loads(cache_key_path(derived).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return False
+    want = {"source": str(Path(src).resolve()), **_file_stamp(src), "derived": _file_stamp(derived)}
+    return key == want
 
 
 def _downscaled_file(
     src: Path, root: Path, cache_root: Path, width: int, height: int, factor: int, what: str
 ) -> Path:
-    """Path of ``src`` downscaled by ``factor``; reuses ``root/images_N`` or the cache, else writes the cache."""
+    """Path of ``src`` downscaled by ``factor``.
+
+    Reuses a dataset's own ``root/images_N`` file (no cache key) or a cached file whose key matches
+    the source's size and mtime; otherwise checks that the source is ``width x height`` (as at factor
+    1: never stretched) and writes the cache with its key.
+    """
     rel = downscaled_relpath(relative_to_root(src, root), factor)
-    for candidate in dict.fromkeys([Path(root) / rel, Path(cache_root) / rel]):
-        if candidate.is_file() and _size_acceptable(image_size(candidate), width, height, factor):
+    has_source = Path(src).is_file()
+    if has_source:
+        check_image_size(src, image_size(src), width, height, what)
+    candidates = [(Path(root) / rel, True)]  # a keyless file here may be the dataset's own images_N
+    if Path(cache_root) / rel != Path(root) / rel:
+        candidates.append((Path(cache_root) / rel, False))
+    for candidate, keyless_ok in candidates:
+        if not candidate.is_file():
+            continue
+        match = cache_matches(candidate, src) if has_source else True
+        if (match or (match is None and keyless_ok)) and _size_acceptable(
+                image_size(candidate), width, height, factor):
             return candidate
-    if not Path(src).is_file():
+    if not has_source:
         raise MissingImageError(f"{what} file not found: {src}")
     dst = Path(cache_root) / rel
     _resize_file(src, dst, downscaled_size(width, height, factor), what)
+    write_cache_key(dst, src)
     return dst
 
 
 def downscale_frame(frame: Frame, factor: int, root: Path, cache_root: Path) -> Frame:
-    """Frame with its image (and mask) downscaled by ``factor`` and K scaled to the new size."""
+    """Frame with its image (and mask) downscaled by ``factor`` and K scaled to the new size.
+
+    K is scaled per axis by the size ratio actually produced; that is exact here because the source
+    matches its camera and images_N files are within a pixel of (W/N, H/N), i.e. of the same aspect.
+    """
     cam = frame.camera
     image = _downscaled_file(frame.image_path, root, cache_root, cam.width, cam.height, factor, "image")
     mask = None
@@ -361,6 +450,41 @@ def downscale_frame(frame: Frame, factor: int, root: Path, cache_root: Path) -> 
     K = scale_intrinsics(cam.K, new_w / cam.width, new_h / cam.height)
     camera = replace(cam, K=K, width=new_w, height=new_h)
     return replace(frame, image_path=image, mask_path=mask, camera=camera)
+
+
+# --------------------------------------------------------------------------------------------------
+# camera validation (at load time, so a bad test view fails the load and not the end of a run)
+
+MIN_ROTATION_DET = 1e-12  # |det R| below this: an all-zero or collapsed pose (a rotation has det 1;
+# a pose scaled by s has s^3, so this still admits s = 1e-4)
+
+
+def camera_problem(camera: Camera) -> str | None:
+    """What is wrong with a pinhole camera, or None: non-positive size, non-finite or non-positive
+    focal lengths, a non-finite or singular ``world_to_cam``."""
+    if camera.width <= 0 or camera.height <= 0:
+        return f"image size {camera.width}x{camera.height} is empty (width and height must be positive)"
+    K = camera.K.detach().cpu().double().numpy()
+    if not np.isfinite(K).all():
+        return "intrinsics K are not finite (NaN or Inf)"
+    for name, value in (("fx", K[0, 0]), ("fy", K[1, 1])):
+        if value <= 0:
+            return f"focal length {name}={value:g} is not positive"
+    w2c = camera.world_to_cam.detach().cpu().double().numpy()
+    if not np.isfinite(w2c).all():
+        return "camera pose (world_to_cam) is non-finite (NaN or Inf)"
+    det = float(np.linalg.det(w2c[:3, :3]))
+    if abs(det) < MIN_ROTATION_DET:
+        return f"camera pose (world_to_cam) is all zeros or singular (rotation determinant {det:.3g})"
+    return None
+
+
+def check_cameras(frames: Sequence[Frame], listed_in: Path | str) -> None:
+    """DataFormatError naming ``listed_in`` and the first frame whose camera is unusable."""
+    for frame in frames:
+        problem = camera_problem(frame.camera)
+        if problem is not None:
+            raise DataFormatError(f"{listed_in}: image {frame.name!r}: {problem}; fix or remove this frame")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -392,7 +516,7 @@ def finalize_frames(
     data_factor: int = 1,
     cache_dir: Path | None = None,
 ) -> list[Frame]:
-    """Turn loader output into training frames: check files, undistort, downscale.
+    """Turn loader output into training frames: check cameras and files, undistort, downscale.
 
     Args:
         raw: (frame, distortion) pairs; ``frame.camera`` is the full-resolution camera whose K is the
@@ -409,6 +533,7 @@ def finalize_frames(
         raise ValueError(f"data_factor must be a positive integer, got {data_factor!r}")
     data_factor = int(data_factor)
     root = Path(root)
+    check_cameras([f for f, _ in raw], listed_in)
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_root(root)
     if data_factor == 1 or any(d is not None for _, d in raw):
         check_files_exist([f for f, _ in raw], listed_in)

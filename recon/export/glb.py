@@ -41,7 +41,7 @@ import numpy as np
 
 from .atomic import atomic_open
 from .splats import (SH_C0, SplatData, SplatFileError, num_sh_bases, normalized_quats,
-                     require_writable, sh_degree_for_bases, sigmoid)
+                     read_regular_file, require_writable, sh_degree_for_bases, sigmoid)
 from .spz import OPENCV_TO_RUB, quats_opencv_to_rub, sh_axis_flip_signs
 
 EXTENSION = "KHR_gaussian_splatting"
@@ -62,6 +62,7 @@ _DTYPES = {FLOAT: "<f4", UNSIGNED_BYTE: "u1", BYTE: "i1", UNSIGNED_SHORT: "<u2",
 _NORMALIZE = {UNSIGNED_BYTE: 255.0, BYTE: 127.0, UNSIGNED_SHORT: 65535.0, SHORT: 32767.0}
 OPACITY_EPS = 1e-7  # opacities read back are clamped into [eps, 1 - eps] before the logit
 MIN_SCALE = 1e-30  # linear scales read back are clamped to this before the log
+_ATTRIBUTE_TYPES = {"POSITION": "VEC3", ROTATION: "VEC4", SCALE: "VEC3", OPACITY: "SCALAR"}  # SH: VEC3
 
 
 def sh_attribute(degree: int, coef: int) -> str:
@@ -199,25 +200,47 @@ def parse_glb(path, raw: bytes) -> tuple[dict, bytes]:
     return doc, binary
 
 
-def read_accessor(path, doc: dict, binary: bytes, index: int) -> np.ndarray:
-    """Accessor ``index`` -> float64 array [count, components] (normalised integers mapped to [0,1]
-    or [-1,1]); only buffer 0 (the GLB BIN chunk) is supported."""
+def _accessor_layout(path, doc: dict, binary: bytes, index: int) -> tuple[dict, np.dtype, int, int, int]:
+    """(accessor, component dtype, components, first byte, byte stride) of accessor ``index``,
+    checked so its ``count`` rows of ``stride`` bytes lie inside its buffer view and the BIN chunk:
+    glTF's rules (count >= 1, offsets >= 0, stride 0 or >= the element size), so a small file can
+    never describe more data than it holds."""
     try:
         acc = doc["accessors"][index]
         view = doc["bufferViews"][acc["bufferView"]]
         ncomp = _COMPONENTS[acc["type"]]
         dtype = np.dtype(_DTYPES[acc["componentType"]])
-    except (KeyError, IndexError, TypeError) as exc:
+        count = int(acc["count"])
+        acc_offset, view_offset = int(acc.get("byteOffset", 0)), int(view.get("byteOffset", 0))
+        view_length = int(view["byteLength"])
+        elem = dtype.itemsize * ncomp
+        stride = int(view.get("byteStride", elem))
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise SplatFileError(path, f"bad or unsupported accessor {index} ({exc!r})") from None
     if view.get("buffer", 0) != 0:
         raise SplatFileError(path, "only GLB-embedded buffers are supported")
-    count = int(acc["count"])
-    start = int(view.get("byteOffset", 0)) + int(acc.get("byteOffset", 0))
-    elem = dtype.itemsize * ncomp
-    stride = int(view.get("byteStride", elem))
-    end = start + stride * (count - 1) + elem if count else start
-    if end > int(view.get("byteOffset", 0)) + int(view["byteLength"]) or end > len(binary):
-        raise SplatFileError(path, f"accessor {index} runs past its buffer")
+    if count < 1:
+        raise SplatFileError(path, f"accessor {index} has count {count} (glTF requires >= 1)")
+    if min(acc_offset, view_offset, view_length) < 0:
+        raise SplatFileError(path, f"accessor {index} has a negative byteOffset {acc_offset} / "
+                                   f"{view_offset} or byteLength {view_length}")
+    if stride < elem:
+        raise SplatFileError(path, f"accessor {index} has byteStride {stride}, less than its "
+                                   f"{elem}-byte elements (glTF requires >= the element size)")
+    start = view_offset + acc_offset
+    end = start + stride * (count - 1) + elem
+    if end > view_offset + view_length or end > len(binary):
+        raise SplatFileError(path, f"accessor {index} runs past its buffer ({count:,} elements "
+                                   f"end at byte {end:,} of {min(view_offset + view_length, len(binary)):,})")
+    return acc, dtype, ncomp, start, stride
+
+
+def read_accessor(path, doc: dict, binary: bytes, index: int) -> np.ndarray:
+    """Accessor ``index`` -> float64 array [count, components] (normalised integers mapped to [0,1]
+    or [-1,1]); only buffer 0 (the GLB BIN chunk) is supported."""
+    acc, dtype, ncomp, start, stride = _accessor_layout(path, doc, binary, index)
+    count, elem = int(acc["count"]), dtype.itemsize * ncomp
+    end = start + stride * (count - 1) + elem
     rows = np.lib.stride_tricks.as_strided(
         np.frombuffer(binary, dtype=np.uint8, offset=start, count=end - start),
         shape=(count, elem), strides=(stride, 1))
@@ -225,6 +248,25 @@ def read_accessor(path, doc: dict, binary: bytes, index: int) -> np.ndarray:
     if acc.get("normalized") and acc["componentType"] in _NORMALIZE:
         out = np.maximum(out / _NORMALIZE[acc["componentType"]], -1.0)
     return out
+
+
+def _check_attribute_shapes(path, doc: dict, attrs: dict, names: list[str]) -> None:
+    """Every attribute in ``names`` has POSITION's count and its expected type (VEC3, VEC4, SCALAR)."""
+    accessors = doc.get("accessors") if isinstance(doc.get("accessors"), list) else []
+    expected_count = None
+    for name in names:
+        index = attrs[name]
+        acc = accessors[index] if isinstance(index, int) and 0 <= index < len(accessors) else None
+        if not isinstance(acc, dict):
+            raise SplatFileError(path, f"attribute {name} points at a missing accessor {index!r}")
+        want = _ATTRIBUTE_TYPES.get(name, "VEC3")
+        if acc.get("type") != want:
+            raise SplatFileError(path, f"attribute {name} is {acc.get('type')}, expected {want}")
+        if expected_count is None:
+            expected_count = acc.get("count")
+        elif acc.get("count") != expected_count:
+            raise SplatFileError(path, f"accessor {index} ({name}) has {acc.get('count')} elements, "
+                                       f"but POSITION has {expected_count}; all attributes must agree")
 
 
 def find_splat_primitive(path, doc: dict) -> dict:
@@ -255,6 +297,8 @@ def decode_glb(path, raw: bytes) -> SplatData:
     degree = 0
     while degree < 3 and all(sh_attribute(degree + 1, n) in attrs for n in range(2 * degree + 3)):
         degree += 1
+    _check_attribute_shapes(path, doc, attrs, ["POSITION", ROTATION, SCALE, OPACITY]
+                            + sh_attribute_names(degree))
     sh = np.stack([get(name) for name in sh_attribute_names(degree)], axis=1)
     sh *= sh_axis_flip_signs(degree, OPENCV_TO_GLTF)[None, :, None]
     xyzw = get(ROTATION)
@@ -276,9 +320,7 @@ def decode_glb(path, raw: bytes) -> SplatData:
 
 def read_glb(path: str | os.PathLike) -> SplatData:
     """Read a KHR_gaussian_splatting GLB (ours, or another writer's float layout)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    return decode_glb(path, raw)
+    return decode_glb(path, read_regular_file(path))
 
 
 # ------------------------------------------------------------------------------------------ dispatch

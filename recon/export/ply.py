@@ -23,7 +23,7 @@ import numpy as np
 from plyfile import PlyData, PlyElement
 
 from .atomic import atomic_open
-from .splats import SplatData, SplatFileError, num_sh_bases, require_writable
+from .splats import SplatData, SplatFileError, num_sh_bases, require_regular_file, require_writable
 
 MIP_COMMENT = "SplatRenderMode: mip"
 _REST_COUNT_TO_DEGREE = {3 * (num_sh_bases(d) - 1): d for d in range(4)}  # {0: 0, 9: 1, 24: 2, 45: 3}
@@ -91,9 +91,76 @@ def write_ply(path: str | os.PathLike, data: SplatData, force: bool = False,
 # ------------------------------------------------------------------------------------------ reading
 
 
+_PLY_TYPE_BYTES = {"char": 1, "int8": 1, "uchar": 1, "uint8": 1, "short": 2, "int16": 2, "ushort": 2,
+                   "uint16": 2, "int": 4, "int32": 4, "uint": 4, "uint32": 4, "float": 4,
+                   "float32": 4, "double": 8, "float64": 8}
+MAX_HEADER_BYTES = 1 << 16
+ASCII_MIN_VALUE_BYTES = 2  # one digit and one separator
+
+
+def _min_row_bytes(fmt: str, properties: list[list[str]]) -> int | None:
+    """Fewest bytes one row of an element can take (lists empty); None for an unknown type."""
+    if fmt == "ascii":
+        return ASCII_MIN_VALUE_BYTES * len(properties)
+    total = 0
+    for words in properties:  # ["float", "x"] or ["list", "uchar", "int", "vertex_indices"]
+        size = _PLY_TYPE_BYTES.get(words[1] if words[0] == "list" and len(words) > 1 else words[0])
+        if size is None:
+            return None
+        total += size
+    return total
+
+
+def parse_ply_counts(head: bytes) -> tuple[int, str, list[tuple[str, int, int | None]]] | None:
+    """(header length in bytes, format, [(element, count, min bytes per row)]) from the start of a
+    PLY file, or None when ``head`` holds no complete header this simple parse understands (plyfile
+    then reports the problem)."""
+    end = head.find(b"end_header")
+    newline = head.find(b"\n", end) if end >= 0 else -1
+    if not head.startswith(b"ply") or newline < 0:
+        return None
+    fmt, elements = "", []
+    for line in head[:end].decode("ascii", "replace").splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == "format":
+            fmt = words[1]
+        elif len(words) == 3 and words[0] == "element" and words[2].lstrip("-").isdigit():
+            elements.append((words[1], int(words[2]), []))
+        elif len(words) >= 3 and words[0] == "property" and elements:
+            elements[-1][2].append(words[1:])
+    return newline + 1, fmt, [(name, count, _min_row_bytes(fmt, props)) for name, count, props in elements]
+
+
+def check_ply_counts(path: str | os.PathLike) -> None:
+    """SplatFileError when the header declares more elements than the file's bytes can hold.
+
+    plyfile allocates every element's array from the declared count before reading it, so a
+    header saying 4 billion vertices in a 1 KB ASCII file would ask for 200 GB.
+    """
+    size = os.stat(path).st_size
+    with open(path, "rb") as f:
+        parsed = parse_ply_counts(f.read(MAX_HEADER_BYTES))
+    if parsed is None:
+        return
+    remaining = size - parsed[0] + (1 if parsed[1] == "ascii" else 0)  # last value may end the file
+    for name, count, row in parsed[2]:
+        if row is None or row == 0:
+            continue
+        if count < 0 or count * row > remaining:
+            what = "vertices" if name == "vertex" else f"'{name}' elements"
+            raise SplatFileError(
+                path, f"PLY header declares {count:,} {what} (at least {row} bytes each), but the "
+                      f"{max(remaining, 0):,} bytes after the header hold at most "
+                      f"{max(remaining, 0) // row:,}; the file is truncated or its header is corrupt")
+        remaining -= count * row
+
+
 def _load_plydata(path: str | os.PathLike) -> PlyData:
-    """Parse the file with plyfile. Binary vertex data is memory-mapped (plyfile's stream reader
-    is ~1000x slower); plyfile checks the file is long enough, so truncation fails here."""
+    """Parse the file with plyfile after checking the declared counts against the file size.
+    Binary vertex data is memory-mapped (plyfile's stream reader is ~1000x slower); plyfile checks
+    the file is long enough, so truncation fails here."""
+    require_regular_file(path)
+    check_ply_counts(path)
     try:
         with open(path, "rb") as f:
             return PlyData.read(f, mmap="c")

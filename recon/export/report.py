@@ -21,12 +21,20 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .splat_format import STORED_SH_DEGREE as SPLAT_SH_DEGREE
 from .splats import SplatData
+
+FORMAT_SH_DEGREE = {"splat": SPLAT_SH_DEGREE}
+"""Formats that store fewer SH degrees than the model has: format key -> the most they store."""
 
 
 @dataclass
 class ExportReport:
-    """What an export produced; ``psnr_before``/``psnr_after`` are None when not evaluated."""
+    """What an export produced; ``psnr_before``/``psnr_after`` are None when not evaluated.
+
+    ``sh_degree`` is the degree of the model handed to the writer; :attr:`file_sh_degree` is what
+    the file keeps of it (0 for ``.splat``, which stores colour only).
+    """
 
     path: Path
     format: str
@@ -43,6 +51,18 @@ class ExportReport:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def file_sh_degree(self) -> int:
+        """SH degree the written file holds: the model's, capped by what the format stores."""
+        return min(self.sh_degree, FORMAT_SH_DEGREE.get(self.format, self.sh_degree))
+
+    def sh_degree_text(self) -> str:
+        """"3", or "0 (colour only: .splat stores no SH; the model had degree 3)"."""
+        if self.file_sh_degree == self.sh_degree:
+            return str(self.sh_degree)
+        return (f"{self.file_sh_degree} (colour only: .{self.format} stores no SH; the model had "
+                f"degree {self.sh_degree})")
+
+    @property
     def bytes_per_splat(self) -> float:
         return self.bytes / self.splats if self.splats else float("nan")
 
@@ -55,7 +75,7 @@ class ExportReport:
             ("output", str(self.path)),
             ("format", self.format + (f" (target {self.target})" if self.target else "")),
             ("splats", f"{self.splats:,} of {self.input_splats:,}"),
-            ("SH degree", str(self.sh_degree)),
+            ("SH degree", self.sh_degree_text()),
             ("bytes", f"{self.bytes:,}"),
             ("bytes / splat", f"{self.bytes_per_splat:.1f}"),
             ("dropped NaN/Inf", f"{self.dropped_nonfinite:,}"),
@@ -70,7 +90,8 @@ class ExportReport:
     def as_dict(self) -> dict:
         return {"path": str(self.path), "format": self.format, "splats": self.splats,
                 "bytes": self.bytes, "bytes_per_splat": self.bytes_per_splat,
-                "sh_degree": self.sh_degree, "input_splats": self.input_splats,
+                "sh_degree": self.file_sh_degree, "model_sh_degree": self.sh_degree,
+                "input_splats": self.input_splats,
                 "dropped_nonfinite": self.dropped_nonfinite, "dropped_budget": self.dropped_budget,
                 "importance": self.importance, "target": self.target,
                 "psnr_before": self.psnr_before, "psnr_after": self.psnr_after,

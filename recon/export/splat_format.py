@@ -20,11 +20,12 @@ import numpy as np
 
 from .atomic import atomic_open
 from .splats import (SplatData, SplatFileError, dc_to_rgb, logit_clamped, normalized_quats,
-                     require_writable, rgb_to_dc, sigmoid)
+                     read_regular_file, require_writable, rgb_to_dc, sigmoid)
 
 RECORD_DTYPE = np.dtype([("position", "<f4", (3,)), ("scale", "<f4", (3,)),
                          ("rgba", "u1", (4,)), ("rotation", "u1", (4,))])
 RECORD_SIZE = 32
+STORED_SH_DEGREE = 0  # colour (the DC term) only
 assert RECORD_DTYPE.itemsize == RECORD_SIZE
 
 
@@ -112,6 +113,4 @@ def records_to_splats(path, rec: np.ndarray) -> SplatData:
 
 def read_splat(path: str | os.PathLike) -> SplatData:
     """Read an antimatter15 ``.splat`` file (DC-only model, quaternions normalised)."""
-    with open(path, "rb") as f:
-        buf = f.read()
-    return records_to_splats(path, decode_records(path, buf))
+    return records_to_splats(path, decode_records(path, read_regular_file(path)))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -52,6 +53,22 @@ class SplatFileError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------- helpers
+
+
+def read_regular_file(path: str | os.PathLike) -> bytes:
+    """The bytes of a regular file, at most its size on disk (a FIFO or device such as /dev/zero
+    would otherwise be read without end). FileNotFoundError when missing, SplatFileError otherwise."""
+    require_regular_file(path)
+    with open(path, "rb") as f:
+        return f.read(os.fstat(f.fileno()).st_size)
+
+
+def require_regular_file(path: str | os.PathLike) -> None:
+    """SplatFileError unless ``path`` (followed through links) is a regular file; checked before
+    opening, since opening a FIFO blocks. FileNotFoundError when it does not exist."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise SplatFileError(path, "not a regular file (a device, FIFO or socket); "
+                                   "give the path of a saved model file")
 
 
 def sh_degree_for_bases(k: int) -> int:

@@ -27,6 +27,7 @@ real SH basis function Y(d) picks up the sign Y(D d) / Y(d), +1 or -1 by its par
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import struct
 import zlib
@@ -35,7 +36,7 @@ import numpy as np
 
 from .atomic import atomic_open
 from .splats import (MAX_SH_DEGREE, SplatData, SplatFileError, logit_clamped, normalized_quats,
-                     num_sh_bases, require_writable, sigmoid)
+                     num_sh_bases, read_regular_file, require_writable, sigmoid)
 
 MAGIC = 0x5053474E
 WRITE_VERSION = 3
@@ -49,6 +50,7 @@ SH1_BUCKET = 1 << (8 - 5)  # 5 bits for degree-1 coefficients
 SH_REST_BUCKET = 1 << (8 - 4)  # 4 bits for degrees 2 and 3
 OPENCV_TO_RUB = np.array([1.0, -1.0, -1.0])
 _SQRT1_2 = np.sqrt(0.5)
+MAX_DEFLATE_RATIO = 1032  # deflate's best case: a 258-byte match in about 2 bits (zlib technical notes)
 GZIP_LEVEL = 1  # scripts/bench_export.py, 1M splats SH 3: level 1 2.8 s / 42.3 MB, level 6 20.4 s / 41.0 MB
 
 # Real SH basis functions of degrees 1-3 (degree-major, m = -l..l), as the monomials x^a y^b z^c of
@@ -244,10 +246,15 @@ def _section_sizes(version: int, n: int, degree: int) -> list[tuple[str, int]]:
     ]
 
 
+def _payload_size(version: int, n: int, degree: int) -> int:
+    """Bytes of the decompressed payload (header + attribute arrays) the header declares."""
+    return HEADER.size + sum(s for _, s in _section_sizes(version, n, degree))
+
+
 def _split_sections(path, buf: bytes, version: int, n: int, degree: int) -> dict[str, np.ndarray]:
     """Slice the attribute arrays (uint8) after the header; errors if the size does not match."""
     sizes = _section_sizes(version, n, degree)
-    expected = HEADER.size + sum(s for _, s in sizes)
+    expected = _payload_size(version, n, degree)
     if len(buf) != expected:
         what = "truncated" if len(buf) < expected else "corrupt (trailing data)"
         raise SplatFileError(path, f"{what} SPZ: {len(buf)} bytes after decompression, "
@@ -259,19 +266,46 @@ def _split_sections(path, buf: bytes, version: int, n: int, degree: int) -> dict
     return out
 
 
-def _gunzip(path, raw: bytes) -> bytes:
-    """Decompress, mapping gzip/zlib errors to :class:`SplatFileError`.
-
-    An SPZ header that is not gzipped (SPZ version 4 stores it uncompressed) gets its own message.
-    """
+def _refuse_uncompressed_header(path, raw: bytes) -> None:
+    """An SPZ header that is not gzipped (SPZ version 4 stores it uncompressed) gets its own message."""
     if len(raw) >= 8 and raw[:4] == struct.pack("<I", MAGIC):
         version = struct.unpack_from("<I", raw, 4)[0]
         raise SplatFileError(path, f"unsupported SPZ version {version} (uncompressed header; "
                                    f"this reader handles gzip-compressed versions 1-3)")
+
+
+def _check_declared_size(path, compressed: int, n: int, degree: int, expected: int) -> None:
+    """Refuse a header that declares more bytes than ``compressed`` bytes of deflate can hold."""
+    if expected > compressed * MAX_DEFLATE_RATIO:
+        raise SplatFileError(
+            path, f"corrupt SPZ header: it declares {n:,} splats of SH degree {degree} "
+                  f"({expected:,} bytes), more than a {compressed:,}-byte gzip stream can hold; "
+                  f"the file is damaged or not an SPZ model")
+
+
+def _gunzip(path, raw: bytes) -> bytes:
+    """Decompress at most the payload size the SPZ header declares (+1 byte to detect excess).
+
+    Memory stays bounded by that size, which is itself bounded by ``len(raw) * MAX_DEFLATE_RATIO``,
+    so a gzip bomb is refused after reading one byte past the declared end. gzip/zlib errors,
+    bad headers and size mismatches raise :class:`SplatFileError`.
+    """
+    _refuse_uncompressed_header(path, raw)
     try:
-        return gzip.decompress(raw)
+        with gzip.GzipFile(fileobj=io.BytesIO(raw), mode="rb") as stream:
+            head = stream.read(HEADER.size)
+            version, n, degree, _, _ = _parse_header(path, head)
+            expected = _payload_size(version, n, degree)
+            _check_declared_size(path, len(raw), n, degree, expected)
+            body = stream.read(expected - HEADER.size + 1)
     except (OSError, EOFError, zlib.error) as exc:
         raise SplatFileError(path, f"corrupt or truncated SPZ (gzip: {exc})") from exc
+    if HEADER.size + len(body) > expected:
+        raise SplatFileError(
+            path, f"corrupt SPZ: decompresses to more than the {expected:,} bytes its header "
+                  f"declares for {n:,} splats of SH degree {degree} (trailing data or a gzip "
+                  f"bomb); refusing to read further")
+    return head + body
 
 
 def decode_spz(path, raw: bytes) -> SplatData:
@@ -301,6 +335,4 @@ def decode_spz(path, raw: bytes) -> SplatData:
 
 def read_spz(path: str | os.PathLike) -> SplatData:
     """Read an SPZ file (versions 1-3) into :class:`SplatData` (OpenCV axes)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    return decode_spz(path, raw)
+    return decode_spz(path, read_regular_file(path))

@@ -89,3 +89,80 @@ def test_bad_data_factor(tmp_path):
         from recon.data.scene import finalize_frames
 
         finalize_frames([], tmp_path, "x.json", data_factor=0)
+
+
+# --- downscaling (--data-factor): range, source checks, cache keyed by content ----------------------
+
+
+def downscale_dataset(tmp_path: Path, pixels: list[np.ndarray]) -> tuple[Path, list]:
+    """``root/images/img_i.png`` holding ``pixels[i]`` (uint8 RGB or uint16 grey) and their 16x12
+    cameras, as finalize_frames input."""
+    root = tmp_path / "data"
+    (root / "images").mkdir(parents=True)
+    raw = []
+    for frame, arr in zip(frames_for(len(pixels), root / "images"), pixels):
+        Image.fromarray(arr).save(frame.image_path)
+        raw.append((frame, None))
+    return root, raw
+
+
+def finalize_half(root: Path, raw: list, cache: Path) -> list[Frame]:
+    from recon.data.scene import finalize_frames
+
+    return finalize_frames(raw, root, root / "list.json", data_factor=2, cache_dir=cache)
+
+
+def test_downscale_keeps_16_bit_range(tmp_path):
+    ramp = (np.arange(16 * 12).reshape(12, 16) * 300).astype(np.uint16)  # 0 .. 57,300
+    root, raw = downscale_dataset(tmp_path, [ramp])
+    assert Image.open(raw[0][0].image_path).mode == "I;16"
+    (half,) = finalize_half(root, raw, tmp_path / "cache")
+    got = load_image(half)[..., 0]
+    want = ramp.astype(np.float64).reshape(6, 2, 8, 2).mean(axis=(1, 3)) / 65535.0
+    np.testing.assert_allclose(got, want, atol=1.0 / 65535.0)
+    assert got.max() > 0.8  # 8-bit clipping made it 255/255 everywhere above 255/65535
+
+
+def test_downscale_cache_follows_a_replaced_source(tmp_path):
+    grey = np.full((12, 16, 3), 40, np.uint8)
+    root, raw = downscale_dataset(tmp_path, [grey])
+    cache = tmp_path / "cache"
+    (first,) = finalize_half(root, raw, cache)
+    assert np.allclose(load_image(first), 40 / 255)
+    made = first.image_path.stat().st_mtime_ns
+    (again,) = finalize_half(root, raw, cache)
+    assert again.image_path == first.image_path and again.image_path.stat().st_mtime_ns == made
+    src = raw[0][0].image_path
+    before = src.stat()
+    Image.fromarray(np.full((12, 16, 3), 200, np.uint8)).save(src)  # same size, new content
+    os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+    (replaced,) = finalize_half(root, raw, cache)
+    assert np.allclose(load_image(replaced), 200 / 255)
+
+
+def test_downscale_cache_rewritten_behind_its_key_is_remade(tmp_path):
+    root, raw = downscale_dataset(tmp_path, [np.full((12, 16, 3), 90, np.uint8)])
+    cache = tmp_path / "cache"
+    (first,) = finalize_half(root, raw, cache)
+    Image.fromarray(np.zeros((6, 8, 3), np.uint8)).save(first.image_path)  # someone overwrote it
+    (again,) = finalize_half(root, raw, cache)
+    assert np.allclose(load_image(again), 90 / 255)
+
+
+def test_dataset_own_images_n_without_key_is_used(tmp_path):
+    root, raw = downscale_dataset(tmp_path, [np.full((12, 16, 3), 90, np.uint8)])
+    (root / "images_2").mkdir()
+    Image.fromarray(np.full((6, 8, 3), 7, np.uint8)).save(root / "images_2" / "img_000.png")
+    (half,) = finalize_half(root, raw, tmp_path / "cache")
+    assert half.image_path == root / "images_2" / "img_000.png"
+
+
+@pytest.mark.parametrize("factor", [1, 2, 4])
+def test_source_of_another_size_is_refused_at_every_factor(tmp_path, factor):
+    from recon.data.scene import finalize_frames
+
+    root, raw = downscale_dataset(tmp_path, [np.zeros((12, 24, 3), np.uint8)])  # camera says 16x12
+    with pytest.raises(MissingImageError, match=r"img_000\.png is 24x12, its camera expects 16x12 "
+                                                r"\(a different aspect ratio"):
+        frames = finalize_frames(raw, root, root / "list.json", data_factor=factor, cache_dir=tmp_path / "c")
+        load_image(frames[0])

@@ -150,3 +150,21 @@ def test_truncated_and_corrupt_files_raise(tmp_path):
 def test_missing_file_is_file_not_found(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_ply(tmp_path / "nope.ply")
+
+
+@pytest.mark.parametrize("fmt", ["ascii", "binary_little_endian", "binary_big_endian"])
+def test_smallest_files_pass_the_count_check(tmp_path, fmt):
+    """The declared-count check against the file size never refuses a complete file: the tightest
+    ASCII one (single-character values, no final newline) and binary ones of every byte order."""
+    names = ["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2",
+             "rot_0", "rot_1", "rot_2", "rot_3"]
+    header = "\n".join(["ply", f"format {fmt} 1.0", "element vertex 2"]
+                       + [f"property float {n}" for n in names] + ["end_header", ""]).encode()
+    if fmt == "ascii":
+        body = b" ".join([b"1"] * 14) + b"\n" + b" ".join([b"1"] * 14)
+    else:
+        body = np.ones(28, dtype="<f4" if fmt.endswith("little_endian") else ">f4").tobytes()
+    path = tmp_path / "tight.ply"
+    path.write_bytes(header + body)
+    d = read_ply(path)
+    assert len(d) == 2 and np.all(d.means == 1.0)

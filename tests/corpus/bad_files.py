@@ -1,0 +1,425 @@
+"""A corpus of bad input files: one :class:`BadFile` per way a file can be wrong.
+
+Every reader and dataset loader must refuse each case with one line that names the file and matches
+``error`` (never a traceback from deep inside numpy, and never by exhausting memory). Cases write
+their files into a fresh temporary folder; ``test_bad_files.py`` runs them all. See README.md for
+how a new format adds its cases.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from recon.data import DataFormatError, MissingImageError, load_scene
+from recon.data.colmap import ColmapCamera, ColmapImage, ColmapModel, ColmapPoints, write_model
+from recon.data.procedural import orbit_cameras
+from recon.export import read_ply, read_splat, read_spz
+from recon.export.glb import (CHUNK_BIN, CHUNK_JSON, GLB_MAGIC, GLB_VERSION, encode_glb, parse_glb,
+                              read_glb)
+from recon.export.splats import SplatFileError, random_splats
+from recon.export.spz import HEADER, MAGIC, encode_spz
+
+BOMB_BYTES = 64 << 20  # decompressed size of the gzip bombs below: 64 MiB of zeros, ~65 KB on disk
+
+
+@dataclass(frozen=True)
+class BadFile:
+    """One bad input.
+
+    Attributes:
+        name: test id, ``<format>-<what is wrong>``.
+        write: writes the bad file(s) under the given empty folder; returns the path to read
+            (a file, or a dataset folder).
+        read: the reader or loader call that must refuse it.
+        error: regex the one-line message must match (``re.search``).
+        exception: the exception class the CLI turns into one line.
+        names: text the message must contain to name the file; default the name of ``write``'s path.
+    """
+
+    name: str
+    write: Callable[[Path], Path]
+    read: Callable[[Path], object]
+    error: str
+    exception: type[Exception] = ValueError
+    names: str | None = None
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def gzip_stream(chunks) -> bytes:
+    """gzip bytes of the concatenated ``chunks`` (an iterable of bytes), compressed piecewise so a
+    bomb never sits in memory decompressed."""
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return b"".join([comp.compress(c) for c in chunks] + [comp.flush()])
+
+
+def zeros(total: int, chunk: int = 1 << 20):
+    for start in range(0, total, chunk):
+        yield bytes(min(chunk, total - start))
+
+
+def write_bytes(name: str, data_fn: Callable[[], bytes]) -> Callable[[Path], Path]:
+    def write(folder: Path) -> Path:
+        path = folder / name
+        path.write_bytes(data_fn())
+        return path
+
+    return write
+
+
+def link_to_dev_zero(name: str) -> Callable[[Path], Path]:
+    def write(folder: Path) -> Path:
+        path = folder / name
+        os.symlink("/dev/zero", path)
+        return path
+
+    return write
+
+
+def fifo(name: str) -> Callable[[Path], Path]:
+    def write(folder: Path) -> Path:
+        path = folder / name
+        os.mkfifo(path)
+        return path
+
+    return write
+
+
+# ----------------------------------------------------------------------------------------------- SPZ
+
+
+def spz_header(n: int, degree: int = 0, version: int = 3) -> bytes:
+    return HEADER.pack(MAGIC, version, n, degree, 12, 0, 0)
+
+
+def spz_bomb_after_valid_header() -> bytes:
+    """A header declaring 10 splats (the payload is 16 + 10 * 20 bytes), then 64 MiB of zeros."""
+    return gzip_stream([spz_header(10)] + list(zeros(BOMB_BYTES)))
+
+
+def spz_bomb_without_header() -> bytes:
+    return gzip_stream(zeros(BOMB_BYTES))
+
+
+def spz_header_declaring_4g_splats() -> bytes:
+    return gzip.compress(spz_header(0xFFFFFFFF, degree=3) + bytes(1000))
+
+
+SPZ_CASES = [
+    BadFile("spz-gzip-bomb-after-header", write_bytes("bomb.spz", spz_bomb_after_valid_header),
+            read_spz, r"more than the 216 bytes its header declares.*gzip bomb", SplatFileError),
+    BadFile("spz-gzip-bomb-of-zeros", write_bytes("zeros.spz", spz_bomb_without_header),
+            read_spz, r"not an SPZ file \(wrong magic", SplatFileError),
+    BadFile("spz-header-declares-4g-splats", write_bytes("huge.spz", spz_header_declaring_4g_splats),
+            read_spz, r"declares 4,294,967,295 splats .*more than a \d+-byte gzip stream can hold",
+            SplatFileError),
+    BadFile("spz-fifo", fifo("pipe.spz"), read_spz, r"not a regular file", SplatFileError),
+    BadFile("spz-dev-zero", link_to_dev_zero("zero.spz"), read_spz, r"not a regular file",
+            SplatFileError),
+]
+
+
+# ----------------------------------------------------------------------------------------------- GLB
+
+
+def glb_container(doc: dict, binary: bytes) -> bytes:
+    """GLB bytes for a glTF JSON document and BIN chunk (both padded to 4 bytes)."""
+    js = json.dumps(doc).encode()
+    js += b" " * (-len(js) % 4)
+    binary += b"\0" * (-len(binary) % 4)
+    total = 12 + 8 + len(js) + 8 + len(binary)
+    return b"".join([struct.pack("<III", GLB_MAGIC, GLB_VERSION, total),
+                     struct.pack("<II", len(js), CHUNK_JSON), js,
+                     struct.pack("<II", len(binary), CHUNK_BIN), binary])
+
+
+def glb_edited(edit: Callable[[dict], None]) -> Callable[[], bytes]:
+    """A valid 4-splat GLB whose JSON document ``edit`` changed in place."""
+    def make() -> bytes:
+        doc, binary = parse_glb("<memory>", encode_glb(random_splats(4, sh_degree=1)))
+        edit(doc)
+        return glb_container(doc, binary)
+
+    return make
+
+
+def _set_accessor(attribute: str, **fields):
+    def edit(doc: dict) -> None:
+        prim = doc["meshes"][0]["primitives"][0]
+        doc["accessors"][prim["attributes"][attribute]].update(fields)
+
+    return edit
+
+
+def _stride_0_count_1e9(doc: dict) -> None:
+    """Every attribute read 10^9 times from the same few bytes: ~60 GB from a 1 KB file."""
+    for view in doc["bufferViews"]:
+        view["byteStride"] = 0
+    _set_all_counts(10**9)(doc)
+
+
+def _set_all_counts(count: int):
+    """Every accessor claims ``count`` elements (so they agree with each other)."""
+    def edit(doc: dict) -> None:
+        for acc in doc["accessors"]:
+            acc["count"] = count
+
+    return edit
+
+
+SCALE = "KHR_gaussian_splatting:SCALE"
+GLB_CASES = [
+    BadFile("glb-stride-0-count-1e9", write_bytes("stride0.glb", glb_edited(_stride_0_count_1e9)),
+            read_glb, r"accessor \d+ .*byteStride 0", SplatFileError),
+    BadFile("glb-count-mismatch", write_bytes("mismatch.glb", glb_edited(_set_accessor(SCALE, count=3))),
+            read_glb, r"accessor \d+ .*3 elements.*POSITION has 4", SplatFileError),
+    BadFile("glb-negative-count", write_bytes("neg.glb", glb_edited(_set_all_counts(-5))),
+            read_glb, r"accessor \d+ .*count -5", SplatFileError),
+    BadFile("glb-negative-offset", write_bytes("negoff.glb",
+                                               glb_edited(_set_accessor("POSITION", byteOffset=-12))),
+            read_glb, r"accessor \d+ .*byteOffset -12", SplatFileError),
+    BadFile("glb-scale-is-vec4", write_bytes("vec4.glb", glb_edited(_set_accessor(SCALE, type="VEC4"))),
+            read_glb, r"SCALE.* VEC4, expected VEC3", SplatFileError),
+    BadFile("glb-dev-zero", link_to_dev_zero("zero.glb"), read_glb, r"not a regular file",
+            SplatFileError),
+]
+
+# ------------------------------------------------------------------------------------------- .splat
+
+SPLAT_CASES = [
+    BadFile("splat-dev-zero", link_to_dev_zero("zero.splat"), read_splat, r"not a regular file",
+            SplatFileError),
+    BadFile("splat-fifo", fifo("pipe.splat"), read_splat, r"not a regular file", SplatFileError),
+]
+
+
+# ----------------------------------------------------------------------------------------------- PLY
+
+PLY_PROPS = ["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2",
+             "rot_0", "rot_1", "rot_2", "rot_3"]
+
+
+def ply_declaring(count: int, fmt: str, body: bytes) -> Callable[[], bytes]:
+    def make() -> bytes:
+        lines = ["ply", f"format {fmt} 1.0", f"element vertex {count}"]
+        lines += [f"property float {p}" for p in PLY_PROPS] + ["end_header", ""]
+        return "\n".join(lines).encode() + body
+
+    return make
+
+
+PLY_CASES = [
+    BadFile("ply-ascii-declares-4g-vertices",
+            write_bytes("ascii.ply", ply_declaring(4_000_000_000, "ascii", b"0 " * 14 + b"\n")),
+            read_ply, r"declares 4,000,000,000 vertices .* hold at most 1;", SplatFileError),
+    BadFile("ply-binary-declares-1g-vertices",
+            write_bytes("binary.ply", ply_declaring(10**9, "binary_little_endian", bytes(56 * 3))),
+            read_ply, r"declares 1,000,000,000 vertices .* hold at most 3;", SplatFileError),
+    BadFile("ply-dev-zero", link_to_dev_zero("zero.ply"), read_ply, r"not a regular file",
+            SplatFileError),
+]
+
+
+# ------------------------------------------------------------------------------------------ datasets
+
+W, H = 24, 16
+FOV_X = 0.9
+
+
+def gl_c2w(w2c: np.ndarray) -> list:
+    """OpenCV world-to-camera [4, 4] -> OpenGL camera-to-world as a nested list."""
+    c2w = np.linalg.inv(w2c)
+    c2w[:3, 1:3] *= -1
+    return c2w.tolist()
+
+
+def write_png(path: Path, size=(W, H), mode="RGB") -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new(mode, size, 128).save(path)
+
+
+def blender_dataset(edit_train: Callable[[dict], None] = lambda meta: None,
+                    edit_test: Callable[[dict], None] = lambda meta: None) -> Callable[[Path], Path]:
+    """A two-view Blender folder (train and test, 24x16 PNGs) whose split metadata the edits change."""
+    def write(folder: Path) -> Path:
+        root = folder / "blender"
+        cams = orbit_cameras(2, 4.0, W, H, FOV_X)
+        for split, edit in (("train", edit_train), ("test", edit_test)):
+            frames = []
+            for i, cam in enumerate(cams):
+                write_png(root / split / f"r_{i}.png")
+                frames.append({"file_path": f"./{split}/r_{i}",
+                               "transform_matrix": gl_c2w(cam.world_to_cam.double().numpy())})
+            meta = {"camera_angle_x": FOV_X, "frames": frames}
+            edit(meta)
+            (root / f"transforms_{split}.json").write_text(json.dumps(meta))
+        return root
+
+    return write
+
+
+def nerfstudio_dataset(edit: Callable[[dict], None]) -> Callable[[Path], Path]:
+    """A two-view nerfstudio folder (transforms.json with fl_x/fl_y/w/h) changed by ``edit``."""
+    def write(folder: Path) -> Path:
+        root = folder / "ns"
+        frames = []
+        for i, cam in enumerate(orbit_cameras(2, 4.0, W, H, FOV_X)):
+            write_png(root / "images" / f"f_{i}.png")
+            frames.append({"file_path": f"images/f_{i}.png",
+                           "transform_matrix": gl_c2w(cam.world_to_cam.double().numpy())})
+        meta = {"fl_x": 20.0, "fl_y": 20.0, "cx": W / 2, "cy": H / 2, "w": W, "h": H, "frames": frames}
+        edit(meta)
+        (root / "transforms.json").write_text(json.dumps(meta))
+        return root
+
+    return write
+
+
+def colmap_dataset(camera: dict | None = None, qvec=(1.0, 0.0, 0.0, 0.0)) -> Callable[[Path], Path]:
+    """A two-image COLMAP text model (one PINHOLE camera); ``camera`` overrides its fields and
+    ``qvec`` the second image's rotation."""
+    def write(folder: Path) -> Path:
+        root = folder / "colmap"
+        fields = {"width": W, "height": H, "params": np.array([20.0, 20.0, W / 2, H / 2])}
+        fields.update(camera or {})
+        cams = {1: ColmapCamera(1, "PINHOLE", fields["width"], fields["height"], fields["params"])}
+        images = {}
+        for i, q in enumerate([(1.0, 0.0, 0.0, 0.0), qvec], start=1):
+            images[i] = ColmapImage(i, np.array(q, float), np.array([0.0, 0.0, 4.0 + i]), 1, f"im_{i}.png")
+            write_png(root / "images" / f"im_{i}.png")
+        write_model(ColmapModel(cams, images, ColmapPoints.empty()), root / "sparse" / "0", ".txt")
+        return root
+
+    return write
+
+
+def _set_frame(index: int, value):
+    def edit(meta: dict) -> None:
+        meta["frames"][index] = value
+
+    return edit
+
+
+def _update_frame(index: int, **fields):
+    def edit(meta: dict) -> None:
+        meta["frames"][index].update(fields)
+
+    return edit
+
+
+def _update_meta(**fields):
+    def edit(meta: dict) -> None:
+        meta.update(fields)
+
+    return edit
+
+
+def _resize_source(folder_root: Callable[[Path], Path], rel: str, size) -> Callable[[Path], Path]:
+    def write(folder: Path) -> Path:
+        root = folder_root(folder)
+        write_png(root / rel, size)
+        return root
+
+    return write
+
+
+ZERO_POSE = np.zeros((4, 4)).tolist()
+NAN_POSE = [[float("nan")] * 4] * 4
+
+
+def _dnerf_with_zero_pose(meta: dict) -> None:
+    """D-NeRF: every frame has a time; frame 0's transform_matrix is all zeros."""
+    for i, frame in enumerate(meta["frames"]):
+        frame["time"] = i / max(1, len(meta["frames"]) - 1)
+    meta["frames"][0]["transform_matrix"] = ZERO_POSE
+
+
+def load(root: Path):
+    return load_scene(root)
+
+
+def load_half(root: Path):
+    return load_scene(root, data_factor=2, cache_dir=root.parent / "cache")
+
+
+WRONG_SIZE = (r"r_1\.png is 48x32, its camera expects 24x16 \(same aspect ratio, so resize the image "
+              r"to 24x16 or scale the camera's intrinsics and size by 2\)")
+
+DATASET_CASES = [
+    BadFile("blender-frame-not-an-object", blender_dataset(_set_frame(1, 42)), load,
+            r"transforms_train\.json: frame 1 is not an object \(got number\)", DataFormatError),
+    BadFile("nerfstudio-frame-not-an-object", nerfstudio_dataset(_set_frame(0, None)), load,
+            r"transforms\.json: frame 0 is not an object \(got null\)", DataFormatError),
+    BadFile("nerfstudio-size-0x0", nerfstudio_dataset(_update_meta(w=0, h=0)), load,
+            r"transforms\.json: image 'images/f_\d\.png': image size 0x0", DataFormatError),
+    BadFile("nerfstudio-size-not-a-number", nerfstudio_dataset(_update_frame(1, w="wide")), load,
+            r"transforms\.json: frame 'images/f_1\.png': 'w' is not a number \('wide'\)",
+            DataFormatError),
+    BadFile("nerfstudio-negative-focal", nerfstudio_dataset(_update_frame(1, fl_x=-20.0)), load,
+            r"transforms\.json: image 'images/f_1\.png': focal length fx=-20 is not positive",
+            DataFormatError),
+    BadFile("nerfstudio-nan-pose", nerfstudio_dataset(_update_frame(0, transform_matrix=NAN_POSE)),
+            load, r"transforms\.json: transform_matrix of frame 0 must be a finite", DataFormatError),
+    BadFile("blender-camera-angle-0", blender_dataset(_update_meta(camera_angle_x=0)), load,
+            r"transforms_train\.json: camera_angle_x 0 of frame '\./train/r_0' must lie in \(0, pi\)", DataFormatError),
+    BadFile("blender-zero-pose-in-test-split",
+            blender_dataset(edit_test=_update_frame(1, transform_matrix=ZERO_POSE)), load,
+            r"transforms_test\.json: image 'test/r_1': .*pose .*singular", DataFormatError),
+    BadFile("dnerf-zero-pose", blender_dataset(_dnerf_with_zero_pose),
+            load, r"transforms_train\.json: image 'train/r_0': .*pose .*singular", DataFormatError),
+    BadFile("colmap-zero-qvec", colmap_dataset(qvec=(0.0, 0.0, 0.0, 0.0)), load,
+            r"images\.txt: image 'im_2\.png': .*non-finite", DataFormatError),
+    BadFile("colmap-zero-focal", colmap_dataset({"params": np.array([0.0, 20.0, W / 2, H / 2])}),
+            load, r"images\.txt: image 'im_1\.png': focal length fx=0 is not positive", DataFormatError),
+    BadFile("colmap-zero-width", colmap_dataset({"width": 0}), load,
+            r"images\.txt: image 'im_1\.png': image size 0x16", DataFormatError),
+    BadFile("blender-source-size-differs-at-factor-2",
+            _resize_source(blender_dataset(), "train/r_1.png", (2 * W, 2 * H)), load_half,
+            WRONG_SIZE, MissingImageError),
+    BadFile("blender-source-size-differs-at-factor-1",
+            _resize_source(blender_dataset(), "train/r_1.png", (2 * W, 2 * H)),
+            lambda root: [load_scene(root).load_image(f) for f in load_scene(root).frames],
+            WRONG_SIZE, MissingImageError),
+]
+
+def _dnerf_time_not_a_number(meta: dict) -> None:
+    for frame in meta["frames"]:
+        frame["time"] = "noon"
+
+
+def _with_points_declaring(count: int):
+    """nerfstudio with ``ply_file_path`` pointing at an ASCII PLY whose header declares ``count`` points."""
+    def edit(meta: dict) -> None:
+        meta["ply_file_path"] = "points.ply"
+
+    def write(folder: Path) -> Path:
+        root = nerfstudio_dataset(edit)(folder)
+        header = f"ply\nformat ascii 1.0\nelement vertex {count}\nproperty float x\nproperty float y\n" \
+                 f"property float z\nend_header\n"
+        (root / "points.ply").write_text(header + "0 0 0\n")
+        return root
+
+    return write
+
+
+DATASET_CASES += [
+    BadFile("dnerf-time-not-a-number", blender_dataset(_dnerf_time_not_a_number), load,
+            r"transforms_train\.json: frame '\./train/r_0': 'time' is not a number \('noon'\)",
+            DataFormatError),
+    BadFile("nerfstudio-points-declare-4g", _with_points_declaring(4_000_000_000), load,
+            r"points\.ply: .*declares 4,000,000,000 vertices .* hold at most 1;", DataFormatError),
+]
+
+CASES: list[BadFile] = SPZ_CASES + GLB_CASES + SPLAT_CASES + PLY_CASES + DATASET_CASES
