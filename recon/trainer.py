@@ -10,6 +10,7 @@ resumes from the newest checkpoint (``steps`` may be raised to extend a finished
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import time
@@ -21,6 +22,7 @@ import torch
 
 from recon.data import load_scene
 from recon.data.scene import Scene
+from recon.errors import CheckpointError, ConfigValueError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_splats
 from recon.frame_images import FrameImages
@@ -32,9 +34,12 @@ from recon.strategy import ADCStrategy, MCMCStrategy
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
 PROCEDURAL = "procedural"  # --data procedural: the built-in scene of recon.data.procedural_scene
 BLENDER_HALF_SIZE = 1.3  # 3DGS random init for synthetic scenes: cube [-1.3, 1.3]^3
-# fields that may differ when resuming (everything else must match the saved config.yaml)
-RESUMABLE_CHANGES = {"steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device", "overwrite",
-                     "viewer", "viewer_port", "viewer_every", "viewer_keep_open"}
+# fields that may differ when resuming (everything else must match the saved config.yaml); ``out`` is the
+# folder itself, which may have been moved or named by another path since
+RESUMABLE_CHANGES = {"out", "steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device",
+                     "overwrite", "viewer", "viewer_port", "viewer_every", "viewer_keep_open"}
+# entries every checkpoint must hold (see Trainer.checkpoint_payload); "a.b" is key b of mapping a
+CHECKPOINT_KEYS = ("step", "model", "strategy_state", "rng.torch", "rng.view", "losses", "train_seconds")
 
 
 class ConfigMismatchError(ValueError):
@@ -90,6 +95,56 @@ class TrainConfig:
     """send the current Gaussians to the viewer every N steps (the stats panel updates about once a second)"""
     viewer_keep_open: bool = True
     """after training, keep serving the final model until Ctrl-C"""
+
+
+# field -> (test, what is allowed) for the numeric fields with a range (types: rf.check_field_value)
+FIELD_RANGES = {
+    "steps": (lambda v: v >= 0, ">= 0"),
+    "data_factor": (lambda v: v >= 1, ">= 1"),
+    "sh_degree": (lambda v: 0 <= v <= 3, "0..3"),
+    "sh_degree_interval": (lambda v: v >= 1, ">= 1"),
+    "eval_every": (lambda v: v >= 0, ">= 0 (0: only at the end)"),
+    "save_every": (lambda v: v >= 0, ">= 0 (0: only at the end)"),
+    "keep_checkpoints": (lambda v: v >= 1, ">= 1"),
+    "max_gaussians": (lambda v: v >= 1, ">= 1"),
+    "steps_scaler": (lambda v: v is None or (math.isfinite(v) and v > 0), "> 0"),
+    "init_num_random": (lambda v: v >= 1, ">= 1"),
+    "init_opacity": (lambda v: v is None or 0 < v < 1, "between 0 and 1"),
+    "init_scale": (lambda v: v is None or (math.isfinite(v) and v > 0), "> 0"),
+    "ssim_lambda": (lambda v: 0 <= v <= 1, "0..1"),
+    "viewer_port": (lambda v: 0 <= v <= 65535, "0..65535"),
+    "viewer_every": (lambda v: v >= 1, ">= 1"),
+}
+
+
+def validate_config(cfg: TrainConfig) -> None:
+    """ConfigValueError (a ValueError) naming the flag when a field has the wrong type, a value outside
+    its choices (``strategy: bogus``) or outside its range (``--sh-degree -1``); the same checks for a
+    config file, the CLI and the Python API."""
+    from typing import get_type_hints
+
+    hints = get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        value = getattr(cfg, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        value = rf.check_field_value(flag, hints[f.name], value)
+        test, allowed = FIELD_RANGES.get(f.name, (None, ""))
+        if test is not None and not test(value):
+            raise ConfigValueError(f"{flag} {value}: must be {allowed}")
+
+
+def stored_config(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` as written to config.yaml: ``data`` and ``out`` as absolute paths (``procedural`` kept), so
+    that eval / render / export find them from any working directory."""
+    return dataclasses.replace(cfg, data=resolved_data(cfg.data), out=Path(cfg.out).resolve())
+
+
+def resolved_data(data: str | Path) -> Path:
+    """``data`` as an absolute path; "procedural" stays as it is unless such a folder exists (as in
+    :func:`load_training_scene`)."""
+    if str(data) == PROCEDURAL and not Path(data).exists():
+        return Path(PROCEDURAL)
+    return Path(data).resolve()
 
 
 # ------------------------------------------------------------------------------------------ setup
@@ -163,7 +218,9 @@ def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator 
 
 def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
     """ConfigMismatchError listing the fields that differ from ``out/config.yaml`` (except resumable ones)."""
-    current = rf.config_to_dict(cfg)
+    current = rf.config_to_dict(stored_config(cfg))
+    if saved.get("data") is not None:  # written relative by older versions: relative to the working directory
+        saved = {**saved, "data": str(resolved_data(saved["data"]))}
     diffs = [f"{k}: saved {saved.get(k)!r}, now {current.get(k)!r}" for k in current
              if k not in RESUMABLE_CHANGES and saved.get(k) != current.get(k)]
     if diffs:
@@ -213,8 +270,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         cfg = self.cfg
-        if cfg.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {cfg.steps}")
+        validate_config(cfg)
         self.device = resolve_device(cfg.device)
         self.out = Path(cfg.out)
         self.scene = load_training_scene(cfg)
@@ -233,19 +289,40 @@ class Trainer:
     # ---------------------------------------------------------------------------- run directory
 
     def prepare_out(self) -> None:
-        """Create ``out``; resume from its newest checkpoint when it holds this run (see module doc)."""
+        """Create ``out`` and remove temporaries of interrupted writes; when ``out/config.yaml`` exists, it
+        must describe this run (else ConfigMismatchError), and the newest checkpoint, if any, is resumed
+        (see :meth:`resume`). ``--overwrite`` deletes the checkpoints instead. Then config.yaml is written."""
         self.out.mkdir(parents=True, exist_ok=True)
+        for path in rf.remove_stale_temporaries(self.out):
+            self.log(f"removed {path} (left by an interrupted write)")
         config_file = self.out / rf.CONFIG_FILE
-        if not self.cfg.overwrite and config_file.is_file() and rf.list_checkpoints(self.out):
-            check_resumable(rf.read_config_dict(config_file), self.cfg, self.out)
-            found = rf.load_latest_checkpoint(self.out)
-            if found is not None:
-                self.load_checkpoint(found[1])
-                self.log(f"resuming {self.out} from step {self.step}")
-        elif self.cfg.overwrite:
+        if self.cfg.overwrite:
             for _, p in rf.list_checkpoints(self.out):
                 p.unlink()
-        rf.write_config(self.out, self.cfg)
+        elif config_file.is_file():
+            check_resumable(rf.read_config_dict(config_file), self.cfg, self.out)
+            self.resume()
+        rf.write_config(self.out, stored_config(self.cfg))
+
+    def resume(self) -> None:
+        """Load the newest checkpoint of ``out`` (none: start at step 0). RunFolderError when it is past
+        ``cfg.steps``; CheckpointError naming the file when it is unsafe, incomplete or does not fit."""
+        found = rf.load_latest_checkpoint(self.out, CHECKPOINT_KEYS)
+        if found is None:
+            return
+        step, payload = found
+        if step > self.cfg.steps:
+            raise RunFolderError(
+                f"--steps {self.cfg.steps}: {self.out} already holds this run at step {step}; give --steps {step} "
+                f"or more to continue it, --overwrite to start over, or another --out")
+        try:
+            self.load_checkpoint(payload)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as err:
+            raise CheckpointError(
+                f"{rf.checkpoint_path(self.out, step)}: cannot restore the training from this checkpoint "
+                f"({type(err).__name__}: {err}); delete it to resume from an earlier one, or use --overwrite "
+                f"to start over") from None
+        self.log(f"resuming {self.out} from step {self.step}")
 
     def checkpoint_payload(self) -> dict:
         return {
@@ -313,6 +390,21 @@ class Trainer:
         return result
 
     def run(self) -> dict:
+        """Hold the run folder's lock (:class:`recon.run_files.RunLock`: RunLockedError while another
+        training writes it) around :meth:`train_and_finish`; returns metrics.json."""
+        from recon.outputs import ensure_writable_folder
+
+        ensure_writable_folder(self.out, "--out")
+        lock = rf.RunLock(self.out).acquire()
+        try:
+            if lock.stale:
+                self.log(f"{lock.path}: taking over the lock left by pid {lock.stale.get('pid', '?')} on "
+                         f"{lock.stale.get('host', '?')}, which is no longer running")
+            return self.train_and_finish()
+        finally:
+            lock.release()
+
+    def train_and_finish(self) -> dict:
         """Train from the current step to ``cfg.steps`` and write all outputs; returns metrics.json."""
         self.prepare_out()
         start_step = self.step
