@@ -2,8 +2,11 @@
 
 Layout::
 
-    OUT/config.yaml                 the TrainConfig as plain YAML (reloadable with load_config_dict)
-    OUT/checkpoints/ckpt_XXXXX.pt   torch.save'd plain dicts (tensors, numbers, lists), XXXXX = step
+    OUT/config.yaml                 the TrainConfig as plain YAML (config_from_dict checks every value);
+                                    data and out as absolute paths
+    OUT/checkpoints/ckpt_XXXXX.pt   torch.save'd plain dicts (tensors, numbers, lists), XXXXX = step;
+                                    loaded with weights_only=True (a file holding anything else is refused)
+    OUT/.lock                       pid and host of the training writing the folder (RunLock)
     OUT/splats.ply                  final model (3DGS PLY)
     OUT/metrics.json                test metrics and timings
     OUT/loss.png                    loss curve (drawn with Pillow)

@@ -5,7 +5,8 @@ backward, Adam step, densification hooks, means learning-rate decay, SH degree r
 ``sh_degree_interval`` steps. Iteration counts of the 30k-step recipe (densification schedule, SH
 interval) are multiplied by ``steps_scaler`` (default ``steps / 30000``) so short runs keep the
 proportions. Outputs are described in :mod:`recon.run_files`. Running again with the same ``out``
-resumes from the newest checkpoint (``steps`` may be raised to extend a finished run).
+resumes from the newest checkpoint (``steps`` may be raised to extend a finished run, not lowered below
+it); the folder may have been moved meanwhile. One training at a time writes a folder (its lock file).
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
     if diffs:
         raise ConfigMismatchError(
             f"{out / rf.CONFIG_FILE}: this run directory holds a run with a different configuration "
-            f"({'; '.join(diffs)}); use another --out, or --overwrite to start over")
+            f"({'; '.join(diffs)}); use another --out, or --overwrite to start over (deletes its checkpoints)")
 
 
 # ------------------------------------------------------------------------------------------ trainer
