@@ -114,6 +114,8 @@ def check_field_value(name: str, tp: Any, value: Any) -> Any:
         if value not in args:
             raise ConfigValueError(f"{name}: {value!r} is not one of {', '.join(map(str, args))}")
         return value
+    if tp is float and isinstance(value, str):
+        value = _yaml_float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
     ok = {bool: lambda v: isinstance(v, bool),
           int: lambda v: isinstance(v, int) and not isinstance(v, bool),
           float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
@@ -124,6 +126,14 @@ def check_field_value(name: str, tp: Any, value: Any) -> Any:
     if not ok(value):
         raise ConfigValueError(f"{name}: {value!r} is not {_type_name(tp)}")
     return float(value) if tp is float else Path(value) if tp is Path else value
+
+
+def _yaml_float(text: str) -> float | str:
+    """``float(text)`` for a number written without a dot (``1e-3``), else ``text`` unchanged."""
+    try:
+        return float(text) if re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", text.strip()) else text
+    except ValueError:
+        return text
 
 
 def _type_name(tp: Any) -> str:
