@@ -15,6 +15,7 @@ Layout::
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
@@ -312,15 +313,21 @@ class RunLock:
         self.path = Path(out) / LOCK_FILE
         self.fd: int | None = None
         self.stale: dict | None = None  # the previous holder when its lock was stale
+        self.unsupported = False  # the file system refused flock: no protection from a second writer
 
     def acquire(self) -> "RunLock":
-        import fcntl
         import socket
 
+        try:
+            import fcntl
+        except ImportError:  # not a POSIX system
+            fcntl = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
+                if fcntl is None:
+                    raise OSError(errno.ENOSYS, "no fcntl module")
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _read_holder(fd)
@@ -328,6 +335,11 @@ class RunLock:
                 raise RunLockedError(
                     f"{self.path}: another training (pid {holder.get('pid', '?')} on {holder.get('host', '?')}) "
                     f"is writing this run folder; wait for it to finish, or use another --out") from None
+            except OSError as err:
+                if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    os.close(fd)
+                    raise
+                self.unsupported = True  # a file system without locks: the lock file only names the holder
             except BaseException:
                 os.close(fd)
                 raise

@@ -398,7 +398,10 @@ class Trainer:
         ensure_writable_folder(self.out, "--out")
         lock = rf.RunLock(self.out).acquire()
         try:
-            if lock.stale:
+            if lock.unsupported:
+                self.log(f"{lock.path}: this file system does not support locks; make sure no other training "
+                         f"writes {self.out}")
+            elif lock.stale:
                 self.log(f"{lock.path}: taking over the lock left by pid {lock.stale.get('pid', '?')} on "
                          f"{lock.stale.get('host', '?')}, which is no longer running")
             return self.train_and_finish()

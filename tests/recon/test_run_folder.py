@@ -169,3 +169,17 @@ def test_second_writer_refused_then_killed_writer_leaves_nothing_in_the_way(tmp_
     assert all(not p.exists() for p in temporaries) and "left by an interrupted write" in printed, printed
     assert [s for s, _ in rf.list_checkpoints(out)] == [2, 4]
     assert (out / "metrics.json").is_file() and not (out / rf.LOCK_FILE).exists()
+
+
+def test_file_system_without_locks_still_trains(tmp_path, monkeypatch):
+    """flock refused (ENOLCK, as on some network file systems): the run goes on and says so."""
+    import errno
+    import fcntl
+
+    def flock(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    said = train(tiny(tmp_path / "run", steps=2))
+    assert any("does not support locks" in s for s in said), said
+    assert (tmp_path / "run" / "metrics.json").is_file() and not (tmp_path / "run" / rf.LOCK_FILE).exists()
