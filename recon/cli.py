@@ -53,10 +53,38 @@ def with_default_preset(argv: list[str]) -> list[str]:
     return ["train", DEFAULT_PRESET, *rest]
 
 
+def unknown_subcommand(argv: list[str], names) -> str | None:
+    """The one-line error for a first argument that is no subcommand (``trian`` -> "did you mean
+    'train'?"), or None when ``argv`` starts with a subcommand or a flag (tyro handles those)."""
+    import difflib
+
+    if not argv or argv[0].startswith("-") or argv[0] in names:
+        return None
+    close = difflib.get_close_matches(argv[0], list(names), n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'?" if close else f"the commands are {', '.join(names)}"
+    return f"splatforge: error: unknown command '{argv[0]}'; {hint} (splatforge --help lists them)"
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Run the subcommand named in ``argv`` (default ``sys.argv[1:]``). A :class:`SplatforgeError` escaping
+    a command is printed as one line (exit status 2)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    message = unknown_subcommand(argv, SUBCOMMANDS)
+    if message is not None:
+        print(message, file=sys.stderr)
+        raise SystemExit(2)
+    from recon.errors import SplatforgeError, fail
+
+    try:
+        run_subcommand(argv)
+    except SplatforgeError as err:
+        fail(argv[0] if argv else "", err)
+
+
+def run_subcommand(argv: list[str]) -> None:
+    """Dispatch ``argv`` (its first item a subcommand) to the subcommand's function through tyro."""
     import tyro
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"] and any(a == "--config" or a.startswith("--config=") for a in argv[1:]):
         from recon.commands.train import train_from_config_file
 

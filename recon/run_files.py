@@ -2,8 +2,11 @@
 
 Layout::
 
-    OUT/config.yaml                 the TrainConfig as plain YAML (reloadable with load_config_dict)
-    OUT/checkpoints/ckpt_XXXXX.pt   torch.save'd plain dicts (tensors, numbers, lists), XXXXX = step
+    OUT/config.yaml                 the TrainConfig as plain YAML (config_from_dict checks every value);
+                                    data and out as absolute paths
+    OUT/checkpoints/ckpt_XXXXX.pt   torch.save'd plain dicts (tensors, numbers, lists), XXXXX = step;
+                                    loaded with weights_only=True (a file holding anything else is refused)
+    OUT/.lock                       pid and host of the training writing the folder (RunLock)
     OUT/splats.ply                  final model (3DGS PLY)
     OUT/metrics.json                test metrics and timings
     OUT/history.json                per step: loss, Gaussian count, seconds; per evaluation: test PSNR, SSIM
@@ -15,17 +18,22 @@ Layout::
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import math
+import os
 import re
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, Sequence, Union, get_args, get_origin, get_type_hints
 
 import numpy as np
 import torch
 import yaml
 
+from recon.errors import CheckpointError, ConfigValueError, RunLockedError
 from recon.export import atomic_open, atomic_write_bytes
 from recon.run_history import RunHistory
 
@@ -77,17 +85,73 @@ def read_config_dict(path: Path) -> dict:
     return data
 
 
-def config_from_dict(cls: type, data: dict) -> Any:
-    """Instantiate dataclass ``cls`` from plain data (Path fields converted; unknown keys are an error)."""
-    names = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(names))
+def config_from_dict(cls: type, data: dict, source: str | os.PathLike | None = None) -> Any:
+    """Instantiate dataclass ``cls`` from plain data, each value checked against its field's type as the
+    CLI checks flags (:func:`check_field_value`); unknown keys are an error. ``source`` (the file) starts
+    the messages."""
+    where = f"{os.fspath(source)}: " if source is not None else ""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
     if unknown:
-        raise ValueError(f"unknown config field(s) {unknown} for {cls.__name__}")
-    kw = {}
-    for k, v in data.items():
-        ftype = str(names[k].type)
-        kw[k] = Path(v) if v is not None and "Path" in ftype else v
+        raise ValueError(f"{where}unknown config field(s) {unknown} for {cls.__name__}")
+    hints = get_type_hints(cls)
+    try:
+        kw = {k: check_field_value(k, hints[k], v) for k, v in data.items()}
+    except ConfigValueError as err:
+        raise ConfigValueError(f"{where}{err}") from None
     return cls(**kw)
+
+
+def check_field_value(name: str, tp: Any, value: Any) -> Any:
+    """``value`` converted to field type ``tp`` (str -> Path, int -> float), or ConfigValueError naming
+    the field, the value and what is allowed. Handles the flat config types: bool, int, float, str,
+    Path, Literal[...], X | None; other types pass unchecked."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        errors = []
+        for option in options:
+            try:
+                return check_field_value(name, option, value)
+            except ConfigValueError as err:
+                errors.append(err)
+        raise errors[0] if len(errors) == 1 else ConfigValueError(
+            f"{name}: {value!r} is not a valid value (expected {_type_name(tp)})")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigValueError(f"{name}: {value!r} is not one of {', '.join(map(str, args))}")
+        return value
+    if tp is float and isinstance(value, str):
+        value = _yaml_float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
+    ok = {bool: lambda v: isinstance(v, bool),
+          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          str: lambda v: isinstance(v, str),
+          Path: lambda v: isinstance(v, (str, Path)) and str(v) != ""}.get(tp)
+    if ok is None:
+        return value
+    if not ok(value):
+        raise ConfigValueError(f"{name}: {value!r} is not {_type_name(tp)}")
+    return float(value) if tp is float else Path(value) if tp is Path else value
+
+
+def _yaml_float(text: str) -> float | str:
+    """``float(text)`` for a number written without a dot (``1e-3``), else ``text`` unchanged."""
+    try:
+        return float(text) if re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", text.strip()) else text
+    except ValueError:
+        return text
+
+
+def _type_name(tp: Any) -> str:
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", Path: "a path"}
+    if get_origin(tp) in (Union, UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a) for a in get_args(tp))
+    if get_origin(tp) is Literal:
+        return "one of " + ", ".join(map(str, get_args(tp)))
+    return names.get(tp, getattr(tp, "__name__", str(tp)))
 
 
 # ------------------------------------------------------------------------------------------ checkpoints
@@ -117,16 +181,61 @@ def save_checkpoint(out: Path, step: int, payload: dict, keep: int = 2) -> Path:
     return path
 
 
-def load_latest_checkpoint(out: Path) -> tuple[int, dict] | None:
-    """(step, payload) of the newest readable checkpoint, or None when there is none."""
+def load_checkpoint_file(path: Path) -> dict:
+    """The payload of one checkpoint, loaded with ``weights_only=True``: tensors and plain Python data
+    only, so a crafted file cannot run code. CheckpointError naming the file when it holds anything else
+    (nothing of it is executed); other exceptions mean a damaged file."""
+    import pickle
+
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "weights_only" not in str(err) and "Weights only" not in str(err):
+            raise  # a damaged file, not a refused one
+        raise CheckpointError(
+            f"{path}: refusing to load this checkpoint: it holds pickled Python objects other than tensors "
+            f"and plain data, which could run code when loaded (splatforge never writes such files); "
+            f"delete it if you do not know where it came from, then run again") from None
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{path}: not a splatforge checkpoint (holds a {type(payload).__name__}, "
+                              f"not a mapping); delete it and run again")
+    return payload
+
+
+def check_checkpoint_keys(path: Path, payload: dict, required: Sequence[str]) -> None:
+    """CheckpointError naming the file and the missing entries of ``payload`` (``"rng.torch"`` names a
+    key of the ``rng`` mapping)."""
+    missing = []
+    for key in required:
+        node = payload
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                missing.append(key)
+                break
+            node = node[part]
+    if missing:
+        raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)} (not written by this version "
+                              f"of splatforge, or edited); delete it to resume from an earlier checkpoint, "
+                              f"or use --overwrite to start over")
+
+
+def load_latest_checkpoint(out: Path, required: Sequence[str] = ()) -> tuple[int, dict] | None:
+    """(step, payload) of the newest readable checkpoint, or None when there is none. A damaged
+    (unreadable) file falls back to the previous one; an unsafe one, or one lacking the ``required``
+    keys (:func:`check_checkpoint_keys`), is a CheckpointError."""
     errors = []
     for step, path in reversed(list_checkpoints(out)):
         try:
-            return step, torch.load(path, map_location="cpu", weights_only=False)
+            payload = load_checkpoint_file(path)
+        except CheckpointError:
+            raise
         except Exception as e:  # noqa: BLE001 - a damaged file: fall back to the previous one
             errors.append(f"{path}: {e}")
+            continue
+        check_checkpoint_keys(path, payload, required)
+        return step, payload
     if errors:
-        raise ValueError("no readable checkpoint: " + "; ".join(errors))
+        raise CheckpointError("no readable checkpoint: " + "; ".join(errors))
     return None
 
 
@@ -183,3 +292,109 @@ def finished_history(out: Path, history: RunHistory) -> RunHistory:
     except ValueError:
         return history
     return saved if saved is not None and saved.loss == history.loss else history
+
+
+# ------------------------------------------------------------------------------------------ run folder
+
+LOCK_FILE = ".lock"
+# temporaries of recon.export.atomic_open (mkstemp: ".NAME." + 8 random characters + ".tmp")
+_TEMP_RE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+
+
+class RunLock:
+    """Exclusive write access to a run folder: ``OUT/.lock`` names the holder (``pid``, ``host``) and is
+    held with ``fcntl.flock`` while the training runs. The kernel drops the flock when its process dies
+    (even by SIGKILL), so a lock file left by a dead process is stale and is taken over (said in
+    :attr:`stale`); a live holder makes :meth:`acquire` raise RunLockedError naming it."""
+
+    def __init__(self, out: Path):
+        self.path = Path(out) / LOCK_FILE
+        self.fd: int | None = None
+        self.stale: dict | None = None  # the previous holder when its lock was stale
+        self.unsupported = False  # the file system refused flock: no protection from a second writer
+
+    def acquire(self) -> "RunLock":
+        import socket
+
+        try:
+            import fcntl
+        except ImportError:  # not a POSIX system
+            fcntl = None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if fcntl is None:
+                    raise OSError(errno.ENOSYS, "no fcntl module")
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise RunLockedError(
+                    f"{self.path}: another training (pid {holder.get('pid', '?')} on {holder.get('host', '?')}) "
+                    f"is writing this run folder; wait for it to finish, or use another --out") from None
+            except OSError as err:
+                if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    os.close(fd)
+                    raise
+                self.unsupported = True  # a file system without locks: the lock file only names the holder
+            except BaseException:
+                os.close(fd)
+                raise
+            if _same_file(fd, self.path):  # not unlinked by a holder releasing it meanwhile
+                break
+            os.close(fd)
+        previous = _read_holder(fd)
+        self.stale = previous or None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode() + b"\n", 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)  # while still held: no one else can be using it
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict:
+    """The ``{"pid", "host"}`` written in a lock file ({} when empty or unreadable)."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    fst = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
+
+
+def remove_stale_temporaries(out: Path) -> list[Path]:
+    """Delete the temporaries of interrupted atomic writes (``.ckpt_00100.pt.x1y2z3w4.tmp`` and the like)
+    in ``out``, ``out/checkpoints`` and ``out/renders``; call only while holding the :class:`RunLock`.
+    Returns the removed paths."""
+    removed = []
+    for folder in (Path(out), Path(out) / CHECKPOINT_DIR, Path(out) / "renders"):
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            if _TEMP_RE.match(p.name) and p.is_file():
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed

@@ -5,11 +5,13 @@ backward, Adam step, densification hooks, means learning-rate decay, SH degree r
 ``sh_degree_interval`` steps. Iteration counts of the 30k-step recipe (densification schedule, SH
 interval) are multiplied by ``steps_scaler`` (default ``steps / 30000``) so short runs keep the
 proportions. Outputs are described in :mod:`recon.run_files`. Running again with the same ``out``
-resumes from the newest checkpoint (``steps`` may be raised to extend a finished run).
+resumes from the newest checkpoint (``steps`` may be raised to extend a finished run, not lowered below
+it); the folder may have been moved meanwhile. One training at a time writes a folder (its lock file).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import time
@@ -21,6 +23,7 @@ import torch
 
 from recon.data import load_scene
 from recon.data.scene import Scene
+from recon.errors import CheckpointError, ConfigValueError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_splats
 from recon.frame_images import FrameImages
@@ -33,9 +36,14 @@ from recon.strategy import ADCStrategy, MCMCStrategy
 
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
 PROCEDURAL = "procedural"  # --data procedural: the built-in scene of recon.data.procedural_scene
-# fields that may differ when resuming (everything else must match the saved config.yaml)
-RESUMABLE_CHANGES = {"steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device", "overwrite",
-                     "viewer", "viewer_port", "viewer_every", "viewer_keep_open", "logger", "logger_every"}
+# fields that may differ when resuming (everything else must match the saved config.yaml); ``out`` is the
+# folder itself, which may have been moved or named by another path since
+RESUMABLE_CHANGES = {"out", "steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device",
+                     "overwrite", "viewer", "viewer_port", "viewer_every", "viewer_keep_open", "logger",
+                     "logger_every"}
+# entries every checkpoint must hold (see Trainer.checkpoint_payload); "a.b" is key b of mapping a; the
+# loss record is "history" (or "losses" in checkpoints written before histories; see load_checkpoint)
+CHECKPOINT_KEYS = ("step", "model", "strategy_state", "rng.torch", "rng.view", "train_seconds")
 
 
 class ConfigMismatchError(ValueError):
@@ -100,6 +108,56 @@ class TrainConfig:
     """tensorboard: write TensorBoard event files to OUT/tensorboard/ (scalars, test renders at evaluations)"""
     logger_every: int = 100
     """write the logger's training scalars every N steps"""
+
+
+# field -> (test, what is allowed) for the numeric fields with a range (types: rf.check_field_value)
+FIELD_RANGES = {
+    "steps": (lambda v: v >= 0, ">= 0"),
+    "data_factor": (lambda v: v >= 1, ">= 1"),
+    "sh_degree": (lambda v: 0 <= v <= 3, "0..3"),
+    "sh_degree_interval": (lambda v: v >= 1, ">= 1"),
+    "eval_every": (lambda v: v >= 0, ">= 0 (0: only at the end)"),
+    "save_every": (lambda v: v >= 0, ">= 0 (0: only at the end)"),
+    "keep_checkpoints": (lambda v: v >= 1, ">= 1"),
+    "max_gaussians": (lambda v: v >= 1, ">= 1"),
+    "steps_scaler": (lambda v: v is None or (math.isfinite(v) and v > 0), "> 0"),
+    "init_num_random": (lambda v: v >= 1, ">= 1"),
+    "init_opacity": (lambda v: v is None or 0 < v < 1, "between 0 and 1"),
+    "init_scale": (lambda v: v is None or (math.isfinite(v) and v > 0), "> 0"),
+    "ssim_lambda": (lambda v: 0 <= v <= 1, "0..1"),
+    "viewer_port": (lambda v: 0 <= v <= 65535, "0..65535"),
+    "viewer_every": (lambda v: v >= 1, ">= 1"),
+}
+
+
+def validate_config(cfg: TrainConfig) -> None:
+    """ConfigValueError (a ValueError) naming the flag when a field has the wrong type, a value outside
+    its choices (``strategy: bogus``) or outside its range (``--sh-degree -1``); the same checks for a
+    config file, the CLI and the Python API."""
+    from typing import get_type_hints
+
+    hints = get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        value = getattr(cfg, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        value = rf.check_field_value(flag, hints[f.name], value)
+        test, allowed = FIELD_RANGES.get(f.name, (None, ""))
+        if test is not None and not test(value):
+            raise ConfigValueError(f"{flag} {value}: must be {allowed}")
+
+
+def stored_config(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` as written to config.yaml: ``data`` and ``out`` as absolute paths (``procedural`` kept), so
+    that eval / render / export find them from any working directory."""
+    return dataclasses.replace(cfg, data=resolved_data(cfg.data), out=Path(cfg.out).resolve())
+
+
+def resolved_data(data: str | Path) -> Path:
+    """``data`` as an absolute path; "procedural" stays as it is unless such a folder exists (as in
+    :func:`load_training_scene`)."""
+    if str(data) == PROCEDURAL and not Path(data).exists():
+        return Path(PROCEDURAL)
+    return Path(data).resolve()
 
 
 # ------------------------------------------------------------------------------------------ setup
@@ -174,14 +232,16 @@ def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator 
 
 def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
     """ConfigMismatchError listing the fields that differ from ``out/config.yaml`` (except resumable ones)."""
-    current = rf.config_to_dict(cfg)
+    current = rf.config_to_dict(stored_config(cfg))
+    if saved.get("data") is not None:  # written relative by older versions: relative to the working directory
+        saved = {**saved, "data": str(resolved_data(saved["data"]))}
     defaults = rf.config_to_dict(TrainConfig())  # a field newer than the saved run had its default there
     diffs = [f"{k}: saved {saved.get(k, defaults[k])!r}, now {current.get(k)!r}" for k in current
              if k not in RESUMABLE_CHANGES and saved.get(k, defaults[k]) != current.get(k)]
     if diffs:
         raise ConfigMismatchError(
             f"{out / rf.CONFIG_FILE}: this run directory holds a run with a different configuration "
-            f"({'; '.join(diffs)}); use another --out, or --overwrite to start over")
+            f"({'; '.join(diffs)}); use another --out, or --overwrite to start over (deletes its checkpoints)")
 
 
 # ------------------------------------------------------------------------------------------ trainer
@@ -230,8 +290,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         cfg = self.cfg
-        if cfg.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {cfg.steps}")
+        validate_config(cfg)
         parse_init_box(cfg.init_box)  # a malformed --init-box fails before the scene is loaded
         self.device = resolve_device(cfg.device)
         self.out = Path(cfg.out)
@@ -251,19 +310,40 @@ class Trainer:
     # ---------------------------------------------------------------------------- run directory
 
     def prepare_out(self) -> None:
-        """Create ``out``; resume from its newest checkpoint when it holds this run (see module doc)."""
+        """Create ``out`` and remove temporaries of interrupted writes; when ``out/config.yaml`` exists, it
+        must describe this run (else ConfigMismatchError), and the newest checkpoint, if any, is resumed
+        (see :meth:`resume`). ``--overwrite`` deletes the checkpoints instead. Then config.yaml is written."""
         self.out.mkdir(parents=True, exist_ok=True)
+        for path in rf.remove_stale_temporaries(self.out):
+            self.log(f"removed {path} (left by an interrupted write)")
         config_file = self.out / rf.CONFIG_FILE
-        if not self.cfg.overwrite and config_file.is_file() and rf.list_checkpoints(self.out):
-            check_resumable(rf.read_config_dict(config_file), self.cfg, self.out)
-            found = rf.load_latest_checkpoint(self.out)
-            if found is not None:
-                self.load_checkpoint(found[1])
-                self.log(f"resuming {self.out} from step {self.step}")
-        elif self.cfg.overwrite:
+        if self.cfg.overwrite:
             for _, p in rf.list_checkpoints(self.out):
                 p.unlink()
-        rf.write_config(self.out, self.cfg)
+        elif config_file.is_file():
+            check_resumable(rf.read_config_dict(config_file), self.cfg, self.out)
+            self.resume()
+        rf.write_config(self.out, stored_config(self.cfg))
+
+    def resume(self) -> None:
+        """Load the newest checkpoint of ``out`` (none: start at step 0). RunFolderError when it is past
+        ``cfg.steps``; CheckpointError naming the file when it is unsafe, incomplete or does not fit."""
+        found = rf.load_latest_checkpoint(self.out, CHECKPOINT_KEYS)
+        if found is None:
+            return
+        step, payload = found
+        if step > self.cfg.steps:
+            raise RunFolderError(
+                f"--steps {self.cfg.steps}: {self.out} already holds this run at step {step}; give --steps {step} "
+                f"or more to continue it, --overwrite to start over, or another --out")
+        try:
+            self.load_checkpoint(payload)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as err:
+            raise CheckpointError(
+                f"{rf.checkpoint_path(self.out, step)}: cannot restore the training from this checkpoint "
+                f"({type(err).__name__}: {err}); delete it to resume from an earlier one, or use --overwrite "
+                f"to start over") from None
+        self.log(f"resuming {self.out} from step {self.step}")
 
     def checkpoint_payload(self) -> dict:
         return {
@@ -339,6 +419,24 @@ class Trainer:
         return result
 
     def run(self) -> dict:
+        """Hold the run folder's lock (:class:`recon.run_files.RunLock`: RunLockedError while another
+        training writes it) around :meth:`train_and_finish`; returns metrics.json."""
+        from recon.outputs import ensure_writable_folder
+
+        ensure_writable_folder(self.out, "--out")
+        lock = rf.RunLock(self.out).acquire()
+        try:
+            if lock.unsupported:
+                self.log(f"{lock.path}: this file system does not support locks; make sure no other training "
+                         f"writes {self.out}")
+            elif lock.stale:
+                self.log(f"{lock.path}: taking over the lock left by pid {lock.stale.get('pid', '?')} on "
+                         f"{lock.stale.get('host', '?')}, which is no longer running")
+            return self.train_and_finish()
+        finally:
+            lock.release()
+
+    def train_and_finish(self) -> dict:
         """Train from the current step to ``cfg.steps`` and write all outputs; returns metrics.json."""
         self.prepare_out()
         start_step = self.step

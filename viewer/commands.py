@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+from recon.errors import fail
 from viewer.scene import ViewerInputError, load_meshes, load_scene
 
 try:
@@ -60,8 +60,7 @@ def view(cfg: Annotated[ViewConfig, _NoPrefix] if _NoPrefix else ViewConfig) -> 
         viewer = build_viewer(cfg)
         viewer.start()
     except (ViewerInputError, OSError) as e:
-        print(f"splatforge view: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from e
+        fail("view", e)
     try:
         t0 = time.monotonic()
         while cfg.exit_after is None or time.monotonic() - t0 < cfg.exit_after:

@@ -189,11 +189,9 @@ def load_scene(path: str | os.PathLike, cameras: bool = True) -> SplatScene:
         raise ViewerInputError(f"{file}: cannot read splats ({type(e).__name__}: {e})") from e
     if len(data.means) == 0:
         raise ViewerInputError(f"{file}: holds no splats")
-    finite = np.isfinite(data.means).all(1)
-    if not finite.all():
-        data = SplatData(*(getattr(data, k)[finite] for k in ("means", "quats", "log_scales",
-                                                             "logit_opacities", "sh")),
-                         antialiased=getattr(data, "antialiased", False))
+    data, dropped = data.drop_nonfinite()  # splats with NaN/Inf in any field cannot be drawn
+    if len(data) == 0:
+        raise ViewerInputError(f"{file}: all {dropped} splats hold NaN/Inf values; there is nothing to show")
     scene = SplatScene(data, file, run_dir)
     if run_dir is not None and cameras:
         scene.cameras = load_run_cameras(run_dir)

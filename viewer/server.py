@@ -13,6 +13,7 @@ default). viser cameras use OpenCV camera axes too (+z forward, -y up); conversi
 
 from __future__ import annotations
 
+import errno
 import math
 import socket
 import threading
@@ -30,12 +31,24 @@ BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """True when a TCP server could bind ``host:port`` now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """True when a TCP server could bind ``host:port`` now, False when that address is in use. Any other
+    failure (a host name that does not resolve, an address not on this machine, a port out of range)
+    raises OSError naming ``--host`` / ``--port`` and the reason: it is not "in use"."""
+    if not 0 <= port <= 65535:
+        raise OSError(f"--port {port}: must be 0..65535 (0: any free port)")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as err:
+        raise OSError(f"--host {host}: cannot resolve this name ({err.strerror}); give an address of this "
+                      f"machine such as 127.0.0.1 or 0.0.0.0") from None
+    with socket.socket(family, kind, proto) as s:
         try:
-            s.bind((host, port))
-        except OSError:
-            return False
+            s.bind(address)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                return False
+            raise OSError(f"--host {host} --port {port}: cannot listen there ({err.strerror})") from None
     return True
 
 
@@ -96,7 +109,7 @@ class ViewerServer:
     def start(self) -> "ViewerServer":
         import viser
 
-        if self.requested_port != 0 and not port_is_free(self.host, self.requested_port):
+        if not port_is_free(self.host, self.requested_port) and self.requested_port != 0:
             if self.strict_port:
                 raise OSError(f"port {self.requested_port} on {self.host} is already in use "
                               f"(pick another with --port)")

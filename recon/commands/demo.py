@@ -27,7 +27,8 @@ def demo(out: Path = Path("demo_output"), steps: int = DEMO_STEPS, video: bool =
     t0 = time.perf_counter()
     try:
         metrics = train_model(cfg)
-        movie = render_video(cfg.out, "orbit", cfg.out / "turntable.mp4", frames=90, progress=progress) if video else None
+        movie = (render_video(cfg.out, "orbit", cfg.out / "turntable.mp4", frames=90, progress=progress, force=True)
+                 if video else None)
     except USER_ERRORS as err:
         fail("demo", err)
     print(f"\ntest PSNR {metrics['test']['psnr']:.2f} dB (SSIM {metrics['test']['ssim']:.3f}) after "

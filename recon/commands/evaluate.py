@@ -33,8 +33,20 @@ def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | N
         print(NOTE)
 
 
+def saved_dataset(data: str, config_file: Path) -> Path:
+    """The dataset named in a run's config.yaml; FileNotFoundError naming both and suggesting --data when
+    it is not there (moved, or a relative path written by an older version from another folder)."""
+    from recon.trainer import PROCEDURAL
+
+    if str(data) != PROCEDURAL and not Path(data).exists():
+        raise FileNotFoundError(f"{data}: the dataset named in {config_file} is not there; give its folder "
+                                f"with --data DIR")
+    return Path(data)
+
+
 def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     from recon import run_files as rf
+    from recon.outputs import ensure_writable_folder
     from recon.evaluation import evaluate_splat_file
     from recon.trainer import TrainConfig, background_color, load_training_scene, resolve_device
 
@@ -51,14 +63,17 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
 
             run_facts = json.loads((Path(run) / "metrics.json").read_text())
         splats = splats or Path(run) / "splats.ply"
-    data = data if data is not None else saved.get("data")
+    if not Path(splats).is_file():
+        raise FileNotFoundError(f"{splats}: no such splat file" + (" (has the run finished?)" if run else ""))
+    if data is None and saved.get("data") is not None:
+        data = saved_dataset(saved["data"], Path(run) / rf.CONFIG_FILE)
     if data is None:
         raise ValueError("no dataset: give --data DIR (or --run of a training run)")
     cfg = TrainConfig(data=Path(data), data_factor=data_factor or saved.get("data_factor", 1),
                       seed=saved.get("seed", 0), background=saved.get("background", "auto"))
-    scene = load_training_scene(cfg)
     out = Path(out) if out is not None else (Path(run) / "eval" if run is not None else Path(splats).parent / "eval")
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_writable_folder(out, "--out")  # before the slow loading
+    scene = load_training_scene(cfg)
     background = background_color(cfg, scene).tolist()  # the run's fixed background (dataset's for auto/random)
     return evaluate_splat_file(splats, scene, out, background=background, device=resolve_device(device),
                                run_facts=run_facts)

@@ -12,16 +12,17 @@ output is refused without ``--force``. A short report follows (:mod:`recon.expor
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
+from recon.errors import USER_ERRORS, OutputError, fail
 from recon.export import SplatFileError
 from recon.export.atomic import refuse_overwrite
 from recon.export.budget import ViewCamera, apply_budget, resolve_budget
 from recon.export.glb import format_key, read_any, write_any
 from recon.export.report import ExportReport, print_report, psnr_before_after
+from recon.outputs import ensure_writable_folder
 
 try:
     import tyro
@@ -127,7 +128,10 @@ def run_export(config: ExportConfig) -> ExportReport:
     suffix = config.out.suffix.lower().lstrip(".")
     if config.format and suffix and suffix != fmt and suffix in ("ply", "splat", "spz", "glb"):
         raise ValueError(f"--format {fmt} does not match the suffix of --out {config.out}")
+    if Path(config.out).is_dir():
+        raise OutputError(f"--out {config.out}: is a folder; give a file path")
     refuse_overwrite(config.out, config.force)  # before any slow work
+    ensure_writable_folder(Path(config.out).parent, f"--out {config.out}: folder")
     max_splats, sh_degree = resolve_budget(config.target, config.max_splats, config.sh_degree)
 
     run_dir = src if src.is_dir() else None
@@ -174,9 +178,8 @@ def export(config: Annotated[ExportConfig, _NoPrefix] if _NoPrefix else ExportCo
     """
     try:
         report = run_export(config)
-    except (FileExistsError, FileNotFoundError, SplatFileError, ValueError) as exc:
-        print(f"splatforge export: error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+    except USER_ERRORS as exc:  # SplatFileError is a ValueError
+        fail("export", exc, status=1)
     if not config.quiet:
         print_report(report)
     return report

@@ -3,6 +3,7 @@ camera-path JSON saved with the viewer's keyframe button (interpolated between t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -14,9 +15,12 @@ import torch
 from recon.commands.train import USER_ERRORS, fail
 
 
+VIDEO_SUFFIXES = (".mp4",)
+
+
 def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames: int = 120, fps: int = 30,
            splats: Path | None = None, max_side: int | None = None, progress: bool = True,
-           device: Literal["auto", "cpu", "cuda"] = "auto") -> None:
+           device: Literal["auto", "cpu", "cuda"] = "auto", data: Path | None = None, force: bool = False) -> None:
     """Render RUN's splats.ply along a camera path into an MP4 (H.264 via imageio-ffmpeg).
 
     Args:
@@ -24,33 +28,42 @@ def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames
         path: orbit (circle around the scene), spiral (orbit with varying height and distance), dataset
             (the training cameras in order), or a camera-path JSON FILE saved by the viewer's keyframe
             button (a smooth path through its keyframes, at the first keyframe's image size).
-        out: output video (.mp4); written to a temporary file and renamed when complete.
+        out: output video (.mp4); written to a temporary file and renamed when complete. An existing file
+            is refused without --force.
         frames: number of frames for orbit/spiral and for a camera-path FILE (spread over its keyframes).
         splats: render this splat file instead of RUN/splats.ply.
         max_side: camera-path FILE only: scale the frames down so that their longest side is at most this
             (the field of view is kept); browser keyframes have the browser window's size.
         device: where to render: auto (the GPU when CUDA is available), cpu or cuda.
+        data: dataset folder or "procedural" (default: the one in RUN/config.yaml).
+        force: overwrite an existing --out.
     """
     try:
-        written = render_video(run, path, out, frames, fps, splats, progress, max_side=max_side, device=device)
+        written = render_video(run, path, out, frames, fps, splats, progress, max_side=max_side, device=device,
+                               data=data, force=force)
     except (*USER_ERRORS, MissingEncoderError) as err:
         fail("render", err)
     print(f"wrote {written}")
 
 
 def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps: int = 30, splats: Path | None = None,
-                 progress: bool = True, max_side: int | None = None, device: str = "auto") -> Path:
-    """Library form of :func:`render`; returns the video path."""
+                 progress: bool = True, max_side: int | None = None, device: str = "auto",
+                 data: Path | None = None, force: bool = False) -> Path:
+    """Library form of :func:`render`; returns the video path. Bad arguments (frames < 1, fps <= 0, an
+    existing --out without ``force``, a folder, an unwritable place) are refused before any work."""
     from recon import run_files as rf
     from recon.camera_paths import PATHS, camera_path
+    from recon.commands.evaluate import saved_dataset
     from recon.export import read_splats
     from recon.models.gaussians import GaussianModel
     from recon.trainer import TrainConfig, background_color, load_training_scene, resolve_device
 
+    check_render_arguments(out, frames, fps, force)
     config_file = Path(run) / rf.CONFIG_FILE
     if not config_file.is_file():
         raise FileNotFoundError(f"{config_file} not found: --run must be a training output directory")
-    cfg = rf.config_from_dict(TrainConfig, rf.read_config_dict(config_file))
+    cfg = rf.config_from_dict(TrainConfig, rf.read_config_dict(config_file), source=config_file)
+    cfg = dataclasses.replace(cfg, data=Path(data) if data is not None else saved_dataset(cfg.data, config_file))
     splats = Path(splats) if splats is not None else Path(run) / "splats.ply"
     if not splats.is_file():
         raise FileNotFoundError(f"{splats} not found (has the run finished?)")
@@ -64,7 +77,19 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
     model = GaussianModel.from_splat_data(read_splats(splats), extent=scene.extent).to(dev)
     bg = background_color(cfg, scene).to(dev)
     images = _render_frames(model, cams, bg, progress)
-    return write_video(Path(out), images, fps)
+    return write_video(Path(out), images, fps, force=force)
+
+
+def check_render_arguments(out: Path, frames: int, fps: float, force: bool) -> None:
+    """ValueError / OutputError naming the flag for frames < 1, fps <= 0 and an ``out`` that is a
+    folder, not an .mp4, exists without ``force`` or cannot be written."""
+    from recon.outputs import check_output_file
+
+    if frames < 1:
+        raise ValueError(f"--frames {frames}: must be >= 1")
+    if not fps > 0:
+        raise ValueError(f"--fps {fps}: must be > 0")
+    check_output_file(out, force=force, suffixes=VIDEO_SUFFIXES)
 
 
 def keyframe_path_cameras(file: Path, frames: int, max_side: int | None = None) -> list:
@@ -116,11 +141,17 @@ def check_video_encoder() -> None:
                                   "(pip install 'imageio-ffmpeg>=0.5,<1'; it is a dependency of splatforge)") from err
 
 
-def write_video(out: Path, images: list[np.ndarray], fps: int) -> Path:
+def write_video(out: Path, images: list[np.ndarray], fps: int, force: bool = True) -> Path:
     """Encode uint8 [H, W, 3] frames as H.264 MP4 atomically (odd sizes are padded to even); the caller
-    has checked the encoder (check_video_encoder) before rendering the frames."""
+    has checked the encoder (check_video_encoder) before rendering the frames. An existing ``out`` is
+    refused unless ``force`` (checked again here: it may have appeared while rendering)."""
     import imageio.v2 as imageio
 
+    from recon.export.atomic import refuse_overwrite
+
+    if not images:
+        raise ValueError(f"{out}: no frames to write")
+    refuse_overwrite(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix or ".mp4", dir=out.parent)
     os.close(fd)

@@ -11,15 +11,12 @@ Presets (as gsplat's trainer): ``splatforge train mcmc --data DIR`` starts from 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Annotated
 
 import tyro
 
+from recon.errors import USER_ERRORS, fail  # noqa: F401  (re-exported: the other commands import them here)
 from recon.trainer import TrainConfig, train_model
-
-# errors that mean "bad input" (named file / field in the message), reported without a traceback
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError)
 
 # name -> (config, one-line description); flags given after the name override these values
 PRESETS: dict[str, tuple[TrainConfig, str]] = {
@@ -84,12 +81,6 @@ def train_from_config_file(args: list[str]) -> None:
     cfg = tyro.cli(TrainConfig, default=base, args=rest, prog="splatforge train --config FILE",
                    description=train_from_config_file.__doc__)
     train(cfg)
-
-
-def fail(command: str, err: BaseException) -> None:
-    """Print ``splatforge <command>: error: <message>`` to stderr and exit with status 2."""
-    print(f"splatforge {command}: error: {err}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def make_viewer_hook(cfg: TrainConfig, log=print):

@@ -67,9 +67,12 @@ def atomic_open(path: str | os.PathLike, force: bool = False) -> Iterator[Binary
             os.fsync(f.fileno())
         os.chmod(tmp, _default_mode())
         _publish(tmp, path, force)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.filename is None and err.errno is not None:
+            # a failed write (a full disk) names no file: name the destination
+            raise OSError(err.errno, err.strerror, os.fspath(path)) from err
         raise
 
 
