@@ -202,17 +202,21 @@ def load_checkpoint_file(path: Path) -> dict:
     return payload
 
 
+def _has_entry(payload: dict, key: str) -> bool:
+    """Whether ``payload`` holds ``key`` (dotted: ``"rng.torch"`` is key torch of mapping rng)."""
+    node = payload
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def check_checkpoint_keys(path: Path, payload: dict, required: Sequence[str]) -> None:
     """CheckpointError naming the file and the missing entries of ``payload`` (``"rng.torch"`` names a
-    key of the ``rng`` mapping)."""
-    missing = []
-    for key in required:
-        node = payload
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                missing.append(key)
-                break
-            node = node[part]
+    key of the ``rng`` mapping; ``"history|losses"`` is satisfied by either)."""
+    missing = [key for key in required
+               if not any(_has_entry(payload, alternative) for alternative in key.split("|"))]
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)} (not written by this version "
                               f"of splatforge, or edited); delete it to resume from an earlier checkpoint, "

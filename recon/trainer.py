@@ -42,8 +42,8 @@ RESUMABLE_CHANGES = {"out", "steps", "eval_every", "save_every", "keep_checkpoin
                      "overwrite", "viewer", "viewer_port", "viewer_every", "viewer_keep_open", "logger",
                      "logger_every"}
 # entries every checkpoint must hold (see Trainer.checkpoint_payload); "a.b" is key b of mapping a; the
-# loss record is "history" (or "losses" in checkpoints written before histories; see load_checkpoint)
-CHECKPOINT_KEYS = ("step", "model", "strategy_state", "rng.torch", "rng.view", "train_seconds")
+# loss record is "history" ("losses" in checkpoints written before histories; see load_checkpoint)
+CHECKPOINT_KEYS = ("step", "model", "strategy_state", "rng.torch", "rng.view", "history|losses", "train_seconds")
 
 
 class ConfigMismatchError(ValueError):
