@@ -8,7 +8,9 @@ import torch
 from torch import Tensor
 
 from ..tiles import TileGrid
-from . import kernels as K
+from . import binning as B
+from . import compositing as K
+from .launch import KERNEL_LOCK
 from .schedule import thread_count
 from .sort import depth_order
 
@@ -25,15 +27,15 @@ def interleaved_tile_order(n_tiles: int) -> np.ndarray:
 
 
 class BinnedTiles:
-    """Per-tile depth-sorted Gaussian lists for C cameras (numpy; the fields of kernels.Bins) and the
+    """Per-tile depth-sorted Gaussian lists for C cameras (numpy; the fields of binning.Bins) and the
     tile visiting order, computed once per render."""
 
     def __init__(self, means2d: Tensor, conics: Tensor, opac: Tensor, radii: Tensor, depths: Tensor,
                  grid: TileGrid, width: int, height: int):
         C, N = depths.shape
-        with K.KERNEL_LOCK:
+        with KERNEL_LOCK:
             order = depth_order(_np(depths.detach().to(torch.float32)), _np(radii))
-        self.row_half, self.offsets, self.ids, self.perm, self.starts, self.counts = K.bin_gaussians(
+        self.row_half, self.offsets, self.ids, self.perm, self.starts, self.counts = B.bin_gaussians(
             order, _np(means2d.reshape(C * N, 2)), _np(radii.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)),
             _np(opac.reshape(C * N)), N, grid.tiles_x, grid.tiles_y, grid.tile_size, width, height)
         self.order = interleaved_tile_order(C * grid.tiles_x * grid.tiles_y)
@@ -58,8 +60,8 @@ class CompositeFunction(torch.autograd.Function):
         alpha = np.zeros((C, height, width, 1), dtype)
         T_final = np.ones((C, height, width), dtype)
         last_ids = np.full((C, height, width), -1, np.int32)
-        with K.KERNEL_LOCK:
-            if will_backward:  # pack the intersections once for both passes (kernels.pack_intersections)
+        with KERNEL_LOCK:
+            if will_backward:  # pack the intersections once for both passes (compositing.pack_intersections)
                 packed, rows = K.pack_intersections(*flat, bins.row_half, bins.ids)
             else:
                 packed = rows = None
@@ -76,14 +78,14 @@ class CompositeFunction(torch.autograd.Function):
         g_means2d = np.zeros((M, 2), dtype)
         g_abs = np.zeros((M if absgrad_acc is not None else 0, 2), dtype)  # empty: not summed
         g_conics, g_opac, g_colors = np.zeros((M, 3), dtype), np.zeros((M, 1), dtype), np.zeros((M, D), dtype)
-        with K.KERNEL_LOCK:
+        with KERNEL_LOCK:
             K.backward_kernel(packed, rows, flat[3], bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
                               grid.tiles_y, grid.tile_size, T_final, last_ids, _np(v_render), _np(v_alpha),
                               g_means2d, g_abs, g_conics, g_opac[:, 0], g_colors)
         G = C * N
         outs = (np.empty((G, 2), dtype), np.empty((G, 3), dtype), np.empty(G, dtype), np.empty((G, D), dtype))
         v_abs = np.empty((G if absgrad_acc is not None else 0, 2), dtype)
-        with K.KERNEL_LOCK:
+        with KERNEL_LOCK:
             K.sum_per_gaussian(g_means2d, g_conics, g_opac[:, 0], g_colors, g_abs, bins.perm, bins.starts,
                                bins.counts, *outs, v_abs, thread_count())
         if absgrad_acc is not None:
