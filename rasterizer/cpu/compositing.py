@@ -237,22 +237,55 @@ def count_done(st, done_threshold):
     return n
 
 
-@njit(cache=True, parallel=True)
-def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, tile_order, W, H, TW, TH, ts,
-                   render, alpha_out, T_final, last_ids):
-    """Front-to-back compositing of all tiles in parallel. Reads the Gaussians from the packed arrays
-    (pack_intersections) when they are given, else (``packed`` and ``rows`` None) from the [C*N, .]
-    arrays through ``ids``; colours of channels >= 3 always from ``colors``. Writes render [C,H,W,D],
-    alpha_out [C,H,W,1], T_final [C,H,W] (transmittance after the last blended Gaussian) and last_ids
-    [C,H,W] int32 (position in ``ids`` of the last blended Gaussian, -1 if none). Requires ts == TS."""
-    for it in prange(tile_order.shape[0]):
-        forward_tile(tile_order[it], means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW,
-                     TH, render, alpha_out, T_final, last_ids)
+# "No limit" in the depth-limit arrays: the largest float32, as the kernels are compiled without infinities
+# (FASTMATH's ninf); the caller clamps the limits to +-NO_LIMIT (no finite float32 depth reaches it).
+NO_LIMIT = np.float32(np.finfo(np.float32).max)
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW, TH, render,
-                 alpha_out, T_final, last_ids):
+def load_tile_limits(limits, c, x0, y0, x1, y1):
+    """The depth limits [NPIX] float32 of one tile's pixels (limits [C, H, W] float32, finite); NO_LIMIT
+    outside the image."""
+    lim = np.full(NPIX, NO_LIMIT, np.float32)
+    for y in range(y0, y1):
+        for x in range(x0, x1):
+            lim[(y - y0) * TS + x - x0] = limits[c, y, x]
+    return lim
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def cut_pixels(st, lim, depth, done):
+    """Mark done the tile pixels whose depth limit ``lim`` [NPIX] is not beyond ``depth`` (lim <= depth)
+    and drop their limits (NO_LIMIT). Returns the smallest limit left: the depth of the next cut."""
+    nearest = NO_LIMIT
+    for p in range(NPIX):
+        cut = lim[p] <= depth
+        st[F_THR + p] = select(cut, done, st[F_THR + p])
+        lim[p] = select(cut, NO_LIMIT, lim[p])
+        nearest = min(nearest, lim[p])
+    return nearest
+
+
+@njit(cache=True, parallel=True)
+def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, tile_order, W, H, TW, TH, ts,
+                   depths32, limits, render, alpha_out, T_final, last_ids):
+    """Front-to-back compositing of all tiles in parallel. Reads the Gaussians from the packed arrays
+    (pack_intersections) when they are given, else (``packed`` and ``rows`` None) from the [C*N, .]
+    arrays through ``ids``; colours of channels >= 3 always from ``colors``. With depth ``limits``
+    [C,H,W] float32 (finite, see NO_LIMIT; None: no limit), a pixel stops at the first Gaussian whose
+    depth (depths32 [C*N] float32, the sort keys) is >= its limit: in depth order, none behind it
+    contributes either (the backward needs no change: the pixel is done, as after T <= 1e-4).
+    Writes render [C,H,W,D], alpha_out [C,H,W,1], T_final [C,H,W] (transmittance after the last
+    blended Gaussian) and last_ids [C,H,W] int32 (position in ``ids`` of the last blended Gaussian, -1
+    if none). Requires ts == TS."""
+    for it in prange(tile_order.shape[0]):
+        forward_tile(tile_order[it], means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW,
+                     TH, depths32, limits, render, alpha_out, T_final, last_ids)
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW, TH, depths32,
+                 limits, render, alpha_out, T_final, last_ids):
     """Forward pass of one tile t (see forward_kernel): Gaussians front to back, each over the rows
     its ellipse crosses, until every pixel of the tile is done."""
     D = colors.shape[1]
@@ -265,10 +298,15 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
     for ly in range(y1 - y0):
         for lx in range(x1 - x0):
             st[F_THR + ly * TS + lx] = ALPHA_THRESHOLD
+    if limits is not None:  # None: a separate compilation with the depth cuts pruned
+        lim = load_tile_limits(limits, c, x0, y0, x1, y1)
+        next_cut = lim.min()
     for k in range(offsets[t], offsets[t + 1]):
         if (k - offsets[t]) % LIVE_CHECK == LIVE_CHECK - 1 and count_done(st, done) == NPIX:
             break
         g = ids[k]
+        if limits is not None and depths32[g] >= next_cut:  # cut the pixels whose limit it reaches
+            next_cut = cut_pixels(st, lim, depths32[g], done)
         if packed is not None:  # None: a separate compilation with this branch pruned
             ylo, yhi = gaussian_rows(rows[k, 0], rows[k, 1], y0, y1)
         else:
