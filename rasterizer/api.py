@@ -14,6 +14,7 @@ from torch import Tensor
 from . import validate as V
 from .records import RenderMeta, RenderOutput, Splats
 from .reference.sh import join_sh, sh_to_color
+from .runtime import warn_if_spin_set_too_late
 from .tiles import TILE_SIZE, TileGrid
 
 
@@ -163,6 +164,8 @@ def rasterize_gaussians(
             near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, backgrounds=backgrounds,
             render_mode=render_mode, rasterize_mode=rasterize_mode, covars=covars, absgrad=absgrad,
             tile_size=tile_size)
+    if name == "cpu":
+        warn_if_spin_set_too_late()
     impl = _backend_module(name)
     antialiased = rasterize_mode == "antialiased"
     proj = impl.project(means, quats, scales, covars, viewmats, Ks, width, height, eps2d=eps2d,
