@@ -68,11 +68,17 @@ _spin_warned = False
 
 
 def warn_if_spin_set_too_late() -> None:
-    """Warn once per process (SpinCountWarning) when :data:`SPIN_SET_TOO_LATE`."""
+    """Warn once per process (SpinCountWarning) when :data:`SPIN_SET_TOO_LATE` and PyTorch runs more
+    than one thread (with one, no OpenMP thread is left spinning)."""
     global _spin_warned
-    if SPIN_SET_TOO_LATE and not _spin_warned:
+    if SPIN_SET_TOO_LATE and not _spin_warned and _torch_threads() > 1:
         _spin_warned = True
         warnings.warn(SPIN_WARNING, SpinCountWarning, stacklevel=3)
+
+
+def _torch_threads() -> int:
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else 1
 
 
 def keep_freed_memory() -> bool:

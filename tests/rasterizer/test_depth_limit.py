@@ -44,9 +44,11 @@ def cutting_limit(C, width, height, dtype):
 
 
 def one_gaussian(z, x=0.0, dtype=torch.float64):
-    """A single Gaussian (quaternion tilted: every parameter has a gradient) near the optical axis (offset x) of a 32 x 24 camera at the origin."""
+    """A single Gaussian at depth z near the optical axis (offset x) of a 32 x 24 camera at the origin;
+    anisotropic and rotated, so that every parameter gets a gradient."""
     p = dict(means=torch.tensor([[x, 0.0, z]]), quats=torch.tensor([[0.9, 0.2, 0.1, 0.3]]),
-             scales=torch.tensor([[0.15, 0.08, 0.1]]), opacities=torch.tensor([0.8]), colors=torch.tensor([[0.9, 0.4, 0.2]]))
+             scales=torch.tensor([[0.15, 0.08, 0.1]]), opacities=torch.tensor([0.8]),
+             colors=torch.tensor([[0.9, 0.4, 0.2]]))
     p = {k: v.to(dtype).requires_grad_(True) for k, v in p.items()}
     K = torch.tensor([[[30.0, 0.0, 16.0], [0.0, 30.0, 12.0], [0.0, 0.0, 1.0]]], dtype=dtype)
     return p, torch.eye(4, dtype=dtype)[None], K
@@ -153,7 +155,6 @@ def test_transmittance_cannot_be_changed_before_backward():
     p, viewmats, Ks = random_scene(n=50, width=20, height=16, seed=1)
     out = rasterize_gaussians(*(p[k] for k in PARAMS), viewmats, Ks, 20, 16, backend="cpu")
     loss = out.render.sum()
-    out.meta.transmittance.data  # reading is fine
     with torch.no_grad():
         out.meta.transmittance.mul_(0.5)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):

@@ -62,8 +62,10 @@ def test_user_settings_win(monkeypatch):
 SPIN = """
 import sys, warnings
 first = sys.argv[1]
-if first == "torch":
+if first.startswith("torch"):
     import torch, rasterizer
+    if first == "torch-1-thread":
+        torch.set_num_threads(1)
 else:
     import rasterizer, torch
 import os
@@ -94,10 +96,12 @@ def _spin_run(first: str, **env) -> list[str]:
 def test_spin_count_set_before_torch_and_a_late_import_warns_once_with_the_fix():
     """rasterizer first: GOMP_SPINCOUNT is set, no warning. torch first: too late (libgomp read the
     environment when torch loaded it); the first cpu render (not the reference's) warns, once, with
-    the export line. A spin setting of the user's own: left alone, no warning."""
+    the export line. A spin setting of the user's own, or PyTorch on one thread (no OpenMP threads to
+    spin): no warning."""
     state, message = _spin_run("rasterizer")
     assert state == f"False {runtime.GOMP_SPINCOUNT_DEFAULT} 0" and message == ""
     state, message = _spin_run("torch")
     assert state == "True None 1" and "export GOMP_SPINCOUNT=10000" in message
     assert _spin_run("torch", GOMP_SPINCOUNT="5000")[0] == "False 5000 0"
     assert _spin_run("torch", OMP_WAIT_POLICY="passive")[0] == "False None 0"
+    assert _spin_run("torch-1-thread")[0] == "True None 0"
