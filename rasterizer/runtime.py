@@ -7,9 +7,11 @@ libgomp reads ``GOMP_SPINCOUNT`` once, when it is loaded (``import torch`` loads
 to change it later. When ``rasterizer`` is imported before libgomp is loaded, ``GOMP_SPINCOUNT`` is set
 (unless the user set it, or ``OMP_WAIT_POLICY``) to :data:`GOMP_SPINCOUNT_DEFAULT`; the ``splatforge``
 command does this first thing. When libgomp was loaded first without either setting,
-:data:`SPIN_SET_TOO_LATE` is True and the first cpu-backend render warns once
-(:func:`warn_if_spin_set_too_late`) with the fix: ``export GOMP_SPINCOUNT=10000`` before Python starts,
-or ``import rasterizer`` before torch.
+:data:`SPIN_SET_TOO_LATE` is True and the first cpu-backend render while PyTorch runs more than one
+thread warns once (:func:`warn_if_spin_set_too_late`) with the fix: ``export GOMP_SPINCOUNT=10000``
+before Python starts, or ``import rasterizer`` before torch, or ``torch.set_num_threads(1)``, the one
+setting that works late (no OpenMP worker threads left to spin; measured as fast as the early spin
+setting on the benchmark, but it changes PyTorch for the whole process, so it is only suggested).
 
 Freed memory: a training step allocates and frees tens of MB of arrays (gradients of the SH
 coefficients alone are 39 MB at 218k Gaussians). glibc serves blocks above its mmap threshold (at most
@@ -63,7 +65,8 @@ SPIN_WARNING = (
     "rasterizer: PyTorch's OpenMP runtime (libgomp) was loaded before `import rasterizer` could set "
     "GOMP_SPINCOUNT, so its threads spin for milliseconds after every op and slow the cpu backend (about "
     "1.5x measured). Fix: `export GOMP_SPINCOUNT=10000` before starting Python, or `import rasterizer` "
-    "before torch (any GOMP_SPINCOUNT value silences this warning).")
+    "before torch; or, from here on, torch.set_num_threads(1) (PyTorch's own ops then use one thread). "
+    "Any GOMP_SPINCOUNT value silences this warning.")
 _spin_warned = False
 
 
