@@ -5,7 +5,8 @@ with hand-written backward) and ``cuda`` (gsplat's kernels). Conventions: raster
 Never imports recon or viewer.
 
 Importing it applies the process settings of :mod:`rasterizer.runtime`: glibc keeps freed memory,
-and, when imported before torch, the OpenMP spin count (the ``splatforge`` command imports it first).
+and, when imported before torch, the OpenMP spin count (the ``splatforge`` command imports it first;
+imported after torch, the first cpu-backend render warns once with the fix).
 """
 
 from . import runtime as _runtime

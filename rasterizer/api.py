@@ -7,13 +7,14 @@ rasterizer/CONVENTIONS.md (OpenCV cameras, world_to_cam viewmats, wxyz quaternio
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from . import validate as V
+from .records import RenderMeta, RenderOutput, Splats
 from .reference.sh import join_sh, sh_to_color
+from .runtime import warn_if_spin_set_too_late
 from .tiles import TILE_SIZE, TileGrid
 
 
@@ -67,17 +68,23 @@ def _finish(render: Tensor, alpha: Tensor, render_mode: str, backgrounds: Tensor
     return render
 
 
-def _empty_render(means, opacities, colors, viewmats, width, height, render_mode, backgrounds, n_color):
-    """N = 0: background (or zeros), zero alpha, empty meta; still connected to the inputs' graph."""
+def _empty_render(means, opacities, colors, viewmats, width, height, render_mode, backgrounds, n_color,
+                  tile_size) -> RenderOutput:
+    """N = 0: background (or zeros), zero alpha, transmittance 1, empty meta; still connected to the
+    inputs' graph."""
     C = viewmats.shape[0]
     D = {"D": 1, "ED": 1, "RGB+D": n_color + 1, "RGB+ED": n_color + 1}.get(render_mode, n_color)
     zero = (means.sum() + opacities.sum() + join_sh(colors).sum()) * 0.0
     render = means.new_zeros(C, height, width, D) + zero
     alpha = means.new_zeros(C, height, width, 1) + zero
+    transmittance = means.new_ones(C, height, width, 1) + zero
     render = _finish(render, alpha, render_mode, backgrounds, n_color)
-    meta = {"radii": means.new_zeros(C, 0, 2, dtype=torch.int32), "means2d": means.new_zeros(C, 0, 2),
-            "depths": means.new_zeros(C, 0), "width": width, "height": height, "n_cameras": C}
-    return render, alpha, meta
+    grid = TileGrid.for_image(width, height, tile_size)
+    meta = RenderMeta(radii=means.new_zeros(C, 0, 2, dtype=torch.int32), means2d=means.new_zeros(C, 0, 2),
+                      depths=means.new_zeros(C, 0), conics=means.new_zeros(C, 0, 3), opacities=means.new_zeros(C, 0),
+                      compensations=means.new_zeros(C, 0), transmittance=transmittance, width=width, height=height,
+                      tile_size=tile_size, tiles_x=grid.tiles_x, tiles_y=grid.tiles_y, n_cameras=C)
+    return RenderOutput(render, alpha, meta)
 
 
 def rasterize_gaussians(
@@ -102,7 +109,8 @@ def rasterize_gaussians(
     backend: str = "auto",
     absgrad: bool = False,
     tile_size: int = TILE_SIZE,
-) -> tuple[Tensor, Tensor, dict[str, Any]]:
+    depth_limit: Tensor | None = None,
+) -> RenderOutput:
     """Render N 3D Gaussians into C pinhole cameras, differentiably.
 
     Args:
@@ -115,11 +123,22 @@ def rasterize_gaussians(
         render_mode: "RGB", "D" (accumulated depth), "ED" (expected depth), "RGB+D", "RGB+ED".
         rasterize_mode: "classic" or "antialiased" (opacity x sqrt(det(S - eps I) / det S)).
         backend: "auto" (cuda for CUDA tensors, cpu otherwise), "reference", "cpu", "cuda".
-        absgrad: also accumulate sum over pixels of |d loss / d means2d| into ``meta["means2d"].absgrad``.
+        absgrad: also accumulate sum over pixels of |d loss / d means2d| into ``meta.absgrad`` (the same
+        tensor as ``meta.means2d.absgrad``).
+        depth_limit [C, H, W] (any float dtype; +inf: no limit): per pixel, the depth of what lies
+        behind the Gaussians (an inserted mesh's depth buffer, a NeRF's termination depth). A Gaussian
+        whose depth (camera-space z of its mean, the key the front-to-back sort uses; compared as
+        float32) is >= the pixel's limit does not contribute to that pixel, and
+        ``meta.transmittance`` is the light left for what is behind: composite it as
+        ``render + meta.transmittance * colour_behind``. No gradient reaches depth_limit. reference
+        and cpu backends; the cuda backend raises RasterizerInputError.
     Returns:
-        render [C, H, W, D'], alpha [C, H, W, 1], meta with radii [C, N, 2] int32, means2d [C, N, 2]
-        (its ``.grad`` holds d loss / d means2d after backward), depths [C, N], conics [C, N, 3],
-        opacities [C, N] (as composited), width, height, tile_size, n_cameras.
+        :class:`RenderOutput` (render [C, H, W, D'], alpha [C, H, W, 1], meta :class:`RenderMeta`), a
+        named tuple: ``render, alpha, meta = rasterize_gaussians(...)``. meta holds radii [C, N, 2]
+        int32, means2d [C, N, 2] (its ``.grad`` holds d loss / d means2d after backward), depths
+        [C, N], conics [C, N, 3], opacities [C, N] (as composited), transmittance [C, H, W, 1] (final
+        transmittance, differentiable, before backgrounds), width, height, tile_size, n_cameras;
+        ``meta["radii"]`` still works, attributes (``meta.radii``) are the way forward.
     """
     N = V.check_gaussians(means, quats, scales, opacities, covars)
     dt, dev = means.dtype, means.device
@@ -128,16 +147,25 @@ def rasterize_gaussians(
     V.check_choice("render_mode", render_mode, V.RENDER_MODES)
     V.check_choice("rasterize_mode", rasterize_mode, V.RASTERIZE_MODES)
     V.check_backgrounds(backgrounds, C, n_color, dt, dev)
+    V.check_depth_limit(depth_limit, C, width, height, dev)
     name = resolve_backend(backend, dev)
     if N == 0:
-        return _empty_render(means, opacities, colors, viewmats, width, height, render_mode, backgrounds, n_color)
+        return _empty_render(means, opacities, colors, viewmats, width, height, render_mode, backgrounds, n_color,
+                             tile_size)
     if name == "cuda":
+        if depth_limit is not None:
+            raise V.RasterizerInputError(
+                "rasterize_gaussians: `depth_limit` is not supported by the cuda backend (gsplat's kernels have "
+                "no per-pixel depth limit); render with backend='reference' (any device, slow) or move the "
+                "tensors to the CPU for backend='cpu'")
         colors = join_sh(colors) if sh_degree is not None else colors
         return _backend_module("cuda").rasterize(
             means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree=sh_degree,
             near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, backgrounds=backgrounds,
             render_mode=render_mode, rasterize_mode=rasterize_mode, covars=covars, absgrad=absgrad,
             tile_size=tile_size)
+    if name == "cpu":
+        warn_if_spin_set_too_late()
     impl = _backend_module(name)
     antialiased = rasterize_mode == "antialiased"
     proj = impl.project(means, quats, scales, covars, viewmats, Ks, width, height, eps2d=eps2d,
@@ -150,12 +178,12 @@ def rasterize_gaussians(
         means2d.retain_grad()
     absgrad_acc = means2d.new_zeros(C * N, 2) if absgrad else None
     if absgrad:
-        means2d.absgrad = absgrad_acc.view(C, N, 2)
+        means2d.absgrad = absgrad_acc.view(C, N, 2)  # meta.absgrad reads it (as gsplat's attribute)
     grid = TileGrid.for_image(width, height, tile_size)
-    render, alpha = impl.composite(means2d, proj.conics, opac, channels, proj.radii, proj.depths, width, height,
-                                   grid, absgrad_acc)
-    render = _finish(render, alpha, render_mode, backgrounds, n_color)
-    meta = {"radii": proj.radii, "means2d": means2d, "depths": proj.depths, "conics": proj.conics,
-            "opacities": opac, "compensations": proj.compensations, "width": width, "height": height,
-            "tile_size": tile_size, "tiles_x": grid.tiles_x, "tiles_y": grid.tiles_y, "n_cameras": C}
-    return render, alpha, meta
+    splats = Splats(means2d, proj.conics, opac, channels, proj.depths, proj.radii)
+    out = impl.composite(splats, width, height, grid, absgrad_acc=absgrad_acc, depth_limit=depth_limit)
+    render = _finish(out.render, out.alpha, render_mode, backgrounds, n_color)
+    meta = RenderMeta(radii=proj.radii, means2d=means2d, depths=proj.depths, conics=proj.conics, opacities=opac,
+                      compensations=proj.compensations, transmittance=out.transmittance, width=width, height=height,
+                      tile_size=tile_size, tiles_x=grid.tiles_x, tiles_y=grid.tiles_y, n_cameras=C)
+    return RenderOutput(render, out.alpha, meta)

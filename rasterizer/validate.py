@@ -147,3 +147,21 @@ def check_cameras(viewmats, Ks, width, height, dt, dev) -> int:
 def check_backgrounds(backgrounds, C: int, D: int, dt, dev) -> None:
     if backgrounds is not None:
         check_tensor("backgrounds", backgrounds, (C, D), dt, dev)
+
+
+def check_depth_limit(depth_limit, C: int, width: int, height: int, dev) -> None:
+    """depth_limit: None or a floating [C, H, W] tensor on the Gaussians' device, without NaN (+inf is
+    allowed: no limit)."""
+    if depth_limit is None:
+        return
+    if not isinstance(depth_limit, Tensor):
+        _fail("depth_limit", f"must be a torch.Tensor or None, got {type(depth_limit).__name__}")
+    if tuple(depth_limit.shape) != (C, height, width):
+        _fail("depth_limit", f"has shape {list(depth_limit.shape)}, expected [{C}, {height}, {width}] "
+              "(cameras, height, width)")
+    if not depth_limit.is_floating_point():
+        _fail("depth_limit", f"must be a floating-point tensor, got {depth_limit.dtype}")
+    if depth_limit.device != dev:
+        _fail("depth_limit", f"is on {depth_limit.device} but `means` is on {dev}; move all inputs to one device")
+    if bool(torch.isnan(depth_limit.detach()).any()):
+        _fail("depth_limit", "contains NaN; use +inf for pixels without a limit")

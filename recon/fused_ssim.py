@@ -30,7 +30,7 @@ import torch
 from numba import njit, prange
 from torch import Tensor
 
-from rasterizer.cpu.kernels import KERNEL_LOCK
+from rasterizer.cpu import KERNEL_LOCK
 from rasterizer.cpu.vecmath import like
 
 C1 = 0.01**2

@@ -87,6 +87,7 @@ def machine() -> dict:
             "cpu_count": os.cpu_count(), "numba_threads": numba.get_num_threads(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
             "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"),
+            "spin_set_too_late": rasterizer.runtime.SPIN_SET_TOO_LATE,
             "keeps_freed_memory": rasterizer.runtime.KEEPS_FREED_MEMORY}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)

@@ -23,7 +23,7 @@ from torch.autograd.function import once_differentiable
 
 from ..reference.projection import Projection
 from . import projection_kernels as PK
-from .kernels import KERNEL_LOCK
+from .launch import KERNEL_LOCK
 from .schedule import thread_count
 
 

@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..reference.sh import SH_C0, SH_C1, SH_C2, SH_C3, check_radii, num_sh_bases, split_sh
-from .kernels import KERNEL_LOCK
+from .launch import KERNEL_LOCK
 from .schedule import dealt_block, dealt_iterations, thread_count
 from .vecmath import prefetch_span
 

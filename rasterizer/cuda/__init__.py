@@ -2,19 +2,24 @@
 
 Only ever called with CUDA tensors (``resolve_backend`` guarantees it): calling a gsplat CUDA wrapper
 with CPU tensors starts a JIT build that fails on machines without nvcc. gsplat is imported lazily.
+It wraps gsplat's fused ``rasterization`` (projection, SH, binning and compositing in one call), not
+``project`` / ``composite`` separately, and has no per-pixel depth limit (``rasterize_gaussians``
+rejects ``depth_limit`` with the cuda backend). The final transmittance is 1 - alpha (gsplat returns
+no separate transmittance).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import Tensor
+
+from ..records import RenderMeta, RenderOutput
 
 
 def rasterize(means, quats, scales, opacities, colors, viewmats, Ks, width, height, *, sh_degree, near_plane,
               far_plane, eps2d, backgrounds, render_mode, rasterize_mode, covars, absgrad,
-              tile_size) -> tuple[Tensor, Tensor, dict[str, Any]]:
-    """Render with ``gsplat.rasterization`` (non-packed mode so meta tensors are [C, N, ...])."""
+              tile_size) -> RenderOutput:
+    """Render with ``gsplat.rasterization`` (non-packed mode so meta tensors are [C, N, ...]); gsplat's
+    other meta entries go to ``meta.backend_extras`` (``meta["isect_ids"]`` still reads them)."""
     if not means.is_cuda:  # defensive: never reach a gsplat CUDA wrapper with CPU tensors
         raise RuntimeError("rasterizer.cuda.rasterize called with CPU tensors")
     from gsplat import rasterization
@@ -33,7 +38,21 @@ def rasterize(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
         meta["means2d"].retain_grad()
     if absgrad and hasattr(meta["means2d"], "absgrad") is False:
         meta["means2d"].absgrad = None
-    return render, alpha, meta
+    return RenderOutput(render, alpha, typed_meta(meta, 1.0 - alpha))
+
+
+FIELDS_FROM_GSPLAT = {"radii": "radii", "means2d": "means2d", "depths": "depths", "conics": "conics",
+                      "opacities": "opacities", "compensations": "compensations", "width": "width",
+                      "height": "height", "tile_size": "tile_size", "tiles_x": "tile_width",
+                      "tiles_y": "tile_height", "n_cameras": "n_cameras"}
+
+
+def typed_meta(meta: dict, transmittance: Tensor) -> RenderMeta:
+    """gsplat's meta dict as RenderMeta (its other entries in backend_extras)."""
+    used = set(FIELDS_FROM_GSPLAT.values())
+    fields = {ours: meta.get(theirs) for ours, theirs in FIELDS_FROM_GSPLAT.items()}
+    return RenderMeta(**fields, transmittance=transmittance,
+                      backend_extras={k: v for k, v in meta.items() if k not in used})
 
 
 def _pad_depth_background(backgrounds: Tensor) -> Tensor:

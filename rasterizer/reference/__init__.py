@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ..records import Composited, Splats
 from ..tiles import TileGrid, intersect_tiles
 from .composite import composite_reference
 from .covariance import covariance_from_quat_scale, quat_to_rotmat
@@ -23,8 +24,14 @@ def project(means, quats, scales, covars, viewmats, Ks, width, height, *, eps2d,
                              far_plane=far_plane, opacities=opacities, antialiased=antialiased)
 
 
-def composite(means2d: Tensor, conics: Tensor, opacities: Tensor, colors: Tensor, radii: Tensor, depths: Tensor,
-              width: int, height: int, grid: TileGrid, absgrad_acc: Tensor | None):
-    """Compositing step: tile intersection + front-to-back blending. Returns render, alpha."""
-    tiles = intersect_tiles(means2d, radii, depths, grid)
-    return composite_reference(means2d, conics, opacities, colors, tiles, grid, width, height, absgrad_acc)
+def composite(splats: Splats, width: int, height: int, grid: TileGrid, *, absgrad_acc: Tensor | None = None,
+              depth_limit: Tensor | None = None) -> Composited:
+    """Compositing step: tile intersection + front-to-back blending (composite_reference).
+
+    absgrad_acc: optional [C*N, 2] buffer for sum over pixels of |d loss / d means2d| (filled in
+    backward); depth_limit [C, H, W]: a Gaussian whose depth is not in front of the pixel's limit does
+    not contribute there."""
+    s = splats
+    tiles = intersect_tiles(s.means2d, s.radii, s.depths, grid)
+    return Composited(*composite_reference(s.means2d, s.conics, s.opacities, s.colors, tiles, grid, width, height,
+                                           absgrad_acc, s.depths, depth_limit))

@@ -4,7 +4,11 @@ For pixel centre p = (x + 0.5, y + 0.5) and Gaussian i (sorted near to far withi
   d = mean2d_i - p,  sigma = 0.5 (a dx^2 + c dy^2) + b dx dy,
   alpha_i = min(0.999, opacity_i exp(-sigma)), skipped (alpha 0) when alpha_i < 1/255 or sigma < 0,
   T_1 = 1, T_{i+1} = T_i (1 - alpha_i); the pixel stops before the first i with T_{i+1} <= 1e-4,
-  render = sum_i c_i alpha_i T_i,  alpha_out = 1 - T_final.
+  render = sum_i c_i alpha_i T_i,  alpha_out = sum_i alpha_i T_i = 1 - T_final,
+  transmittance = T_final = prod_i (1 - alpha_i) over the blended i.
+With a depth limit L [C, H, W], Gaussian i is skipped (alpha 0) at pixel p when float32(depth_i) >=
+float32(L_p): depth is the camera-space z of its mean, the sort key (compared as float32, as it is
+sorted). The limit gets no gradient.
 Differentiated by autograd. Slow (a Python loop over tiles): this is the specification.
 """
 
@@ -44,12 +48,22 @@ def gaussian_alphas(deltas: Tensor, conics: Tensor, opacities: Tensor) -> Tensor
     return torch.where(keep, alpha, torch.zeros_like(alpha))
 
 
-def blend_weights(alpha: Tensor) -> Tensor:
-    """Compositing weights w_i = alpha_i T_i [P, K] with the early stop T_{i+1} <= 1e-4 applied."""
+def blend_weights(alpha: Tensor) -> tuple[Tensor, Tensor]:
+    """Compositing weights w_i = alpha_i T_i [P, K] with the early stop T_{i+1} <= 1e-4 applied, and
+    the final transmittance [P, 1]: the product of (1 - alpha_i) over the blended i."""
     T_incl = torch.cumprod(1.0 - alpha, dim=-1)  # T_{i+1}
     T_excl = torch.cat([torch.ones_like(T_incl[:, :1]), T_incl[:, :-1]], dim=-1)  # T_i
     included = T_incl.detach() > T_MIN  # monotone: once false, false for all later i
-    return torch.where(included, alpha * T_excl, torch.zeros_like(alpha))
+    weights = torch.where(included, alpha * T_excl, torch.zeros_like(alpha))
+    T_final = torch.where(included, 1.0 - alpha, torch.ones_like(alpha)).prod(dim=-1, keepdim=True)
+    return weights, T_final
+
+
+def limit_by_depth(alpha: Tensor, depths: Tensor, limits: Tensor) -> Tensor:
+    """alpha [P, K] with 0 where the Gaussian's depth [K] is not in front of the pixel's limit [P]
+    (float32 comparison: the sort's keys)."""
+    behind = depths.detach().to(torch.float32)[None, :] >= limits.detach().to(torch.float32)[:, None]
+    return torch.where(behind, torch.zeros_like(alpha), alpha)
 
 
 def _absgrad_hook(acc: Tensor, flat_ids: Tensor):
@@ -71,22 +85,27 @@ def composite_reference(
     width: int,
     height: int,
     absgrad_acc: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
+    depths: Tensor | None = None,
+    depth_limit: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Composite all cameras.
 
     Args:
         means2d [C, N, 2], conics [C, N, 3], opacities [C, N], colors [C, N, D]; tiles from
         ``intersect_tiles``; absgrad_acc: optional [C*N, 2] buffer that receives sum over pixels of
-        |d loss / d means2d| during backward (densification's absolute gradient).
+        |d loss / d means2d| during backward (densification's absolute gradient); depths [C, N] and
+        depth_limit [C, H, W] (optional, together): per-pixel limit, see the module docstring.
     Returns:
-        render [C, H, W, D], alpha [C, H, W, 1].
+        render [C, H, W, D], alpha [C, H, W, 1], transmittance [C, H, W, 1].
     """
     C, N, D = colors.shape
     flat_means, flat_conics = means2d.reshape(C * N, 2), conics.reshape(C * N, 3)
     flat_opac, flat_colors = opacities.reshape(C * N), colors.reshape(C * N, D)
+    flat_depths = depths.reshape(C * N) if depth_limit is not None else None
+    flat_limits = depth_limit.reshape(-1) if depth_limit is not None else None
     n_isects = tiles.flatten_ids.numel()
     tiles_per_cam = grid.tiles_x * grid.tiles_y
-    index_parts, colour_parts, alpha_parts = [], [], []
+    index_parts, colour_parts, alpha_parts, T_parts = [], [], [], []
     for flat_tile in range(C * tiles_per_cam):
         start, end = tile_run(tiles.offsets, n_isects, flat_tile)
         if end <= start:
@@ -94,22 +113,30 @@ def composite_reference(
         cam, t = divmod(flat_tile, tiles_per_cam)
         ty, tx = divmod(t, grid.tiles_x)
         ys, xs, centres = tile_pixel_centres(tx, ty, grid, width, height, means2d)
+        pixels = (cam * height + ys) * width + xs
         ids = tiles.flatten_ids[start:end]
         m = flat_means[ids][None].expand(len(centres), -1, -1)  # [P, K, 2]
         if absgrad_acc is not None and m.requires_grad:
             m = m.clone()  # per-pixel copies so the hook sees per-pixel gradients
             m.register_hook(_absgrad_hook(absgrad_acc, ids))
-        w = blend_weights(gaussian_alphas(m - centres[:, None], flat_conics[ids], flat_opac[ids]))
-        index_parts.append((cam * height + ys) * width + xs)
+        alpha = gaussian_alphas(m - centres[:, None], flat_conics[ids], flat_opac[ids])
+        if flat_limits is not None:
+            alpha = limit_by_depth(alpha, flat_depths[ids], flat_limits[pixels])
+        w, T_final = blend_weights(alpha)
+        index_parts.append(pixels)
         colour_parts.append(w @ flat_colors[ids])
         alpha_parts.append(w.sum(-1, keepdim=True))
+        T_parts.append(T_final)
     render = colors.new_zeros(C * height * width, D)
     alpha = colors.new_zeros(C * height * width, 1)
+    transmittance = colors.new_ones(C * height * width, 1)
     if not index_parts:  # nothing visible: zeros, still part of the graph (zero gradients)
         touch = 0.0 * (means2d.sum() + conics.sum() + opacities.sum() + colors.sum())
-        render, alpha = render + touch, alpha + touch
+        render, alpha, transmittance = render + touch, alpha + touch, transmittance + touch
     else:
         index = torch.cat(index_parts)
         render = render.index_put((index,), torch.cat(colour_parts))
         alpha = alpha.index_put((index,), torch.cat(alpha_parts))
-    return render.reshape(C, height, width, D), alpha.reshape(C, height, width, 1)
+        transmittance = transmittance.index_put((index,), torch.cat(T_parts))
+    shape = (C, height, width)
+    return render.reshape(*shape, D), alpha.reshape(*shape, 1), transmittance.reshape(*shape, 1)

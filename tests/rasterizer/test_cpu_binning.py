@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from rasterizer.cpu import kernels as K
+from rasterizer.cpu import binning as B
+from rasterizer.cpu import compositing as K
 from rasterizer.cpu.sort import depth_order
 from rasterizer.tiles import TileGrid, tile_ranges
 
@@ -23,7 +24,7 @@ def test_tile_rectangles_match_tile_ranges(dtype):
     tmin, tmax = tile_ranges(means2d, radii, grid)
     G = C * N
     conics = torch.tensor([0.5, 0.1, 0.4], dtype=dtype).repeat(G, 1)
-    got_min, got_max, _, counts, _ = K.gaussian_extents(
+    got_min, got_max, _, counts, _ = B.gaussian_extents(
         means2d.reshape(-1, 2).numpy(), radii.reshape(-1, 2).numpy(), conics.numpy(),
         torch.full((G,), 0.5, dtype=dtype).numpy(), grid.tile_size, grid.tiles_x, grid.tiles_y, W, H, 2)
     kept = (radii > 0).all(-1).reshape(-1).numpy()
@@ -42,7 +43,7 @@ def test_sum_per_gaussian_equals_scatter_add():
     conics = torch.tensor([0.02, 0.0, 0.02]).repeat(C * N, 1)  # wide: reach most tiles of their box
     opac = torch.full((C * N,), 0.9)
     depths = torch.rand(C, N, generator=g)
-    bins = K.bin_gaussians(depth_order(depths.numpy()), means2d.numpy(), radii.numpy(), conics.numpy(),
+    bins = B.bin_gaussians(depth_order(depths.numpy()), means2d.numpy(), radii.numpy(), conics.numpy(),
                            opac.numpy(), N, grid.tiles_x, grid.tiles_y, grid.tile_size, W, H)
     M = bins.ids.shape[0]
     assert M > C * N  # Gaussians spanning several tiles

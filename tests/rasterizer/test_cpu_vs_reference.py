@@ -162,7 +162,7 @@ def test_dense_scene_hits_early_stop():
 
 @pytest.mark.parametrize("channels,render_mode", [(3, "RGB"), (5, "RGB"), (3, "D"), (3, "RGB+ED")])
 def test_training_and_inference_forward_agree_bit_for_bit(channels, render_mode):
-    """Renders that will be differentiated read the packed intersections (kernels.pack_intersections),
+    """Renders that will be differentiated read the packed intersections (compositing.pack_intersections),
     renders under no_grad the [C*N, .] arrays: the pictures are the same to the last bit."""
     p, viewmats, Ks = random_scene(n=300, width=40, height=36, n_cams=2, channels=channels, dtype=torch.float32,
                                    seed=3)

@@ -38,3 +38,16 @@ def test_auto_picks_cuda_for_cuda_tensors():
     leaves = [v.detach().cuda() for v in p.values()]
     render, _, meta = rasterize_gaussians(*leaves, viewmats.cuda(), Ks.cuda(), 64, 48, backend="auto")
     assert render.is_cuda and meta["radii"].shape == (1, 50, 2)
+    assert meta.tiles_x == 4 and meta.transmittance.shape == (1, 48, 64, 1)
+
+
+def test_depth_limit_is_refused_on_cuda_and_works_on_the_reference_there():
+    from rasterizer import RasterizerInputError
+
+    p, viewmats, Ks = random_scene(n=50, width=64, height=48, dtype=torch.float32)
+    leaves = [v.detach().cuda() for v in p.values()]
+    limit = torch.full((1, 48, 64), 4.0, device="cuda")
+    with pytest.raises(RasterizerInputError, match="`depth_limit` is not supported by the cuda backend"):
+        rasterize_gaussians(*leaves, viewmats.cuda(), Ks.cuda(), 64, 48, backend="cuda", depth_limit=limit)
+    out = rasterize_gaussians(*leaves, viewmats.cuda(), Ks.cuda(), 64, 48, backend="reference", depth_limit=limit)
+    assert out.meta.transmittance.is_cuda

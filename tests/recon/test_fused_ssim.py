@@ -56,3 +56,21 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="expected an image"):
         fused_ssim(torch.rand(4, 3), torch.rand(4, 3))
     assert not can_fuse(a, a.clone().requires_grad_(True))
+
+
+def test_waits_for_the_rasterizers_public_kernel_lock():
+    """fused_ssim launches Numba parallel kernels, so it takes the lock the rasterizer's cpu backend
+    exports for that (rasterizer.cpu.KERNEL_LOCK): while another thread holds it, SSIM waits."""
+    import threading
+
+    from rasterizer.cpu import KERNEL_LOCK
+
+    a, b = _pair((9, 11, 3), torch.float64)
+    fused_ssim(a, b)  # compiled before the timing below
+    done = threading.Event()
+    with KERNEL_LOCK:
+        worker = threading.Thread(target=lambda: (fused_ssim(a, b), done.set()))
+        worker.start()
+        assert not done.wait(0.5), "fused_ssim ran while KERNEL_LOCK was held"
+    worker.join(30)
+    assert done.is_set()

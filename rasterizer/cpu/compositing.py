@@ -1,4 +1,4 @@
-"""Numba kernels of the `cpu` backend: tile binning, forward compositing and its hand-written backward.
+"""Numba kernels of the `cpu` backend's compositing: forward blending and its hand-written backward.
 
 Same numerics as ``rasterizer/reference/composite.py`` (the specification). Work is organised per
 16x16 tile (tiles run in parallel) and, inside a tile, per Gaussian (front to back forward, back to
@@ -16,265 +16,23 @@ opacity, three colour channels, row extent) into packed arrays in tile-major ord
 Arithmetic runs in the storage dtype (float32 stays float32; exp is the vectorisable ``exp_f32`` of
 ``vecmath.py``, float64 uses math.exp); per-Gaussian gradient sums are reductions in that dtype.
 Arrays are flattened over cameras: Gaussian index g = c * N + n; tile index t = c * TT + ty * TW + tx.
+Tile lists come from the binning (``binning.py``); per-intersection gradients go back to the
+Gaussians through its permutation (``sum_per_gaussian``).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import threading
-from typing import NamedTuple
 
-import numba
 import numpy as np
 from numba import njit, prange
 
-from .schedule import dealt_block, dealt_iterations, thread_count
+from .schedule import dealt_block, dealt_iterations
 from .vecmath import FASTMATH, U, exp_kernel, like, prefetch, prefetch_span, radd, select
-
-# Numba's OpenMP layer and PyTorch's OpenMP runtime spin-wait against each other (PyTorch ops became
-# 40x slower after a Numba parallel kernel in our measurements); the workqueue layer does not. It is not
-# re-entrant, so every parallel launch holds KERNEL_LOCK (the viewer renders from another thread).
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
-KERNEL_LOCK = threading.Lock()
 
 ALPHA_THRESHOLD = 1.0 / 255.0
 ALPHA_MAX = 0.999
 T_MIN = 1e-4
-SPAN_MARGIN = 1e-4  # pixels added to each analytic span: rounding can never drop a contributing pixel
-
-
-@njit(cache=True, inline="always")
-def alpha_level(opacity):
-    """sigma level below which alpha = opacity exp(-sigma) >= 1/255 (negative: never)."""
-    if opacity <= 0.0:
-        return -1.0
-    return math.log(opacity * 255.0) + 1e-9
-
-
-@njit(cache=True, inline="always")
-def is_positive_definite(a, b, c):
-    return a > 0.0 and c > 0.0 and a * c - b * b > 0.0
-
-
-@njit(cache=True, inline="always")
-def min_sigma_on_rect(mx, my, a, b, c, inv_a, inv_c, xlo, xhi, ylo, yhi):
-    """Minimum of 0.5 (a dx^2 + c dy^2) + b dx dy, d = p - mean, over p in [xlo,xhi] x [ylo,yhi]
-    (positive-definite conic; inv_a = 1/a, inv_c = 1/c). The minimum of a convex quadratic over a
-    rectangle not containing its centre lies on an edge: minimise along each of the four edges."""
-    if xlo <= mx <= xhi and ylo <= my <= yhi:
-        return 0.0
-    best = math.inf
-    dylo, dyhi = ylo - my, yhi - my
-    dxlo, dxhi = xlo - mx, xhi - mx
-    for dx in (dxlo, dxhi):  # vertical edges: minimise over dy
-        dy = min(max(-b * dx * inv_c, dylo), dyhi)
-        best = min(best, 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy)
-    for dy in (dylo, dyhi):  # horizontal edges: minimise over dx
-        dx = min(max(-b * dy * inv_a, dxlo), dxhi)
-        best = min(best, 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy)
-    return best
-
-
-MASK_TILES = 64  # boxes of at most this many tiles keep their reached tiles as a uint64 bitmask
-
-
-@njit(cache=True, inline="always")
-def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, tile_base, TW, out_tile, out_gauss, pos):
-    """Visit the tiles of Gaussian g's box that it can reach with alpha >= 1/255 at some pixel centre
-    (a conservative test on the rectangle spanned by the tile's pixel centres).
-
-    With out_tile empty (size 0) it only counts; else it writes tile ids and g from ``pos`` on.
-    Returns (number of reached tiles, bitmask of them in box order (bit (ty - ty0) * box_w + tx - tx0)
-    when the box has at most MASK_TILES tiles, else 0)."""
-    mask = np.uint64(0)
-    if tmax[g, 0] <= tmin[g, 0] or tmax[g, 1] <= tmin[g, 1]:  # empty box (culled, or off the image)
-        return 0, mask
-    mx, my = means2d[g, 0], means2d[g, 1]
-    a, b, c = conics[g, 0], conics[g, 1], conics[g, 2]
-    level = alpha_level(opac[g])
-    if level < 0.0:
-        return 0, mask
-    pd = is_positive_definite(a, b, c)
-    inv_a = 1.0 / a if pd else 0.0
-    inv_c = 1.0 / c if pd else 0.0
-    box_w = tmax[g, 0] - tmin[g, 0]
-    small = box_w * (tmax[g, 1] - tmin[g, 1]) <= MASK_TILES
-    n = 0
-    bit = 0
-    for ty in range(tmin[g, 1], tmax[g, 1]):
-        y0 = ty * ts
-        y1 = min(y0 + ts, H)
-        for tx in range(tmin[g, 0], tmax[g, 0]):
-            x0 = tx * ts
-            reached = not pd or min_sigma_on_rect(mx, my, a, b, c, inv_a, inv_c, x0 + 0.5, min(x0 + ts, W) - 0.5,
-                                                  y0 + 0.5, y1 - 0.5) <= level
-            if reached:
-                if out_tile.shape[0] > 0:
-                    out_tile[pos + n] = tile_base + ty * TW + tx
-                    out_gauss[pos + n] = g
-                elif small:
-                    mask |= np.uint64(1) << np.uint64(bit)
-                n += 1
-            bit += 1
-    return n, mask
-
-
-@njit(cache=True, inline="always")
-def fill_from_mask(g, mask, tmin, tmax, tile_base, TW, out_tile, out_gauss, pos):
-    """Write the tiles of ``mask`` (see count_or_fill_tiles) for Gaussian g from ``pos`` on."""
-    box_w = tmax[g, 0] - tmin[g, 0]
-    n = 0
-    bit = 0
-    while mask != np.uint64(0):
-        if mask & np.uint64(1):
-            out_tile[pos + n] = tile_base + (tmin[g, 1] + bit // box_w) * TW + tmin[g, 0] + bit % box_w
-            out_gauss[pos + n] = g
-            n += 1
-        mask >>= np.uint64(1)
-        bit += 1
-
-
-@njit(cache=True, parallel=True)
-def touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H, threads):
-    """Tiles each Gaussian really reaches, listed Gaussian by Gaussian in depth order.
-
-    Args:
-        order [C, N] Gaussian indices per camera sorted near to far; counts, masks [C*N], tmin/tmax
-        [C*N, 2] from gaussian_extents; means2d [C*N, 2]; conics [C*N, 3]; opac [C*N].
-    Returns:
-        pair_tile [M] flat tile ids and pair_gauss [M] flat Gaussian ids, grouped by Gaussian in the
-        order of ``order`` (camera-major, near to far), tiles ascending within a Gaussian; starts [C*N]:
-        where each Gaussian's pairs start (counts[g] of them).
-    Small boxes' reached tiles come from their bitmasks; only large boxes are tested again.
-    """
-    C = order.shape[0]
-    TT = TW * TH
-    starts = np.zeros(C * N, np.int64)  # output position of g: prefix sums taken in depth order
-    total = 0
-    for c in range(C):  # (camera by camera: a division per Gaussian cost 0.6 ms of 0.8 at 218k, serial)
-        for i in range(N):
-            g = c * N + order[c, i]
-            starts[g] = total
-            total += counts[g]
-    pair_tile = np.empty(total, np.int64)
-    pair_gauss = np.empty(total, np.int64)
-    for it in prange(dealt_iterations(C * N, threads)):
-        lo, hi = dealt_block(it, C * N, threads)
-        for g in range(lo, hi):
-            if counts[g] > 0:
-                if masks[g] != np.uint64(0):
-                    fill_from_mask(g, masks[g], tmin, tmax, (g // N) * TT, TW, pair_tile, pair_gauss, starts[g])
-                else:
-                    count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, (g // N) * TT, TW, pair_tile,
-                                        pair_gauss, starts[g])
-    return pair_tile, pair_gauss, starts
-
-
-@njit(cache=True)
-def sort_pairs_by_tile(pair_tile, pair_gauss, n_tiles):
-    """Stable counting sort of (tile, Gaussian) pairs by tile: depth order is kept within a tile.
-
-    Returns offsets [n_tiles + 1], ids [M] (flat Gaussian ids, tile-major) and perm [M] (pair k went
-    to ids[perm[k]])."""
-    offsets = np.zeros(n_tiles + 1, np.int64)
-    for k in range(pair_tile.shape[0]):
-        offsets[pair_tile[k] + 1] += 1
-    for t in range(n_tiles):
-        offsets[t + 1] += offsets[t]
-    fill = offsets[:-1].copy()
-    ids = np.empty(pair_tile.shape[0], np.int64)
-    perm = np.empty(pair_tile.shape[0], np.int64)
-    for k in range(pair_tile.shape[0]):
-        t = pair_tile[k]
-        ids[fill[t]] = pair_gauss[k]
-        perm[k] = fill[t]
-        fill[t] += 1
-    return offsets, ids, perm
-
-
-@njit(cache=True)
-def tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax):
-    """tmin[g], tmax[g]: half-open tile rectangle of Gaussian g's box mean +- radius, with the
-    arithmetic of ``rasterizer.tiles.tile_ranges`` (in the storage dtype). For a Gaussian that is not
-    culled (gaussian_extents handles those)."""
-    for j in range(2):
-        lim = TW if j == 0 else TH
-        m = means2d[g, j] * inv_ts
-        r = like(radii[g, j], m) * inv_ts
-        lo = min(max(np.int64(math.floor(m - r)), 0), lim)
-        hi = min(max(np.int64(math.ceil(m + r)), 0), lim)
-        tmin[g, j] = lo
-        tmax[g, j] = hi
-
-
-@njit(cache=True)
-def row_half_extent(conics, opac, g):
-    """Half height in pixels (+ SPAN_MARGIN) of Gaussian g's alpha >= 1/255 ellipse sigma <= ln(255
-    opacity), float64; -1 for opacity <= 0 (no rows), inf for a conic that is not positive definite
-    (every row). The tile kernels only offset it by the mean (gaussian_rows)."""
-    level = alpha_level(np.float64(opac[g]))
-    a, b, c = np.float64(conics[g, 0]), np.float64(conics[g, 1]), np.float64(conics[g, 2])
-    if level < 0.0:
-        return -1.0
-    if not is_positive_definite(a, b, c):
-        return np.inf
-    return math.sqrt(2.0 * level * a / (a * c - b * b)) + SPAN_MARGIN
-
-
-@njit(cache=True, parallel=True)
-def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H, threads):
-    """Per Gaussian, in one parallel pass: tile rectangles tmin, tmax [G, 2] int64 (tile_rect), row half
-    extents [G] float64 (row_half_extent), and the tiles it reaches (count_or_fill_tiles, counting):
-    counts [G] int64 and masks [G] uint64. means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G];
-    image W x H. Culled Gaussians (a zero radius) get the empty rectangle (0, 0)-(0, 0), row half
-    extent -1 and no tiles. Gaussians are dealt to ``threads`` threads in blocks (schedule.py)."""
-    G = means2d.shape[0]
-    tmin = np.empty((G, 2), np.int64)
-    tmax = np.empty((G, 2), np.int64)
-    row_half = np.empty(G)
-    counts = np.empty(G, np.int64)
-    masks = np.empty(G, np.uint64)
-    inv_ts = like(1.0 / ts, np.zeros(1, means2d.dtype)[0])  # exact: ts is a power of two
-    none = np.empty(0, np.int64)
-    for it in prange(dealt_iterations(G, threads)):
-        lo, hi = dealt_block(it, G, threads)
-        for g in range(lo, hi):
-            if radii[g, 0] <= 0 or radii[g, 1] <= 0:  # culled (most of a large scene's): empty rectangle, no rows
-                tmin[g, 0] = tmin[g, 1] = tmax[g, 0] = tmax[g, 1] = 0
-                row_half[g] = -1.0
-                counts[g] = 0
-                masks[g] = 0
-                continue
-            tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax)
-            row_half[g] = row_half_extent(conics, opac, g)
-            counts[g], masks[g] = count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, 0, TW, none,
-                                                      none, 0)
-    return tmin, tmax, row_half, counts, masks
-
-
-class Bins(NamedTuple):
-    """Per-tile, depth-sorted Gaussian lists (see bin_gaussians)."""
-
-    row_half: np.ndarray  # [C*N] float64 row half extents (row_half_extent; -1 for culled Gaussians)
-    offsets: np.ndarray  # [C*TT + 1] int64: tile t's intersections are ids[offsets[t]:offsets[t + 1]]
-    ids: np.ndarray  # [M] int64 flat Gaussian ids, tile-major, near to far within a tile
-    perm: np.ndarray  # [M] int64: Gaussian g's intersections are ids[perm[starts[g]:starts[g] + counts[g]]]
-    starts: np.ndarray  # [C*N] int64
-    counts: np.ndarray  # [C*N] int64
-
-
-def bin_gaussians(order, means2d, radii, conics, opac, N, TW, TH, ts, W, H) -> Bins:
-    """Per-tile, depth-sorted Gaussian lists (see touched_tiles and sort_pairs_by_tile) from depth
-    order [C, N], means2d [C*N, 2], radii [C*N, 2] int32, conics [C*N, 3], opac [C*N]."""
-    with KERNEL_LOCK:
-        threads = thread_count()
-        tmin, tmax, row_half, counts, masks = gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H, threads)
-        pair_tile, pair_gauss, starts = touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW,
-                                                      TH, ts, W, H, threads)
-    offsets, ids, perm = sort_pairs_by_tile(pair_tile, pair_gauss, order.shape[0] * TW * TH)
-    return Bins(row_half, offsets, ids, perm, starts, counts)
 
 
 # Gathers by a random index (a Gaussian per intersection, intersections per Gaussian) wait for memory one
@@ -479,22 +237,55 @@ def count_done(st, done_threshold):
     return n
 
 
-@njit(cache=True, parallel=True)
-def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, tile_order, W, H, TW, TH, ts,
-                   render, alpha_out, T_final, last_ids):
-    """Front-to-back compositing of all tiles in parallel. Reads the Gaussians from the packed arrays
-    (pack_intersections) when they are given, else (``packed`` and ``rows`` None) from the [C*N, .]
-    arrays through ``ids``; colours of channels >= 3 always from ``colors``. Writes render [C,H,W,D],
-    alpha_out [C,H,W,1], T_final [C,H,W] (transmittance after the last blended Gaussian) and last_ids
-    [C,H,W] int32 (position in ``ids`` of the last blended Gaussian, -1 if none). Requires ts == TS."""
-    for it in prange(tile_order.shape[0]):
-        forward_tile(tile_order[it], means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW,
-                     TH, render, alpha_out, T_final, last_ids)
+# "No limit" in the depth-limit arrays: the largest float32, as the kernels are compiled without infinities
+# (FASTMATH's ninf); the caller clamps the limits to +-NO_LIMIT (no finite float32 depth reaches it).
+NO_LIMIT = np.float32(np.finfo(np.float32).max)
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW, TH, render,
-                 alpha_out, T_final, last_ids):
+def load_tile_limits(limits, c, x0, y0, x1, y1):
+    """The depth limits [NPIX] float32 of one tile's pixels (limits [C, H, W] float32, finite); NO_LIMIT
+    outside the image."""
+    lim = np.full(NPIX, NO_LIMIT, np.float32)
+    for y in range(y0, y1):
+        for x in range(x0, x1):
+            lim[(y - y0) * TS + x - x0] = limits[c, y, x]
+    return lim
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def cut_pixels(st, lim, depth, done):
+    """Mark done the tile pixels whose depth limit ``lim`` [NPIX] is not beyond ``depth`` (lim <= depth)
+    and drop their limits (NO_LIMIT). Returns the smallest limit left: the depth of the next cut."""
+    nearest = NO_LIMIT
+    for p in range(NPIX):
+        cut = lim[p] <= depth
+        st[F_THR + p] = select(cut, done, st[F_THR + p])
+        lim[p] = select(cut, NO_LIMIT, lim[p])
+        nearest = min(nearest, lim[p])
+    return nearest
+
+
+@njit(cache=True, parallel=True)
+def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, tile_order, W, H, TW, TH, ts,
+                   depths32, limits, render, alpha_out, T_final, last_ids):
+    """Front-to-back compositing of all tiles in parallel. Reads the Gaussians from the packed arrays
+    (pack_intersections) when they are given, else (``packed`` and ``rows`` None) from the [C*N, .]
+    arrays through ``ids``; colours of channels >= 3 always from ``colors``. With depth ``limits``
+    [C,H,W] float32 (finite, see NO_LIMIT; None: no limit), a pixel stops at the first Gaussian whose
+    depth (depths32 [C*N] float32, the sort keys) is >= its limit: in depth order, none behind it
+    contributes either (the backward needs no change: the pixel is done, as after T <= 1e-4).
+    Writes render [C,H,W,D], alpha_out [C,H,W,1], T_final [C,H,W] (transmittance after the last
+    blended Gaussian) and last_ids [C,H,W] int32 (position in ``ids`` of the last blended Gaussian, -1
+    if none). Requires ts == TS."""
+    for it in prange(tile_order.shape[0]):
+        forward_tile(tile_order[it], means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW,
+                     TH, depths32, limits, render, alpha_out, T_final, last_ids)
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW, TH, depths32,
+                 limits, render, alpha_out, T_final, last_ids):
     """Forward pass of one tile t (see forward_kernel): Gaussians front to back, each over the rows
     its ellipse crosses, until every pixel of the tile is done."""
     D = colors.shape[1]
@@ -507,10 +298,15 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
     for ly in range(y1 - y0):
         for lx in range(x1 - x0):
             st[F_THR + ly * TS + lx] = ALPHA_THRESHOLD
+    if limits is not None:  # None: a separate compilation with the depth cuts pruned
+        lim = load_tile_limits(limits, c, x0, y0, x1, y1)
+        next_cut = lim.min()
     for k in range(offsets[t], offsets[t + 1]):
         if (k - offsets[t]) % LIVE_CHECK == LIVE_CHECK - 1 and count_done(st, done) == NPIX:
             break
         g = ids[k]
+        if limits is not None and depths32[g] >= next_cut:  # cut the pixels whose limit it reaches
+            next_cut = cut_pixels(st, lim, depths32[g], done)
         if packed is not None:  # None: a separate compilation with this branch pruned
             ylo, yhi = gaussian_rows(rows[k, 0], rows[k, 1], y0, y1)
         else:
