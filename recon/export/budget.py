@@ -38,7 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .splats import SplatData, normalized_quats, sigmoid
+from recon.splat_data import SplatData, normalized_quats, sigmoid
 
 MAX_IMPORTANCE_VIEWS = 64
 LOW_PASS_PX = 0.3

@@ -46,9 +46,11 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .atomic import atomic_write_bytes, refuse_overwrite
+from recon.atomic import atomic_write_bytes, refuse_overwrite
+from recon.splat_data import SplatData
+
 from .glb import all_formats, read_any, write_any
-from .splats import SplatData, SplatFileError
+from .splats import SplatFileError
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
