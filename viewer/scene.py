@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rasterizer.quaternions import quat_to_rotmat_np
 from recon.export import SplatData, SplatFileError, read_splats
 from recon.export.splats import SH_C0
 
@@ -50,23 +51,12 @@ class BrowserSplats:
         return len(self.centers)
 
 
-def quats_to_rotmats(quats_wxyz: np.ndarray) -> np.ndarray:
-    """[N, 3, 3] rotation matrices of [N, 4] (w, x, y, z) quaternions (normalised here)."""
-    q = quats_wxyz / np.maximum(np.linalg.norm(quats_wxyz, axis=1, keepdims=True), 1e-12)
-    w, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
-    return np.stack([
-        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-    ], axis=1)
-
-
 def browser_splats(data: SplatData, scale_factor: float = 1.0, min_opacity: float = 0.0) -> BrowserSplats:
     """Splats in viser's format: scales multiplied by ``scale_factor``; splats with opacity below
     ``min_opacity`` dropped."""
     opac = _sigmoid(data.logit_opacities.astype(np.float64))
     keep = opac >= min_opacity
-    R = quats_to_rotmats(data.quats[keep].astype(np.float64))
+    R = quat_to_rotmat_np(data.quats[keep].astype(np.float64))
     s2 = (np.exp(data.log_scales[keep].astype(np.float64)) * scale_factor) ** 2
     cov = np.einsum("nij,nj,nkj->nik", R, s2, R)
     rgb = np.clip(0.5 + SH_C0 * data.sh[keep, 0].astype(np.float64), 0.0, 1.0)

@@ -38,6 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
+from rasterizer.quaternions import quat_to_rotmat_np
 from recon.splat_data import SplatData, normalized_quats, sigmoid
 
 MAX_IMPORTANCE_VIEWS = 64
@@ -106,16 +107,6 @@ def volume_importance(data: SplatData) -> np.ndarray:
     return sigmoid(data.logit_opacities) * np.exp(np.minimum(log_vol, 700.0))
 
 
-def _rotmats(quats_wxyz: np.ndarray) -> np.ndarray:
-    """[N, 4] (w, x, y, z) -> [N, 3, 3] rotation matrices (normalised)."""
-    w, x, y, z = normalized_quats(quats_wxyz).T
-    return np.stack([
-        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
-    ], axis=1).reshape(-1, 3, 3)
-
-
 def footprint_pixels(data: SplatData, cameras: Sequence[ViewCamera],
                      max_views: int = MAX_IMPORTANCE_VIEWS, chunk: int = 262_144) -> np.ndarray:
     """float64 [N]: summed projected 3-sigma ellipse area (pixels) over the views (see module doc)."""
@@ -127,7 +118,7 @@ def footprint_pixels(data: SplatData, cameras: Sequence[ViewCamera],
     for start in range(0, n, chunk):
         sl = slice(start, min(n, start + chunk))
         means = data.means[sl].astype(np.float64)
-        R = _rotmats(data.quats[sl])
+        R = quat_to_rotmat_np(normalized_quats(data.quats[sl]))  # zero/NaN quats: identity
         s2 = np.exp(2.0 * data.log_scales[sl].astype(np.float64))
         cov = np.einsum("nij,nj,nkj->nik", R, s2, R)  # R diag(s^2) R^T
         for cam in cams:

@@ -21,16 +21,13 @@ from recon.data.colmap import (
     ColmapImage,
     ColmapModel,
     ColmapPoints,
-    UnsupportedCameraModelError,
-    distort_points,
-    qvec_to_rotmat,
     read_model,
-    rotmat_to_qvec,
     split_params,
-    undistort_points,
-    undistorted_intrinsics,
     write_model,
 )
+from recon.data.undistort import UnsupportedCameraModelError, distort_points, undistort_points, undistorted_intrinsics
+from rasterizer.quaternions import quat_to_rotmat_np as qvec_to_rotmat
+from rasterizer.quaternions import rotmat_to_quat as rotmat_to_qvec
 from recon.data.procedural import orbit_cameras
 from recon.data.scene import MissingImageError
 
