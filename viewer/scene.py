@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rasterizer.camera import Camera
 from rasterizer.quaternions import quat_to_rotmat_np
 from recon.export import SplatData, SplatFileError, read_splats
 from recon.export.splats import SH_C0
@@ -75,13 +76,10 @@ def robust_bounds(points: np.ndarray, lo: float = 5.0, hi: float = 95.0) -> tupl
 
 @dataclass
 class TrainingCamera:
-    """A training view for frustum display: ``world_to_cam`` [4, 4] float64 (OpenCV), ``K`` [3, 3]."""
+    """A training view for frustum display: the frame's name and its :class:`Camera` (OpenCV axes)."""
 
     name: str
-    world_to_cam: np.ndarray
-    K: np.ndarray
-    width: int
-    height: int
+    camera: Camera
 
 
 @dataclass
@@ -142,9 +140,7 @@ def load_run_cameras(run_dir: Path) -> list[TrainingCamera]:
         scene = load_training_scene(cfg)
         out = []
         for f in scene.frames_train:
-            cam = f.camera
-            out.append(TrainingCamera(f.name, cam.world_to_cam.double().numpy(), cam.K.double().numpy(),
-                                      int(cam.width), int(cam.height)))
+            out.append(TrainingCamera(f.name, f.camera))
         return out
     except Exception:  # noqa: BLE001 - optional extra: any failure just means "no frustums"
         return []
@@ -157,7 +153,7 @@ def up_from_cameras(cameras: list[TrainingCamera], max_angle_deg: float = 45.0) 
     tolerance."""
     if not cameras:
         return None
-    ups = np.stack([-c.world_to_cam[1, :3] for c in cameras])  # row 1 of R = camera y axis in world
+    ups = np.stack([-c.camera.world_to_cam_numpy()[1, :3] for c in cameras])  # row 1 of R = camera y axis in world
     mean = ups.mean(axis=0)
     n = np.linalg.norm(mean)
     if n <= 0.5:
