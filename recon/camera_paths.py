@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from rasterizer import Camera
-from recon.data.colmap import qvec_to_rotmat, rotmat_to_qvec
+from rasterizer.quaternions import quat_to_rotmat_np, rotmat_to_quat
 from recon.data.procedural import look_at_world_to_cam, orbit_basis
 
 PATHS = ("orbit", "spiral", "dataset")
@@ -104,7 +104,7 @@ def interpolate_keyframes(world_to_cams: Sequence[np.ndarray], Ks: Sequence[np.n
         raise ValueError(f"n_frames must be >= 1, got {n_frames}")
     Ks = [np.asarray(k, dtype=np.float64) for k in Ks]
     centers = np.stack([-m[:3, :3].T @ m[:3, 3] for m in w2c])
-    quats = [rotmat_to_qvec(m[:3, :3]) for m in w2c]
+    quats = [rotmat_to_quat(m[:3, :3]) for m in w2c]
     n_key = len(w2c)
     out = []
     for i in range(n_frames):
@@ -120,7 +120,7 @@ def interpolate_keyframes(world_to_cams: Sequence[np.ndarray], Ks: Sequence[np.n
             if j + 2 > n_key - 1:
                 p[3] = 2 * p[2] - p[1]
             c = _catmull_rom(*p, u)
-            R = qvec_to_rotmat(slerp(quats[j], quats[j + 1], u))
+            R = quat_to_rotmat_np(slerp(quats[j], quats[j + 1], u))
             K = (1 - u) * Ks[j] + u * Ks[j + 1]
         m = np.eye(4)
         m[:3, :3] = R

@@ -34,7 +34,7 @@ import torch
 import yaml
 
 from recon.errors import CheckpointError, ConfigValueError, RunLockedError
-from recon.export import atomic_open, atomic_write_bytes
+from recon.atomic import atomic_open, atomic_write_bytes
 from recon.run_history import RunHistory
 
 CONFIG_FILE = "config.yaml"

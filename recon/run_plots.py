@@ -23,7 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, LogFormatter, MaxNLocator
 
-from recon.export import atomic_write_bytes
+from recon.atomic import atomic_write_bytes
 from recon.run_history import RunHistory
 
 SMOOTHING_PARTS = 50  # moving-average window = run length / this

@@ -10,22 +10,26 @@ Camera-path file (JSON)::
 
     {"frames": [{"world_to_cam": [[4x4]], "K": [[3x3]], "width": W, "height": H}, ...], "fps": 30.0}
 
-``save_camera_path`` / ``load_camera_path`` write and read it; ``render --path FILE`` style commands can
-turn each frame into a :class:`rasterizer.camera.Camera` with :func:`frame_to_camera`.
+``save_camera_path`` / ``load_camera_path`` write and read it; its frames are float64
+:class:`rasterizer.camera.Camera` records (``camera.to(dtype=torch.float32)`` to render one). The
+conversions live in :mod:`rasterizer.camera`; the viser names below are aliases of them.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from recon.data.colmap import qvec_to_rotmat as quat_wxyz_to_matrix  # (w, x, y, z) <-> [3, 3], one implementation
-from recon.data.colmap import rotmat_to_qvec as matrix_to_quat_wxyz
+from rasterizer.camera import (Camera, camera_to_dict, intrinsics_from_vertical_fov, pose_from_world_to_cam,
+                               world_to_cam_from_pose)
+
+intrinsics_from_fov = intrinsics_from_vertical_fov  # viser reports the vertical fov
+viser_to_world_to_cam = world_to_cam_from_pose  # viser: wxyz = R_world_cam, position = camera centre
+world_to_cam_to_viser = pose_from_world_to_cam
 
 
 class CameraPathError(ValueError):
@@ -33,65 +37,17 @@ class CameraPathError(ValueError):
 
 
 @dataclass
-class CameraFrame:
-    """One camera of a path: ``world_to_cam`` [4, 4] float64 (OpenCV), ``K`` [3, 3] float64 pixels."""
-
-    world_to_cam: np.ndarray
-    K: np.ndarray
-    width: int
-    height: int
-
-
-@dataclass
 class CameraPath:
-    """An ordered list of :class:`CameraFrame` played back at ``fps`` frames per second."""
+    """An ordered list of keyframe cameras (float64 :class:`Camera`) played back at ``fps`` frames per second."""
 
-    frames: list[CameraFrame] = field(default_factory=list)
+    frames: list[Camera] = field(default_factory=list)
     fps: float = 30.0
 
 
-# ------------------------------------------------------------------------------------- conversions
-
-
-def intrinsics_from_fov(fov_y: float, width: int, height: int) -> np.ndarray:
-    """[3, 3] float64 ``K`` of a pinhole camera with vertical fov ``fov_y`` (radians), square pixels and
-    the principal point at the image centre ``(W / 2, H / 2)``."""
-    fy = 0.5 * height / math.tan(0.5 * fov_y)
-    return np.array([[fy, 0.0, 0.5 * width], [0.0, fy, 0.5 * height], [0.0, 0.0, 1.0]])
-
-
-def viser_to_world_to_cam(wxyz, position) -> np.ndarray:
-    """[4, 4] float64 ``world_to_cam`` (OpenCV) from viser's camera ``wxyz`` (R_world_cam) and
-    ``position`` (camera centre, world)."""
-    R_wc = quat_wxyz_to_matrix(wxyz)
-    c = np.asarray(position, dtype=np.float64)
-    w2c = np.eye(4)
-    w2c[:3, :3] = R_wc.T
-    w2c[:3, 3] = -R_wc.T @ c
-    return w2c
-
-
-def world_to_cam_to_viser(world_to_cam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of :func:`viser_to_world_to_cam`: (wxyz [4], position [3]) for viser."""
-    w2c = np.asarray(world_to_cam, dtype=np.float64)
-    R_wc = w2c[:3, :3].T
-    return matrix_to_quat_wxyz(R_wc), -R_wc @ w2c[:3, 3]
-
-
-def viser_camera_to_frame(wxyz, position, fov_y: float, width: int, height: int) -> CameraFrame:
-    """A :class:`CameraFrame` for a viser camera rendered at ``width x height`` pixels."""
-    return CameraFrame(viser_to_world_to_cam(wxyz, position), intrinsics_from_fov(fov_y, width, height),
-                       int(width), int(height))
-
-
-def frame_to_camera(frame: CameraFrame):
-    """:class:`rasterizer.camera.Camera` (float32 tensors) of a path frame."""
-    import torch
-
-    from rasterizer.camera import Camera
-
-    return Camera(world_to_cam=torch.as_tensor(frame.world_to_cam, dtype=torch.float32),
-                  K=torch.as_tensor(frame.K, dtype=torch.float32), width=frame.width, height=frame.height)
+def viser_camera_to_frame(wxyz, position, fov_y: float, width: int, height: int) -> Camera:
+    """The float64 :class:`Camera` of a viser camera rendered at ``width x height`` pixels."""
+    return Camera.from_arrays(viser_to_world_to_cam(wxyz, position), intrinsics_from_fov(fov_y, width, height),
+                              width, height)
 
 
 # ---------------------------------------------------------------------------------------- file IO
@@ -100,9 +56,7 @@ def frame_to_camera(frame: CameraFrame):
 def camera_path_to_dict(path: CameraPath) -> dict:
     """Plain JSON-ready dict of a camera path."""
     return {
-        "frames": [{"world_to_cam": np.asarray(f.world_to_cam, dtype=float).tolist(),
-                    "K": np.asarray(f.K, dtype=float).tolist(), "width": int(f.width),
-                    "height": int(f.height)} for f in path.frames],
+        "frames": [camera_to_dict(f) for f in path.frames],
         "fps": float(path.fps),
     }
 
@@ -144,8 +98,8 @@ def load_camera_path(file: str | os.PathLike) -> CameraPath:
         w, h = f["width"], f["height"]
         if not (isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0):
             raise CameraPathError(f"{file}: frame {i}: width/height must be positive integers")
-        frames.append(CameraFrame(_matrix(file, i, f["world_to_cam"], "world_to_cam", (4, 4)),
-                                  _matrix(file, i, f["K"], "K", (3, 3)), w, h))
+        frames.append(Camera.from_arrays(_matrix(file, i, f["world_to_cam"], "world_to_cam", (4, 4)),
+                                         _matrix(file, i, f["K"], "K", (3, 3)), w, h))
     fps = data.get("fps", 30.0)
     if not isinstance(fps, (int, float)) or not fps > 0:
         raise CameraPathError(f"{file}: fps must be a positive number")

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rasterizer.camera import Camera
+from rasterizer.quaternions import quat_to_rotmat_np
 from recon.export import SplatData, SplatFileError, read_splats
 from recon.export.splats import SH_C0
 
@@ -50,23 +52,12 @@ class BrowserSplats:
         return len(self.centers)
 
 
-def quats_to_rotmats(quats_wxyz: np.ndarray) -> np.ndarray:
-    """[N, 3, 3] rotation matrices of [N, 4] (w, x, y, z) quaternions (normalised here)."""
-    q = quats_wxyz / np.maximum(np.linalg.norm(quats_wxyz, axis=1, keepdims=True), 1e-12)
-    w, x, y, z = q[:, 0], q[:, 1], q[:, 2], q[:, 3]
-    return np.stack([
-        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-    ], axis=1)
-
-
 def browser_splats(data: SplatData, scale_factor: float = 1.0, min_opacity: float = 0.0) -> BrowserSplats:
     """Splats in viser's format: scales multiplied by ``scale_factor``; splats with opacity below
     ``min_opacity`` dropped."""
     opac = _sigmoid(data.logit_opacities.astype(np.float64))
     keep = opac >= min_opacity
-    R = quats_to_rotmats(data.quats[keep].astype(np.float64))
+    R = quat_to_rotmat_np(data.quats[keep].astype(np.float64))
     s2 = (np.exp(data.log_scales[keep].astype(np.float64)) * scale_factor) ** 2
     cov = np.einsum("nij,nj,nkj->nik", R, s2, R)
     rgb = np.clip(0.5 + SH_C0 * data.sh[keep, 0].astype(np.float64), 0.0, 1.0)
@@ -85,13 +76,10 @@ def robust_bounds(points: np.ndarray, lo: float = 5.0, hi: float = 95.0) -> tupl
 
 @dataclass
 class TrainingCamera:
-    """A training view for frustum display: ``world_to_cam`` [4, 4] float64 (OpenCV), ``K`` [3, 3]."""
+    """A training view for frustum display: the frame's name and its :class:`Camera` (OpenCV axes)."""
 
     name: str
-    world_to_cam: np.ndarray
-    K: np.ndarray
-    width: int
-    height: int
+    camera: Camera
 
 
 @dataclass
@@ -152,9 +140,7 @@ def load_run_cameras(run_dir: Path) -> list[TrainingCamera]:
         scene = load_training_scene(cfg)
         out = []
         for f in scene.frames_train:
-            cam = f.camera
-            out.append(TrainingCamera(f.name, cam.world_to_cam.double().numpy(), cam.K.double().numpy(),
-                                      int(cam.width), int(cam.height)))
+            out.append(TrainingCamera(f.name, f.camera))
         return out
     except Exception:  # noqa: BLE001 - optional extra: any failure just means "no frustums"
         return []
@@ -167,7 +153,7 @@ def up_from_cameras(cameras: list[TrainingCamera], max_angle_deg: float = 45.0) 
     tolerance."""
     if not cameras:
         return None
-    ups = np.stack([-c.world_to_cam[1, :3] for c in cameras])  # row 1 of R = camera y axis in world
+    ups = np.stack([-c.camera.world_to_cam_numpy()[1, :3] for c in cameras])  # row 1 of R = camera y axis in world
     mean = ups.mean(axis=0)
     n = np.linalg.norm(mean)
     if n <= 0.5:

@@ -8,7 +8,7 @@ dynamic scenes (:meth:`SplatScene.set_time`).
 
 Frames: everything is in the model's OpenCV world; viser is told the scene's up direction (``-y`` by
 default). viser cameras use OpenCV camera axes too (+z forward, -y up); conversion to
-``world_to_cam`` / ``K`` is :func:`viewer.camera_path.viser_camera_to_frame`.
+a :class:`rasterizer.camera.Camera` is :func:`viewer.camera_path.viser_camera_to_frame`.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def initial_view(scene: SplatScene, fov: float = DEFAULT_FOV) -> tuple[np.ndarra
     centre, radius = robust_bounds(scene.splats.means.astype(np.float64))
     up = scene.up / np.linalg.norm(scene.up)
     if scene.cameras:
-        cam = scene.cameras[0]
-        forward = centre - (-cam.world_to_cam[:3, :3].T @ cam.world_to_cam[:3, 3])
+        w2c = scene.cameras[0].camera.world_to_cam_numpy()
+        forward = centre - (-w2c[:3, :3].T @ w2c[:3, 3])
     else:
         forward = np.array([0.0, 0.0, 1.0])  # OpenCV cameras look down +z
     forward = forward - (forward @ up) * up
@@ -148,9 +148,9 @@ class ViewerServer:
         s.initial_camera.up = up
         self.refresh_splats()
         _, radius = robust_bounds(self.scene.splats.means)
-        for i, cam in enumerate(self.scene.cameras):
-            wxyz, position = world_to_cam_to_viser(cam.world_to_cam)
-            fov = 2.0 * math.atan(0.5 * cam.height / cam.K[1, 1])
+        for i, cam in enumerate(c.camera for c in self.scene.cameras):
+            wxyz, position = world_to_cam_to_viser(cam.world_to_cam_numpy())
+            fov = 2.0 * math.atan(0.5 * cam.height / cam.K_numpy()[1, 1])
             s.scene.add_camera_frustum(f"/cameras/{i:04d}", fov=fov, aspect=cam.width / cam.height,
                                        scale=0.03 * radius, thickness=0.003 * radius, wxyz=wxyz,
                                        position=position, color=(60, 90, 200))
@@ -245,7 +245,7 @@ class ViewerServer:
     # -------------------------------------------------------------------------- render / keyframes
 
     def client_frame(self, client, width: int | None = None, height: int | None = None):
-        """:class:`viewer.camera_path.CameraFrame` of a client's current camera, at the browser's canvas
+        """float64 :class:`rasterizer.camera.Camera` of a client's current camera, at the browser's canvas
         size (longest side capped at MAX_RENDER_SIDE) unless width/height are given."""
         cam = client.camera
         if width is None or height is None:
@@ -257,7 +257,7 @@ class ViewerServer:
         return viser_camera_to_frame(cam.wxyz, cam.position, cam.fov, width, height)
 
     def render_frame(self, frame, background=None) -> np.ndarray:
-        """[H, W, 3] float32 sRGB render of the scene's splats (all SH degrees) at ``frame``."""
+        """[H, W, 3] float32 sRGB render of the scene's splats (all SH degrees) at ``frame`` (a Camera)."""
         import torch
 
         from rasterizer import rasterize_gaussians
@@ -268,10 +268,11 @@ class ViewerServer:
         degree = int(round(math.sqrt(s.sh.shape[1]))) - 1
         dev = self.render_device()
         t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=dev)  # noqa: E731
+        cam = frame.to(device=dev, dtype=torch.float32)
         with torch.no_grad():
             render, _, _ = rasterize_gaussians(
                 t(s.means), t(s.quats), torch.exp(t(s.log_scales)), torch.sigmoid(t(s.logit_opacities)),
-                t(s.sh), t(frame.world_to_cam)[None], t(frame.K)[None], frame.width, frame.height,
+                t(s.sh), cam.world_to_cam[None], cam.K[None], cam.width, cam.height,
                 sh_degree=degree, backgrounds=t([bg]),
                 rasterize_mode="antialiased" if s.antialiased else "classic")  # backend auto: cuda on a GPU
         return render[0].clamp(0, 1).cpu().numpy()

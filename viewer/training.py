@@ -40,12 +40,7 @@ def model_snapshot(model) -> SplatData:
 
 def training_cameras(scene) -> list[TrainingCamera]:
     """Frustums for the viewer from a :class:`recon.data.scene.Scene`'s training frames."""
-    out = []
-    for f in scene.frames_train:
-        cam = f.camera
-        out.append(TrainingCamera(f.name, cam.world_to_cam.detach().cpu().double().numpy(),
-                                  cam.K.detach().cpu().double().numpy(), int(cam.width), int(cam.height)))
-    return out
+    return [TrainingCamera(f.name, f.camera) for f in scene.frames_train]
 
 
 class TrainingViewer:

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
+from rasterizer.camera import Camera
 from recon.errors import USER_ERRORS, OutputError, fail
 from recon.export import SplatFileError
 from recon.export.atomic import refuse_overwrite
-from recon.export.budget import ViewCamera, apply_budget, resolve_budget
+from recon.export.budget import apply_budget, resolve_budget
 from recon.export.glb import format_key, read_any, write_any
 from recon.export.report import ExportReport, print_report, psnr_before_after
 from recon.outputs import ensure_writable_folder
@@ -90,7 +91,7 @@ def _dataset_from_config(cfg: dict) -> tuple[Path | None, int]:
     return path, max(factor, 1)
 
 
-def run_cameras(run_dir: Path) -> tuple[list[ViewCamera] | None, str]:
+def run_cameras(run_dir: Path) -> tuple[list[Camera] | None, str]:
     """(training cameras of the run's dataset or None, a note on why not)."""
     cfg_path = run_dir / RUN_CONFIG
     if not cfg_path.is_file():
@@ -112,7 +113,7 @@ def run_cameras(run_dir: Path) -> tuple[list[ViewCamera] | None, str]:
         from recon.data.detect import load_scene
 
         scene = load_scene(data_path, data_factor=factor)
-        cams = [ViewCamera.from_camera(f.camera) for f in scene.frames_train]
+        cams = [f.camera for f in scene.frames_train]
     except Exception as exc:  # noqa: BLE001
         return None, f"could not load dataset {data_path} ({exc}): importance by opacity x volume"
     if not cams:

@@ -112,8 +112,8 @@ def keyframe_path_cameras(file: Path, frames: int, max_side: int | None = None) 
     if max_side is not None and max(width, height) > max_side:
         k = max_side / max(width, height)
         width, height = max(1, round(width * k)), max(1, round(height * k))
-    Ks = [resize_intrinsics(f.K, f.width, f.height, width, height) for f in keys]
-    return interpolate_keyframes([f.world_to_cam for f in keys], Ks, width, height, frames)
+    Ks = [resize_intrinsics(f.K_numpy(), f.width, f.height, width, height) for f in keys]
+    return interpolate_keyframes([f.world_to_cam_numpy() for f in keys], Ks, width, height, frames)
 
 
 @torch.no_grad()

@@ -8,15 +8,13 @@ from recon.data.blender import load_blender
 from recon.data.colmap import (
     ColmapFormatError,
     ColmapModel,
-    UnsupportedCameraModelError,
-    distort_points,
     load_colmap,
     read_model,
-    undistort_points,
     write_model,
 )
 from recon.data.detect import detect_format, load_scene
 from recon.data.nerfstudio import load_nerfstudio, opengl_cam_to_world_to_opencv_world_to_cam
+from recon.data.undistort import UnsupportedCameraModelError, distort_points, undistort_points
 from recon.data.procedural import look_at_world_to_cam, orbit_cameras
 from recon.data.scene import (
     DataFormatError,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rasterizer.camera import opengl_cam_to_world_to_opencv_world_to_cam
+from recon.data.finalize import finalize_frames
 from recon.data.nerfstudio import (
     frame_entry,
     frame_intrinsics,
     json_number,
     matrix_4x4,
-    opengl_cam_to_world_to_opencv_world_to_cam,
     read_json,
     resolve_file,
 )
@@ -25,7 +26,6 @@ from recon.data.scene import (
     Frame,
     MissingImageError,
     Scene,
-    finalize_frames,
     image_size,
     make_camera,
 )

@@ -7,7 +7,8 @@ may give ``camera_angle_x`` (and ``camera_angle_y``) instead of focal lengths; d
 ``applied_transform`` (3x4) is the transform nerfstudio's ``ns-process-data`` applied to the original
 (e.g. COLMAP) world; by default it is undone, so cameras and points come back in the original world.
 
-Conversion to ours happens once, in :func:`opengl_cam_to_world_to_opencv_world_to_cam`.
+Conversion to ours happens once, in :func:`rasterizer.camera.opengl_cam_to_world_to_opencv_world_to_cam`
+(imported here; also used by the Blender loader).
 """
 
 from __future__ import annotations
@@ -19,39 +20,22 @@ from typing import Any
 
 import numpy as np
 
+from rasterizer.camera import opengl_cam_to_world_to_opencv_world_to_cam
+from recon.data.finalize import finalize_frames
 from recon.data.scene import (
     WHITE,
     DataFormatError,
     Distortion,
     Frame,
     Scene,
-    finalize_frames,
     image_size,
     intrinsics_matrix,
     make_camera,
     split_every_nth,
 )
 
-# OpenGL camera axes (x right, y up, z back) -> OpenCV (x right, y down, z forward): flip y and z.
-GL_TO_CV = np.diag([1.0, -1.0, -1.0, 1.0])
 PINHOLE_MODELS = ("PINHOLE", "SIMPLE_PINHOLE", "PERSPECTIVE")
 DISTORTED_MODELS = ("OPENCV", "OPENCV_FISHEYE")
-
-
-def opengl_cam_to_world_to_opencv_world_to_cam(cam_to_world_gl: np.ndarray) -> np.ndarray:
-    """OpenGL-axes camera-to-world [4, 4] (or [3, 4]) -> OpenCV-axes world-to-camera [4, 4] float64.
-
-    ``cam_to_world_cv = cam_to_world_gl @ diag(1, -1, -1, 1)`` (flip the camera's y and z axes), then
-    invert the rigid transform.
-    """
-    c2w = np.eye(4)
-    c2w[: np.asarray(cam_to_world_gl).shape[0]] = np.asarray(cam_to_world_gl, dtype=np.float64)
-    c2w_cv = c2w @ GL_TO_CV
-    R, t = c2w_cv[:3, :3], c2w_cv[:3, 3]
-    w2c = np.eye(4)
-    w2c[:3, :3] = R.T
-    w2c[:3, 3] = -R.T @ t
-    return w2c
 
 
 def read_json(path: Path) -> dict:

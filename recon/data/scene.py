@@ -5,8 +5,9 @@ Conventions (rasterizer/CONVENTIONS.md): cameras use OpenCV axes (x right, y dow
 pixel (i, j) centred at (i + 0.5, j + 0.5). Images are sRGB float32 ``[H, W, 3]`` in [0, 1].
 
 Loaders convert their file convention to ours once, build :class:`Frame` objects, and hand them to
-:func:`finalize_frames`, which undistorts distorted cameras (cached on disk) and applies the
-``data_factor`` downscale (cached on disk) so training always sees pinhole cameras.
+:func:`recon.data.finalize.finalize_frames`, which undistorts distorted cameras (:mod:`recon.data.undistort`,
+cached on disk) and applies the ``data_factor`` downscale (here, cached on disk) so training always sees
+pinhole cameras. This module is the bottom of ``recon.data``: it imports no other loader module.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Distortion:
 
     Attributes:
         model: COLMAP model name: SIMPLE_RADIAL, RADIAL, OPENCV or OPENCV_FISHEYE (see
-            :func:`recon.data.colmap.distort_points` for the coefficient order of each).
+            :func:`recon.data.undistort.distort_points` for the coefficient order of each).
         coeffs: [D] float64 distortion coefficients only (no focal length or principal point).
     """
 
@@ -507,48 +508,3 @@ def _map_threads(fn: Callable, items: Sequence, workers: int | None = None) -> l
         return [fn(x) for x in items]
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(fn, items))
-
-
-def finalize_frames(
-    raw: Sequence[tuple[Frame, Distortion | None]],
-    root: Path,
-    listed_in: Path | str,
-    data_factor: int = 1,
-    cache_dir: Path | None = None,
-) -> list[Frame]:
-    """Turn loader output into training frames: check cameras and files, undistort, downscale.
-
-    Args:
-        raw: (frame, distortion) pairs; ``frame.camera`` is the full-resolution camera whose K is the
-            distorted camera's K when ``distortion`` is not None.
-        root: dataset folder (derived images are named relative to it).
-        listed_in: the dataset file that lists the images (named in errors).
-        data_factor: integer downscale factor N >= 1.
-        cache_dir: where derived images are written; default ``root`` when writable, else
-            ``~/.cache/splatforge/<name>-<hash>``.
-    Returns:
-        Frames with pinhole cameras whose images exist on disk at the returned size.
-    """
-    if int(data_factor) != data_factor or data_factor < 1:
-        raise ValueError(f"data_factor must be a positive integer, got {data_factor!r}")
-    data_factor = int(data_factor)
-    root = Path(root)
-    check_cameras([f for f, _ in raw], listed_in)
-    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_root(root)
-    if data_factor == 1 or any(d is not None for _, d in raw):
-        check_files_exist([f for f, _ in raw], listed_in)
-
-    def one(item: tuple[Frame, Distortion | None]) -> Frame:
-        frame, dist = item
-        if dist is not None:
-            from recon.data.colmap import undistort_frame
-
-            frame = undistort_frame(frame, dist, root, cache_root)
-        if data_factor > 1:
-            try:
-                frame = downscale_frame(frame, data_factor, root, cache_root)
-            except MissingImageError as e:
-                raise MissingImageError(f"{e} (listed in {listed_in})") from e
-        return frame
-
-    return _map_threads(one, list(raw))

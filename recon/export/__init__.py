@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .atomic import atomic_open, atomic_write_bytes, refuse_overwrite
+from recon.atomic import atomic_open, atomic_write_bytes, refuse_overwrite
+from recon.splat_data import SplatData, empty_splats, random_splats
+
 from .ply import read_ply, write_ply
 from .splat_format import read_splat, write_splat
-from .splats import SplatData, SplatFileError, empty_splats, random_splats
+from .splats import SplatFileError
 from .spz import read_spz, write_spz
 
 __all__ = [

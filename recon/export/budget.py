@@ -38,7 +38,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .splats import SplatData, normalized_quats, sigmoid
+from rasterizer.camera import Camera
+from rasterizer.quaternions import quat_to_rotmat_np
+from recon.splat_data import SplatData, normalized_quats, sigmoid
 
 MAX_IMPORTANCE_VIEWS = 64
 LOW_PASS_PX = 0.3
@@ -66,24 +68,6 @@ TARGETS = tuple(DEVICE_BUDGETS)
 
 
 @dataclass(frozen=True)
-class ViewCamera:
-    """A pinhole training view in our conventions (OpenCV world_to_cam [4, 4], K [3, 3] pixels)."""
-
-    world_to_cam: np.ndarray
-    K: np.ndarray
-    width: int
-    height: int
-
-    @classmethod
-    def from_camera(cls, cam) -> "ViewCamera":
-        """From a :class:`rasterizer.camera.Camera` (torch tensors) or anything with the fields."""
-        def arr(x):
-            return np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x, np.float64)
-
-        return cls(arr(cam.world_to_cam), arr(cam.K), int(cam.width), int(cam.height))
-
-
-@dataclass(frozen=True)
 class BudgetResult:
     """What :func:`apply_budget` did."""
 
@@ -106,17 +90,7 @@ def volume_importance(data: SplatData) -> np.ndarray:
     return sigmoid(data.logit_opacities) * np.exp(np.minimum(log_vol, 700.0))
 
 
-def _rotmats(quats_wxyz: np.ndarray) -> np.ndarray:
-    """[N, 4] (w, x, y, z) -> [N, 3, 3] rotation matrices (normalised)."""
-    w, x, y, z = normalized_quats(quats_wxyz).T
-    return np.stack([
-        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
-    ], axis=1).reshape(-1, 3, 3)
-
-
-def footprint_pixels(data: SplatData, cameras: Sequence[ViewCamera],
+def footprint_pixels(data: SplatData, cameras: Sequence[Camera],
                      max_views: int = MAX_IMPORTANCE_VIEWS, chunk: int = 262_144) -> np.ndarray:
     """float64 [N]: summed projected 3-sigma ellipse area (pixels) over the views (see module doc)."""
     cams = list(cameras)
@@ -127,12 +101,12 @@ def footprint_pixels(data: SplatData, cameras: Sequence[ViewCamera],
     for start in range(0, n, chunk):
         sl = slice(start, min(n, start + chunk))
         means = data.means[sl].astype(np.float64)
-        R = _rotmats(data.quats[sl])
+        R = quat_to_rotmat_np(normalized_quats(data.quats[sl]))  # zero/NaN quats: identity
         s2 = np.exp(2.0 * data.log_scales[sl].astype(np.float64))
         cov = np.einsum("nij,nj,nkj->nik", R, s2, R)  # R diag(s^2) R^T
         for cam in cams:
-            W = np.asarray(cam.world_to_cam, np.float64)
-            K = np.asarray(cam.K, np.float64)
+            W = cam.world_to_cam_numpy()
+            K = cam.K_numpy()
             p = means @ W[:3, :3].T + W[:3, 3]
             z = p[:, 2]
             front = z > NEAR
@@ -159,12 +133,12 @@ def footprint_pixels(data: SplatData, cameras: Sequence[ViewCamera],
     return total
 
 
-def footprint_importance(data: SplatData, cameras: Sequence[ViewCamera]) -> np.ndarray:
+def footprint_importance(data: SplatData, cameras: Sequence[Camera]) -> np.ndarray:
     """float64 [N]: opacity x footprint over the training views."""
     return sigmoid(data.logit_opacities) * footprint_pixels(data, cameras)
 
 
-def importance(data: SplatData, cameras: Sequence[ViewCamera] | None = None) -> tuple[np.ndarray, str]:
+def importance(data: SplatData, cameras: Sequence[Camera] | None = None) -> tuple[np.ndarray, str]:
     """(scores [N], "footprint" or "volume"): footprint with cameras, else volume."""
     if cameras:
         return footprint_importance(data, cameras), "footprint"
@@ -198,7 +172,7 @@ def resolve_budget(target: str | None, max_splats: int | None,
 
 
 def apply_budget(data: SplatData, max_splats: int | None = None, sh_degree: int | None = None,
-                 cameras: Sequence[ViewCamera] | None = None,
+                 cameras: Sequence[Camera] | None = None,
                  target: str | None = None) -> tuple[SplatData, BudgetResult]:
     """Keep the ``max_splats`` most important splats and truncate SH to ``sh_degree``.
 

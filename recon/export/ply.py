@@ -22,8 +22,10 @@ from typing import BinaryIO
 import numpy as np
 from plyfile import PlyData, PlyElement
 
-from .atomic import atomic_open
-from .splats import SplatData, SplatFileError, num_sh_bases, require_regular_file, require_writable
+from recon.atomic import atomic_open
+from recon.splat_data import SplatData, num_sh_bases
+
+from .splats import SplatFileError, require_regular_file, require_writable
 
 MIP_COMMENT = "SplatRenderMode: mip"
 _REST_COUNT_TO_DEGREE = {3 * (num_sh_bases(d) - 1): d for d in range(4)}  # {0: 0, 9: 1, 24: 2, 45: 3}

@@ -46,40 +46,30 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .atomic import atomic_write_bytes, refuse_overwrite
+from rasterizer.camera import Camera, camera_to_dict
+from recon.atomic import atomic_write_bytes, refuse_overwrite
+from recon.splat_data import SplatData
+
 from .glb import all_formats, read_any, write_any
-from .splats import SplatData, SplatFileError
+from .splats import SplatFileError
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
 
 
-@dataclass(frozen=True)
-class SequenceCamera:
-    """Optional camera shared by all frames: world_to_cam [4, 4], K [3, 3], image size."""
-
-    world_to_cam: np.ndarray
-    K: np.ndarray
-    width: int
-    height: int
-
-    def to_json(self) -> dict:
-        return {"world_to_cam": np.asarray(self.world_to_cam, float).tolist(),
-                "K": np.asarray(self.K, float).tolist(),
-                "width": int(self.width), "height": int(self.height)}
-
-    @classmethod
-    def from_json(cls, obj: dict, path) -> "SequenceCamera":
-        try:
-            w2c = np.asarray(obj["world_to_cam"], dtype=np.float64)
-            K = np.asarray(obj["K"], dtype=np.float64)
-            width, height = int(obj["width"]), int(obj["height"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SplatFileError(path, f"bad camera in manifest ({exc!r})") from None
-        if w2c.shape != (4, 4) or K.shape != (3, 3) or width <= 0 or height <= 0:
-            raise SplatFileError(path, "bad camera in manifest: world_to_cam must be 4x4, K 3x3, "
-                                       "width and height positive")
-        return cls(w2c, K, width, height)
+def camera_from_json(obj: dict, path) -> Camera:
+    """The manifest's optional shared camera as a float64 :class:`Camera`; SplatFileError naming ``path``
+    when a field is missing or malformed. Written by :func:`rasterizer.camera.camera_to_dict`."""
+    try:
+        w2c = np.asarray(obj["world_to_cam"], dtype=np.float64)
+        K = np.asarray(obj["K"], dtype=np.float64)
+        width, height = int(obj["width"]), int(obj["height"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SplatFileError(path, f"bad camera in manifest ({exc!r})") from None
+    if w2c.shape != (4, 4) or K.shape != (3, 3) or width <= 0 or height <= 0:
+        raise SplatFileError(path, "bad camera in manifest: world_to_cam must be 4x4, K 3x3, "
+                                   "width and height positive")
+    return Camera.from_arrays(w2c, K, width, height)
 
 
 @dataclass(frozen=True)
@@ -97,7 +87,7 @@ class SequenceManifest:
     fps: float
     format: str
     frames: list[SequenceFrame] = field(default_factory=list)
-    camera: SequenceCamera | None = None
+    camera: Camera | None = None
     version: int = MANIFEST_VERSION
     root: Path | None = None
 
@@ -105,7 +95,7 @@ class SequenceManifest:
         obj = {"version": self.version, "fps": self.fps, "format": self.format,
                "frames": [{"time": f.time, "file": f.file} for f in self.frames]}
         if self.camera is not None:
-            obj["camera"] = self.camera.to_json()
+            obj["camera"] = camera_to_dict(self.camera)
         return obj
 
     def __len__(self) -> int:
@@ -168,7 +158,7 @@ def parse_manifest(path, obj) -> SequenceManifest:
     if any(b.time < a.time for a, b in zip(frames, frames[1:])):
         raise SplatFileError(path, "frame times are not in increasing order")
     camera = obj.get("camera")
-    camera = SequenceCamera.from_json(camera, path) if camera is not None else None
+    camera = camera_from_json(camera, path) if camera is not None else None
     return SequenceManifest(fps, fmt, frames, camera, MANIFEST_VERSION)
 
 
@@ -195,7 +185,7 @@ class SequenceWriter:
     ``with`` block without an error). On error (or :meth:`abort`) nothing appears at ``out``."""
 
     def __init__(self, out: str | os.PathLike, fps: float, format: str = "spz",
-                 camera: SequenceCamera | None = None, force: bool = False,
+                 camera: Camera | None = None, force: bool = False,
                  name_pattern: str = "frame_{index:05d}.{ext}"):
         self.out = Path(out)
         self.fps = _check_fps(fps)
@@ -291,7 +281,7 @@ def _umask() -> int:
 
 def write_sequence(out: str | os.PathLike, frames: Iterable[SplatData], fps: float,
                    format: str = "spz", times: Sequence[float] | None = None,
-                   camera: SequenceCamera | None = None, force: bool = False) -> SequenceManifest:
+                   camera: Camera | None = None, force: bool = False) -> SequenceManifest:
     """Write ``frames`` as a sequence folder (see the module docstring); returns the manifest."""
     frames = list(frames)
     if times is not None and len(times) != len(frames):

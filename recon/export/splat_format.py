@@ -18,9 +18,10 @@ import os
 
 import numpy as np
 
-from .atomic import atomic_open
-from .splats import (SplatData, SplatFileError, dc_to_rgb, logit_clamped, normalized_quats,
-                     read_regular_file, require_writable, rgb_to_dc, sigmoid)
+from recon.atomic import atomic_open
+from recon.splat_data import SplatData, dc_to_rgb, normalized_quats, rgb_to_dc, sigmoid
+
+from .splats import SplatFileError, logit_clamped, read_regular_file, require_writable
 
 RECORD_DTYPE = np.dtype([("position", "<f4", (3,)), ("scale", "<f4", (3,)),
                          ("rgba", "u1", (4,)), ("rotation", "u1", (4,))])

@@ -34,9 +34,10 @@ import zlib
 
 import numpy as np
 
-from .atomic import atomic_open
-from .splats import (MAX_SH_DEGREE, SplatData, SplatFileError, logit_clamped, normalized_quats,
-                     num_sh_bases, read_regular_file, require_writable, sigmoid)
+from recon.atomic import atomic_open
+from recon.splat_data import MAX_SH_DEGREE, SplatData, normalized_quats, num_sh_bases, sigmoid
+
+from .splats import SplatFileError, logit_clamped, read_regular_file, require_writable
 
 MAGIC = 0x5053474E
 WRITE_VERSION = 3

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
-from recon.export.splats import SH_C0, SplatData
+from recon.splat_data import SH_C0, SplatData
 
 PARAM_NAMES = ("means", "quats", "log_scales", "logit_opacities", "sh0", "shN")
 EXACT_KNN_MAX_POINTS = 30_000  # above this, nearest neighbours are searched along a Morton order

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from recon.data import MissingImageError, load_scene
-from recon.data.nerfstudio import opengl_cam_to_world_to_opencv_world_to_cam
+from rasterizer.camera import opengl_cam_to_world_to_opencv_world_to_cam
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 LEGO = SHARED / "lego_400"

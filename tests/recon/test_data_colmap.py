@@ -21,16 +21,14 @@ from recon.data.colmap import (
     ColmapImage,
     ColmapModel,
     ColmapPoints,
-    UnsupportedCameraModelError,
-    distort_points,
-    qvec_to_rotmat,
+    colmap_world_to_cam,
     read_model,
-    rotmat_to_qvec,
     split_params,
-    undistort_points,
-    undistorted_intrinsics,
     write_model,
 )
+from recon.data.undistort import UnsupportedCameraModelError, distort_points, undistort_points, undistorted_intrinsics
+from rasterizer.quaternions import quat_to_rotmat_np as qvec_to_rotmat
+from rasterizer.quaternions import rotmat_to_quat as rotmat_to_qvec
 from recon.data.procedural import orbit_cameras
 from recon.data.scene import MissingImageError
 
@@ -403,3 +401,16 @@ def test_existing_images_n_folder_is_used_with_its_own_size(tmp_path):
     np.testing.assert_allclose(f.camera.K[0].numpy(), [50.0 * 33 / 65, 0, 32.5 * 33 / 65], rtol=1e-6)
     np.testing.assert_allclose(f.camera.K[1].numpy(), [0, 50.0 * 25 / 49, 24.5 * 25 / 49], rtol=1e-6)
     assert not (tmp_path / "cache").exists()
+
+
+def test_colmap_zero_qvec_still_gives_a_nan_pose():
+    """COLMAP refuses a zero qvec at load through a NaN pose; the shared (zero -> identity) function
+    must not turn it into a valid identity rotation."""
+    im = ColmapImage(id=1, qvec=np.zeros(4), tvec=np.zeros(3), camera_id=1, name="a.png")
+    assert np.isnan(colmap_world_to_cam(im)[:3, :3]).all()
+    im = ColmapImage(id=1, qvec=np.array([0.3, -0.2, 0.9, 0.1]), tvec=np.ones(3), camera_id=1, name="a.png")
+    w, x, y, z = im.qvec / np.linalg.norm(im.qvec)  # the loader's formula before the shared one
+    np.testing.assert_allclose(colmap_world_to_cam(im)[:3, :3], np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]]), rtol=0, atol=1e-15)

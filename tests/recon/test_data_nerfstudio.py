@@ -13,7 +13,7 @@ from PIL import Image
 from plyfile import PlyData, PlyElement
 
 from recon.data import DataFormatError, MissingImageError, load_mask, load_nerfstudio, load_scene
-from recon.data.colmap import undistorted_intrinsics
+from recon.data.undistort import undistorted_intrinsics
 from recon.data.procedural import orbit_cameras
 
 W, H = 48, 32

@@ -86,7 +86,7 @@ def test_detect_unknown_format_is_clear(tmp_path):
 
 def test_bad_data_factor(tmp_path):
     with pytest.raises(ValueError, match="data_factor"):
-        from recon.data.scene import finalize_frames
+        from recon.data.finalize import finalize_frames
 
         finalize_frames([], tmp_path, "x.json", data_factor=0)
 
@@ -107,7 +107,7 @@ def downscale_dataset(tmp_path: Path, pixels: list[np.ndarray]) -> tuple[Path, l
 
 
 def finalize_half(root: Path, raw: list, cache: Path) -> list[Frame]:
-    from recon.data.scene import finalize_frames
+    from recon.data.finalize import finalize_frames
 
     return finalize_frames(raw, root, root / "list.json", data_factor=2, cache_dir=cache)
 
@@ -159,7 +159,7 @@ def test_dataset_own_images_n_without_key_is_used(tmp_path):
 
 @pytest.mark.parametrize("factor", [1, 2, 4])
 def test_source_of_another_size_is_refused_at_every_factor(tmp_path, factor):
-    from recon.data.scene import finalize_frames
+    from recon.data.finalize import finalize_frames
 
     root, raw = downscale_dataset(tmp_path, [np.zeros((12, 24, 3), np.uint8)])  # camera says 16x12
     with pytest.raises(MissingImageError, match=r"img_000\.png is 24x12, its camera expects 16x12 "

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from recon.export.budget import (DEVICE_BUDGETS, TARGETS, ViewCamera, apply_budget,
+from rasterizer.camera import Camera
+from recon.export.budget import (DEVICE_BUDGETS, TARGETS, apply_budget,
                                  footprint_pixels, importance, resolve_budget, top_k_indices,
                                  volume_importance)
 from recon.export.splats import SplatData, random_splats, sigmoid
@@ -59,7 +60,7 @@ def test_presets_table_and_overrides():
 
 def _camera_at_origin(width=64, height=48, f=50.0):
     K = np.array([[f, 0, width / 2], [0, f, height / 2], [0, 0, 1]])
-    return ViewCamera(np.eye(4), K, width, height)
+    return Camera.from_arrays(np.eye(4), K, width, height)
 
 
 def test_footprint_area_of_a_sphere():
@@ -94,11 +95,17 @@ def test_camera_importance_prefers_visible_splats():
     assert how == "footprint" and scores[1] == 0
 
 
-def test_view_camera_from_torch_camera():
+def test_footprint_takes_float32_training_cameras_as_float64():
+    """A training Camera (float32 tensors) scores exactly like the float64 view of the same camera."""
     torch = pytest.importorskip("torch")
-    from rasterizer.camera import Camera
 
-    cam = Camera(world_to_cam=torch.eye(4), K=torch.tensor([[10.0, 0, 5], [0, 10, 5], [0, 0, 1]]),
-                 width=10, height=10)
-    v = ViewCamera.from_camera(cam)
-    assert v.width == 10 and v.K[0, 0] == 10 and v.world_to_cam.shape == (4, 4)
+    K = torch.tensor([[50.0, 0, 32], [0, 50, 24], [0, 0, 1]])
+    w2c = torch.eye(4)
+    w2c[:3, 3] = torch.tensor([0.1, -0.2, 0.3])
+    cam32 = Camera(world_to_cam=w2c, K=K, width=64, height=48)
+    cam64 = Camera.from_arrays(w2c.numpy(), K.numpy(), 64, 48)
+    d = random_splats(500, seed=4, extent=2.0)
+    d.means[:, 2] += 6.0
+    a, b = footprint_pixels(d, [cam32]), footprint_pixels(d, [cam64])
+    assert (a > 0).any()
+    np.testing.assert_array_equal(a, b)

@@ -8,7 +8,7 @@ import pytest
 
 from recon.commands.export import ExportConfig, export, run_export
 from recon.export import read_splats, write_splats
-from recon.export.budget import ViewCamera
+from rasterizer.camera import Camera
 from recon.export.glb import read_any
 from recon.export.report import format_report, psnr_before_after
 from recon.export.splats import random_splats
@@ -97,7 +97,7 @@ def test_bad_inputs(tmp_path):
 def test_camera_footprint_used_for_run_with_cameras(tmp_path, monkeypatch):
     run = make_run(tmp_path, n=50)
     K = np.array([[50.0, 0, 32], [0, 50, 24], [0, 0, 1]])
-    cams = [ViewCamera(np.eye(4), K, 64, 48)]
+    cams = [Camera.from_arrays(np.eye(4), K, 64, 48)]
     monkeypatch.setattr("recon.commands.export.run_cameras", lambda run_dir: (cams, ""))
     report = run_export(ExportConfig(input=run, out=tmp_path / "o.ply", max_splats=10))
     assert report.importance == "footprint" and report.splats == 10

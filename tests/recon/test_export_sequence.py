@@ -5,8 +5,9 @@ import json
 import numpy as np
 import pytest
 
+from rasterizer.camera import Camera
 from recon.export import SplatFileError
-from recon.export.sequence import (MANIFEST_NAME, SequenceCamera, SequenceWriter, read_sequence,
+from recon.export.sequence import (MANIFEST_NAME, SequenceWriter, read_sequence,
                                    write_sequence)
 from recon.export.splats import random_splats
 
@@ -18,7 +19,7 @@ def frames(n=3, count=20):
 @pytest.mark.parametrize("fmt", ["spz", "ply", "splat", "glb"])
 def test_round_trip(tmp_path, fmt):
     out = tmp_path / "seq"
-    cam = SequenceCamera(np.eye(4), np.array([[100.0, 0, 50], [0, 100, 40], [0, 0, 1]]), 100, 80)
+    cam = Camera.from_arrays(np.eye(4), np.array([[100.0, 0, 50], [0, 100, 40], [0, 0, 1]]), 100, 80)
     fs = frames()
     manifest = write_sequence(out, fs, fps=24, format=fmt, camera=cam)
     obj = json.loads((out / MANIFEST_NAME).read_text())
@@ -28,6 +29,7 @@ def test_round_trip(tmp_path, fmt):
     assert obj["camera"]["width"] == 100 and len(obj["camera"]["world_to_cam"]) == 4
     r = read_sequence(out)
     assert len(r) == 3 == len(manifest) and r.camera.height == 80
+    np.testing.assert_array_equal(r.camera.K_numpy(), cam.K_numpy())  # float64 through JSON, exactly
     for (t, data), src in zip(r, fs):
         assert len(data) == 20
         if fmt in ("ply", "glb"):

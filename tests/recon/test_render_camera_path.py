@@ -35,7 +35,7 @@ def tiny_run(tmp_path: Path) -> Path:
 
 def fake_client(position, look_at=(0.0, 0.0, 0.0), fov=math.radians(60), size=(W, H)):
     """What ViewerServer.add_keyframe reads from a viser client: camera wxyz/position/fov/image size."""
-    from viewer.camera_path import matrix_to_quat_wxyz
+    from rasterizer.quaternions import rotmat_to_quat as matrix_to_quat_wxyz
 
     c = np.asarray(position, dtype=np.float64)
     z = np.asarray(look_at) - c

@@ -1,0 +1,66 @@
+"""Loader output -> training frames: check cameras and files, undistort, downscale.
+
+Every dataset loader ends with :func:`finalize_frames`. It sits above :mod:`recon.data.scene` (records,
+image IO, downscaling) and :mod:`recon.data.undistort` (lens distortion), so neither imports the other
+upwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from recon.data.scene import (
+    Distortion,
+    Frame,
+    MissingImageError,
+    _map_threads,
+    check_cameras,
+    check_files_exist,
+    default_cache_root,
+    downscale_frame,
+)
+from recon.data.undistort import undistort_frame
+
+
+def finalize_frames(
+    raw: Sequence[tuple[Frame, Distortion | None]],
+    root: Path,
+    listed_in: Path | str,
+    data_factor: int = 1,
+    cache_dir: Path | None = None,
+) -> list[Frame]:
+    """Turn loader output into training frames: check cameras and files, undistort, downscale.
+
+    Args:
+        raw: (frame, distortion) pairs; ``frame.camera`` is the full-resolution camera whose K is the
+            distorted camera's K when ``distortion`` is not None.
+        root: dataset folder (derived images are named relative to it).
+        listed_in: the dataset file that lists the images (named in errors).
+        data_factor: integer downscale factor N >= 1.
+        cache_dir: where derived images are written; default ``root`` when writable, else
+            ``~/.cache/splatforge/<name>-<hash>``.
+    Returns:
+        Frames with pinhole cameras whose images exist on disk at the returned size.
+    """
+    if int(data_factor) != data_factor or data_factor < 1:
+        raise ValueError(f"data_factor must be a positive integer, got {data_factor!r}")
+    data_factor = int(data_factor)
+    root = Path(root)
+    check_cameras([f for f, _ in raw], listed_in)
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_root(root)
+    if data_factor == 1 or any(d is not None for _, d in raw):
+        check_files_exist([f for f, _ in raw], listed_in)
+
+    def one(item: tuple[Frame, Distortion | None]) -> Frame:
+        frame, dist = item
+        if dist is not None:
+            frame = undistort_frame(frame, dist, root, cache_root)
+        if data_factor > 1:
+            try:
+                frame = downscale_frame(frame, data_factor, root, cache_root)
+            except MissingImageError as e:
+                raise MissingImageError(f"{e} (listed in {listed_in})") from e
+        return frame
+
+    return _map_threads(one, list(raw))
