@@ -21,7 +21,7 @@ from recon.losses import auto_ssim, psnr
 from recon.lpips import NOTE as LPIPS_NOTE
 from recon.lpips import load_lpips, lpips_distance
 from recon.models.base import SceneModel, model_class
-from recon.run_files import METRICS_FILE, write_json, write_png
+from recon.run_files import METRICS_FILE, RENDERS_DIR, write_json, write_png
 
 ERROR_GAIN = 4.0  # error panel shows 4 x mean |gt - render| as grey
 
@@ -92,7 +92,7 @@ def evaluate_on_scene(model: SceneModel, scene: Scene, out_dir: Path | None = No
         raise ValueError(f"{scene.root or scene.source_format}: the scene has no test views to evaluate on")
     bg = torch.tensor(background if background is not None else scene.background, dtype=torch.float32)
     images = FrameImages(scene.frames_test, model.device)
-    renders = Path(out_dir) / "renders" if out_dir is not None else None
+    renders = Path(out_dir) / RENDERS_DIR if out_dir is not None else None
     metrics = evaluate_model(model, scene.frames_test, images, bg, renders_dir=renders)
     if out_dir is not None:
         facts = {k: (run_facts or {}).get(k) for k in RUN_FACTS}

@@ -34,6 +34,7 @@ def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | N
 
 
 def _evaluate(run, splats, data, data_factor, out, device) -> dict:
+    from recon import run_files as rf
     from recon.evaluation import evaluate_on_scene
     from recon.outputs import ensure_writable_folder
     from recon.run import Run
@@ -49,7 +50,7 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
         opened = bare_run(Path(splats), data, data_factor)
     model_file = opened.require_splats(splats)
     run_facts = opened.metrics() if run is not None and splats is None else None
-    out = Path(out) if out is not None else (opened.eval_dir if run is not None else model_file.parent / "eval")
+    out = Path(out) if out is not None else (opened.eval_dir if run is not None else model_file.parent / rf.EVAL_DIR)
     ensure_writable_folder(out, "--out")  # before the slow loading
     scene = opened.scene
     background = opened.background().tolist()  # the run's fixed background (dataset's for auto/random)
