@@ -20,8 +20,8 @@ from recon.frame_images import FrameImages
 from recon.losses import auto_ssim, psnr
 from recon.lpips import NOTE as LPIPS_NOTE
 from recon.lpips import load_lpips, lpips_distance
-from recon.models.gaussians import GaussianModel
-from recon.run_files import write_json, write_png
+from recon.models.base import SceneModel, model_class
+from recon.run_files import METRICS_FILE, RENDERS_DIR, write_json, write_png
 
 ERROR_GAIN = 4.0  # error panel shows 4 x mean |gt - render| as grey
 
@@ -34,10 +34,10 @@ def side_by_side(gt: Tensor, render: Tensor) -> np.ndarray:
 
 
 @torch.no_grad()
-def evaluate_model(model: GaussianModel, frames: Sequence[Frame], images: FrameImages, background: Tensor,
+def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImages, background: Tensor,
                    sh_degree: int | None = None, renders_dir: Path | None = None,
                    prefix: str = "test") -> dict:
-    """PSNR / SSIM of ``model`` on ``frames`` (images composited on ``background`` [3]).
+    """PSNR / SSIM of ``model`` (any :class:`SceneModel`) on ``frames`` (images composited on ``background`` [3]).
 
     Writes ``renders_dir/{prefix}_XXX.png`` (gt | render | error) when ``renders_dir`` is given.
     Returns ``{"psnr", "ssim", "lpips", "num_views", "per_view": [{"name", "psnr", "ssim", "lpips"}]}``;
@@ -66,22 +66,22 @@ def evaluate_model(model: GaussianModel, frames: Sequence[Frame], images: FrameI
 
 def evaluate_splat_file(splats: Path | str, scene: Scene, out_dir: Path | None = None,
                         background: Sequence[float] | None = None, device: str = "cpu",
-                        run_facts: dict | None = None) -> dict:
-    """Evaluate a splat file (.ply / .splat / .spz) on ``scene``'s test views.
+                        run_facts: dict | None = None, method: str = "3dgs") -> dict:
+    """Evaluate a splat file (.ply / .splat / .spz), read as a model of ``method``, on ``scene``'s test views.
 
     Writes ``out_dir/renders/test_XXX.png`` and ``out_dir/metrics.json`` when ``out_dir`` is given.
     Raises ValueError when the scene has no test views, SplatFileError for bad files.
     """
     if not os.path.isfile(splats):
         raise FileNotFoundError(f"splat file not found: {splats}")
-    model = GaussianModel.from_splat_data(read_splats(splats), extent=scene.extent).to(device)
+    model = model_class(method).from_splat_data(read_splats(splats), extent=scene.extent).to(device)
     return evaluate_on_scene(model, scene, out_dir, background, source=str(splats), run_facts=run_facts)
 
 
 RUN_FACTS = ("steps", "train_seconds", "seconds_per_step")  # metrics.json keys that come from training
 
 
-def evaluate_on_scene(model: GaussianModel, scene: Scene, out_dir: Path | None = None,
+def evaluate_on_scene(model: SceneModel, scene: Scene, out_dir: Path | None = None,
                       background: Sequence[float] | None = None, source: str = "",
                       run_facts: dict | None = None) -> dict:
     """Evaluate ``model`` on ``scene.frames_test``; optional renders and metrics.json under ``out_dir``.
@@ -92,10 +92,10 @@ def evaluate_on_scene(model: GaussianModel, scene: Scene, out_dir: Path | None =
         raise ValueError(f"{scene.root or scene.source_format}: the scene has no test views to evaluate on")
     bg = torch.tensor(background if background is not None else scene.background, dtype=torch.float32)
     images = FrameImages(scene.frames_test, model.device)
-    renders = Path(out_dir) / "renders" if out_dir is not None else None
+    renders = Path(out_dir) / RENDERS_DIR if out_dir is not None else None
     metrics = evaluate_model(model, scene.frames_test, images, bg, renders_dir=renders)
     if out_dir is not None:
         facts = {k: (run_facts or {}).get(k) for k in RUN_FACTS}
-        write_json(Path(out_dir) / "metrics.json",
+        write_json(Path(out_dir) / METRICS_FILE,
                    {"test": metrics, "num_gaussians": len(model), **facts, "source": source})
     return metrics

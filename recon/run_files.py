@@ -38,6 +38,9 @@ from recon.atomic import atomic_open, atomic_write_bytes
 from recon.run_history import RunHistory
 
 CONFIG_FILE = "config.yaml"
+SPLATS_FILE = "splats.ply"
+RENDERS_DIR = "renders"
+EVAL_DIR = "eval"
 CHECKPOINT_DIR = "checkpoints"
 METRICS_FILE = "metrics.json"
 HISTORY_FILE = "history.json"

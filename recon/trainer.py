@@ -29,7 +29,7 @@ from recon.export import write_splats
 from recon.frame_images import FrameImages
 from recon.init_region import parse_init_box, random_init_region
 from recon.losses import masked_render, photometric_loss, quick_psnr
-from recon.models.gaussians import GaussianModel
+from recon.models.base import SceneModel, model_class
 from recon import run_files as rf
 from recon.run_history import RunHistory
 from recon.strategy import ADCStrategy, MCMCStrategy
@@ -58,7 +58,8 @@ class TrainConfig:
     """dataset folder (COLMAP, nerfstudio, Blender), or "procedural" for the built-in demo scene"""
     out: Path = Path("output")
     """run directory: config.yaml, checkpoints/, splats.ply, metrics.json, history.json, loss.png, renders/"""
-    method: Literal["3dgs"] = "3dgs"
+    method: str = "3dgs"
+    """scene model: a name registered in recon.models.base.MODELS ("3dgs": 3D Gaussians)"""
     steps: int = 30_000
     data_factor: int = 1
     """downscale images by this integer factor"""
@@ -188,27 +189,11 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
     return scene
 
 
-def build_model(cfg: TrainConfig, scene: Scene, generator: torch.Generator, log=print) -> GaussianModel:
-    """Initial Gaussians: from the scene's points (``init_type`` "sfm"), else ``init_num_random`` random ones
-    in the box the cameras look at (:func:`recon.init_region.random_init_region`; ``log`` gets one line
-    saying where and why)."""
-    mcmc = cfg.strategy == "mcmc"
-    kw = dict(init_opacity=cfg.init_opacity if cfg.init_opacity is not None else (0.5 if mcmc else 0.1),
-              init_scale=cfg.init_scale if cfg.init_scale is not None else (0.1 if mcmc else 1.0),
-              antialiased=cfg.antialiased, generator=generator)
-    extent = scene.extent
-    if cfg.init_type == "sfm" and scene.points is not None and len(scene.points) > 0:
-        points = torch.as_tensor(scene.points, dtype=torch.float32)
-        colors = None if scene.point_colors is None else torch.as_tensor(scene.point_colors).float() / 255.0
-        if mcmc and len(points) > cfg.max_gaussians:
-            keep = torch.randperm(len(points), generator=generator)[: cfg.max_gaussians]
-            points, colors = points[keep], None if colors is None else colors[keep]
-        return GaussianModel.from_points(points, colors, cfg.sh_degree, extent, **kw)
-    n = min(cfg.init_num_random, cfg.max_gaussians) if mcmc else cfg.init_num_random
-    region = random_init_region(scene.frames_train, scene.source_format, extent, cfg.init_box)
-    why = "" if cfg.init_type == "random" or cfg.init_box else " (the dataset has no points)"
-    log(region.describe(n) + why)
-    return GaussianModel.random_in_box(n, region.center, region.half, cfg.sh_degree, extent, **kw)
+def build_model(cfg: TrainConfig, scene: Scene, generator: torch.Generator, log=print) -> SceneModel:
+    """The initial model of method ``cfg.method`` (its class's ``initialize``; for "3dgs" see
+    :meth:`recon.models.gaussians.GaussianModel.initialize`: the scene's points, else random Gaussians in
+    the box the cameras look at, with one line to ``log`` saying where and why)."""
+    return model_class(cfg.method).initialize(cfg, scene, generator, log)
 
 
 def build_strategy(cfg: TrainConfig) -> ADCStrategy | MCMCStrategy:
@@ -280,26 +265,42 @@ class TrainingHook:
 
 @dataclass
 class Trainer:
-    """Owns everything a run needs; ``run()`` trains (or resumes) and writes the outputs."""
+    """Owns everything a run needs; ``run()`` trains (or resumes) and writes the outputs.
+
+    ``scene``, ``model``, ``device`` and ``out`` may be handed in (block training builds them itself);
+    each one left None is made from ``cfg`` (the dataset of ``cfg.data``, ``cfg.method``'s initial model,
+    ``cfg.device``, ``cfg.out``). ``writes_outputs=False`` makes a worker that trains but writes nothing:
+    no lock, config.yaml, checkpoints, splats, renders, history or metrics (and no resume from ``out``).
+    """
 
     cfg: TrainConfig
     log: callable = print
     hooks: list = field(default_factory=list)
-    scene: Scene = field(init=False)
+    scene: Scene | None = None
+    model: SceneModel | None = None
+    device: torch.device | str | None = None
+    out: Path | str | None = None
+    writes_outputs: bool = True
     step: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         cfg = self.cfg
         validate_config(cfg)
+        model_cls = model_class(cfg.method)  # an unknown --method fails before the scene is loaded
         parse_init_box(cfg.init_box)  # a malformed --init-box fails before the scene is loaded
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(cfg.device) if self.device is None else torch.device(self.device)
+        if self.out is not None:
+            self.cfg = cfg = dataclasses.replace(cfg, out=Path(self.out))
         self.out = Path(cfg.out)
-        self.scene = load_training_scene(cfg)
+        if self.scene is None:
+            self.scene = load_training_scene(cfg)
         self.images = FrameImages(self.scene.frames_train, self.device)
         torch.manual_seed(cfg.seed)
         self.init_gen = torch.Generator().manual_seed(cfg.seed)
         self.view_gen = torch.Generator().manual_seed(cfg.seed + 1)
-        self.model = build_model(cfg, self.scene, self.init_gen, self.log).to(self.device)
+        if self.model is None:
+            self.model = model_cls.initialize(cfg, self.scene, self.init_gen, self.log)
+        self.model = self.model.to(self.device)
         self.strategy = build_strategy(cfg)
         self.strategy_state = self.strategy.initialize_state(self.model)
         self.history = RunHistory()  # per-step loss / Gaussian count / seconds, test PSNR per evaluation
@@ -359,7 +360,7 @@ class Trainer:
 
     def load_checkpoint(self, payload: dict) -> None:
         self.step = int(payload["step"])
-        self.model = GaussianModel.from_state_dict(payload["model"], self.device)
+        self.model = type(self.model).from_state_dict(payload["model"], self.device)
         self.strategy_state = {k: v.to(self.device) if torch.is_tensor(v) else v
                                for k, v in payload["strategy_state"].items()}
         torch.set_rng_state(payload["rng"]["torch"])
@@ -376,7 +377,10 @@ class Trainer:
         """Training loss of each step so far (``history.loss``)."""
         return self.history.loss
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        """Write a checkpoint of the current step (None, writing nothing, when not ``writes_outputs``)."""
+        if not self.writes_outputs:
+            return None
         return rf.save_checkpoint(self.out, self.step, self.checkpoint_payload(), self.cfg.keep_checkpoints)
 
     # ---------------------------------------------------------------------------- one step
@@ -420,9 +424,12 @@ class Trainer:
 
     def run(self) -> dict:
         """Hold the run folder's lock (:class:`recon.run_files.RunLock`: RunLockedError while another
-        training writes it) around :meth:`train_and_finish`; returns metrics.json."""
+        training writes it) around :meth:`train_and_finish`; returns metrics.json. A worker that does not
+        write outputs takes no lock and touches no folder."""
         from recon.outputs import ensure_writable_folder
 
+        if not self.writes_outputs:
+            return self.train_and_finish()
         ensure_writable_folder(self.out, "--out")
         lock = rf.RunLock(self.out).acquire()
         try:
@@ -438,7 +445,8 @@ class Trainer:
 
     def train_and_finish(self) -> dict:
         """Train from the current step to ``cfg.steps`` and write all outputs; returns metrics.json."""
-        self.prepare_out()
+        if self.writes_outputs:
+            self.prepare_out()
         start_step = self.step
         for hook in self.hooks:
             hook.on_train_start(self)
@@ -461,14 +469,16 @@ class Trainer:
                         self.save()
                 self.train_seconds += time.perf_counter() - t0 - (self.idle_seconds - idle0)
         except KeyboardInterrupt:
-            self.save()
-            self.log(f"interrupted at step {self.step}; checkpoint saved, rerun the same command to resume")
+            if self.writes_outputs:
+                self.save()
+                self.log(f"interrupted at step {self.step}; checkpoint saved, rerun the same command to resume")
             raise
         finally:
             gc.unfreeze()
             for hook in self.hooks:
                 hook.on_train_end(self)
-        if not rf.list_checkpoints(self.out) or rf.list_checkpoints(self.out)[-1][0] != self.step:
+        if self.writes_outputs and (not rf.list_checkpoints(self.out)
+                                    or rf.list_checkpoints(self.out)[-1][0] != self.step):
             self.save()
         return self.finish(trained=self.step - start_step)
 
@@ -484,24 +494,35 @@ class Trainer:
         return test
 
     def finish(self, trained: int) -> dict:
-        """Write splats.ply, renders/, history.json, loss.png and metrics.json."""
-        write_splats(self.out / "splats.ply", self.model.to_splat_data(), force=True)
-        test = self.evaluate(self.out / "renders")
+        """Evaluate; write splats.ply, renders/, history.json, loss.png and metrics.json (only the
+        evaluation when not ``writes_outputs``). Returns the metrics."""
+        if self.writes_outputs:
+            write_splats(self.out / rf.SPLATS_FILE, self.model.to_splat_data(), force=True)
+        test = self.evaluate(self.out / rf.RENDERS_DIR if self.writes_outputs else None)
         if test["lpips"] is None:
             self.log(LPIPS_NOTE)
+        metrics = self.metrics(test)
+        if self.writes_outputs:
+            self.write_run_outputs(metrics)
+        return metrics
+
+    def write_run_outputs(self, metrics: dict) -> None:
+        """history.json, loss.png and metrics.json."""
         from recon.run_plots import plot_run, save_figure  # matplotlib: imported when a run ends, not at start
 
         rf.write_history(self.out, self.history)
         save_figure(plot_run(self.history), self.out / rf.LOSS_PLOT_FILE)
-        metrics = {
+        rf.write_json(self.out / rf.METRICS_FILE, metrics)
+
+    def metrics(self, test: dict) -> dict:
+        """metrics.json's content from an evaluation's ``test`` dict and the run's counters."""
+        return {
             "test": {k: test[k] for k in ("psnr", "ssim", "lpips", "num_views")},
             "steps": self.step,
             "num_gaussians": len(self.model),
             "train_seconds": round(self.train_seconds, 3),
             "seconds_per_step": round(self.train_seconds / self.step, 5) if self.step else None,
         }
-        rf.write_json(self.out / "metrics.json", metrics)
-        return metrics
 
 
 def train_model(cfg: TrainConfig, log=print, hooks=()) -> dict:

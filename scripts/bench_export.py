@@ -48,8 +48,9 @@ def bench_trained(run: str, data: str | None, data_factor: int | None) -> dict:
 
     from recon.commands.evaluate import _evaluate
     from recon.export import read_splats
+    from recon.run import Run
 
-    ply = Path(run) / "splats.ply"
+    ply = Run.open(run).require_splats()
     with tempfile.TemporaryDirectory() as tmp:
         spz = Path(tmp) / "splats.spz"
         t0 = time.perf_counter()

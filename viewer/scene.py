@@ -24,8 +24,6 @@ from rasterizer.quaternions import quat_to_rotmat_np
 from recon.export import SplatData, SplatFileError, read_splats
 from recon.export.splats import SH_C0
 
-SPLAT_FILE_IN_RUN = "splats.ply"
-
 
 class ViewerInputError(ValueError):
     """A file or folder given to the viewer is missing or unusable; the message names it."""
@@ -120,30 +118,31 @@ def resolve_splat_file(path: str | os.PathLike) -> tuple[Path, Path | None]:
     """(splat file, run folder or None) for a FILE or RUN_DIR argument; ViewerInputError if neither."""
     path = Path(path)
     if path.is_dir():
-        file = path / SPLAT_FILE_IN_RUN
-        if not file.is_file():
-            raise ViewerInputError(f"{path}: run folder has no {SPLAT_FILE_IN_RUN}")
-        return file, path
+        from recon.run import Run  # the trainer's modules (torch): only for run folders
+
+        try:
+            return Run.open(path).require_splats(), path
+        except (OSError, ValueError) as err:
+            raise ViewerInputError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
     if not path.exists():
         raise ViewerInputError(f"{path}: no such file or run folder")
     return path, None
 
 
 def load_run_cameras(run_dir: Path) -> list[TrainingCamera]:
-    """Training cameras of a run via ``recon.trainer`` (optional: [] when the trainer, the config or
-    the dataset is unavailable). Never raises."""
+    """Training cameras of a run (:class:`recon.run.Run`; optional: [] when the config or the dataset is
+    unavailable). Never raises."""
     try:
-        from recon import run_files as rf
-        from recon.trainer import TrainConfig, load_training_scene
+        from recon.run import Run
 
-        cfg = rf.config_from_dict(TrainConfig, rf.read_config_dict(run_dir / rf.CONFIG_FILE))
-        scene = load_training_scene(cfg)
-        out = []
-        for f in scene.frames_train:
-            out.append(TrainingCamera(f.name, f.camera))
-        return out
+        return training_cameras(Run.open(run_dir).scene)
     except Exception:  # noqa: BLE001 - optional extra: any failure just means "no frustums"
         return []
+
+
+def training_cameras(scene) -> list[TrainingCamera]:
+    """Frustums for the viewer from a :class:`recon.data.scene.Scene`'s training frames."""
+    return [TrainingCamera(f.name, f.camera) for f in scene.frames_train]
 
 
 def up_from_cameras(cameras: list[TrainingCamera], max_angle_deg: float = 45.0) -> np.ndarray | None:

@@ -14,33 +14,29 @@ updating); when the last browser disconnects while training is paused, training 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 from recon.export import SplatData
-from viewer.scene import SplatScene, TrainingCamera, up_from_cameras
+from recon.export.splats import FIELDS
+from recon.run_files import SPLATS_FILE
+from viewer.scene import SplatScene, training_cameras, up_from_cameras
 
 STATS_INTERVAL = 1.0  # seconds between stats panel updates (besides the splat updates)
 
 
 def model_snapshot(model) -> SplatData:
-    """Copy of a :class:`recon.models.gaussians.GaussianModel`'s parameters as float32 numpy arrays (raw
-    parameters, all SH coefficients). Copies, because on the CPU ``Tensor.numpy()`` shares memory with
-    tensors that the optimiser updates in place."""
+    """The export record of a :class:`recon.models.base.SceneModel` (``to_splat_data``), with every array
+    copied: on the CPU ``Tensor.numpy()`` shares memory with tensors that the optimiser updates in place."""
     import torch
 
-    p = model.params
     with torch.no_grad():
-        arrays = {k: p[k].detach().to("cpu", torch.float32).numpy().copy()
-                  for k in ("means", "quats", "log_scales", "logit_opacities")}
-        arrays["sh"] = model.sh.detach().to("cpu", torch.float32).numpy().copy()
-    return SplatData(**arrays, antialiased=bool(getattr(model, "antialiased", False)))
-
-
-def training_cameras(scene) -> list[TrainingCamera]:
-    """Frustums for the viewer from a :class:`recon.data.scene.Scene`'s training frames."""
-    return [TrainingCamera(f.name, f.camera) for f in scene.frames_train]
+        data = model.to_splat_data()
+    return dataclasses.replace(data, **{k: np.array(getattr(data, k), dtype=np.float32, copy=True) for k in FIELDS})
 
 
 class TrainingViewer:
@@ -113,7 +109,7 @@ class TrainingViewer:
 
         out = Path(getattr(trainer, "out", "."))
         cameras = training_cameras(trainer.scene)
-        scene = SplatScene(model_snapshot(trainer.model), out / "splats.ply", run_dir=out, cameras=cameras)
+        scene = SplatScene(model_snapshot(trainer.model), out / SPLATS_FILE, run_dir=out, cameras=cameras)
         up = up_from_cameras(cameras)
         if up is not None:
             scene.up = up

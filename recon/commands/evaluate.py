@@ -33,47 +33,35 @@ def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | N
         print(NOTE)
 
 
-def saved_dataset(data: str, config_file: Path) -> Path:
-    """The dataset named in a run's config.yaml; FileNotFoundError naming both and suggesting --data when
-    it is not there (moved, or a relative path written by an older version from another folder)."""
-    from recon.trainer import PROCEDURAL
-
-    if str(data) != PROCEDURAL and not Path(data).exists():
-        raise FileNotFoundError(f"{data}: the dataset named in {config_file} is not there; give its folder "
-                                f"with --data DIR")
-    return Path(data)
-
-
 def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     from recon import run_files as rf
+    from recon.evaluation import evaluate_on_scene
     from recon.outputs import ensure_writable_folder
-    from recon.evaluation import evaluate_splat_file
-    from recon.trainer import TrainConfig, background_color, load_training_scene, resolve_device
+    from recon.run import Run
+    from recon.trainer import resolve_device
 
     if run is None and splats is None:
         raise ValueError("give --run DIR or --splats FILE")
-    saved, run_facts = {}, None
-    if run is not None:
-        config_file = Path(run) / rf.CONFIG_FILE
-        if not config_file.is_file():
-            raise FileNotFoundError(f"{config_file} not found: --run must be a training output directory")
-        saved = rf.read_config_dict(config_file)
-        if splats is None and (Path(run) / "metrics.json").is_file():
-            import json
-
-            run_facts = json.loads((Path(run) / "metrics.json").read_text())
-        splats = splats or Path(run) / "splats.ply"
-    if not Path(splats).is_file():
-        raise FileNotFoundError(f"{splats}: no such splat file" + (" (has the run finished?)" if run else ""))
-    if data is None and saved.get("data") is not None:
-        data = saved_dataset(saved["data"], Path(run) / rf.CONFIG_FILE)
-    if data is None:
+    if run is None and data is None:
         raise ValueError("no dataset: give --data DIR (or --run of a training run)")
-    cfg = TrainConfig(data=Path(data), data_factor=data_factor or saved.get("data_factor", 1),
-                      seed=saved.get("seed", 0), background=saved.get("background", "auto"))
-    out = Path(out) if out is not None else (Path(run) / "eval" if run is not None else Path(splats).parent / "eval")
+    if run is not None:
+        opened = Run.open(run, data=data, data_factor=data_factor)
+    else:  # a bare splat file: a run-less "run" on --data, read as 3D Gaussians
+        opened = bare_run(Path(splats), data, data_factor)
+    model_file = opened.require_splats(splats)
+    run_facts = opened.metrics() if run is not None and splats is None else None
+    out = Path(out) if out is not None else (opened.eval_dir if run is not None else model_file.parent / rf.EVAL_DIR)
     ensure_writable_folder(out, "--out")  # before the slow loading
-    scene = load_training_scene(cfg)
-    background = background_color(cfg, scene).tolist()  # the run's fixed background (dataset's for auto/random)
-    return evaluate_splat_file(splats, scene, out, background=background, device=resolve_device(device),
-                               run_facts=run_facts)
+    scene = opened.scene
+    background = opened.background().tolist()  # the run's fixed background (dataset's for auto/random)
+    model = opened.load_model(model_file, resolve_device(device), extent=scene.extent)
+    return evaluate_on_scene(model, scene, out, background, source=str(model_file), run_facts=run_facts)
+
+
+def bare_run(splats: Path, data: Path, data_factor: int | None):
+    """A :class:`recon.run.Run` for a splat file outside any run: default config on ``data``."""
+    from recon.run import Run
+    from recon.trainer import TrainConfig
+
+    cfg = TrainConfig(data=Path(data), data_factor=data_factor or 1, out=splats.parent)
+    return Run(splats.parent, cfg, has_config=False, dataset_known=True)

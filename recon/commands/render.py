@@ -3,7 +3,6 @@ camera-path JSON saved with the viewer's keyframe button (interpolated between t
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -51,31 +50,22 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
                  data: Path | None = None, force: bool = False) -> Path:
     """Library form of :func:`render`; returns the video path. Bad arguments (frames < 1, fps <= 0, an
     existing --out without ``force``, a folder, an unwritable place) are refused before any work."""
-    from recon import run_files as rf
     from recon.camera_paths import PATHS, camera_path
-    from recon.commands.evaluate import saved_dataset
-    from recon.export import read_splats
-    from recon.models.gaussians import GaussianModel
-    from recon.trainer import TrainConfig, background_color, load_training_scene, resolve_device
+    from recon.run import Run
+    from recon.trainer import resolve_device
 
     check_render_arguments(out, frames, fps, force)
-    config_file = Path(run) / rf.CONFIG_FILE
-    if not config_file.is_file():
-        raise FileNotFoundError(f"{config_file} not found: --run must be a training output directory")
-    cfg = rf.config_from_dict(TrainConfig, rf.read_config_dict(config_file), source=config_file)
-    cfg = dataclasses.replace(cfg, data=Path(data) if data is not None else saved_dataset(cfg.data, config_file))
-    splats = Path(splats) if splats is not None else Path(run) / "splats.ply"
-    if not splats.is_file():
-        raise FileNotFoundError(f"{splats} not found (has the run finished?)")
+    opened = Run.open(run, data=data)
+    splats = opened.require_splats(splats)
     if str(path) not in PATHS:
         cams = keyframe_path_cameras(Path(path), frames, max_side)  # checked before the scene is loaded
     check_video_encoder()  # after the arguments, before any rendering work
-    scene = load_training_scene(cfg)
+    scene = opened.scene
     if str(path) in PATHS:
-        cams = camera_path(str(path), [f.camera for f in scene.frames_train], frames)
+        cams = camera_path(str(path), opened.cameras, frames)
     dev = resolve_device(device)
-    model = GaussianModel.from_splat_data(read_splats(splats), extent=scene.extent).to(dev)
-    bg = background_color(cfg, scene).to(dev)
+    model = opened.load_model(splats, dev, extent=scene.extent)
+    bg = opened.background().to(dev)
     images = _render_frames(model, cams, bg, progress)
     return write_video(Path(out), images, fps, force=force)
 

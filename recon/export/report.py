@@ -1,28 +1,16 @@
-"""The short report printed after an export, and the optional PSNR-before/after hook.
+"""The short report printed after an export.
 
-:func:`psnr_before_after` calls ``recon.evaluation.evaluate_splats`` when that module exists
-(another part of the project). Its expected contract::
-
-    evaluate_splats(splats: SplatData, run_dir: Path) -> float | dict | object
-        # test-view PSNR of ``splats`` on the dataset named by run_dir/config.yaml;
-        # a dict with "psnr" or an object with a ``psnr`` attribute is accepted too
-
-If ``evaluate_splats`` is absent but ``evaluate_splat_file(path, scene)`` exists (the module as
-written now), the scene is built from the run's config.yaml with ``recon.trainer.load_training_scene``.
-Anything missing (module, function, config, dataset) makes the hook return None, and the report
-then says "n/a".
+The test PSNR before and after an export of a run is measured by :func:`recon.run_export.export_psnr`
+(beside the run code: this package never imports the trainer, evaluation or run files); the report
+says "n/a" when it was not measured.
 """
 
 from __future__ import annotations
 
-import importlib
-import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .splat_format import STORED_SH_DEGREE as SPLAT_SH_DEGREE
-from .splats import SplatData
 
 FORMAT_SH_DEGREE = {"splat": SPLAT_SH_DEGREE}
 """Formats that store fewer SH degrees than the model has: format key -> the most they store."""
@@ -119,81 +107,3 @@ def print_report(report: ExportReport, console=None) -> None:
     for k, v in report.rows():
         table.add_row(k, v)
     (console or Console()).print(table)
-
-
-def _as_psnr(value) -> float | None:
-    if isinstance(value, dict):
-        value = value.get("psnr")
-    elif value is not None and not isinstance(value, (int, float)):
-        value = getattr(value, "psnr", None)
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def psnr_before_after(run_dir: str | os.PathLike, splats: SplatData,
-                      original: SplatData | None = None) -> tuple[float, float] | None:
-    """(test PSNR of the run's own model, test PSNR of ``splats``) or None.
-
-    ``original`` defaults to ``run_dir/splats.ply``. Returns None when ``recon.evaluation`` (or its
-    ``evaluate_splats``) does not exist yet, when the run has no config.yaml, or when evaluation
-    fails (e.g. the dataset is not available here).
-    """
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        return None
-    try:
-        evaluation = importlib.import_module("recon.evaluation")
-    except ModuleNotFoundError as err:
-        if err.name in ("recon.evaluation", "recon"):
-            return None
-        raise
-    evaluate = getattr(evaluation, "evaluate_splats", None)
-    if evaluate is None and hasattr(evaluation, "evaluate_splat_file"):
-        evaluate = _via_splat_file(evaluation.evaluate_splat_file)
-    if evaluate is None:
-        return None
-    try:
-        if original is None:
-            from . import read_splats
-
-            original = read_splats(run_dir / "splats.ply")
-        before = _as_psnr(evaluate(original, run_dir))
-        after = _as_psnr(evaluate(splats, run_dir))
-    except (FileNotFoundError, OSError, ValueError, KeyError, ImportError, TypeError):
-        return None
-    if before is None or after is None:
-        return None
-    return before, after
-
-
-def _via_splat_file(evaluate_splat_file):
-    """Adapter for ``recon.evaluation.evaluate_splat_file(path, scene) -> {"psnr": ...}``: the
-    scene and background come from the run's config.yaml through the trainer's ``load_training_scene``
-    and ``background_color`` (the dataset must be available), the splats go through a temporary PLY.
-    The scene is loaded once."""
-    scenes: dict = {}
-
-    def evaluate(splats: SplatData, run_dir: Path):
-        import tempfile
-
-        from . import write_splats
-
-        if run_dir not in scenes:
-            from recon.run_files import config_from_dict, read_config_dict
-            from recon.trainer import TrainConfig, load_training_scene
-
-            from recon.trainer import background_color
-
-            cfg = config_from_dict(TrainConfig, read_config_dict(run_dir / "config.yaml"))
-            scene = load_training_scene(cfg)
-            scenes[run_dir] = (scene, background_color(cfg, scene).tolist())  # the run's own evaluation background
-        scene, background = scenes[run_dir]
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "eval.ply"
-            write_splats(path, splats)
-            return evaluate_splat_file(path, scene, background=background)
-
-    return evaluate

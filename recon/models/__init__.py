@@ -1,5 +1,8 @@
-"""Scene representations: one module per representation (parameters + optimiser groups + render)."""
+"""Scene representations: one module per representation (parameters + optimiser groups + render), each a
+:class:`recon.models.base.SceneModel` registered under its method name in ``MODELS``."""
 
+from recon.models.base import MODELS, SceneModel, model_class, register_model
 from recon.models.gaussians import GaussianModel, LearningRates, resize_optimizer_state
 
-__all__ = ["GaussianModel", "LearningRates", "resize_optimizer_state"]
+__all__ = ["MODELS", "SceneModel", "model_class", "register_model", "GaussianModel", "LearningRates",
+           "resize_optimizer_state"]

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from recon.splat_data import SH_C0, SplatData
+from recon.models.base import SceneModel, register_model
 
 PARAM_NAMES = ("means", "quats", "log_scales", "logit_opacities", "sh0", "shN")
 EXACT_KNN_MAX_POINTS = 30_000  # above this, nearest neighbours are searched along a Morton order
@@ -138,8 +139,9 @@ def resize_optimizer_state(
 # ------------------------------------------------------------------------------------------ model
 
 
-class GaussianModel:
-    """3D Gaussians with their optimiser.
+@register_model("3dgs")
+class GaussianModel(SceneModel):
+    """3D Gaussians with their optimiser (method "3dgs"; the :class:`SceneModel` interface).
 
     Attributes:
         params: dict name -> ``torch.nn.Parameter`` (see the module docstring for shapes).
@@ -180,6 +182,31 @@ class GaussianModel:
             group.update(fused=True, foreach=None)
 
     # ---------------------------------------------------------------------------- construction
+
+    @classmethod
+    def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "GaussianModel":
+        """Initial Gaussians for training config ``cfg`` (:class:`recon.trainer.TrainConfig`): from the scene's
+        points (``init_type`` "sfm"), else ``init_num_random`` random ones in the box the cameras look at
+        (:func:`recon.init_region.random_init_region`; ``log`` gets one line saying where and why)."""
+        from recon.init_region import random_init_region
+
+        mcmc = cfg.strategy == "mcmc"
+        kw = dict(init_opacity=cfg.init_opacity if cfg.init_opacity is not None else (0.5 if mcmc else 0.1),
+                  init_scale=cfg.init_scale if cfg.init_scale is not None else (0.1 if mcmc else 1.0),
+                  antialiased=cfg.antialiased, generator=generator)
+        extent = scene.extent
+        if cfg.init_type == "sfm" and scene.points is not None and len(scene.points) > 0:
+            points = torch.as_tensor(scene.points, dtype=torch.float32)
+            colors = None if scene.point_colors is None else torch.as_tensor(scene.point_colors).float() / 255.0
+            if mcmc and len(points) > cfg.max_gaussians:
+                keep = torch.randperm(len(points), generator=generator)[: cfg.max_gaussians]
+                points, colors = points[keep], None if colors is None else colors[keep]
+            return cls.from_points(points, colors, cfg.sh_degree, extent, **kw)
+        n = min(cfg.init_num_random, cfg.max_gaussians) if mcmc else cfg.init_num_random
+        region = random_init_region(scene.frames_train, scene.source_format, extent, cfg.init_box)
+        why = "" if cfg.init_type == "random" or cfg.init_box else " (the dataset has no points)"
+        log(region.describe(n) + why)
+        return cls.random_in_box(n, region.center, region.half, cfg.sh_degree, extent, **kw)
 
     @classmethod
     def from_points(cls, points: Tensor, colors: Tensor | None, sh_degree: int, extent: float, *,
@@ -267,13 +294,14 @@ class GaussianModel:
     # ---------------------------------------------------------------------------- rendering
 
     def render(self, cameras: Sequence[Camera], sh_degree: int | None = None, background: Tensor | None = None,
-               *, absgrad: bool = False, backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
+               *, t: float | None = None, absgrad: bool = False, backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
         """Render into cameras of one size.
 
         Args:
             cameras: C cameras (same width/height).
             sh_degree: active SH degree (<= ``self.sh_degree``); default all.
             background: [3] or [C, 3] RGB in [0, 1] behind the Gaussians, or None (black).
+            t: normalised time; ignored (static scene).
         Returns:
             (render [C, H, W, 3], alpha [C, H, W, 1], meta) from :func:`rasterize_gaussians`.
         """
@@ -318,12 +346,6 @@ class GaussianModel:
             resize_optimizer_state(self.optimizer, old, new, lambda key, v, _n=name: fn_state(_n, key, v))
             self.params[name] = new
         self._check_shapes()
-
-    def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def step(self) -> None:
-        self.optimizer.step()
 
     def _check_shapes(self) -> None:
         N = self.params["means"].shape[0]

@@ -1,8 +1,5 @@
 """`splatforge export`: inputs (run folder, files), formats, budgets, --force, report, PSNR hook."""
 
-import sys
-import types
-
 import numpy as np
 import pytest
 
@@ -10,11 +7,11 @@ from recon.commands.export import ExportConfig, export, run_export
 from recon.export import read_splats, write_splats
 from rasterizer.camera import Camera
 from recon.export.glb import read_any
-from recon.export.report import format_report, psnr_before_after
+from recon.export.report import format_report
 from recon.export.splats import random_splats
 
 
-def make_run(tmp_path, n=500, config="data_dir: /nonexistent/dataset\n"):
+def make_run(tmp_path, n=500, config="data: /nonexistent/dataset\n"):
     run = tmp_path / "run"
     run.mkdir()
     write_splats(run / "splats.ply", random_splats(n, sh_degree=3, extent=2.0))
@@ -103,21 +100,48 @@ def test_camera_footprint_used_for_run_with_cameras(tmp_path, monkeypatch):
     assert report.importance == "footprint" and report.splats == 10
 
 
-def test_psnr_hook(tmp_path, monkeypatch):
+def test_psnr_before_after_comes_from_the_run(tmp_path, monkeypatch):
+    """The PSNR of a run's export is measured beside the run code (recon.run_export), with the Run."""
     run = make_run(tmp_path, n=20)
-    d = random_splats(20, sh_degree=0)
-    if "recon.evaluation" not in sys.modules:
-        try:
-            import recon.evaluation  # noqa: F401
-        except ModuleNotFoundError:
-            assert psnr_before_after(run, d) is None
-    fake = types.ModuleType("recon.evaluation")
-    fake.evaluate_splats = lambda splats, run_dir: {"psnr": 20.0 + splats.sh_degree}
-    monkeypatch.setitem(sys.modules, "recon.evaluation", fake)
-    assert psnr_before_after(run, d) == (23.0, 20.0)  # run's splats.ply is SH degree 3
+    seen = []
+
+    def fake_export_psnr(opened, exported, original=None):
+        seen.append((opened.dir, len(original), exported.sh_degree))
+        return (23.0, 21.0), ""
+
+    monkeypatch.setattr("recon.run_export.export_psnr", fake_export_psnr)
     report = run_export(ExportConfig(input=run, out=tmp_path / "o.spz", sh_degree=1))
     assert (report.psnr_before, report.psnr_after) == (23.0, 21.0)
-    assert psnr_before_after(tmp_path, d) is None  # no config.yaml
+    assert seen == [(run, 20, 1)]
+
+
+def test_psnr_not_measured_when_the_dataset_is_gone(tmp_path):
+    run = make_run(tmp_path, n=20)
+    report = run_export(ExportConfig(input=run, out=tmp_path / "o.spz"))
+    assert report.psnr_before is None and report.psnr_after is None
+    assert any("/nonexistent/dataset" in n and "not there" in n for n in report.notes), report.notes
+    assert "n/a" in format_report(report)
+
+
+def test_export_package_is_a_file_format_layer():
+    """recon/export converts records to bytes and back: it never imports the trainer, evaluation or run
+    code (not even lazily inside a function)."""
+    import ast
+    from pathlib import Path
+
+    import recon.export
+
+    upward = ("recon.trainer", "recon.evaluation", "recon.run", "recon.run_files", "recon.commands",
+              "recon.models", "recon.data")
+    found = []
+    for file in Path(recon.export.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
+                     else [node.args[0].value] if isinstance(node, ast.Call) and getattr(node.func, "attr", "")
+                     == "import_module" and node.args and isinstance(node.args[0], ast.Constant) else [])
+            found += [f"{file.name}: {n}" for n in names if n == "recon" or n.startswith(upward)]
+    assert not found, found
 
 
 def test_cli_flags(tmp_path, capsys):

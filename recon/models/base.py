@@ -1,0 +1,148 @@
+"""The scene-model interface every trainable method implements, and the method registry.
+
+A method is a class deriving from :class:`SceneModel`, registered under its name with
+:func:`register_model` (``TrainConfig.method`` picks it; ``MODELS`` maps names to classes). The trainer,
+evaluation, ``render``, ``export`` and the viewer reach a model only through this interface and through
+:class:`recon.run.Run`; see recon/DESIGN.md ("How to add a primitive").
+
+What a model provides:
+
+- **initialisation** from a scene: ``initialize(cfg, scene, generator, log)`` (a classmethod; ``cfg`` is the
+  :class:`recon.trainer.TrainConfig`, ``log`` gets human-readable lines);
+- **rendering** into cameras of one size, with an optional normalised time ``t`` in [0, 1] (static methods
+  ignore it): ``render(cameras, sh_degree, background, *, t=None, absgrad=False, backend="auto")`` returns
+  ``(rgb [C, H, W, 3], alpha [C, H, W, 1], meta)``;
+- **the densification signal**: ``meta`` carries what strategies read, as
+  :func:`rasterizer.rasterize_gaussians` returns it: ``means2d`` [C, N, 2] (its ``.grad`` / ``.absgrad``
+  after backward is the screen-space signal), ``radii`` [C, N, 2], ``width``, ``height``;
+- **parameters and optimiser**: ``params`` (name -> ``torch.nn.Parameter``, first dimension = primitive
+  count), ``optimizer``, ``step()``, ``zero_grad()``, ``set_step(step, total)`` (learning-rate schedule),
+  ``means_lr(step, total)``, ``update_params(fn_param, fn_state, names)`` (the one way strategies resize
+  parameters together with their optimiser state), ``len(model)``, ``device``, ``to(device)``;
+- **checkpoints**: ``state_dict()`` (plain data and tensors only: checkpoints load with
+  ``weights_only=True``) and the classmethod ``from_state_dict(state, device)``;
+- **the export record**: ``to_splat_data()`` (a :class:`SplatData`, what splats.ply, the exporters and the
+  browser viewer consume) and the classmethod ``from_splat_data(data, extent)`` (a run's splats.ply back
+  into the method, for evaluation and rendering).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable, ClassVar, Sequence
+
+import torch
+from torch import Tensor
+
+from recon.errors import ConfigValueError
+
+
+class SceneModel(ABC):
+    """A trainable scene representation (see the module docstring for the contract)."""
+
+    method: ClassVar[str] = ""  # the registered name (set by register_model)
+    params: dict[str, torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    extent: float
+
+    # ---------------------------------------------------------------------------- construction
+
+    @classmethod
+    @abstractmethod
+    def initialize(cls, cfg: Any, scene: Any, generator: torch.Generator,
+                   log: Callable[[str], None] = print) -> "SceneModel":
+        """The initial model for ``scene`` (a :class:`recon.data.scene.Scene`) under training config ``cfg``."""
+
+    @classmethod
+    @abstractmethod
+    def from_state_dict(cls, state: dict, device: torch.device | str = "cpu") -> "SceneModel":
+        """Rebuild a model (and its optimiser state) saved by :meth:`state_dict`."""
+
+    @classmethod
+    @abstractmethod
+    def from_splat_data(cls, data: Any, extent: float = 1.0) -> "SceneModel":
+        """The model held by an export record (a run's splats.ply), to evaluate or render it."""
+
+    # ---------------------------------------------------------------------------- views
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of primitives."""
+
+    @property
+    def device(self) -> torch.device:
+        return next(iter(self.params.values())).device
+
+    @abstractmethod
+    def to(self, device: torch.device | str) -> "SceneModel":
+        """Move parameters and optimiser state to ``device``; returns self."""
+
+    # ---------------------------------------------------------------------------- rendering
+
+    @abstractmethod
+    def render(self, cameras: Sequence[Any], sh_degree: int | None = None, background: Tensor | None = None, *,
+               t: float | None = None, absgrad: bool = False,
+               backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
+        """(rgb [C, H, W, 3], alpha [C, H, W, 1], meta) for C cameras of one size at time ``t``."""
+
+    # ---------------------------------------------------------------------------- optimisation
+
+    @abstractmethod
+    def update_params(self, fn_param: Callable[[str, Tensor], Tensor],
+                      fn_state: Callable[[str, str, Tensor], Tensor], names: Sequence[str] = ()) -> None:
+        """Replace parameters ``names`` (default: all) by ``fn_param(name, old)`` and map their optimiser
+        state with ``fn_state(name, key, value)``."""
+
+    def set_step(self, step: int, total_steps: int) -> None:
+        """Apply the learning-rate schedule for ``step`` (default: constant rates)."""
+
+    def means_lr(self, step: int, total_steps: int) -> float | None:
+        """The positions' learning rate at ``step`` (strategies scale noise by it); None when not scheduled."""
+        return None
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+    # ---------------------------------------------------------------------------- IO
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """Plain checkpoint dict (tensors on the CPU, numbers, strings, lists, dicts)."""
+
+    @abstractmethod
+    def to_splat_data(self) -> Any:
+        """The export record (:class:`SplatData`, numpy float32 on the CPU)."""
+
+
+MODELS: dict[str, type[SceneModel]] = {}
+"""Registered methods: ``TrainConfig.method`` -> model class."""
+
+
+def register_model(name: str) -> Callable[[type[SceneModel]], type[SceneModel]]:
+    """Class decorator: register a :class:`SceneModel` subclass under ``name`` (its ``method``).
+    Registering another class under a taken name is a ValueError (re-registering the same one is not)."""
+
+    def register(cls: type[SceneModel]) -> type[SceneModel]:
+        if not (isinstance(cls, type) and issubclass(cls, SceneModel)):
+            raise TypeError(f"register_model({name!r}): {cls!r} does not derive from SceneModel")
+        if MODELS.get(name, cls) is not cls:
+            raise ValueError(f"register_model({name!r}): the name is taken by {MODELS[name].__qualname__}")
+        cls.method = name
+        MODELS[name] = cls
+        return cls
+
+    return register
+
+
+def model_class(method: str) -> type[SceneModel]:
+    """The class registered under ``method``; ConfigValueError naming --method and the known names."""
+    import recon.models  # noqa: F401 - registers the built-in methods
+
+    try:
+        return MODELS[method]
+    except KeyError:
+        raise ConfigValueError(f"--method {method}: not a registered method (known: {', '.join(sorted(MODELS))})") \
+            from None

@@ -1,0 +1,202 @@
+"""A training run folder as one object: its files, its config, its scene and cameras, its model.
+
+``Run.open(dir)`` is the one way ``render``, ``eval``, ``export`` and the viewer open a run. Opening reads
+config.yaml only; the dataset is loaded when :attr:`Run.scene` (or :attr:`Run.cameras`) is first asked for,
+and the model when :meth:`Run.load_model` is called. The folder layout is described in
+:mod:`recon.run_files` (whose constants name the files).
+
+Runs written by older versions open too: a config.yaml lacking newer fields (they take their defaults), a
+relative dataset path (tried from the working directory, then from the run folder), a run folder that was
+moved (``out`` is the folder it is now), checkpoints holding ``losses`` instead of ``history``. A folder
+holding only splats.ply (copied out of a run) opens as a run without config: its model can be shown, but
+it names no dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recon import run_files as rf
+from recon.errors import RunFolderError
+from recon.run_history import RunHistory
+from recon.trainer import PROCEDURAL, TrainConfig, background_color, load_training_scene
+
+
+class NotARunError(RunFolderError, FileNotFoundError):
+    """The folder given as a run is missing or holds none of a run's files."""
+
+
+@dataclass
+class Run:
+    """An opened run folder. Build it with :meth:`open`.
+
+    Attributes:
+        dir: the run folder.
+        config: its TrainConfig (defaults when the folder has no config.yaml), with ``data`` and
+            ``data_factor`` replaced by what :meth:`open` was given, and ``out`` = ``dir``.
+        has_config: whether the folder holds config.yaml.
+        dataset_known: whether ``config.data`` names the run's dataset (False: no config.yaml, no --data).
+    """
+
+    dir: Path
+    config: TrainConfig
+    has_config: bool = True
+    dataset_known: bool = True
+    _scene: Any = field(default=None, repr=False)
+
+    # ---------------------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, path: str | Path, data: str | Path | None = None, data_factor: int | None = None) -> "Run":
+        """Open run folder ``path``; ``data`` / ``data_factor`` override the dataset named in its config.
+
+        NotARunError (one line naming the folder) when it does not exist or holds neither config.yaml nor
+        splats.ply; ConfigValueError / ValueError naming config.yaml when that file is not a valid config.
+        The dataset is not touched here (see :attr:`scene`)."""
+        folder = Path(path)
+        if not folder.is_dir():
+            what = "is a file, not a folder" if folder.exists() else "does not exist"
+            raise NotARunError(f"{folder}: {what}; give a training run folder (written by `splatforge train`)")
+        config_file = folder / rf.CONFIG_FILE
+        has_config = config_file.is_file()
+        if not has_config and not (folder / rf.SPLATS_FILE).is_file():
+            raise NotARunError(f"{folder}: not a run folder (it holds neither {rf.CONFIG_FILE} nor "
+                               f"{rf.SPLATS_FILE}); give a folder written by `splatforge train`")
+        cfg = (rf.config_from_dict(TrainConfig, rf.read_config_dict(config_file), source=config_file)
+               if has_config else TrainConfig())
+        changes: dict = {"out": folder}
+        if data is not None:
+            changes["data"] = Path(data)
+        elif has_config:
+            changes["data"] = saved_data_path(cfg.data, folder)
+        if data_factor is not None:
+            changes["data_factor"] = int(data_factor)
+        return cls(folder, dataclasses.replace(cfg, **changes), has_config, has_config or data is not None)
+
+    # ---------------------------------------------------------------------------- files
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / rf.CONFIG_FILE
+
+    @property
+    def splats_path(self) -> Path:
+        """The final model (export record), written when training ends."""
+        return self.dir / rf.SPLATS_FILE
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.dir / rf.METRICS_FILE
+
+    @property
+    def renders_dir(self) -> Path:
+        return self.dir / rf.RENDERS_DIR
+
+    @property
+    def eval_dir(self) -> Path:
+        """Where ``splatforge eval --run`` writes by default."""
+        return self.dir / rf.EVAL_DIR
+
+    @property
+    def finished(self) -> bool:
+        return self.splats_path.is_file()
+
+    def require_splats(self, splats: str | Path | None = None) -> Path:
+        """``splats`` (default: the run's splats.ply) when it is a file; FileNotFoundError naming it."""
+        path = Path(splats) if splats is not None else self.splats_path
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such splat file" + ("" if splats is not None else
+                                                                     " (has the run finished?)"))
+        return path
+
+    def metrics(self) -> dict | None:
+        """metrics.json (None when the run has none)."""
+        return json.loads(self.metrics_path.read_text()) if self.metrics_path.is_file() else None
+
+    def history(self) -> RunHistory | None:
+        """history.json, else the newest checkpoint's record (``losses`` in checkpoints from before
+        histories), else None."""
+        saved = rf.read_history(self.dir)
+        if saved is not None:
+            return saved
+        found = self.latest_checkpoint()
+        if found is None:
+            return None
+        payload = found[1]
+        if "history" in payload:
+            return RunHistory.from_dict(payload["history"], str(rf.checkpoint_path(self.dir, found[0])))
+        return RunHistory.from_losses(payload.get("losses", []))
+
+    def latest_checkpoint(self) -> tuple[int, dict] | None:
+        """(step, payload) of the newest readable checkpoint, or None."""
+        return rf.load_latest_checkpoint(self.dir)
+
+    # ---------------------------------------------------------------------------- dataset
+
+    @property
+    def scene(self):
+        """The run's :class:`recon.data.scene.Scene` (loaded on first use). FileNotFoundError naming
+        config.yaml and suggesting --data when the dataset is not there (or the run has no config)."""
+        if self._scene is None:
+            if not self.dataset_known:
+                raise FileNotFoundError(f"{self.dir}: the run has no {rf.CONFIG_FILE}, so its dataset is "
+                                        f"unknown; give the dataset folder with --data DIR")
+            data = self.config.data
+            if str(data) != PROCEDURAL and not Path(data).exists():
+                if not self.has_config:
+                    raise FileNotFoundError(f"--data {data}: no such dataset folder")
+                raise FileNotFoundError(f"{data}: the dataset named in {self.config_path} is not there; give its "
+                                        f"folder with --data DIR")
+            self._scene = load_training_scene(self.config)
+        return self._scene
+
+    @property
+    def cameras(self) -> list:
+        """The training cameras (:class:`rasterizer.Camera`) of :attr:`scene`."""
+        return [f.camera for f in self.scene.frames_train]
+
+    def background(self) -> torch.Tensor:
+        """[3] the run's fixed background (the dataset's for auto and random)."""
+        return background_color(self.config, self.scene)
+
+    # ---------------------------------------------------------------------------- model
+
+    @property
+    def model_class(self):
+        """The class of the run's method (``config.method`` in :data:`recon.models.base.MODELS`)."""
+        from recon.models.base import model_class
+
+        return model_class(self.config.method)
+
+    def read_splats(self, splats: str | Path | None = None):
+        """The export record of ``splats`` (default: the run's splats.ply)."""
+        from recon.export import read_splats
+
+        return read_splats(self.require_splats(splats))
+
+    def load_model(self, splats: str | Path | None = None, device: torch.device | str = "cpu",
+                   extent: float = 1.0):
+        """The run's method holding ``splats`` (default: the run's splats.ply), on ``device``.
+        ``extent`` only scales learning rates (pass ``scene.extent`` to go on training it)."""
+        return self.model_of(self.read_splats(splats), device, extent)
+
+    def model_of(self, data, device: torch.device | str = "cpu", extent: float = 1.0):
+        """A :class:`recon.export.SplatData` record as a model of the run's method, on ``device``."""
+        return self.model_class.from_splat_data(data, extent=extent).to(device)
+
+
+def saved_data_path(data: Path, run_dir: Path) -> Path:
+    """The dataset path of a config.yaml: absolute as written by this version; a relative one (older
+    versions) is taken from the working directory when it exists there, else from the run folder, else
+    kept as it is (:attr:`Run.scene` then says it is not there)."""
+    data = Path(data)
+    if data.is_absolute() or str(data) == PROCEDURAL or data.exists():
+        return data
+    beside = run_dir / data
+    return beside if beside.exists() else data

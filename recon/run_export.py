@@ -1,0 +1,35 @@
+"""The report of a run's export: test PSNR of the run's model before and after the export.
+
+Lives beside :mod:`recon.run` (it evaluates through the run's scene and method); :mod:`recon.export`
+stays a file-format layer that never imports the trainer, evaluation or run code.
+"""
+
+from __future__ import annotations
+
+import math
+
+from recon.run import Run
+
+
+def export_psnr(run: Run, exported, original=None, device: str = "cpu") -> tuple[tuple[float, float] | None, str]:
+    """((test PSNR of ``original``, test PSNR of ``exported``), "") on the run's test views, with the run's
+    background and method; ``original`` defaults to the run's splats.ply. (None, a note saying why) when
+    the run names no dataset, its dataset is not here, it has no test views, or a PSNR is not finite."""
+    from recon.evaluation import evaluate_on_scene
+
+    try:
+        scene = run.scene
+        background = run.background().tolist()
+        if original is None:
+            original = run.read_splats()
+    except (FileNotFoundError, OSError, ValueError) as err:
+        return None, f"test PSNR not evaluated ({err})"
+    if not scene.frames_test:
+        return None, "test PSNR not evaluated (the dataset has no test views)"
+    values = []
+    for data in (original, exported):
+        model = run.model_of(data, device, extent=scene.extent)
+        values.append(evaluate_on_scene(model, scene, background=background)["psnr"])
+    if not all(v is not None and math.isfinite(v) for v in values):
+        return None, "test PSNR not evaluated (not finite)"
+    return (values[0], values[1]), ""
