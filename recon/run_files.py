@@ -50,23 +50,60 @@ _CKPT_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 
 
 def _plain(value: Any) -> Any:
-    """Dataclass field value -> YAML-safe plain data (Paths become strings)."""
+    """Dataclass field value -> YAML-safe plain data (Paths become strings; sections stay mappings)."""
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
 
 
 def config_to_dict(cfg: Any) -> dict:
-    """Flat dataclass -> dict of plain values."""
+    """Dataclass -> dict of plain values; a field holding a dataclass (a section such as
+    ``TrainConfig.adc``) becomes a nested dict."""
     if not is_dataclass(cfg):
         raise TypeError(f"expected a dataclass config, got {type(cfg).__name__}")
     return {k: _plain(v) for k, v in asdict(cfg).items()}
 
 
+def flatten_config(data: dict, prefix: str = "") -> dict:
+    """Nested config mapping -> one level with dotted keys (``{"adc": {"grow_grad2d": x}}`` ->
+    ``{"adc.grow_grad2d": x}``), in order."""
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def config_fields(cfg: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted name, annotated type, value) of every leaf field of dataclass ``cfg``, sections (fields
+    whose type is a dataclass) walked into: ``("adc.grow_grad2d", float, 0.0002)``. ConfigValueError when
+    a section holds something else than its dataclass."""
+    hints = get_type_hints(type(cfg))
+    found = []
+    for f in fields(cfg):
+        name, tp, value = prefix + f.name, hints[f.name], getattr(cfg, f.name)
+        if is_section_type(tp):
+            if not isinstance(value, tp):
+                raise ConfigValueError(f"{name}: {value!r} is not a {tp.__name__} section")
+            found += config_fields(value, name + ".")
+        else:
+            found.append((name, tp, value))
+    return found
+
+
+def is_section_type(tp: Any) -> bool:
+    """True for a field type that is itself a config dataclass (a nested section)."""
+    return isinstance(tp, type) and is_dataclass(tp)
+
+
 def write_config(out: Path, cfg: Any) -> Path:
-    """Write ``out/config.yaml`` (plain YAML, keys in field order)."""
+    """Write ``out/config.yaml`` (plain YAML, keys in field order, sections as nested mappings)."""
     path = Path(out) / CONFIG_FILE
     text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
     atomic_write_bytes(path, text.encode(), force=True)
@@ -74,31 +111,48 @@ def write_config(out: Path, cfg: Any) -> Path:
 
 
 def read_config_dict(path: Path) -> dict:
-    """Plain dict from a config.yaml; ValueError naming the file when it is not a YAML mapping."""
+    """Plain dict from a config.yaml; ConfigValueError naming the file when it is not a YAML mapping."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML ({e})") from e
+        raise ConfigValueError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from e
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of config fields, got {type(data).__name__}")
+        raise ConfigValueError(f"{path}: expected a mapping of config fields, got {type(data).__name__}")
     return data
 
 
 def config_from_dict(cls: type, data: dict, source: str | os.PathLike | None = None) -> Any:
     """Instantiate dataclass ``cls`` from plain data, each value checked against its field's type as the
-    CLI checks flags (:func:`check_field_value`); unknown keys are an error. ``source`` (the file) starts
-    the messages."""
+    CLI checks flags (:func:`check_field_value`); a section field (a dataclass type) takes a nested
+    mapping, checked the same way; a missing field or section keeps its default (config files written
+    before a field existed still load); unknown keys are an error. ``source`` (the file) starts the
+    messages, which name nested fields by dotted keys (``adc.grow_grad2d``)."""
     where = f"{os.fspath(source)}: " if source is not None else ""
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"{where}unknown config field(s) {unknown} for {cls.__name__}")
-    hints = get_type_hints(cls)
     try:
-        kw = {k: check_field_value(k, hints[k], v) for k, v in data.items()}
+        return _section_from_dict(cls, data, "")
     except ConfigValueError as err:
         raise ConfigValueError(f"{where}{err}") from None
+
+
+def _section_from_dict(cls: type, data: dict, prefix: str) -> Any:
+    """:func:`config_from_dict` for the fields of ``cls`` under dotted ``prefix`` ("" or "adc.")."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(prefix + k for k in set(data) - names)
+    if unknown:
+        raise ConfigValueError(f"unknown config field(s) {unknown} for {cls.__name__}")
+    hints = get_type_hints(cls)
+    kw = {}
+    for key, value in data.items():
+        tp = hints[key]
+        if not is_section_type(tp):
+            kw[key] = check_field_value(prefix + key, tp, value)
+        elif value is None:  # an empty section in YAML (``adc:``): its defaults
+            continue
+        elif not isinstance(value, dict):
+            raise ConfigValueError(f"{prefix}{key}: {value!r} is not a mapping of {tp.__name__} fields")
+        else:
+            kw[key] = _section_from_dict(tp, value, f"{prefix}{key}.")
     return cls(**kw)
 
 

@@ -29,10 +29,10 @@ from recon.export import write_splats
 from recon.frame_images import FrameImages
 from recon.init_region import parse_init_box, random_init_region
 from recon.losses import masked_render, photometric_loss, quick_psnr
-from recon.models.gaussians import GaussianModel
+from recon.models.gaussians import GaussianModel, LearningRates
 from recon import run_files as rf
 from recon.run_history import RunHistory
-from recon.strategy import ADCStrategy, MCMCStrategy
+from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCStrategy
 
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
 PROCEDURAL = "procedural"  # --data procedural: the built-in scene of recon.data.procedural_scene
@@ -52,7 +52,9 @@ class ConfigMismatchError(ValueError):
 
 @dataclass
 class TrainConfig:
-    """Training configuration (flat; saved as ``out/config.yaml``)."""
+    """Training configuration (saved as ``out/config.yaml``): flat fields, then the sections ``lr``,
+    ``adc`` and ``mcmc`` (nested dataclasses: ``--lr.means 1.6e-4``, ``--adc.grow-grad2d 0.0003``; nested
+    mappings in config.yaml, where a missing section or field keeps its default)."""
 
     data: Path = Path(PROCEDURAL)
     """dataset folder (COLMAP, nerfstudio, Blender), or "procedural" for the built-in demo scene"""
@@ -108,9 +110,22 @@ class TrainConfig:
     """tensorboard: write TensorBoard event files to OUT/tensorboard/ (scalars, test renders at evaluations)"""
     logger_every: int = 100
     """write the logger's training scalars every N steps"""
+    lr: LearningRates = field(default_factory=LearningRates)
+    """Adam learning rates (recon.models.gaussians.LearningRates)"""
+    adc: ADCConfig = field(default_factory=ADCConfig)
+    """adaptive density control hyper-parameters (--strategy adc); iteration counts x steps_scaler"""
+    mcmc: MCMCConfig = field(default_factory=MCMCConfig)
+    """MCMC densification hyper-parameters (--strategy mcmc); iteration counts x steps_scaler"""
 
 
-# field -> (test, what is allowed) for the numeric fields with a range (types: rf.check_field_value)
+_FINITE_NONNEG = (lambda v: math.isfinite(v) and v >= 0, ">= 0")
+_FINITE_POS = (lambda v: math.isfinite(v) and v > 0, "> 0")
+_OPACITY = (lambda v: 0 <= v < 1, "in [0, 1)")
+_PERIOD = (lambda v: v >= 1, ">= 1")
+_START = (lambda v: v >= 0, ">= 0")
+
+# dotted field name -> (test, what is allowed) for the numeric fields with a range (types:
+# rf.check_field_value); section fields are "section.field"
 FIELD_RANGES = {
     "steps": (lambda v: v >= 0, ">= 0"),
     "data_factor": (lambda v: v >= 1, ">= 1"),
@@ -127,21 +142,41 @@ FIELD_RANGES = {
     "ssim_lambda": (lambda v: 0 <= v <= 1, "0..1"),
     "viewer_port": (lambda v: 0 <= v <= 65535, "0..65535"),
     "viewer_every": (lambda v: v >= 1, ">= 1"),
+    **{f"lr.{name}": _FINITE_NONNEG for name in ("means", "quats", "log_scales", "logit_opacities", "sh0", "shN")},
+    "lr.means_final_ratio": _FINITE_POS,
+    "lr.eps": _FINITE_POS,
+    "adc.prune_opa": _OPACITY,
+    "adc.grow_grad2d": _FINITE_NONNEG,
+    "adc.grow_scale3d": _FINITE_POS,
+    "adc.prune_scale3d": _FINITE_POS,
+    "adc.refine_start_iter": _START,
+    "adc.refine_stop_iter": _START,
+    "adc.reset_every": _PERIOD,
+    "adc.refine_every": _PERIOD,
+    "mcmc.noise_lr": _FINITE_NONNEG,
+    "mcmc.refine_start_iter": _START,
+    "mcmc.refine_stop_iter": _START,
+    "mcmc.refine_every": _PERIOD,
+    "mcmc.min_opacity": _OPACITY,
+    "mcmc.growth": _FINITE_NONNEG,
+    "mcmc.opacity_reg": _FINITE_NONNEG,
+    "mcmc.scale_reg": _FINITE_NONNEG,
 }
+
+
+def config_flag(name: str) -> str:
+    """The CLI flag of dotted field ``name``: ``adc.grow_grad2d`` -> ``--adc.grow-grad2d``."""
+    return "--" + name.replace("_", "-")
 
 
 def validate_config(cfg: TrainConfig) -> None:
     """ConfigValueError (a ValueError) naming the flag when a field has the wrong type, a value outside
-    its choices (``strategy: bogus``) or outside its range (``--sh-degree -1``); the same checks for a
-    config file, the CLI and the Python API."""
-    from typing import get_type_hints
-
-    hints = get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        value = getattr(cfg, f.name)
-        flag = "--" + f.name.replace("_", "-")
-        value = rf.check_field_value(flag, hints[f.name], value)
-        test, allowed = FIELD_RANGES.get(f.name, (None, ""))
+    its choices (``strategy: bogus``) or outside its range (``--sh-degree -1``, ``--adc.refine-every 0``);
+    the same checks for a config file, the CLI and the Python API, sections included."""
+    for name, tp, value in rf.config_fields(cfg):
+        flag = config_flag(name)
+        value = rf.check_field_value(flag, tp, value)
+        test, allowed = FIELD_RANGES.get(name, (None, ""))
         if test is not None and not test(value):
             raise ConfigValueError(f"{flag} {value}: must be {allowed}")
 
@@ -195,7 +230,7 @@ def build_model(cfg: TrainConfig, scene: Scene, generator: torch.Generator, log=
     mcmc = cfg.strategy == "mcmc"
     kw = dict(init_opacity=cfg.init_opacity if cfg.init_opacity is not None else (0.5 if mcmc else 0.1),
               init_scale=cfg.init_scale if cfg.init_scale is not None else (0.1 if mcmc else 1.0),
-              antialiased=cfg.antialiased, generator=generator)
+              antialiased=cfg.antialiased, lrs=cfg.lr, generator=generator)
     extent = scene.extent
     if cfg.init_type == "sfm" and scene.points is not None and len(scene.points) > 0:
         points = torch.as_tensor(scene.points, dtype=torch.float32)
@@ -212,11 +247,11 @@ def build_model(cfg: TrainConfig, scene: Scene, generator: torch.Generator, log=
 
 
 def build_strategy(cfg: TrainConfig) -> ADCStrategy | MCMCStrategy:
-    """The densification strategy with its schedule scaled to the run length."""
-    s = schedule_scaler(cfg)
-    if cfg.strategy == "mcmc":
-        return MCMCStrategy(cap_max=cfg.max_gaussians).scaled(s)
-    return ADCStrategy(max_gaussians=cfg.max_gaussians).scaled(s)
+    """The densification strategy ``STRATEGIES[cfg.strategy]`` with the hyper-parameters of the config
+    section of the same name (``cfg.adc``, ``cfg.mcmc``), capped at ``max_gaussians``, its schedule scaled
+    to the run length."""
+    section = getattr(cfg, cfg.strategy)
+    return STRATEGIES[cfg.strategy].from_config(section.scaled(schedule_scaler(cfg)), cfg.max_gaussians)
 
 
 def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -231,11 +266,14 @@ def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator 
 
 
 def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
-    """ConfigMismatchError listing the fields that differ from ``out/config.yaml`` (except resumable ones)."""
-    current = rf.config_to_dict(stored_config(cfg))
+    """ConfigMismatchError listing the fields that differ from ``out/config.yaml`` (except resumable ones);
+    section fields are named by dotted keys (``adc.grow_grad2d``)."""
+    current = rf.flatten_config(rf.config_to_dict(stored_config(cfg)))
+    saved = rf.flatten_config(saved)
     if saved.get("data") is not None:  # written relative by older versions: relative to the working directory
         saved = {**saved, "data": str(resolved_data(saved["data"]))}
-    defaults = rf.config_to_dict(TrainConfig())  # a field newer than the saved run had its default there
+    # a field or section newer than the saved run had its default there
+    defaults = rf.flatten_config(rf.config_to_dict(TrainConfig()))
     diffs = [f"{k}: saved {saved.get(k, defaults[k])!r}, now {current.get(k)!r}" for k in current
              if k not in RESUMABLE_CHANGES and saved.get(k, defaults[k]) != current.get(k)]
     if diffs:

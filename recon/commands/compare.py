@@ -54,7 +54,8 @@ def read_run(path: Path) -> RunRecord:
             metrics = json.loads(metrics_file.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"{metrics_file}: not valid JSON ({e}); rerun `splatforge eval --run {path}`") from e
-    return RunRecord(str(path), rf.read_config_dict(config_file), metrics, rf.read_history(path))
+    # sections (adc, mcmc, lr) flattened to dotted keys: the table names the field that differs
+    return RunRecord(str(path), rf.flatten_config(rf.read_config_dict(config_file)), metrics, rf.read_history(path))
 
 
 # ------------------------------------------------------------------------------------------ metrics

@@ -103,7 +103,7 @@ def make_logger_hooks(cfg: TrainConfig) -> list:
     return [TensorBoardLogger(Path(cfg.out) / rf.TENSORBOARD_DIR, every=cfg.logger_every)]
 
 
-def train(cfg: Annotated[PresetConfig, tyro.conf.OmitArgPrefixes]) -> None:
+def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
     """Train 3D Gaussian splatting on a dataset folder (COLMAP, nerfstudio, Blender) or "procedural".
 
     Pick a preset (default, mcmc, fast), then override any field with flags, e.g.

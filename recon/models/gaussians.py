@@ -43,13 +43,16 @@ class LearningRates:
     exponentially to ``means * means_final_ratio`` over the run."""
 
     means: float = 1.6e-4
+    """means learning rate, x scene extent, decayed over the run"""
     means_final_ratio: float = 0.01
+    """the means learning rate decays exponentially to this fraction of it"""
     quats: float = 1e-3
     log_scales: float = 5e-3
     logit_opacities: float = 5e-2
     sh0: float = 2.5e-3
     shN: float = 2.5e-3 / 20
     eps: float = 1e-15
+    """Adam epsilon"""
 
 
 # ------------------------------------------------------------------------------------------ helpers
