@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from recon.errors import SplatforgeError
+
 BACKBONE_FILE = "alexnet-owt-7be5be79.pth"
 HEADS_FILE = "alex.pth"
 ENV_DIR = "SPLATFORGE_LPIPS_DIR"
@@ -42,7 +44,7 @@ NOTE = ("LPIPS skipped: its AlexNet weights are not on this machine and nothing 
         f"(put {BACKBONE_FILE} and lpips' v0.1/{HEADS_FILE} in ${ENV_DIR}); metrics report lpips: null")
 
 
-class LPIPSWeightsError(ValueError):
+class LPIPSWeightsError(SplatforgeError, ValueError):
     """A weight file exists but is not what LPIPS needs (names the file and the problem)."""
 
 

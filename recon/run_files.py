@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import yaml
 
-from recon.errors import CheckpointError, ConfigValueError, RunLockedError
+from recon.errors import CheckpointError, ConfigValueError, DamagedFileError, RunLockedError
 from recon.export import atomic_open, atomic_write_bytes
 from recon.run_history import RunHistory
 
@@ -333,7 +333,7 @@ def read_history(out: Path) -> RunHistory | None:
     try:
         data = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e}); delete it or rerun the training") from e
+        raise DamagedFileError(f"{path}: not valid JSON ({e}); delete it or rerun the training") from e
     return RunHistory.from_dict(data, str(path))
 
 

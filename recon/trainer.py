@@ -22,8 +22,8 @@ from typing import Literal
 import torch
 
 from recon.data import load_scene
-from recon.data.scene import Scene
-from recon.errors import CheckpointError, ConfigValueError, RunFolderError
+from recon.data.scene import DataFormatError, Scene
+from recon.errors import CheckpointError, ConfigValueError, DeviceError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_splats
 from recon.frame_images import FrameImages
@@ -46,7 +46,7 @@ RESUMABLE_CHANGES = {"out", "steps", "eval_every", "save_every", "keep_checkpoin
 CHECKPOINT_KEYS = ("step", "model", "strategy_state", "rng.torch", "rng.view", "train_seconds")
 
 
-class ConfigMismatchError(ValueError):
+class ConfigMismatchError(RunFolderError, ValueError):
     """``out`` holds a run made with a different configuration."""
 
 
@@ -142,6 +142,7 @@ FIELD_RANGES = {
     "ssim_lambda": (lambda v: 0 <= v <= 1, "0..1"),
     "viewer_port": (lambda v: 0 <= v <= 65535, "0..65535"),
     "viewer_every": (lambda v: v >= 1, ">= 1"),
+    "logger_every": (lambda v: v >= 1, ">= 1"),
     **{f"lr.{name}": _FINITE_NONNEG for name in ("means", "quats", "log_scales", "logit_opacities", "sh0", "shN")},
     "lr.means_final_ratio": _FINITE_POS,
     "lr.eps": _FINITE_POS,
@@ -207,7 +208,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available")
+        raise DeviceError("--device cuda: no CUDA device is available; use --device cpu (or auto)")
     return torch.device(name)
 
 
@@ -219,7 +220,7 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
         return procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed)
     scene = load_scene(cfg.data, data_factor=cfg.data_factor)
     if not scene.frames_train:
-        raise ValueError(f"{cfg.data}: the dataset has no training images")
+        raise DataFormatError(f"{cfg.data}: the dataset has no training images")
     return scene
 
 

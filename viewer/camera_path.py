@@ -26,9 +26,10 @@ import numpy as np
 
 from recon.data.colmap import qvec_to_rotmat as quat_wxyz_to_matrix  # (w, x, y, z) <-> [3, 3], one implementation
 from recon.data.colmap import rotmat_to_qvec as matrix_to_quat_wxyz
+from recon.errors import SplatforgeError
 
 
-class CameraPathError(ValueError):
+class CameraPathError(SplatforgeError, ValueError):
     """A camera-path file is missing fields or holds malformed matrices; the message names the file."""
 
 

@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from recon.export import SplatData, SplatFileError, read_splats
+from recon.errors import SplatforgeError
 from recon.export.splats import SH_C0
 
 SPLAT_FILE_IN_RUN = "splats.ply"
 
 
-class ViewerInputError(ValueError):
+class ViewerInputError(SplatforgeError, ValueError):
     """A file or folder given to the viewer is missing or unusable; the message names it."""
 
 

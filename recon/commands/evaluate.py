@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 from recon.commands.train import USER_ERRORS, fail
+from recon.errors import UsageError
 
 
 def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | None = None,
@@ -51,7 +52,7 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     from recon.trainer import TrainConfig, background_color, load_training_scene, resolve_device
 
     if run is None and splats is None:
-        raise ValueError("give --run DIR or --splats FILE")
+        raise UsageError("give --run DIR or --splats FILE")
     saved, run_facts = {}, None
     if run is not None:
         config_file = Path(run) / rf.CONFIG_FILE
@@ -68,7 +69,7 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     if data is None and saved.get("data") is not None:
         data = saved_dataset(saved["data"], Path(run) / rf.CONFIG_FILE)
     if data is None:
-        raise ValueError("no dataset: give --data DIR (or --run of a training run)")
+        raise UsageError("no dataset: give --data DIR (or --run of a training run)")
     cfg = TrainConfig(data=Path(data), data_factor=data_factor or saved.get("data_factor", 1),
                       seed=saved.get("seed", 0), background=saved.get("background", "auto"))
     out = Path(out) if out is not None else (Path(run) / "eval" if run is not None else Path(splats).parent / "eval")

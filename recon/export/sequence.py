@@ -46,6 +46,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from recon.errors import UsageError
 from .atomic import atomic_write_bytes, refuse_overwrite
 from .glb import all_formats, read_any, write_any
 from .splats import SplatData, SplatFileError
@@ -127,7 +128,7 @@ class SequenceManifest:
 def _check_fps(fps: float) -> float:
     fps = float(fps)
     if not (math.isfinite(fps) and fps > 0):
-        raise ValueError(f"fps must be a positive number, got {fps}")
+        raise UsageError(f"fps must be a positive number, got {fps}")
     return fps
 
 

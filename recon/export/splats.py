@@ -29,6 +29,8 @@ from typing import Mapping
 
 import numpy as np
 
+from recon.errors import SplatforgeError
+
 SH_C0 = 0.28209479177387814
 """Degree-0 real SH basis constant: RGB = 0.5 + SH_C0 * dc."""
 
@@ -40,7 +42,7 @@ ALPHA_EPS = 1e-4
 FIELDS = ("means", "quats", "log_scales", "logit_opacities", "sh")
 
 
-class SplatFileError(ValueError):
+class SplatFileError(SplatforgeError, ValueError):
     """A splat file (or a model about to be written to one) is unusable.
 
     The message always names the file and the problem, e.g. ``"scene.spz: truncated SPZ data ..."``.
