@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
+import struct
 import sys
 import traceback
 
@@ -57,6 +59,12 @@ class DeviceError(SplatforgeError, RuntimeError):
 # (traceback): an OSError counts as a user error only when it names a file or carries only splatforge's
 # own message (no errno), see is_user_error
 USER_ERRORS = (SplatforgeError, OSError)
+
+# what torch.load raises for a damaged (truncated, overwritten, empty) file: the zip reader's RuntimeError,
+# EOFError, and the unpickler's KeyError / ValueError / IndexError / struct.error / UnpicklingError on
+# garbage bytes; an OSError (no permission) is not damage and is not in the list
+DAMAGED_TORCH_FILE_ERRORS = (RuntimeError, EOFError, KeyError, ValueError, IndexError, struct.error,
+                             pickle.UnpicklingError)
 
 BUG_HINT = "this is a bug in splatforge: please report it with the command and the traceback"
 

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from recon.errors import SplatforgeError
+from recon.errors import DAMAGED_TORCH_FILE_ERRORS, SplatforgeError
 
 BACKBONE_FILE = "alexnet-owt-7be5be79.pth"
 HEADS_FILE = "alex.pth"
@@ -92,7 +92,7 @@ def load_weights(backbone: Path, heads: Path) -> LPIPSWeights:
     try:
         bsd = torch.load(backbone, map_location="cpu", weights_only=True)
         hsd = torch.load(heads, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001  (torch raises many kinds for a bad file)
+    except (*DAMAGED_TORCH_FILE_ERRORS, OSError) as err:
         raise LPIPSWeightsError(f"cannot read LPIPS weights ({backbone}, {heads}): {err}") from err
     convs = [(_tensor(bsd, f"features.{i}.weight", c, backbone), _tensor(bsd, f"features.{i}.bias", c, backbone),
               s, p) for (i, s, p), c in zip(CONVS, CHANNELS)]

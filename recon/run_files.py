@@ -33,7 +33,8 @@ import numpy as np
 import torch
 import yaml
 
-from recon.errors import CheckpointError, ConfigValueError, DamagedFileError, RunLockedError
+from recon.errors import (DAMAGED_TORCH_FILE_ERRORS, CheckpointError, ConfigValueError, DamagedFileError,
+                          RunLockedError)
 from recon.export import atomic_open, atomic_write_bytes
 from recon.run_history import RunHistory
 
@@ -273,24 +274,33 @@ def check_checkpoint_keys(path: Path, payload: dict, required: Sequence[str]) ->
                               f"or use --overwrite to start over")
 
 
-def load_latest_checkpoint(out: Path, required: Sequence[str] = ()) -> tuple[int, dict] | None:
-    """(step, payload) of the newest readable checkpoint, or None when there is none. A damaged
-    (unreadable) file falls back to the previous one; an unsafe one, or one lacking the ``required``
-    keys (:func:`check_checkpoint_keys`), is a CheckpointError."""
+def load_latest_checkpoint(out: Path, required: Sequence[str] = (), log=None) -> tuple[int, dict] | None:
+    """(step, payload) of the newest readable checkpoint, or None when there is none. A damaged file
+    (torch.load raises one of :data:`recon.errors.DAMAGED_TORCH_FILE_ERRORS`) falls back to the previous
+    one, saying so through ``log`` (a callable taking one line; default: stderr); an unsafe one, or one
+    lacking the ``required`` keys (:func:`check_checkpoint_keys`), is a CheckpointError; an OSError (no
+    permission) propagates."""
     errors = []
     for step, path in reversed(list_checkpoints(out)):
         try:
             payload = load_checkpoint_file(path)
         except CheckpointError:
             raise
-        except Exception as e:  # noqa: BLE001 - a damaged file: fall back to the previous one
-            errors.append(f"{path}: {e}")
+        except DAMAGED_TORCH_FILE_ERRORS as e:  # a damaged file: fall back to the previous one
+            errors.append(f"{path}: {type(e).__name__}: {e}")
+            (log or _print_stderr)(f"{path}: damaged checkpoint ({type(e).__name__}: {e}); trying the previous one")
             continue
         check_checkpoint_keys(path, payload, required)
         return step, payload
     if errors:
         raise CheckpointError("no readable checkpoint: " + "; ".join(errors))
     return None
+
+
+def _print_stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------ outputs

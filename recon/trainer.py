@@ -367,7 +367,7 @@ class Trainer:
     def resume(self) -> None:
         """Load the newest checkpoint of ``out`` (none: start at step 0). RunFolderError when it is past
         ``cfg.steps``; CheckpointError naming the file when it is unsafe, incomplete or does not fit."""
-        found = rf.load_latest_checkpoint(self.out, CHECKPOINT_KEYS)
+        found = rf.load_latest_checkpoint(self.out, CHECKPOINT_KEYS, log=self.log)
         if found is None:
             return
         step, payload = found
