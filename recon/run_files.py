@@ -3,7 +3,8 @@
 Layout::
 
     OUT/config.yaml                 the TrainConfig as plain YAML (config_from_dict checks every value);
-                                    data and out as absolute paths
+                                    data and out as absolute paths; the sections lr, adc, mcmc as nested
+                                    mappings (missing ones: defaults)
     OUT/checkpoints/ckpt_XXXXX.pt   torch.save'd plain dicts (tensors, numbers, lists), XXXXX = step;
                                     loaded with weights_only=True (a file holding anything else is refused)
     OUT/.lock                       pid and host of the training writing the folder (RunLock)

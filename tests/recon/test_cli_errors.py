@@ -102,3 +102,13 @@ def test_device_and_dataset_errors(monkeypatch):
         trainer.resolve_device("cuda")
     with pytest.raises(SplatforgeError, match="unknown dataset format 'bogus'"):
         load_scene(".", format="bogus")
+
+
+
+
+def test_data_factor_is_a_usage_error():
+    from recon.data.procedural_scene import procedural_scene
+    from recon.errors import UsageError
+
+    with pytest.raises(UsageError, match="--data-factor 0: must be a positive integer"):
+        procedural_scene(data_factor=0)
