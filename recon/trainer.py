@@ -143,7 +143,7 @@ FIELD_RANGES = {
     "viewer_port": (lambda v: 0 <= v <= 65535, "0..65535"),
     "viewer_every": (lambda v: v >= 1, ">= 1"),
     "logger_every": (lambda v: v >= 1, ">= 1"),
-    **{f"lr.{name}": _FINITE_NONNEG for name in ("means", "quats", "log_scales", "logit_opacities", "sh0", "shN")},
+    **{f"lr.{f.name}": _FINITE_NONNEG for f in dataclasses.fields(LearningRates)},  # a learning rate: >= 0
     "lr.means_final_ratio": _FINITE_POS,
     "lr.eps": _FINITE_POS,
     "adc.prune_opa": _OPACITY,
@@ -275,8 +275,10 @@ def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
         saved = {**saved, "data": str(resolved_data(saved["data"]))}
     # a field or section newer than the saved run had its default there
     defaults = rf.flatten_config(rf.config_to_dict(TrainConfig()))
+    # the sections of the strategies this run does not use (mcmc.* for an adc run) change nothing
+    unused = tuple(f"{name}." for name in STRATEGIES if name != cfg.strategy)
     diffs = [f"{k}: saved {saved.get(k, defaults[k])!r}, now {current.get(k)!r}" for k in current
-             if k not in RESUMABLE_CHANGES and saved.get(k, defaults[k]) != current.get(k)]
+             if k not in RESUMABLE_CHANGES and not k.startswith(unused) and saved.get(k, defaults[k]) != current.get(k)]
     if diffs:
         raise ConfigMismatchError(
             f"{out / rf.CONFIG_FILE}: this run directory holds a run with a different configuration "

@@ -108,7 +108,9 @@ def test_resume_compares_section_values_by_dotted_key(tmp_path):
     old = {k: v for k, v in saved.items() if k not in ("lr", "adc", "mcmc")}  # before the sections existed
     check_resumable(old, TrainConfig(out=tmp_path), tmp_path)
     with pytest.raises(ConfigMismatchError, match=r"mcmc\.growth: saved 0\.05, now 0\.2"):
-        check_resumable(old, TrainConfig(out=tmp_path, mcmc=MCMCConfig(growth=0.2)), tmp_path)
+        check_resumable(old, TrainConfig(out=tmp_path, strategy="mcmc", mcmc=MCMCConfig(growth=0.2)), tmp_path)
+    # the section of a strategy the run does not use changes nothing: an adc run ignores mcmc.*
+    check_resumable(saved, TrainConfig(out=tmp_path, mcmc=MCMCConfig(growth=0.2)), tmp_path)
 
 
 def test_old_run_folder_resumes(tmp_path):
