@@ -16,6 +16,7 @@ import torch
 from rasterizer import Camera
 from rasterizer.quaternions import quat_to_rotmat_np, rotmat_to_quat
 from recon.data.procedural import look_at_world_to_cam, orbit_basis
+from recon.errors import UsageError
 
 PATHS = ("orbit", "spiral", "dataset")
 
@@ -51,7 +52,7 @@ def _ring_camera(rig: dict, template: Camera, azimuth: float, elevation: float, 
 def camera_path(kind: str, cameras: Sequence[Camera], n_frames: int = 120) -> list[Camera]:
     """``n_frames`` cameras (intrinsics and size of ``cameras[0]``); "dataset" returns ``cameras`` as given."""
     if kind not in PATHS:
-        raise ValueError(f"unknown camera path {kind!r} (have {PATHS})")
+        raise UsageError(f"unknown camera path {kind!r} (have {PATHS})")
     if not cameras:
         raise ValueError("camera_path: the scene has no cameras to derive a path from")
     if kind == "dataset":

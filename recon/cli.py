@@ -66,18 +66,20 @@ def unknown_subcommand(argv: list[str], names) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the subcommand named in ``argv`` (default ``sys.argv[1:]``). A :class:`SplatforgeError` escaping
-    a command is printed as one line (exit status 2)."""
+    """Run the subcommand named in ``argv`` (default ``sys.argv[1:]``). A user error escaping a command
+    (:func:`recon.errors.is_user_error`: a :class:`SplatforgeError`, an OSError naming its file) is printed
+    as one line (exit status 2); any other exception is a bug in splatforge: its traceback and a request to
+    report it (exit status 1)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     message = unknown_subcommand(argv, SUBCOMMANDS)
     if message is not None:
         print(message, file=sys.stderr)
         raise SystemExit(2)
-    from recon.errors import SplatforgeError, fail
+    from recon.errors import fail
 
     try:
         run_subcommand(argv)
-    except SplatforgeError as err:
+    except Exception as err:  # noqa: BLE001 - SystemExit / KeyboardInterrupt pass; fail() tells user error from bug
         fail(argv[0] if argv else "", err)
 
 

@@ -2,16 +2,21 @@
 
 :class:`SplatforgeError` is the base of errors that mean "the input or the situation is wrong, and the
 message says what to do" (a run folder held by another training, an unsafe checkpoint, a bad config
-value). The CLI prints such errors, and the older ``ValueError`` / ``OSError`` based ones listed in
-:data:`USER_ERRORS`, as one line ``splatforge <command>: error: <message>`` (:func:`fail`);
-:func:`describe` turns an ``OSError`` into a sentence naming the file and what to do.
+value, a damaged dataset). The CLI prints those as one line ``splatforge <command>: error: <message>``
+(:func:`fail`), and so an ``OSError`` naming its file (:func:`is_user_error`); :func:`describe` turns an
+``OSError`` into a sentence naming the file and what to do. Anything else escaping a command is a bug:
+:func:`report_bug` prints its traceback and asks to report it. Subclasses that a library user might
+catch as ``ValueError`` (bad values, bad files) are ``ValueError`` too.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import pickle
+import struct
 import sys
+import traceback
 
 
 class SplatforgeError(Exception):
@@ -38,9 +43,30 @@ class ConfigValueError(SplatforgeError, ValueError):
     """A config field (from a file or a flag) has a value of the wrong type or outside its choices."""
 
 
-# errors reported as one line without a traceback (OSError covers FileNotFoundError, FileExistsError,
-# PermissionError, a full disk, a read-only file system)
-USER_ERRORS = (SplatforgeError, ValueError, OSError)
+class UsageError(SplatforgeError, ValueError):
+    """A command was given flags or arguments that do not go together or are out of range."""
+
+
+class DamagedFileError(SplatforgeError, ValueError):
+    """A file splatforge wrote earlier (history.json, metrics.json) cannot be read back."""
+
+
+class DeviceError(SplatforgeError, RuntimeError):
+    """The asked-for compute device is not available (``--device cuda`` without CUDA)."""
+
+
+# errors a command catches and hands to fail(); fail() itself tells a user error (one line) from a bug
+# (traceback): an OSError counts as a user error only when it names a file or carries only splatforge's
+# own message (no errno), see is_user_error
+USER_ERRORS = (SplatforgeError, OSError)
+
+# what torch.load raises for a damaged (truncated, overwritten, empty) file: the zip reader's RuntimeError,
+# EOFError, and the unpickler's KeyError / ValueError / IndexError / struct.error / UnpicklingError on
+# garbage bytes; an OSError (no permission) is not damage and is not in the list
+DAMAGED_TORCH_FILE_ERRORS = (RuntimeError, EOFError, KeyError, ValueError, IndexError, struct.error,
+                             pickle.UnpicklingError)
+
+BUG_HINT = "this is a bug in splatforge: please report it with the command and the traceback"
 
 _OS_HINTS = {
     errno.EACCES: "check its permissions or choose another location",
@@ -72,7 +98,29 @@ def describe(err: BaseException) -> str:
     return " ".join(text.split())  # one line, even for messages that wrap
 
 
+def is_user_error(err: BaseException) -> bool:
+    """True for errors the user can act on from a one-line message: a :class:`SplatforgeError`, an
+    ``OSError`` naming its file (``PermissionError: /runs/x/config.yaml``), or an ``OSError`` raised by
+    splatforge with a message only (``FileNotFoundError("--config x.yaml: no such file")``: no errno).
+    An OSError with an errno but no file (a socket failure deep in a library) is not."""
+    if isinstance(err, SplatforgeError):
+        return True
+    return isinstance(err, OSError) and (err.filename is not None or err.errno is None)
+
+
 def fail(command: str, err: BaseException, status: int = 2) -> None:
-    """Print ``splatforge <command>: error: <describe(err)>`` to stderr and exit with ``status``."""
+    """Print ``splatforge <command>: error: <describe(err)>`` to stderr and exit with ``status`` for a user
+    error (:func:`is_user_error`); anything else is a bug: :func:`report_bug`."""
+    if not is_user_error(err):
+        report_bug(command, err)
     print(f"splatforge {command}: error: {describe(err)}", file=sys.stderr)
     raise SystemExit(status)
+
+
+def report_bug(command: str, err: BaseException) -> None:
+    """Print ``err``'s traceback, then ``splatforge <command>: error: <BUG_HINT>``, to stderr and exit with
+    status 1."""
+    traceback.print_exception(err, file=sys.stderr)
+    prefix = f"splatforge {command}" if command else "splatforge"
+    print(f"{prefix}: error: {BUG_HINT}", file=sys.stderr)
+    raise SystemExit(1)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from recon.data.scene import Frame, Scene
+from recon.data.scene import DataFormatError, Frame, Scene
 from recon.export import read_splats
 from recon.frame_images import FrameImages
 from recon.losses import auto_ssim, psnr
@@ -89,7 +89,7 @@ def evaluate_on_scene(model: SceneModel, scene: Scene, out_dir: Path | None = No
     metrics.json has the training run's schema (``test``, ``num_gaussians`` and :data:`RUN_FACTS`, taken
     from ``run_facts``, the run's own metrics.json, or null for a bare splat file) plus ``source``."""
     if not scene.frames_test:
-        raise ValueError(f"{scene.root or scene.source_format}: the scene has no test views to evaluate on")
+        raise DataFormatError(f"{scene.root or scene.source_format}: the scene has no test views to evaluate on")
     bg = torch.tensor(background if background is not None else scene.background, dtype=torch.float32)
     images = FrameImages(scene.frames_test, model.device)
     renders = Path(out_dir) / RENDERS_DIR if out_dir is not None else None

@@ -35,6 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from recon.data.scene import Frame, camera_centers
+from recon.errors import SplatforgeError
 
 BLENDER_HALF_SIZE = 1.3  # 3DGS random init for synthetic scenes: cube [-1.3, 1.3]^3
 NERF_SYNTHETIC_RADIUS = 4.0311  # camera distance from the origin in the NeRF-synthetic scenes
@@ -45,7 +46,7 @@ FRUSTUM_NEAR, FRUSTUM_FAR = 0.05, 3.0  # frustum box depths, in scene extents
 SYNTHETIC_FORMATS = ("blender", "dnerf")
 
 
-class InitBoxError(ValueError):
+class InitBoxError(SplatforgeError, ValueError):
     """``--init-box`` is not four finite numbers with a positive half-size."""
 
 

@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from recon.errors import DAMAGED_TORCH_FILE_ERRORS, SplatforgeError
+
 BACKBONE_FILE = "alexnet-owt-7be5be79.pth"
 HEADS_FILE = "alex.pth"
 ENV_DIR = "SPLATFORGE_LPIPS_DIR"
@@ -42,7 +44,7 @@ NOTE = ("LPIPS skipped: its AlexNet weights are not on this machine and nothing 
         f"(put {BACKBONE_FILE} and lpips' v0.1/{HEADS_FILE} in ${ENV_DIR}); metrics report lpips: null")
 
 
-class LPIPSWeightsError(ValueError):
+class LPIPSWeightsError(SplatforgeError, ValueError):
     """A weight file exists but is not what LPIPS needs (names the file and the problem)."""
 
 
@@ -90,7 +92,7 @@ def load_weights(backbone: Path, heads: Path) -> LPIPSWeights:
     try:
         bsd = torch.load(backbone, map_location="cpu", weights_only=True)
         hsd = torch.load(heads, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001  (torch raises many kinds for a bad file)
+    except (*DAMAGED_TORCH_FILE_ERRORS, OSError) as err:
         raise LPIPSWeightsError(f"cannot read LPIPS weights ({backbone}, {heads}): {err}") from err
     convs = [(_tensor(bsd, f"features.{i}.weight", c, backbone), _tensor(bsd, f"features.{i}.bias", c, backbone),
               s, p) for (i, s, p), c in zip(CONVS, CHANNELS)]

@@ -3,7 +3,8 @@
 Layout::
 
     OUT/config.yaml                 the TrainConfig as plain YAML (config_from_dict checks every value);
-                                    data and out as absolute paths
+                                    data and out as absolute paths; the sections lr, adc, mcmc as nested
+                                    mappings (missing ones: defaults)
     OUT/checkpoints/ckpt_XXXXX.pt   torch.save'd plain dicts (tensors, numbers, lists), XXXXX = step;
                                     loaded with weights_only=True (a file holding anything else is refused)
     OUT/.lock                       pid and host of the training writing the folder (RunLock)
@@ -33,7 +34,8 @@ import numpy as np
 import torch
 import yaml
 
-from recon.errors import CheckpointError, ConfigValueError, RunLockedError
+from recon.errors import (DAMAGED_TORCH_FILE_ERRORS, CheckpointError, ConfigValueError, DamagedFileError,
+                          RunLockedError)
 from recon.atomic import atomic_open, atomic_write_bytes
 from recon.run_history import RunHistory
 
@@ -53,23 +55,60 @@ _CKPT_RE = re.compile(r"^ckpt_(\d+)\.pt$")
 
 
 def _plain(value: Any) -> Any:
-    """Dataclass field value -> YAML-safe plain data (Paths become strings)."""
+    """Dataclass field value -> YAML-safe plain data (Paths become strings; sections stay mappings)."""
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
 
 
 def config_to_dict(cfg: Any) -> dict:
-    """Flat dataclass -> dict of plain values."""
+    """Dataclass -> dict of plain values; a field holding a dataclass (a section such as
+    ``TrainConfig.adc``) becomes a nested dict."""
     if not is_dataclass(cfg):
         raise TypeError(f"expected a dataclass config, got {type(cfg).__name__}")
     return {k: _plain(v) for k, v in asdict(cfg).items()}
 
 
+def flatten_config(data: dict, prefix: str = "") -> dict:
+    """Nested config mapping -> one level with dotted keys (``{"adc": {"grow_grad2d": x}}`` ->
+    ``{"adc.grow_grad2d": x}``), in order."""
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def config_fields(cfg: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted name, annotated type, value) of every leaf field of dataclass ``cfg``, sections (fields
+    whose type is a dataclass) walked into: ``("adc.grow_grad2d", float, 0.0002)``. ConfigValueError when
+    a section holds something else than its dataclass."""
+    hints = get_type_hints(type(cfg))
+    found = []
+    for f in fields(cfg):
+        name, tp, value = prefix + f.name, hints[f.name], getattr(cfg, f.name)
+        if is_section_type(tp):
+            if not isinstance(value, tp):
+                raise ConfigValueError(f"{name}: {value!r} is not a {tp.__name__} section")
+            found += config_fields(value, name + ".")
+        else:
+            found.append((name, tp, value))
+    return found
+
+
+def is_section_type(tp: Any) -> bool:
+    """True for a field type that is itself a config dataclass (a nested section)."""
+    return isinstance(tp, type) and is_dataclass(tp)
+
+
 def write_config(out: Path, cfg: Any) -> Path:
-    """Write ``out/config.yaml`` (plain YAML, keys in field order)."""
+    """Write ``out/config.yaml`` (plain YAML, keys in field order, sections as nested mappings)."""
     path = Path(out) / CONFIG_FILE
     text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
     atomic_write_bytes(path, text.encode(), force=True)
@@ -77,31 +116,48 @@ def write_config(out: Path, cfg: Any) -> Path:
 
 
 def read_config_dict(path: Path) -> dict:
-    """Plain dict from a config.yaml; ValueError naming the file when it is not a YAML mapping."""
+    """Plain dict from a config.yaml; ConfigValueError naming the file when it is not a YAML mapping."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML ({e})") from e
+        raise ConfigValueError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from e
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of config fields, got {type(data).__name__}")
+        raise ConfigValueError(f"{path}: expected a mapping of config fields, got {type(data).__name__}")
     return data
 
 
 def config_from_dict(cls: type, data: dict, source: str | os.PathLike | None = None) -> Any:
     """Instantiate dataclass ``cls`` from plain data, each value checked against its field's type as the
-    CLI checks flags (:func:`check_field_value`); unknown keys are an error. ``source`` (the file) starts
-    the messages."""
+    CLI checks flags (:func:`check_field_value`); a section field (a dataclass type) takes a nested
+    mapping, checked the same way; a missing field or section keeps its default (config files written
+    before a field existed still load); unknown keys are an error. ``source`` (the file) starts the
+    messages, which name nested fields by dotted keys (``adc.grow_grad2d``)."""
     where = f"{os.fspath(source)}: " if source is not None else ""
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"{where}unknown config field(s) {unknown} for {cls.__name__}")
-    hints = get_type_hints(cls)
     try:
-        kw = {k: check_field_value(k, hints[k], v) for k, v in data.items()}
+        return _section_from_dict(cls, data, "")
     except ConfigValueError as err:
         raise ConfigValueError(f"{where}{err}") from None
+
+
+def _section_from_dict(cls: type, data: dict, prefix: str) -> Any:
+    """:func:`config_from_dict` for the fields of ``cls`` under dotted ``prefix`` ("" or "adc.")."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(prefix + k for k in set(data) - names)
+    if unknown:
+        raise ConfigValueError(f"unknown config field(s) {unknown} for {cls.__name__}")
+    hints = get_type_hints(cls)
+    kw = {}
+    for key, value in data.items():
+        tp = hints[key]
+        if not is_section_type(tp):
+            kw[key] = check_field_value(prefix + key, tp, value)
+        elif value is None:  # an empty section in YAML (``adc:``): its defaults
+            continue
+        elif not isinstance(value, dict):
+            raise ConfigValueError(f"{prefix}{key}: {value!r} is not a mapping of {tp.__name__} fields")
+        else:
+            kw[key] = _section_from_dict(tp, value, f"{prefix}{key}.")
     return cls(**kw)
 
 
@@ -226,24 +282,33 @@ def check_checkpoint_keys(path: Path, payload: dict, required: Sequence[str]) ->
                               f"or use --overwrite to start over")
 
 
-def load_latest_checkpoint(out: Path, required: Sequence[str] = ()) -> tuple[int, dict] | None:
-    """(step, payload) of the newest readable checkpoint, or None when there is none. A damaged
-    (unreadable) file falls back to the previous one; an unsafe one, or one lacking the ``required``
-    keys (:func:`check_checkpoint_keys`), is a CheckpointError."""
+def load_latest_checkpoint(out: Path, required: Sequence[str] = (), log=None) -> tuple[int, dict] | None:
+    """(step, payload) of the newest readable checkpoint, or None when there is none. A damaged file
+    (torch.load raises one of :data:`recon.errors.DAMAGED_TORCH_FILE_ERRORS`) falls back to the previous
+    one, saying so through ``log`` (a callable taking one line; default: stderr); an unsafe one, or one
+    lacking the ``required`` keys (:func:`check_checkpoint_keys`), is a CheckpointError; an OSError (no
+    permission) propagates."""
     errors = []
     for step, path in reversed(list_checkpoints(out)):
         try:
             payload = load_checkpoint_file(path)
         except CheckpointError:
             raise
-        except Exception as e:  # noqa: BLE001 - a damaged file: fall back to the previous one
-            errors.append(f"{path}: {e}")
+        except DAMAGED_TORCH_FILE_ERRORS as e:  # a damaged file: fall back to the previous one
+            errors.append(f"{path}: {type(e).__name__}: {e}")
+            (log or _print_stderr)(f"{path}: damaged checkpoint ({type(e).__name__}: {e}); trying the previous one")
             continue
         check_checkpoint_keys(path, payload, required)
         return step, payload
     if errors:
         raise CheckpointError("no readable checkpoint: " + "; ".join(errors))
     return None
+
+
+def _print_stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------ outputs
@@ -286,7 +351,7 @@ def read_history(out: Path) -> RunHistory | None:
     try:
         data = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e}); delete it or rerun the training") from e
+        raise DamagedFileError(f"{path}: not valid JSON ({e}); delete it or rerun the training") from e
     return RunHistory.from_dict(data, str(path))
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from recon.errors import DamagedFileError
+
 SECONDS_DIGITS = 6  # microseconds: finer digits of a step's wall time are noise
 
 
@@ -60,12 +62,12 @@ class RunHistory:
         """Inverse of :meth:`to_dict`; ValueError naming ``source`` for missing keys or uneven lists."""
         names = [f.name for f in fields(cls)]
         if not isinstance(data, dict) or any(not isinstance(data.get(k), list) for k in names):
-            raise ValueError(f"{source}: expected lists {', '.join(names)}")
+            raise DamagedFileError(f"{source}: expected lists {', '.join(names)}")
         history = cls(**{k: list(data[k]) for k in names})
         per_step = {len(history.loss), len(history.num_gaussians), len(history.step_seconds)}
         per_eval = {len(history.eval_step), len(history.eval_psnr), len(history.eval_ssim)}
         if len(per_step) != 1 or len(per_eval) != 1:
-            raise ValueError(f"{source}: per-step or per-evaluation lists have different lengths")
+            raise DamagedFileError(f"{source}: per-step or per-evaluation lists have different lengths")
         return history
 
     @classmethod

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, LogFormatter, MaxNLocator
 
 from recon.atomic import atomic_write_bytes
+from recon.errors import UsageError
 from recon.run_history import RunHistory
 
 SMOOTHING_PARTS = 50  # moving-average window = run length / this
@@ -229,7 +230,7 @@ def save_figure(fig: Figure, path: Path) -> Path:
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FIGURE_FORMATS:
-        raise ValueError(f"{path}: a figure is saved as {', '.join('.' + f for f in FIGURE_FORMATS)}; "
+        raise UsageError(f"{path}: a figure is saved as {', '.join('.' + f for f in FIGURE_FORMATS)}; "
                          f"give a file name with one of these suffixes")
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=DPI)

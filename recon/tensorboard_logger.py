@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from recon.errors import ConfigValueError
 from recon.evaluation import side_by_side
 from recon.frame_images import FrameImages
 from recon.trainer import StepResult, Trainer, TrainingHook, background_color
@@ -34,7 +35,7 @@ class TensorBoardLogger(TrainingHook):
 
     def __init__(self, log_dir: str | Path, every: int = 100, num_renders: int = NUM_RENDERS):
         if every < 1:
-            raise ValueError(f"--logger-every must be >= 1, got {every}")
+            raise ConfigValueError(f"--logger-every must be >= 1, got {every}")
         self.log_dir = Path(log_dir)
         self.every = int(every)
         self.num_renders = int(num_renders)

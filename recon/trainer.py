@@ -22,17 +22,18 @@ from typing import Literal
 import torch
 
 from recon.data import load_scene
-from recon.data.scene import Scene
-from recon.errors import CheckpointError, ConfigValueError, RunFolderError
+from recon.data.scene import DataFormatError, Scene
+from recon.errors import CheckpointError, ConfigValueError, DeviceError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_splats
 from recon.frame_images import FrameImages
 from recon.init_region import parse_init_box, random_init_region
 from recon.losses import masked_render, photometric_loss, quick_psnr
 from recon.models.base import SceneModel, model_class
+from recon.models.gaussians import LearningRates
 from recon import run_files as rf
 from recon.run_history import RunHistory
-from recon.strategy import ADCStrategy, MCMCStrategy
+from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCStrategy
 
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
 PROCEDURAL = "procedural"  # --data procedural: the built-in scene of recon.data.procedural_scene
@@ -46,13 +47,15 @@ RESUMABLE_CHANGES = {"out", "steps", "eval_every", "save_every", "keep_checkpoin
 CHECKPOINT_KEYS = ("step", "model", "strategy_state", "rng.torch", "rng.view", "history|losses", "train_seconds")
 
 
-class ConfigMismatchError(ValueError):
+class ConfigMismatchError(RunFolderError, ValueError):
     """``out`` holds a run made with a different configuration."""
 
 
 @dataclass
 class TrainConfig:
-    """Training configuration (flat; saved as ``out/config.yaml``)."""
+    """Training configuration (saved as ``out/config.yaml``): flat fields, then the sections ``lr``,
+    ``adc`` and ``mcmc`` (nested dataclasses: ``--lr.means 1.6e-4``, ``--adc.grow-grad2d 0.0003``; nested
+    mappings in config.yaml, where a missing section or field keeps its default)."""
 
     data: Path = Path(PROCEDURAL)
     """dataset folder (COLMAP, nerfstudio, Blender), or "procedural" for the built-in demo scene"""
@@ -109,9 +112,22 @@ class TrainConfig:
     """tensorboard: write TensorBoard event files to OUT/tensorboard/ (scalars, test renders at evaluations)"""
     logger_every: int = 100
     """write the logger's training scalars every N steps"""
+    lr: LearningRates = field(default_factory=LearningRates)
+    """Adam learning rates (recon.models.gaussians.LearningRates)"""
+    adc: ADCConfig = field(default_factory=ADCConfig)
+    """adaptive density control hyper-parameters (--strategy adc); iteration counts x steps_scaler"""
+    mcmc: MCMCConfig = field(default_factory=MCMCConfig)
+    """MCMC densification hyper-parameters (--strategy mcmc); iteration counts x steps_scaler"""
 
 
-# field -> (test, what is allowed) for the numeric fields with a range (types: rf.check_field_value)
+_FINITE_NONNEG = (lambda v: math.isfinite(v) and v >= 0, ">= 0")
+_FINITE_POS = (lambda v: math.isfinite(v) and v > 0, "> 0")
+_OPACITY = (lambda v: 0 <= v < 1, "in [0, 1)")
+_PERIOD = (lambda v: v >= 1, ">= 1")
+_START = (lambda v: v >= 0, ">= 0")
+
+# dotted field name -> (test, what is allowed) for the numeric fields with a range (types:
+# rf.check_field_value); section fields are "section.field"
 FIELD_RANGES = {
     "steps": (lambda v: v >= 0, ">= 0"),
     "data_factor": (lambda v: v >= 1, ">= 1"),
@@ -128,21 +144,42 @@ FIELD_RANGES = {
     "ssim_lambda": (lambda v: 0 <= v <= 1, "0..1"),
     "viewer_port": (lambda v: 0 <= v <= 65535, "0..65535"),
     "viewer_every": (lambda v: v >= 1, ">= 1"),
+    "logger_every": (lambda v: v >= 1, ">= 1"),
+    **{f"lr.{f.name}": _FINITE_NONNEG for f in dataclasses.fields(LearningRates)},  # a learning rate: >= 0
+    "lr.means_final_ratio": _FINITE_POS,
+    "lr.eps": _FINITE_POS,
+    "adc.prune_opa": _OPACITY,
+    "adc.grow_grad2d": _FINITE_NONNEG,
+    "adc.grow_scale3d": _FINITE_POS,
+    "adc.prune_scale3d": _FINITE_POS,
+    "adc.refine_start_iter": _START,
+    "adc.refine_stop_iter": _START,
+    "adc.reset_every": _PERIOD,
+    "adc.refine_every": _PERIOD,
+    "mcmc.noise_lr": _FINITE_NONNEG,
+    "mcmc.refine_start_iter": _START,
+    "mcmc.refine_stop_iter": _START,
+    "mcmc.refine_every": _PERIOD,
+    "mcmc.min_opacity": _OPACITY,
+    "mcmc.growth": _FINITE_NONNEG,
+    "mcmc.opacity_reg": _FINITE_NONNEG,
+    "mcmc.scale_reg": _FINITE_NONNEG,
 }
+
+
+def config_flag(name: str) -> str:
+    """The CLI flag of dotted field ``name``: ``adc.grow_grad2d`` -> ``--adc.grow-grad2d``."""
+    return "--" + name.replace("_", "-")
 
 
 def validate_config(cfg: TrainConfig) -> None:
     """ConfigValueError (a ValueError) naming the flag when a field has the wrong type, a value outside
-    its choices (``strategy: bogus``) or outside its range (``--sh-degree -1``); the same checks for a
-    config file, the CLI and the Python API."""
-    from typing import get_type_hints
-
-    hints = get_type_hints(TrainConfig)
-    for f in dataclasses.fields(TrainConfig):
-        value = getattr(cfg, f.name)
-        flag = "--" + f.name.replace("_", "-")
-        value = rf.check_field_value(flag, hints[f.name], value)
-        test, allowed = FIELD_RANGES.get(f.name, (None, ""))
+    its choices (``strategy: bogus``) or outside its range (``--sh-degree -1``, ``--adc.refine-every 0``);
+    the same checks for a config file, the CLI and the Python API, sections included."""
+    for name, tp, value in rf.config_fields(cfg):
+        flag = config_flag(name)
+        value = rf.check_field_value(flag, tp, value)
+        test, allowed = FIELD_RANGES.get(name, (None, ""))
         if test is not None and not test(value):
             raise ConfigValueError(f"{flag} {value}: must be {allowed}")
 
@@ -173,7 +210,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available")
+        raise DeviceError("--device cuda: no CUDA device is available; use --device cpu (or auto)")
     return torch.device(name)
 
 
@@ -185,7 +222,7 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
         return procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed)
     scene = load_scene(cfg.data, data_factor=cfg.data_factor)
     if not scene.frames_train:
-        raise ValueError(f"{cfg.data}: the dataset has no training images")
+        raise DataFormatError(f"{cfg.data}: the dataset has no training images")
     return scene
 
 
@@ -197,11 +234,11 @@ def build_model(cfg: TrainConfig, scene: Scene, generator: torch.Generator, log=
 
 
 def build_strategy(cfg: TrainConfig) -> ADCStrategy | MCMCStrategy:
-    """The densification strategy with its schedule scaled to the run length."""
-    s = schedule_scaler(cfg)
-    if cfg.strategy == "mcmc":
-        return MCMCStrategy(cap_max=cfg.max_gaussians).scaled(s)
-    return ADCStrategy(max_gaussians=cfg.max_gaussians).scaled(s)
+    """The densification strategy ``STRATEGIES[cfg.strategy]`` with the hyper-parameters of the config
+    section of the same name (``cfg.adc``, ``cfg.mcmc``), capped at ``max_gaussians``, its schedule scaled
+    to the run length."""
+    section = getattr(cfg, cfg.strategy)
+    return STRATEGIES[cfg.strategy].from_config(section.scaled(schedule_scaler(cfg)), cfg.max_gaussians)
 
 
 def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -216,13 +253,18 @@ def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator 
 
 
 def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
-    """ConfigMismatchError listing the fields that differ from ``out/config.yaml`` (except resumable ones)."""
-    current = rf.config_to_dict(stored_config(cfg))
+    """ConfigMismatchError listing the fields that differ from ``out/config.yaml`` (except resumable ones);
+    section fields are named by dotted keys (``adc.grow_grad2d``)."""
+    current = rf.flatten_config(rf.config_to_dict(stored_config(cfg)))
+    saved = rf.flatten_config(saved)
     if saved.get("data") is not None:  # written relative by older versions: relative to the working directory
         saved = {**saved, "data": str(resolved_data(saved["data"]))}
-    defaults = rf.config_to_dict(TrainConfig())  # a field newer than the saved run had its default there
+    # a field or section newer than the saved run had its default there
+    defaults = rf.flatten_config(rf.config_to_dict(TrainConfig()))
+    # the sections of the strategies this run does not use (mcmc.* for an adc run) change nothing
+    unused = tuple(f"{name}." for name in STRATEGIES if name != cfg.strategy)
     diffs = [f"{k}: saved {saved.get(k, defaults[k])!r}, now {current.get(k)!r}" for k in current
-             if k not in RESUMABLE_CHANGES and saved.get(k, defaults[k]) != current.get(k)]
+             if k not in RESUMABLE_CHANGES and not k.startswith(unused) and saved.get(k, defaults[k]) != current.get(k)]
     if diffs:
         raise ConfigMismatchError(
             f"{out / rf.CONFIG_FILE}: this run directory holds a run with a different configuration "
@@ -329,7 +371,7 @@ class Trainer:
     def resume(self) -> None:
         """Load the newest checkpoint of ``out`` (none: start at step 0). RunFolderError when it is past
         ``cfg.steps``; CheckpointError naming the file when it is unsafe, incomplete or does not fit."""
-        found = rf.load_latest_checkpoint(self.out, CHECKPOINT_KEYS)
+        found = rf.load_latest_checkpoint(self.out, CHECKPOINT_KEYS, log=self.log)
         if found is None:
             return
         step, payload = found

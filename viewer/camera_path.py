@@ -30,9 +30,10 @@ from rasterizer.camera import (Camera, camera_to_dict, intrinsics_from_vertical_
 intrinsics_from_fov = intrinsics_from_vertical_fov  # viser reports the vertical fov
 viser_to_world_to_cam = world_to_cam_from_pose  # viser: wxyz = R_world_cam, position = camera centre
 world_to_cam_to_viser = pose_from_world_to_cam
+from recon.errors import SplatforgeError
 
 
-class CameraPathError(ValueError):
+class CameraPathError(SplatforgeError, ValueError):
     """A camera-path file is missing fields or holds malformed matrices; the message names the file."""
 
 

@@ -22,10 +22,11 @@ import numpy as np
 from rasterizer.camera import Camera
 from rasterizer.quaternions import quat_to_rotmat_np
 from recon.export import SplatData, SplatFileError, read_splats
+from recon.errors import SplatforgeError
 from recon.export.splats import SH_C0
 
 
-class ViewerInputError(ValueError):
+class ViewerInputError(SplatforgeError, ValueError):
     """A file or folder given to the viewer is missing or unusable; the message names it."""
 
 

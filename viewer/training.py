@@ -166,8 +166,8 @@ class TrainingViewer:
             try:
                 b.label = "resume" if self.paused else "pause"
                 self.gui["status"].value = "paused" if self.paused else "training"
-            except Exception:  # noqa: BLE001 - a GUI hiccup must not matter
-                pass
+            except Exception as e:  # noqa: BLE001 - a GUI hiccup must not stop training: say it, go on
+                self._say(f"viewer button update failed ({type(e).__name__}: {e})")
 
     # ------------------------------------------------------------------------------------ updates
 

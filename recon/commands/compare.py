@@ -18,6 +18,7 @@ import tyro
 
 from recon import run_files as rf
 from recon.commands.train import USER_ERRORS, fail
+from recon.errors import DamagedFileError, UsageError
 from recon.run_history import RunHistory
 
 MISSING = "-"
@@ -45,7 +46,7 @@ def read_run(path: Path) -> RunRecord:
         raise FileNotFoundError(f"{path}: no such folder; give run folders written by `splatforge train`")
     config_file = path / rf.CONFIG_FILE
     if not config_file.is_file():
-        raise ValueError(f"{path}: not a training run (no {rf.CONFIG_FILE}); give run folders written by "
+        raise UsageError(f"{path}: not a training run (no {rf.CONFIG_FILE}); give run folders written by "
                          f"`splatforge train`")
     metrics_file = path / rf.METRICS_FILE
     metrics = None
@@ -53,8 +54,9 @@ def read_run(path: Path) -> RunRecord:
         try:
             metrics = json.loads(metrics_file.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{metrics_file}: not valid JSON ({e}); rerun `splatforge eval --run {path}`") from e
-    return RunRecord(str(path), rf.read_config_dict(config_file), metrics, rf.read_history(path))
+            raise DamagedFileError(f"{metrics_file}: not valid JSON ({e}); rerun `splatforge eval --run {path}`") from e
+    # sections (adc, mcmc, lr) flattened to dotted keys: the table names the field that differs
+    return RunRecord(str(path), rf.flatten_config(rf.read_config_dict(config_file)), metrics, rf.read_history(path))
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -147,7 +149,7 @@ def write_curves(runs: list[RunRecord], out: Path) -> list[str]:
 
     with_history = {r.name: r.history for r in runs if r.history is not None}
     if not with_history:
-        raise ValueError(f"--out {out}: none of the runs has a {rf.HISTORY_FILE} (runs trained before "
+        raise UsageError(f"--out {out}: none of the runs has a {rf.HISTORY_FILE} (runs trained before "
                          f"histories, or still training): there are no curves to draw")
     save_figure(plot_compare(with_history), out)
     return [r.name for r in runs if r.history is None]
@@ -166,12 +168,12 @@ def compare(runs: Annotated[tuple[Path, ...], tyro.conf.Positional], out: Path |
 
     try:
         if not runs:
-            raise ValueError("give the run folders to compare, e.g. `splatforge compare runs/a runs/b`")
+            raise UsageError("give the run folders to compare, e.g. `splatforge compare runs/a runs/b`")
         if out is not None:
             from recon.run_plots import FIGURE_FORMATS
 
             if Path(out).suffix.lower().lstrip(".") not in FIGURE_FORMATS:
-                raise ValueError(f"--out {out}: give a .png, .svg or .pdf file name")
+                raise UsageError(f"--out {out}: give a .png, .svg or .pdf file name")
         records = [read_run(Path(r)) for r in runs]
         console = Console()
         console.print(metrics_table(records))

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 from recon.commands.train import USER_ERRORS, fail
+from recon.errors import UsageError
 
 
 def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | None = None,
@@ -41,9 +42,9 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     from recon.trainer import resolve_device
 
     if run is None and splats is None:
-        raise ValueError("give --run DIR or --splats FILE")
+        raise UsageError("give --run DIR or --splats FILE")
     if run is None and data is None:
-        raise ValueError("no dataset: give --data DIR (or --run of a training run)")
+        raise UsageError("no dataset: give --data DIR (or --run of a training run)")
     if run is not None:
         opened = Run.open(run, data=data, data_factor=data_factor)
     else:  # a bare splat file: a run-less "run" on --data, read as 3D Gaussians

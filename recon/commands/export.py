@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 from rasterizer.camera import Camera
-from recon.errors import USER_ERRORS, OutputError, SplatforgeError, fail
+from recon.errors import USER_ERRORS, OutputError, SplatforgeError, UsageError, fail
 from recon.export import SplatFileError
 from recon.export.atomic import refuse_overwrite
 from recon.export.budget import apply_budget, resolve_budget
@@ -86,7 +86,7 @@ def run_export(config: ExportConfig) -> ExportReport:
     fmt = format_key(config.out, config.format)
     suffix = config.out.suffix.lower().lstrip(".")
     if config.format and suffix and suffix != fmt and suffix in ("ply", "splat", "spz", "glb"):
-        raise ValueError(f"--format {fmt} does not match the suffix of --out {config.out}")
+        raise UsageError(f"--format {fmt} does not match the suffix of --out {config.out}")
     if Path(config.out).is_dir():
         raise OutputError(f"--out {config.out}: is a folder; give a file path")
     refuse_overwrite(config.out, config.force)  # before any slow work

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from recon.commands.train import USER_ERRORS, fail
+from recon.errors import SplatforgeError, UsageError
 
 
 VIDEO_SUFFIXES = (".mp4",)
@@ -76,9 +77,9 @@ def check_render_arguments(out: Path, frames: int, fps: float, force: bool) -> N
     from recon.outputs import check_output_file
 
     if frames < 1:
-        raise ValueError(f"--frames {frames}: must be >= 1")
+        raise UsageError(f"--frames {frames}: must be >= 1")
     if not fps > 0:
-        raise ValueError(f"--fps {fps}: must be > 0")
+        raise UsageError(f"--fps {fps}: must be > 0")
     check_output_file(out, force=force, suffixes=VIDEO_SUFFIXES)
 
 
@@ -95,9 +96,9 @@ def keyframe_path_cameras(file: Path, frames: int, max_side: int | None = None) 
 
     keys = load_camera_path(file).frames
     if not keys:
-        raise ValueError(f"{file}: the camera path has no keyframes")
+        raise UsageError(f"{file}: the camera path has no keyframes")
     if frames < 1:
-        raise ValueError(f"--frames must be >= 1, got {frames}")
+        raise UsageError(f"--frames must be >= 1, got {frames}")
     width, height = keys[0].width, keys[0].height
     if max_side is not None and max(width, height) > max_side:
         k = max_side / max(width, height)
@@ -117,7 +118,7 @@ def _render_frames(model, cams, bg, progress: bool) -> list[np.ndarray]:
     return images
 
 
-class MissingEncoderError(RuntimeError):
+class MissingEncoderError(SplatforgeError, RuntimeError):
     """The MP4 encoder (the imageio-ffmpeg package, which bundles ffmpeg) is not installed."""
 
 
@@ -140,7 +141,7 @@ def write_video(out: Path, images: list[np.ndarray], fps: int, force: bool = Tru
     from recon.export.atomic import refuse_overwrite
 
     if not images:
-        raise ValueError(f"{out}: no frames to write")
+        raise UsageError(f"{out}: no frames to write")
     refuse_overwrite(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix or ".mp4", dir=out.parent)

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import tyro
 
-from recon.errors import USER_ERRORS, fail  # noqa: F401  (re-exported: the other commands import them here)
+from recon.errors import USER_ERRORS, ConfigValueError, UsageError, fail  # noqa: F401  (re-exported: the other commands import them here)
 from recon.trainer import TrainConfig, train_model
 
 # name -> (config, one-line description); flags given after the name override these values
@@ -32,7 +32,7 @@ DEFAULT_PRESET = "default"
 def preset_config(name: str, **overrides) -> TrainConfig:
     """A copy of preset ``name`` with ``overrides`` applied; ValueError for an unknown name."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r} (have {', '.join(PRESETS)})")
+        raise UsageError(f"unknown preset {name!r} (have {', '.join(PRESETS)})")
     return dataclasses.replace(PRESETS[name][0], **overrides)
 
 
@@ -52,8 +52,8 @@ def config_from_file(path) -> TrainConfig:
         raise FileNotFoundError(f"--config {path}: no such file")
     try:
         return rf.config_from_dict(TrainConfig, rf.read_config_dict(path))
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"--config {path}: {err}") from err
+    except ConfigValueError as err:
+        raise ConfigValueError(f"--config {path}: {err}") from None
 
 
 def split_config_flag(args: list[str]) -> tuple[str | None, list[str]]:
@@ -61,7 +61,7 @@ def split_config_flag(args: list[str]) -> tuple[str | None, list[str]]:
     for i, a in enumerate(args):
         if a == "--config":
             if i + 1 >= len(args):
-                raise ValueError("--config needs a file (a run's config.yaml)")
+                raise UsageError("--config needs a file (a run's config.yaml)")
             return args[i + 1], args[:i] + args[i + 2:]
         if a.startswith("--config="):
             return a.split("=", 1)[1], args[:i] + args[i + 1:]
@@ -73,7 +73,7 @@ def train_from_config_file(args: list[str]) -> None:
     flags override them, e.g. ``--config runs/lego/config.yaml --steps 30000 --out runs/lego_30k``."""
     file, rest = split_config_flag(args)
     if rest and rest[0] in PRESETS:
-        fail("train", ValueError(f"give a preset ({rest[0]}) or --config, not both"))
+        fail("train", UsageError(f"give a preset ({rest[0]}) or --config, not both"))
     try:
         base = config_from_file(file)
     except USER_ERRORS as err:
@@ -103,7 +103,7 @@ def make_logger_hooks(cfg: TrainConfig) -> list:
     return [TensorBoardLogger(Path(cfg.out) / rf.TENSORBOARD_DIR, every=cfg.logger_every)]
 
 
-def train(cfg: Annotated[PresetConfig, tyro.conf.OmitArgPrefixes]) -> None:
+def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
     """Train 3D Gaussian splatting on a dataset folder (COLMAP, nerfstudio, Blender) or "procedural".
 
     Pick a preset (default, mcmc, fast), then override any field with flags, e.g.

@@ -69,4 +69,4 @@ def load_scene(
         if background is not None:
             scene.background = tuple(background)
         return scene
-    raise ValueError(f"unknown dataset format {fmt!r} (have {FORMATS})")
+    raise DataFormatError(f"unknown dataset format {fmt!r} (have {FORMATS})")

@@ -44,7 +44,7 @@ def finalize_frames(
         Frames with pinhole cameras whose images exist on disk at the returned size.
     """
     if int(data_factor) != data_factor or data_factor < 1:
-        raise ValueError(f"data_factor must be a positive integer, got {data_factor!r}")
+        raise UsageError(f"--data-factor {data_factor!r}: must be a positive integer")
     data_factor = int(data_factor)
     root = Path(root)
     check_cameras([f for f, _ in raw], listed_in)

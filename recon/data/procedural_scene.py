@@ -19,6 +19,7 @@ import torch
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from recon.data.procedural import azimuth_step, orbit_cameras
 from recon.data.scene import WHITE, Frame, Scene
+from recon.errors import UsageError
 
 GROUND_Y = 0.5
 LOOK_AT = (0.0, GROUND_Y - 0.25, 0.0)  # cameras aim a little above the ground centre
@@ -158,7 +159,7 @@ def procedural_scene(width: int = 128, height: int = 128, n_train: int = 40, n_t
         ``source_format`` "procedural".
     """
     if data_factor < 1 or int(data_factor) != data_factor:
-        raise ValueError(f"data_factor must be a positive integer, got {data_factor!r}")
+        raise UsageError(f"--data-factor {data_factor!r}: must be a positive integer")
     W, H = max(1, width // data_factor), max(1, height // data_factor)
     fov = math.radians(fov_deg)
     half = n_train // 2

@@ -25,13 +25,14 @@ import numpy as np
 import torch
 
 from rasterizer.camera import Camera
+from recon.errors import SplatforgeError, UsageError
 
 WHITE = (1.0, 1.0, 1.0)
 BLACK = (0.0, 0.0, 0.0)
 TEST_EVERY = 8  # 3DGS / mip-NeRF 360 "llffhold": every 8th image (sorted by name) is a test image
 
 
-class DataFormatError(ValueError):
+class DataFormatError(SplatforgeError, ValueError):
     """A dataset file is missing, truncated, inconsistent or unsupported; the message names the file."""
 
 

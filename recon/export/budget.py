@@ -41,6 +41,7 @@ import numpy as np
 from rasterizer.camera import Camera
 from rasterizer.quaternions import quat_to_rotmat_np
 from recon.splat_data import SplatData, normalized_quats, sigmoid
+from recon.errors import UsageError
 
 MAX_IMPORTANCE_VIEWS = 64
 LOW_PASS_PX = 0.3
@@ -160,14 +161,14 @@ def resolve_budget(target: str | None, max_splats: int | None,
     """(max splats, SH degree) from a preset and explicit overrides (explicit values win)."""
     if target is not None:
         if target not in DEVICE_BUDGETS:
-            raise ValueError(f"unknown target {target!r} (known: {', '.join(TARGETS)})")
+            raise UsageError(f"unknown target {target!r} (known: {', '.join(TARGETS)})")
         preset = DEVICE_BUDGETS[target]
         max_splats = preset.max_splats if max_splats is None else max_splats
         sh_degree = preset.sh_degree if sh_degree is None else sh_degree
     if max_splats is not None and max_splats < 1:
-        raise ValueError(f"--max-splats must be >= 1, got {max_splats}")
+        raise UsageError(f"--max-splats must be >= 1, got {max_splats}")
     if sh_degree is not None and not 0 <= sh_degree <= 3:
-        raise ValueError(f"--sh-degree must be 0..3, got {sh_degree}")
+        raise UsageError(f"--sh-degree must be 0..3, got {sh_degree}")
     return max_splats, sh_degree
 
 

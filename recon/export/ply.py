@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 from typing import BinaryIO
 
 import numpy as np
-from plyfile import PlyData, PlyElement
+from plyfile import PlyData, PlyElement, PlyParseError
 
 from recon.atomic import atomic_open
 from recon.splat_data import SplatData, num_sh_bases
 
 from .splats import SplatFileError, require_regular_file, require_writable
+
+# what plyfile raises for a malformed file (header or body); OSError (no permission, a folder) propagates
+PLY_PARSE_ERRORS = (PlyParseError, ValueError, EOFError, struct.error, IndexError, KeyError)
 
 MIP_COMMENT = "SplatRenderMode: mip"
 _REST_COUNT_TO_DEGREE = {3 * (num_sh_bases(d) - 1): d for d in range(4)}  # {0: 0, 9: 1, 24: 2, 45: 3}
@@ -166,9 +170,7 @@ def _load_plydata(path: str | os.PathLike) -> PlyData:
     try:
         with open(path, "rb") as f:
             return PlyData.read(f, mmap="c")
-    except OSError:
-        raise
-    except Exception as exc:  # plyfile raises PlyParseError, ValueError, EOFError, struct.error...
+    except PLY_PARSE_ERRORS as exc:
         raise SplatFileError(path, f"not a readable PLY file ({type(exc).__name__}: {exc})") from exc
 
 

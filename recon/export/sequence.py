@@ -49,6 +49,7 @@ import numpy as np
 from rasterizer.camera import Camera, camera_to_dict
 from recon.atomic import atomic_write_bytes, refuse_overwrite
 from recon.splat_data import SplatData
+from recon.errors import UsageError
 
 from .glb import all_formats, read_any, write_any
 from .splats import SplatFileError
@@ -117,7 +118,7 @@ class SequenceManifest:
 def _check_fps(fps: float) -> float:
     fps = float(fps)
     if not (math.isfinite(fps) and fps > 0):
-        raise ValueError(f"fps must be a positive number, got {fps}")
+        raise UsageError(f"fps must be a positive number, got {fps}")
     return fps
 
 

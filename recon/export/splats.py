@@ -27,12 +27,13 @@ from recon.splat_data import (  # noqa: F401  (re-exported)
     sh_degree_for_bases,
     sigmoid,
 )
+from recon.errors import SplatforgeError
 
 ALPHA_EPS = 1e-4
 """Alphas read from 8-bit files are clamped into [ALPHA_EPS, 1 - ALPHA_EPS] before the logit."""
 
 
-class SplatFileError(ValueError):
+class SplatFileError(SplatforgeError, ValueError):
     """A splat file (or a model about to be written to one) is unusable.
 
     The message always names the file and the problem, e.g. ``"scene.spz: truncated SPZ data ..."``.

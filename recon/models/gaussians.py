@@ -44,13 +44,16 @@ class LearningRates:
     exponentially to ``means * means_final_ratio`` over the run."""
 
     means: float = 1.6e-4
+    """means learning rate, x scene extent, decayed over the run"""
     means_final_ratio: float = 0.01
+    """the means learning rate decays exponentially to this fraction of it"""
     quats: float = 1e-3
     log_scales: float = 5e-3
     logit_opacities: float = 5e-2
     sh0: float = 2.5e-3
     shN: float = 2.5e-3 / 20
     eps: float = 1e-15
+    """Adam epsilon"""
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -193,7 +196,7 @@ class GaussianModel(SceneModel):
         mcmc = cfg.strategy == "mcmc"
         kw = dict(init_opacity=cfg.init_opacity if cfg.init_opacity is not None else (0.5 if mcmc else 0.1),
                   init_scale=cfg.init_scale if cfg.init_scale is not None else (0.1 if mcmc else 1.0),
-                  antialiased=cfg.antialiased, generator=generator)
+                  antialiased=cfg.antialiased, lrs=cfg.lr, generator=generator)
         extent = scene.extent
         if cfg.init_type == "sfm" and scene.points is not None and len(scene.points) > 0:
             points = torch.as_tensor(scene.points, dtype=torch.float32)

@@ -4,11 +4,16 @@ Every strategy has ``initialize_state(model) -> dict``, ``regularization(model) 
 loss), ``step_pre_backward(model, meta, state, step)`` and ``step_post_backward(model, meta, state, step,
 lr)``, and ``scaled(steps_scaler)`` returning a copy whose iteration counts are scaled for shorter runs.
 Gaussian-count changes go through :mod:`recon.strategy.ops`, which keeps Adam's state aligned.
+
+Each strategy's tunable hyper-parameters are a config dataclass (:class:`ADCConfig`, :class:`MCMCConfig`)
+that the strategy class extends with the Gaussian cap; ``Strategy.from_config(config, max_gaussians)``
+builds it. :data:`STRATEGIES` maps ``--strategy NAME`` to the class; the hyper-parameters live in the
+training config's section of the same name (``TrainConfig.adc``, ``TrainConfig.mcmc``).
 """
 
-from recon.strategy.adc import ADCStrategy
-from recon.strategy.mcmc import MCMCStrategy
+from recon.strategy.adc import ADCConfig, ADCStrategy
+from recon.strategy.mcmc import MCMCConfig, MCMCStrategy
 
 STRATEGIES = {"adc": ADCStrategy, "mcmc": MCMCStrategy}
 
-__all__ = ["ADCStrategy", "MCMCStrategy", "STRATEGIES"]
+__all__ = ["ADCConfig", "ADCStrategy", "MCMCConfig", "MCMCStrategy", "STRATEGIES"]

@@ -10,7 +10,7 @@ defaults as gsplat's ``DefaultStrategy``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import Tensor
@@ -23,27 +23,48 @@ MIN_REFINE_EVERY = 20  # scaled schedules: averaging gradients over fewer views 
 
 
 @dataclass
-class ADCStrategy:
-    """Hyper-parameters of adaptive density control (3DGS / gsplat defaults, 30k-step schedule)."""
+class ADCConfig:
+    """Hyper-parameters of adaptive density control (3DGS / gsplat defaults, 30k-step schedule); the
+    ``adc`` section of :class:`recon.trainer.TrainConfig` (``--adc.grow-grad2d 0.0003``)."""
 
     prune_opa: float = 0.005
+    """prune Gaussians less opaque than this; opacity resets clamp to twice it"""
     grow_grad2d: float = 0.0002
+    """clone/split Gaussians whose mean screen-space gradient (NDC units) reaches this"""
     grow_scale3d: float = 0.01
+    """clone (small) or split (large) at this max scale, x scene extent"""
     prune_scale3d: float = 0.1
+    """after the first opacity reset, prune Gaussians larger than this, x scene extent"""
     refine_start_iter: int = 500
+    """first refinement step (x steps_scaler)"""
     refine_stop_iter: int = 15_000
+    """no refinement from this step on (x steps_scaler)"""
     reset_every: int = 3000
+    """opacity reset period (x steps_scaler)"""
     refine_every: int = 100
+    """refinement period (x steps_scaler, kept >= 20)"""
     absgrad: bool = False
-    max_gaussians: int | None = None  # optional hard cap: growth stops at this count
+    """accumulate absolute gradients (AbsGS) instead of gradients"""
 
-    def scaled(self, steps_scaler: float) -> "ADCStrategy":
+    def scaled(self, steps_scaler: float):
         """Copy with the iteration counts multiplied by ``steps_scaler`` (at least 1); ``refine_every`` is
         kept >= MIN_REFINE_EVERY (or unscaled if smaller) and ``reset_every`` >= 2 x ``refine_every``."""
         new = {f: max(1, round(getattr(self, f) * steps_scaler)) for f in ITERATION_FIELDS}
         new["refine_every"] = max(new["refine_every"], min(MIN_REFINE_EVERY, self.refine_every))
         new["reset_every"] = max(new["reset_every"], 2 * new["refine_every"])
         return replace(self, **new)
+
+
+@dataclass
+class ADCStrategy(ADCConfig):
+    """Adaptive density control: the :class:`ADCConfig` hyper-parameters plus the run's Gaussian cap."""
+
+    max_gaussians: int | None = None  # optional hard cap: growth stops at this count
+
+    @classmethod
+    def from_config(cls, config: ADCConfig, max_gaussians: int | None = None) -> "ADCStrategy":
+        """The strategy with ``config``'s hyper-parameters and growth capped at ``max_gaussians``."""
+        return cls(**asdict(config), max_gaussians=max_gaussians)
 
     # ---------------------------------------------------------------------------- state
 

@@ -12,7 +12,7 @@ paper/gsplat gate is the similar ``sigmoid(100 (0.005 - opacity))``). The loss g
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import Tensor
@@ -27,22 +27,43 @@ OPACITY_EPS = 1e-6
 
 
 @dataclass
-class MCMCStrategy:
-    """Hyper-parameters of MCMC densification (gsplat defaults, 30k-step schedule)."""
+class MCMCConfig:
+    """Hyper-parameters of MCMC densification (gsplat defaults, 30k-step schedule); the ``mcmc`` section
+    of :class:`recon.trainer.TrainConfig` (``--mcmc.noise-lr 1e5``)."""
 
-    cap_max: int = 1_000_000
     noise_lr: float = 5e5
+    """position noise scale, x the current means learning rate"""
     refine_start_iter: int = 500
+    """first relocation step (x steps_scaler)"""
     refine_stop_iter: int = 25_000
+    """no relocation from this step on (x steps_scaler)"""
     refine_every: int = 100
+    """relocation period (x steps_scaler)"""
     min_opacity: float = 0.005
+    """Gaussians at or below this opacity are dead and relocated"""
     growth: float = 0.05
+    """fraction the Gaussian count grows by at each relocation (up to --max-gaussians)"""
     opacity_reg: float = 0.01
+    """loss weight of the mean opacity"""
     scale_reg: float = 0.01
+    """loss weight of the mean scale"""
 
-    def scaled(self, steps_scaler: float) -> "MCMCStrategy":
+    def scaled(self, steps_scaler: float):
         """Copy with the iteration counts multiplied by ``steps_scaler`` (at least 1)."""
         return replace(self, **{f: max(1, round(getattr(self, f) * steps_scaler)) for f in ITERATION_FIELDS})
+
+
+@dataclass
+class MCMCStrategy(MCMCConfig):
+    """MCMC densification: the :class:`MCMCConfig` hyper-parameters plus the Gaussian cap ``cap_max``."""
+
+    cap_max: int = 1_000_000
+
+    @classmethod
+    def from_config(cls, config: MCMCConfig, max_gaussians: int | None = None) -> "MCMCStrategy":
+        """The strategy with ``config``'s hyper-parameters and the count capped at ``max_gaussians``."""
+        cap = {} if max_gaussians is None else {"cap_max": max_gaussians}
+        return cls(**asdict(config), **cap)
 
     def initialize_state(self, model: GaussianModel) -> dict:
         """MCMC keeps no per-Gaussian statistics."""

@@ -198,6 +198,13 @@ def _other_config_no_checkpoints(tmp: Path) -> list:
     return ["train", *TINY, "--steps", 4, "--out", out]
 
 
+def _changed_hyper_parameter(tmp: Path) -> list:
+    out = tmp / "run"
+    out.mkdir()
+    rf.write_config(out, as_saved(tiny_config(out, steps=4)))
+    return ["train", *TINY, "--steps", 4, "--out", out, "--adc.grow-grad2d", "0.0003"]
+
+
 # ------------------------------------------------------------------------------------------ cases
 
 CASES = [
@@ -224,6 +231,18 @@ CASES = [
     BadFlagCase("config-antialiased-not-bool",
                 lambda t: ["train", "--config", config_file(t, antialiased="yes")], 2,
                 r"antialiased: 'yes' is not true or false"),
+    BadFlagCase("config-section-value",
+                lambda t: ["train", "--config", config_file(t, adc={"grow_grad2d": "abc"})], 2,
+                r"--config .*config\.yaml: adc\.grow_grad2d: 'abc' is not a number"),
+    BadFlagCase("config-section-unknown-field",
+                lambda t: ["train", "--config", config_file(t, mcmc={"bogus": 1})], 2,
+                r"unknown config field\(s\) \['mcmc\.bogus'\] for MCMCConfig"),
+    BadFlagCase("train-section-range",
+                lambda t: ["train", *TINY, "--adc.refine-every", 0, "--out", t / "run"], 2,
+                r"--adc\.refine-every 0: must be >= 1"),
+    BadFlagCase("train-lr-negative",
+                lambda t: ["train", *TINY, "--lr.means=-1", "--out", t / "run"], 2,
+                r"--lr\.means -1\.0: must be >= 0"),
     # train: the run folder
     BadFlagCase("train-out-under-a-file",
                 lambda t: ["train", *TINY, "--out", a_file(t) / "run"], 2,
@@ -244,6 +263,9 @@ CASES = [
     BadFlagCase("train-other-run-without-checkpoints", _other_config_no_checkpoints, 2,
                 r"config\.yaml: this run directory holds a run with a different configuration \(seed: saved 7, now 0\)",
                 after=unchanged("run/metrics.json", "finished run")),
+    BadFlagCase("train-changed-hyper-parameter", _changed_hyper_parameter, 2,
+                r"config\.yaml: this run directory holds a run with a different configuration "
+                r"\(adc\.grow_grad2d: saved 0\.0002, now 0\.0003\)"),
     BadFlagCase("train-checkpoint-runs-code",
                 lambda t: ["train", *TINY, "--steps", 4, "--out",
                            folder_with_checkpoint(t, {"step": 2, "x": CodeRunningPickle(t / "pwned")})], 2,

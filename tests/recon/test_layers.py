@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # recon/export/report.py's run-based PSNR report is being moved out of recon/export by a parallel
 # change of the same issue; until that lands it still imports the trainer lazily.
-PENDING = {"recon/export/report.py": "run-based PSNR report moves out of recon/export (issue 15 item 3)"}
 
 
 def module_name(path: Path) -> str:
@@ -84,8 +83,6 @@ def test_every_recon_module_imports():
 @pytest.mark.parametrize("path", python_files("recon", "export"), ids=lambda p: p.name)
 def test_export_never_imports_training_or_runs(path):
     rel = str(path.relative_to(ROOT))
-    if rel in PENDING:
-        pytest.xfail(PENDING[rel])
     check([path], ("recon.trainer", "recon.evaluation", "recon.run_files", "recon.run"))
 
 
