@@ -21,6 +21,7 @@ from recon.data.scene import (
     downscale_frame,
 )
 from recon.data.undistort import undistort_frame
+from recon.errors import UsageError
 
 
 def finalize_frames(

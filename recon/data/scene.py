@@ -218,9 +218,20 @@ def check_image_size(path: Path, size: tuple[int, int], width: int, height: int,
     raise MissingImageError(f"{what} file {path} is {w}x{h}, its camera expects {width}x{height} ({hint})")
 
 
+SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I")  # Pillow's modes of 16-bit greyscale images
+
+
+def is_16bit(im) -> bool:
+    """Whether a Pillow image is 16-bit greyscale (values 0..65535: ``convert("L")`` would clip them).
+
+    16-bit colour PNGs are decoded by Pillow as 8-bit RGB(A) (the high byte: range kept, 8-bit precision,
+    which is what training keeps in memory anyway)."""
+    return im.mode in SIXTEEN_BIT_MODES
+
+
 def to_float_rgba(im) -> np.ndarray:
     """Pillow image -> float32 [H, W, 4] in [0, 1] (alpha 1 where the image has none)."""
-    if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+    if is_16bit(im):
         arr = np.asarray(im, dtype=np.float32) / 65535.0
         arr = np.repeat(arr[..., None], 3, axis=-1)
         return np.concatenate([arr, np.ones_like(arr[..., :1])], axis=-1)
@@ -263,6 +274,8 @@ def load_mask(frame: Frame) -> np.ndarray | None:
         )
     if im.mode in ("RGBA", "LA"):
         im = im.getchannel("A")
+    if is_16bit(im):  # 16-bit masks keep their range (convert("L") would clip them to 255)
+        return np.clip(np.asarray(im, dtype=np.float32) / 65535.0, 0.0, 1.0)
     return np.asarray(im.convert("L"), dtype=np.float32) / 255.0
 
 

@@ -19,6 +19,7 @@ from recon.data.scene import (
     Distortion,
     Frame,
     _read_pil,
+    is_16bit,
     image_size,
     intrinsics_matrix,
     make_camera,
@@ -228,6 +229,12 @@ def _undistort_file(src: Path, dst: Path, dist: Distortion, K_src: np.ndarray, K
     im = _read_pil(src, what)
     if im.size != (w, h):
         raise DataFormatError(f"{what} file {src} is {im.size[0]}x{im.size[1]}, its camera says {w}x{h}")
+    if is_16bit(im):  # 16-bit greyscale stays 16-bit (convert("L") would clip it)
+        arr = np.asarray(im, dtype=np.float32)[..., None]
+        out = undistort_image(arr, dist.model, dist.coeffs, K_src, K_dst, w, h)
+        out = np.clip(np.rint(out[..., 0]), 0, 65535).astype(np.uint16)
+        save_image_atomic(Image.fromarray(out), dst)  # uint16 -> mode "I;16"
+        return
     mode = im.mode if im.mode in ("L", "RGB", "RGBA") else ("RGBA" if "A" in im.getbands() else "RGB")
     arr = np.asarray(im.convert(mode), dtype=np.float32)
     arr = arr[..., None] if arr.ndim == 2 else arr

@@ -85,7 +85,7 @@ def test_detect_unknown_format_is_clear(tmp_path):
 
 
 def test_bad_data_factor(tmp_path):
-    with pytest.raises(ValueError, match="data_factor"):
+    with pytest.raises(ValueError, match="data.factor"):
         from recon.data.finalize import finalize_frames
 
         finalize_frames([], tmp_path, "x.json", data_factor=0)
@@ -166,3 +166,46 @@ def test_source_of_another_size_is_refused_at_every_factor(tmp_path, factor):
                                                 r"\(a different aspect ratio"):
         frames = finalize_frames(raw, root, root / "list.json", data_factor=factor, cache_dir=tmp_path / "c")
         load_image(frames[0])
+
+
+def test_16_bit_mask_keeps_its_range(tmp_path):
+    from recon.data.scene import load_mask
+
+    ramp = (np.arange(16 * 12).reshape(12, 16) * 300).astype(np.uint16)
+    (frame,) = frames_for(1, tmp_path)
+    mask_path = tmp_path / "mask.png"
+    Image.fromarray(ramp).save(mask_path)
+    frame.mask_path = mask_path
+    got = load_mask(frame)
+    np.testing.assert_allclose(got, ramp / 65535.0, atol=1e-7)  # convert("L") clipped it: 1.0 above 255
+
+
+def test_undistorting_16_bit_grey_keeps_its_range(tmp_path):
+    from recon.data.scene import Distortion
+    from recon.data.undistort import _undistort_file
+
+    ramp = (np.arange(16 * 12).reshape(12, 16) * 300).astype(np.uint16)
+    src, dst = tmp_path / "src.png", tmp_path / "dst.png"
+    Image.fromarray(ramp).save(src)
+    K = np.array([[20.0, 0, 8], [0, 20.0, 6], [0, 0, 1]])
+    _undistort_file(src, dst, Distortion("OPENCV", np.zeros(4)), K, K, 16, 12, "image")  # zero coefficients
+    out = Image.open(dst)
+    assert out.mode == "I;16"
+    np.testing.assert_allclose(np.asarray(out, dtype=np.float64), ramp, atol=1.0)
+
+
+def test_16_bit_colour_png_is_read_with_its_range(tmp_path):
+    """Pillow decodes 16-bit RGB PNGs to their high byte: 8-bit precision, range kept (never clipped)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    arr = np.zeros((12, 16, 3), np.uint16)
+    arr[..., 0], arr[..., 1], arr[..., 2] = 60000, 30000, 1000
+    raw = b"".join(b"\x00" + arr[y].astype(">u2").tobytes() for y in range(12))
+    (frame,) = frames_for(1, tmp_path)
+    frame.image_path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 12, 16, 2, 0, 0, 0))
+                                 + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    np.testing.assert_allclose(load_image(frame)[0, 0], np.array([60000, 30000, 1000]) / 65535.0, atol=1 / 255)
