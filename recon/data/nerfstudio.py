@@ -179,13 +179,14 @@ def read_ply_points(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
     path = Path(path)
     if not path.is_file():
         raise DataFormatError(f"point cloud file not found: {path}")
-    from recon.export.ply import check_ply_counts
+    from recon.export.ply import PLY_PARSE_ERRORS, check_ply_counts
+    from recon.export.splats import SplatFileError
 
     try:
         check_ply_counts(path)  # a header declaring more points than the file holds
         v = PlyData.read(str(path))["vertex"].data
         xyz = np.stack([v["x"], v["y"], v["z"]], axis=-1).astype(np.float32)
-    except Exception as e:  # plyfile raises several types for malformed files
+    except (*PLY_PARSE_ERRORS, SplatFileError, OSError) as e:  # what plyfile and the count check raise
         raise DataFormatError(f"{path}: cannot read vertices from PLY: {e}") from e
     names = v.dtype.names or ()
     rgb = None
