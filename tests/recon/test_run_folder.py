@@ -20,6 +20,7 @@ from recon import run_files as rf
 from recon.cli import main
 from recon.errors import CheckpointError
 from recon.trainer import TrainConfig, train_model
+from tests.corpus.bad_flags import CodeRunningPickle
 
 TINY = ["--data", "procedural", "--data-factor", "4", "--init-num-random", "300", "--no-progress"]
 
@@ -35,12 +36,6 @@ def train(cfg: TrainConfig) -> list[str]:
     return said
 
 
-class CodeRunningPickle:
-    def __init__(self, marker: Path):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return exec, (f"open({self.marker!r}, 'w').close()",)
 
 
 def test_checkpoints_hold_only_tensors_and_plain_data(tmp_path):
