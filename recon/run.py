@@ -128,10 +128,7 @@ class Run:
         found = self.latest_checkpoint()
         if found is None:
             return None
-        payload = found[1]
-        if "history" in payload:
-            return RunHistory.from_dict(payload["history"], str(rf.checkpoint_path(self.dir, found[0])))
-        return RunHistory.from_losses(payload.get("losses", []))
+        return RunHistory.from_checkpoint(found[1], str(rf.checkpoint_path(self.dir, found[0])))
 
     def latest_checkpoint(self) -> tuple[int, dict] | None:
         """(step, payload) of the newest readable checkpoint, or None."""

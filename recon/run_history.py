@@ -71,6 +71,14 @@ class RunHistory:
         return history
 
     @classmethod
+    def from_checkpoint(cls, payload: dict, source: str = "checkpoint history") -> "RunHistory":
+        """The record a checkpoint holds: its ``history``, or the ``losses`` of checkpoints written before
+        histories existed."""
+        if "history" in payload:
+            return cls.from_dict(payload["history"], source)
+        return cls.from_losses(payload.get("losses", []))
+
+    @classmethod
     def from_losses(cls, losses: list[float]) -> "RunHistory":
         """The history of a checkpoint from before histories: its losses, counts and times unknown."""
         n = len(losses)

@@ -328,7 +328,7 @@ class Trainer:
     def __post_init__(self) -> None:
         cfg = self.cfg
         validate_config(cfg)
-        model_cls = model_class(cfg.method)  # an unknown --method fails before the scene is loaded
+        model_class(cfg.method)  # an unknown --method fails before the scene is loaded
         parse_init_box(cfg.init_box)  # a malformed --init-box fails before the scene is loaded
         self.device = resolve_device(cfg.device) if self.device is None else torch.device(self.device)
         if self.out is not None:
@@ -341,7 +341,7 @@ class Trainer:
         self.init_gen = torch.Generator().manual_seed(cfg.seed)
         self.view_gen = torch.Generator().manual_seed(cfg.seed + 1)
         if self.model is None:
-            self.model = model_cls.initialize(cfg, self.scene, self.init_gen, self.log)
+            self.model = build_model(cfg, self.scene, self.init_gen, self.log)
         self.model = self.model.to(self.device)
         self.strategy = build_strategy(cfg)
         self.strategy_state = self.strategy.initialize_state(self.model)
@@ -409,8 +409,7 @@ class Trainer:
         self.view_gen.set_state(payload["rng"]["view"])
         if payload["rng"].get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
-        self.history = (RunHistory.from_dict(payload["history"], "checkpoint history") if "history" in payload
-                        else RunHistory.from_losses(payload["losses"]))  # a checkpoint from before histories
+        self.history = RunHistory.from_checkpoint(payload)
         self.history = rf.finished_history(self.out, self.history)  # + the final evaluation of a finished run
         self.train_seconds = float(payload["train_seconds"])
 
@@ -519,8 +518,8 @@ class Trainer:
             gc.unfreeze()
             for hook in self.hooks:
                 hook.on_train_end(self)
-        if self.writes_outputs and (not rf.list_checkpoints(self.out)
-                                    or rf.list_checkpoints(self.out)[-1][0] != self.step):
+        checkpoints = rf.list_checkpoints(self.out) if self.writes_outputs else []
+        if self.writes_outputs and (not checkpoints or checkpoints[-1][0] != self.step):
             self.save()
         return self.finish(trained=self.step - start_step)
 
@@ -530,7 +529,7 @@ class Trainer:
         images = FrameImages(self.scene.frames_test, self.device)
         test = evaluate_model(self.model, self.scene.frames_test, images, bg, self.cfg.sh_degree, renders_dir)
         self.history.record_eval(self.step, test["psnr"], test["ssim"])
-        for hook in self.hooks:
+        for hook in self.hooks:  # hooks are duck-typed (the viewer's has no on_evaluate)
             if hasattr(hook, "on_evaluate"):
                 hook.on_evaluate(self, test)
         return test
