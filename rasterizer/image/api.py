@@ -1,0 +1,190 @@
+"""`rasterize_image_gaussians`: images as 2D Gaussians (GaussianImage, Image-GS, GSASR), one differentiable call.
+
+No camera and no projection: Gaussians live in normalised image coordinates ([-1, 1], x right, y down; see
+geometry.py), so one model renders at any output size; the cost of a render grows with the pixel count, not
+with the scale factor, because each Gaussian is evaluated only inside its window (the 3-sigma ellipse, or
+GSASR's fixed window).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from .. import validate as V
+from ..records import Splats
+from ..tiles import TILE_SIZE, TileGrid
+from . import geometry as G
+from .reference import sum_composite_reference
+
+MODES = ("sum", "alpha")
+
+
+class ImageInputError(V.RasterizerInputError):
+    """An argument of rasterize_image_gaussians is malformed."""
+
+
+@dataclass(frozen=True)
+class ImageRenderMeta:
+    """What the render used, in output pixels: means2d [N, 2], covars (sxx, sxy, syy) [N, 3] (after the
+    prefilter), conics [N, 3], extents [N, 2] (window half extents), width, height."""
+
+    means2d: Tensor
+    covars: Tensor
+    conics: Tensor
+    extents: Tensor
+    width: int
+    height: int
+
+
+class ImageRender(NamedTuple):
+    """render [H, W, D]; alpha [H, W, 1] in "alpha" mode (1 - final transmittance), None in "sum" mode; meta."""
+
+    render: Tensor
+    alpha: Tensor | None
+    meta: ImageRenderMeta
+
+
+def _fail(name: str, problem: str) -> None:
+    raise ImageInputError(f"rasterize_image_gaussians: `{name}` {problem}")
+
+
+def _check(means, colors, cholesky, covars, opacities, depths, width, height, mode, window, prefilter_variance,
+           backgrounds) -> None:
+    V.check_tensor("means", means, (None, 2))
+    N, dt, dev = means.shape[0], means.dtype, means.device
+    V.check_tensor("colors", colors, (N, None), dt, dev)
+    if (cholesky is None) == (covars is None):
+        _fail("cholesky", "and `covars`: pass exactly one of them")
+    if cholesky is not None:
+        V.check_tensor("cholesky", cholesky, (N, 3), dt, dev)
+    elif covars.dim() == 3:
+        V.check_tensor("covars", covars, (N, 2, 2), dt, dev)
+    else:
+        V.check_tensor("covars", covars, (N, 3), dt, dev)
+    if opacities is not None:
+        V.check_tensor("opacities", opacities, (N,), dt, dev)
+    if mode not in MODES:
+        _fail("mode", f"is {mode!r}; expected one of {MODES}")
+    if mode == "alpha":
+        if depths is None:
+            _fail("depths", "is required in 'alpha' mode: the front-to-back sort key [N] (smaller is nearer)")
+        V.check_tensor("depths", depths, (N,), dt, dev)
+    if backgrounds is not None:
+        if mode != "alpha":
+            _fail("backgrounds", "only applies in 'alpha' mode (a sum has no transmittance to show it through)")
+        V.check_tensor("backgrounds", backgrounds, (colors.shape[1],), dt, dev)
+    for name, size in (("width", width), ("height", height)):
+        if not isinstance(size, int) or size <= 0:
+            _fail(name, f"must be a positive int, got {size!r}")
+    if window is not None and not window > 0:
+        _fail("window", f"must be None (3-sigma ellipse) or > 0 (normalised half width), got {window!r}")
+    if not prefilter_variance >= 0:
+        _fail("prefilter_variance", f"must be >= 0 (pixels^2), got {prefilter_variance!r}")
+
+
+def _backend(name: str, device: torch.device) -> str:
+    V.check_choice("backend", name, V.BACKENDS)
+    if name == "auto":
+        return "cuda" if device.type == "cuda" else "cpu"
+    if name == "cpu" and device.type != "cpu":
+        _fail("backend", f"'cpu' needs CPU tensors, got {device}; use 'auto'")
+    if name == "cuda" and device.type != "cuda":
+        _fail("backend", f"'cuda' needs CUDA tensors, got {device}; use 'auto' or 'cpu'")
+    return name
+
+
+def rasterize_image_gaussians(
+    means: Tensor,
+    colors: Tensor,
+    width: int,
+    height: int,
+    *,
+    cholesky: Tensor | None = None,
+    covars: Tensor | None = None,
+    opacities: Tensor | None = None,
+    mode: str = "sum",
+    depths: Tensor | None = None,
+    window: float | None = None,
+    prefilter_variance: float = 0.0,
+    backgrounds: Tensor | None = None,
+    backend: str = "auto",
+) -> ImageRender:
+    """Render N 2D Gaussians into a height x width image, differentiably.
+
+    Args:
+        means [N, 2] normalised image coordinates ([-1, 1], x right, y down, pixel centres at (2i+1)/W - 1);
+        colors [N, D], any channel count D; cholesky [N, 3] (l11, l21, l22), Sigma = L L^T with
+        L = [[l11, 0], [l21, l22]], or covars [N, 3] (sxx, sxy, syy) or [N, 2, 2], in normalised units
+        (exactly one of the two); opacities [N] (optional: GaussianImage merges opacity into colour).
+        mode: "sum" (GaussianImage: render = sum_n opacity_n colour_n G_n, unordered, no transmittance) or
+        "alpha" (front to back by ``depths`` [N], smaller first, 3DGS blending: alpha = min(0.999, o G),
+        skipped below 1/255, transmittance carried; Image-GS style; ``backgrounds`` [D] shows through).
+        window: None, the 3-sigma ellipse; a float w > 0, GSASR's fixed window |dx| <= w W / 2,
+        |dy| <= w H / 2 (w in normalised units; GSASR's ``dmax``). In "alpha" mode the 3-sigma box and
+        the 1/255 cut-off of 3DGS decide (window must be None).
+        prefilter_variance: pixels^2 of an isotropic low-pass added to every Gaussian with its integral
+        kept (anti-aliasing when rendering below the fitted size; 0 = exact).
+        backend: "auto", "reference", "cpu", "cuda" (sum mode: the reference on the GPU; alpha mode:
+        gsplat's rasterize_to_pixels).
+    Returns:
+        :class:`ImageRender` (render [H, W, D], alpha [H, W, 1] or None, meta).
+    """
+    _check(means, colors, cholesky, covars, opacities, depths, width, height, mode, window, prefilter_variance,
+           backgrounds)
+    if mode == "alpha" and window is not None:
+        _fail("window", "must be None in 'alpha' mode (3DGS blending uses the 3-sigma box and the 1/255 cut-off)")
+    name = _backend(backend, means.device)
+    cov = G.cholesky_to_covars(cholesky) if cholesky is not None else (
+        G.covars_from_matrices(covars) if covars.dim() == 3 else covars)
+    means_px = G.means_to_pixels(means, width, height)
+    cov_px, colors = G.prefilter(G.covars_to_pixels(cov, width, height), colors, prefilter_variance)
+    conics = G.conics_of(cov_px)
+    extents = G.window_extents(cov_px, window, width, height)
+    meta = ImageRenderMeta(means_px, cov_px, conics, extents, width, height)
+    if mode == "sum":
+        weighted = colors if opacities is None else colors * opacities[:, None]
+        return ImageRender(_sum(name, means_px, conics, weighted, extents, width, height, window is None), None, meta)
+    ones = means.new_ones(means.shape[0]) if opacities is None else opacities
+    render, alpha = _alpha(name, means_px, conics, ones, colors, depths, extents, width, height)
+    if backgrounds is not None:
+        render = torch.addcmul(render, 1.0 - alpha, backgrounds)
+    return ImageRender(render, alpha, meta)
+
+
+def _sum(name, means_px, conics, colors, extents, width, height, ellipse) -> Tensor:
+    if means_px.shape[0] == 0:
+        return colors.new_zeros(height, width, colors.shape[1]) + colors.sum() * 0.0
+    if name == "cpu":
+        from ..cpu.image_sum import sum_composite_cpu
+
+        return sum_composite_cpu(means_px, conics, colors, extents, width, height, ellipse)
+    return sum_composite_reference(means_px, conics, colors, extents, width, height, ellipse)
+
+
+def _alpha(name, means_px, conics, opacities, colors, depths, extents, width, height) -> tuple[Tensor, Tensor]:
+    """Front-to-back compositing through the 3D path's composite step (one 'camera')."""
+    radii = torch.ceil(extents).to(torch.int32).clamp(min=1)
+    if name == "cuda":
+        return _alpha_gsplat(means_px, conics, opacities, colors, depths, radii, width, height)
+    impl = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.{name}")
+    splats = Splats(means_px[None], conics[None], opacities[None], colors[None], depths[None], radii[None])
+    out = impl.composite(splats, width, height, TileGrid.for_image(width, height, TILE_SIZE))
+    return out.render[0], out.alpha[0]
+
+
+def _alpha_gsplat(means_px, conics, opacities, colors, depths, radii, width, height) -> tuple[Tensor, Tensor]:
+    """gsplat's tile intersection and rasterize_to_pixels (CUDA tensors only: never reached with CPU tensors)."""
+    from gsplat import isect_offset_encode, isect_tiles, rasterize_to_pixels
+
+    grid = TileGrid.for_image(width, height, TILE_SIZE)
+    _, isect_ids, flatten_ids = isect_tiles(means_px[None], radii[None], depths[None], TILE_SIZE, grid.tiles_x,
+                                            grid.tiles_y)
+    offsets = isect_offset_encode(isect_ids, 1, grid.tiles_x, grid.tiles_y)
+    render, alpha = rasterize_to_pixels(means_px[None], conics[None], colors[None], opacities[None], width, height,
+                                        TILE_SIZE, offsets, flatten_ids)
+    return render[0], alpha[0]

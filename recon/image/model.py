@@ -1,0 +1,58 @@
+"""An image as 2D Gaussians: the in-memory model that `splatforge image` fits, stores (.gimg) and renders.
+
+Coordinates are the rasterizer's normalised image coordinates (rasterizer/image/geometry.py: [-1, 1], x right,
+y down), so a model renders at any size; ``width`` x ``height`` is the size it was fitted at (scale 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import Tensor
+
+from rasterizer.image import rasterize_image_gaussians
+
+CHANNEL_LAYOUTS = {1: "L", 3: "RGB", 4: "RGBA"}  # channel count -> what the channels are
+
+
+@dataclass(frozen=True)
+class ImageGaussians:
+    """N image Gaussians. means [N, 2] normalised; cholesky [N, 3] (l11, l21, l22) normalised, Sigma = L L^T;
+    colors [N, C] (opacity folded in: GaussianImage's sum); width, height: fitted size in pixels; layout:
+    "L", "RGB" or "RGBA" (what the C channels mean; values in [0, 1] as fitted from the source);
+    source: free-form facts about the source image (name, bit depth), kept in the file."""
+
+    means: Tensor
+    cholesky: Tensor
+    colors: Tensor
+    width: int
+    height: int
+    layout: str = "RGB"
+    source: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return self.means.shape[0]
+
+    @property
+    def channels(self) -> int:
+        return self.colors.shape[1]
+
+    def detached(self) -> "ImageGaussians":
+        """The same model with parameters detached and contiguous (what is saved)."""
+        return replace(self, means=self.means.detach().contiguous(), cholesky=self.cholesky.detach().contiguous(),
+                       colors=self.colors.detach().contiguous())
+
+    def render(self, width: int | None = None, height: int | None = None, *, prefilter_variance: float = 0.0,
+               backend: str = "auto") -> Tensor:
+        """[H, W, C] sum-mode render at width x height (default: the fitted size), not clamped."""
+        return rasterize_image_gaussians(self.means, self.colors, width or self.width, height or self.height,
+                                         cholesky=self.cholesky, prefilter_variance=prefilter_variance,
+                                         backend=backend).render
+
+
+def render_image(model: ImageGaussians, width: int | None = None, height: int | None = None, **kw) -> Tensor:
+    """Render clamped to [0, 1] without gradients: what is written to an image file."""
+    with torch.no_grad():
+        return model.render(width, height, **kw).clamp(0.0, 1.0)
