@@ -152,6 +152,29 @@ def channel_major_padded(v_out, height_pad, width_pad):
     return v
 
 
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def row_gradients3(a, b, c, mx, dy, x_start, x0, x1, ellipse, c0, c1, c2, v, y, s_x, s_y, s_xx, s_xy, s_yy):
+    """One tile-aligned row of TS columns of a three-channel Gaussian's backward: the five running sums of
+    s = d loss / d q (times dx, dy, dx^2, dx dy, dy^2) and the three colour-gradient sums of the row."""
+    zero = like(0.0, mx)
+    a0, a1, a2 = zero, zero, zero
+    for i in range(TS):
+        x = x_start + i
+        dx = like(x + 0.5, mx) - mx
+        w = select((x >= x0) & (x <= x1), weight(a, b, c, dx, dy, ellipse), zero)
+        v0, v1, v2 = v[0, y, U(x)], v[1, y, U(x)], v[2, y, U(x)]
+        a0 = radd(a0, v0 * w)
+        a1 = radd(a1, v1 * w)
+        a2 = radd(a2, v2 * w)
+        s = like(-0.5, mx) * w * (v0 * c0 + v1 * c1 + v2 * c2)
+        s_x = radd(s_x, s * dx)
+        s_y = radd(s_y, s * dy)
+        s_xx = radd(s_xx, s * dx * dx)
+        s_xy = radd(s_xy, s * dx * dy)
+        s_yy = radd(s_yy, s * dy * dy)
+    return s_x, s_y, s_xx, s_xy, s_yy, a0, a1, a2
+
+
 @njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
 def backward_kernel(means, conics, colors, boxes, v, ellipse, threads, g_means, g_conics, g_colors):
     """Per Gaussian (in parallel, dealt in blocks): d loss / d (mean, conic, colour) from d loss / d render
@@ -172,6 +195,14 @@ def backward_kernel(means, conics, colors, boxes, v, ellipse, threads, g_means, 
                 dy = like(y + 0.5, mx) - my
                 for cx in range(boxes[g, 0] // TS, boxes[g, 2] // TS + 1):
                     x_start = cx * TS
+                    if D == 3:  # RGB: one fixed-width loop for everything (vectorises whole)
+                        s_x, s_y, s_xx, s_xy, s_yy, a0, a1, a2 = row_gradients3(
+                            a, b, c, mx, dy, x_start, boxes[g, 0], boxes[g, 2], ellipse, colors[g, 0], colors[g, 1],
+                            colors[g, 2], v, y, s_x, s_y, s_xx, s_xy, s_yy)
+                        g_colors[g, 0] += a0
+                        g_colors[g, 1] += a1
+                        g_colors[g, 2] += a2
+                        continue
                     row_weights(a, b, c, mx, dy, x_start, boxes[g, 0], boxes[g, 2], ellipse, wrow)
                     for i in range(TS):
                         dot[i] = zero

@@ -9,6 +9,7 @@ GSASR's fixed window).
 from __future__ import annotations
 
 import importlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -51,6 +52,17 @@ class ImageRender(NamedTuple):
 
 def _fail(name: str, problem: str) -> None:
     raise ImageInputError(f"rasterize_image_gaussians: `{name}` {problem}")
+
+
+@contextmanager
+def _named_errors():
+    """The shared argument checks (rasterizer.validate) name rasterize_gaussians: name this function instead."""
+    try:
+        yield
+    except ImageInputError:
+        raise
+    except V.RasterizerInputError as err:
+        raise ImageInputError(str(err).replace("rasterize_gaussians:", "rasterize_image_gaussians:")) from None
 
 
 def _check(means, colors, cholesky, covars, opacities, depths, width, height, mode, window, prefilter_variance,
@@ -134,11 +146,12 @@ def rasterize_image_gaussians(
     Returns:
         :class:`ImageRender` (render [H, W, D], alpha [H, W, 1] or None, meta).
     """
-    _check(means, colors, cholesky, covars, opacities, depths, width, height, mode, window, prefilter_variance,
-           backgrounds)
+    with _named_errors():
+        _check(means, colors, cholesky, covars, opacities, depths, width, height, mode, window, prefilter_variance,
+               backgrounds)
+        name = _backend(backend, means.device)
     if mode == "alpha" and window is not None:
         _fail("window", "must be None in 'alpha' mode (3DGS blending uses the 3-sigma box and the 1/255 cut-off)")
-    name = _backend(backend, means.device)
     cov = G.cholesky_to_covars(cholesky) if cholesky is not None else (
         G.covars_from_matrices(covars) if covars.dim() == 3 else covars)
     means_px = G.means_to_pixels(means, width, height)
