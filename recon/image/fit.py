@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -117,6 +118,34 @@ def image_loss(render: Tensor, target: Tensor, kind: str) -> Tensor:
     return 0.8 * torch.mean(torch.abs(render - target)) + 0.2 * (1.0 - s)
 
 
+@contextmanager
+def single_threaded_torch():
+    """PyTorch on one thread inside the loop: its ops here are small (N x 8 parameters, one image), and its
+    OpenMP team waking for each of them cost more than the ops on the shared 2-core machine (cProfile of 200
+    kodim01 steps: 10.8 s of autograd-engine time with 2 threads, 1.1 s with 1). The Numba kernels keep theirs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def one_step(params: GaussianParams, optimizer: torch.optim.Optimizer, target: Tensor, cfg: FitConfig) -> Tensor:
+    """Render, loss, backward, Adam step, diagonal projection; returns the step's render [H, W, C]."""
+    H, W, _ = target.shape
+    from rasterizer.image import rasterize_image_gaussians
+
+    render = rasterize_image_gaussians(torch.tanh(params.xyz), params.colors, W, H, cholesky=params.cholesky(),
+                                       backend=cfg.backend).render
+    loss = image_loss(render, target, cfg.loss)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    params.keep_diagonal()
+    return render.detach()
+
+
 def fit_image(target: Tensor, cfg: FitConfig, *, layout: str | None = None, source: dict | None = None,
               progress: Callable[[int, float], None] | None = None) -> FitResult:
     """Fit ``target`` [H, W, C] (float, values in [0, 1]) with cfg.gaussians Gaussians for cfg.steps steps.
@@ -134,22 +163,14 @@ def fit_image(target: Tensor, cfg: FitConfig, *, layout: str | None = None, sour
     schedule = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones, gamma=0.5)
     history: list[tuple[int, float]] = []
     t0 = time.perf_counter()
-    from rasterizer.image import rasterize_image_gaussians
-
-    for step in range(1, cfg.steps + 1):
-        render = rasterize_image_gaussians(torch.tanh(params.xyz), params.colors, W, H, cholesky=params.cholesky(),
-                                           backend=cfg.backend).render
-        loss = image_loss(render, target, cfg.loss)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        params.keep_diagonal()
-        if step % 50 == 0 or step == cfg.steps:
-            value = psnr(render, target)
-            history.append((step, value))
-            if progress is not None:
-                progress(step, value)
+    with single_threaded_torch():
+        for step in range(1, cfg.steps + 1):
+            render = one_step(params, optimizer, target, cfg)
+            schedule.step()
+            if step % 50 == 0 or step == cfg.steps:
+                history.append((step, psnr(render, target)))
+                if progress is not None:
+                    progress(step, history[-1][1])
     seconds = time.perf_counter() - t0
     model = params.model(layout or CHANNEL_LAYOUTS.get(C, f"{C}ch"), source or {})
     with torch.no_grad():
