@@ -25,8 +25,7 @@ FIELDS_FROM_GSPLAT = {"radii": "radii", "means2d": "means2d", "depths": "depths"
 def rasterize(means, quats, scales, opacities, colors, viewmats, Ks, width, height, *, sh_degree, near_plane,
               far_plane, backgrounds, tile_size) -> SurfelRender:
     """Render with ``gsplat.rasterization_2dgs`` (non-packed, so meta tensors are [C, N, ...])."""
-    if not means.is_cuda:  # defensive: never reach a gsplat CUDA wrapper with CPU tensors
-        raise RuntimeError("rasterizer.surfels.cuda.rasterize called with CPU tensors")
+    require_cuda(means)
     from gsplat import rasterization_2dgs
 
     scales3 = torch.cat([scales, torch.ones_like(scales[:, :1])], dim=-1)
@@ -40,6 +39,12 @@ def rasterize(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
     normals_cam = torch.einsum("cij,chwj->chwi", viewmats[:, :3, :3], normals_world)
     return SurfelRender(colours[..., :-1], alpha, colours[..., -1:], median, normals_cam, normals_world, distort,
                         typed_meta(meta, 1.0 - alpha))
+
+
+def require_cuda(means: Tensor) -> None:
+    """Defensive: never reach a gsplat CUDA wrapper with CPU tensors."""
+    if not means.is_cuda:
+        raise RuntimeError("rasterizer.surfels.cuda.rasterize called with CPU tensors")
 
 
 def typed_meta(meta: dict, transmittance: Tensor) -> SurfelMeta:

@@ -278,3 +278,47 @@ def test_gradcheck_float64(surfel_depth):
 
     inputs = tuple(t.clone().requires_grad_(True) for t in (means, quats, scales, opac, colors))
     assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+# ------------------------------------------------------- the cuda wrapper's plumbing, without a GPU
+
+def test_cuda_wrapper_plumbing_with_a_stand_in_for_gsplat(monkeypatch):
+    """rasterizer.surfels.cuda with gsplat.rasterization_2dgs replaced by a stand-in that returns the
+    reference's results in gsplat's layout (world normals, RGB+ED channels, 7-tuple): checks argument
+    translation (three scales, RGB+ED, distloss) and the unpacking, frames and meta of the wrapper.
+    The real comparison with gsplat's kernels is tests/rasterizer/test_surfels_cuda.py (GPU only)."""
+    import gsplat
+
+    from rasterizer.surfels import cuda as surfel_cuda
+
+    p, viewmats, Ks = surfel_scene(n=50, n_cams=2, seed=9)
+    bg = torch.tensor([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]], dtype=torch.float64)
+    ref = render(p, viewmats, Ks, 40, 32, backgrounds=bg)
+    seen = {}
+
+    def stand_in(means, quats, scales, opacities, colors, viewmats_, Ks_, width, height, **kw):
+        seen.update(kw, scales=scales)
+        colours = torch.cat([ref.render, ref.depth], -1)
+        meta = {"radii": ref.meta.radii, "means2d": ref.meta.means2d, "depths": ref.meta.depths,
+                "ray_transforms": ref.meta.ray_transforms, "normals": ref.meta.normals,
+                "opacities": ref.meta.opacities, "width": width, "height": height, "tile_size": 16, "tile_width": 3,
+                "tile_height": 2, "n_cameras": 2, "gradient_2dgs": torch.zeros(2, 50, 2)}
+        return colours, ref.alpha, ref.normals_world, None, ref.distortion, ref.median_depth, meta
+
+    monkeypatch.setattr(gsplat, "rasterization_2dgs", stand_in)
+    monkeypatch.setattr(surfel_cuda, "require_cuda", lambda means: None)
+    out = surfel_cuda.rasterize(p["means"], p["quats"], p["scales"], p["opacities"], p["colors"], viewmats, Ks, 40,
+                                32, sh_degree=None, near_plane=0.01, far_plane=1e10, backgrounds=bg, tile_size=16)
+    assert seen["render_mode"] == "RGB+ED" and seen["distloss"] is True and seen["packed"] is False
+    assert seen["scales"].shape == (50, 3) and torch.equal(seen["scales"][:, 2], torch.ones(50, dtype=torch.float64))
+    for name in OUTPUTS:
+        torch.testing.assert_close(getattr(out, name), getattr(ref, name), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out.meta.transmittance, 1 - ref.alpha)
+    assert out.meta.tiles_x == 3 and "gradient_2dgs" in out.meta.backend_extras
+
+
+def test_cuda_wrapper_refuses_cpu_tensors():
+    from rasterizer.surfels import cuda as surfel_cuda
+
+    with pytest.raises(RuntimeError, match="CPU tensors"):
+        surfel_cuda.require_cuda(torch.zeros(1, 3))
