@@ -17,6 +17,7 @@ from .. import validate as V
 from ..api import _per_camera_colors
 from ..reference import sh as reference_sh
 from ..reference.sh import join_sh
+from ..runtime import warn_if_spin_set_too_late
 from ..tiles import TILE_SIZE, TileGrid, intersect_tiles
 from .composite import composite_surfels_reference
 from .projection import project_surfels
@@ -27,17 +28,15 @@ NAME = "rasterize_surfels"
 
 
 def resolve_surfel_backend(backend: str, device: torch.device) -> str:
-    """"auto": cuda for CUDA tensors, else reference (surfels have no cpu backend yet); checks devices."""
-    if backend == "cpu":
-        raise V.RasterizerInputError(
-            f"{NAME}: backend='cpu' is not available for surfels yet (no Numba kernels); use "
-            "backend='reference' (PyTorch, any device, slow) or 'auto'")
+    """"auto": cuda for CUDA tensors, else cpu; checks that the tensors' device suits the backend."""
     if backend == "auto":
-        return "cuda" if device.type == "cuda" else "reference"
+        return "cuda" if device.type == "cuda" else "cpu"
     if backend == "cuda" and device.type != "cuda":
         raise V.RasterizerInputError(
-            f"{NAME}: backend='cuda' needs tensors on a CUDA device, got {device}; use backend='reference' "
-            "(or 'auto') for CPU tensors")
+            f"{NAME}: backend='cuda' needs tensors on a CUDA device, got {device}; use backend='cpu' (or 'auto') "
+            "for CPU tensors")
+    if backend == "cpu" and device.type != "cpu":
+        raise V.RasterizerInputError(f"{NAME}: backend='cpu' needs CPU tensors, got {device}; use 'auto' or 'cuda'")
     return backend
 
 
@@ -80,11 +79,12 @@ def rasterize_surfels(
         (standard deviations along the tangents); opacities [N] activated; colors [N, D] or [C, N, D],
         or SH coefficients [N, K, 3] (or the pair (sh0 [N, 1, 3], shN [N, K - 1, 3])) with ``sh_degree``;
         viewmats [C, 4, 4] world_to_cam (OpenCV axes); Ks [C, 3, 3] pixels; backgrounds [C, D].
-        backend: "auto" (cuda for CUDA tensors, reference otherwise), "reference", "cuda" (gsplat's
+        backend: "auto" (cuda for CUDA tensors, cpu otherwise), "reference" (PyTorch, the
+        specification), "cpu" (Numba kernels, hand-written backward), "cuda" (gsplat's
         ``rasterization_2dgs``).
         surfel_depth: the depth z_i composited into depth, median depth and distortion: "centre" (the
         surfel centre's camera z, gsplat's choice; every backend) or "intersection" (the camera z of the
-        ray-splat intersection, the 2DGS paper's rasterizer; reference backend only).
+        ray-splat intersection, the 2DGS paper's rasterizer; reference and cpu backends).
     Returns:
         :class:`SurfelRender` (render, alpha, depth, median_depth, normals, normals_world, distortion,
         meta); see its docstring for shapes and definitions.
@@ -97,6 +97,8 @@ def rasterize_surfels(
         V.check_backgrounds(backgrounds, C, n_color, dt, dev)
         check_options(surfel_depth, backend, tile_size)
         name = resolve_surfel_backend(backend, dev)
+        if name == "cpu" and tile_size != TILE_SIZE:
+            V._fail("tile_size", f"is {tile_size}; the cpu backend composites {TILE_SIZE}x{TILE_SIZE} tiles")
         if name == "cuda" and surfel_depth != "centre":
             raise V.RasterizerInputError(
                 f"{NAME}: surfel_depth={surfel_depth!r} is not supported by the cuda backend (gsplat composites "
@@ -108,15 +110,21 @@ def rasterize_surfels(
                               far_plane=far_plane, backgrounds=backgrounds, tile_size=tile_size)
     proj = project_surfels(means, quats, scales, viewmats, Ks, width, height, near_plane=near_plane,
                            far_plane=far_plane)
-    colours = _per_camera_colors(colors, means, viewmats, sh_degree, reference_sh, proj.radii)
+    sh_impl = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.cpu.sh") if name == "cpu" else reference_sh
+    colours = _per_camera_colors(colors, means, viewmats, sh_degree, sh_impl, proj.radii)
     means2d = proj.means2d
     if means2d.requires_grad:
         means2d.retain_grad()
     opac = opacities[None].expand(C, -1)
     splats = SurfelSplats(means2d, proj.ray_transforms, opac, colours, proj.depths, proj.normals, proj.radii)
     grid = TileGrid.for_image(width, height, tile_size)
-    tiles = intersect_tiles(means2d, proj.radii, proj.depths, grid)
-    out = composite_surfels_reference(splats, tiles, grid, width, height, surfel_depth)
+    if name == "cpu":
+        warn_if_spin_set_too_late()
+        out = importlib.import_module(f"{__package__}.cpu").composite_surfels_cpu(splats, grid, width, height,
+                                                                                   surfel_depth)
+    else:
+        tiles = intersect_tiles(means2d, proj.radii, proj.depths, grid)
+        out = composite_surfels_reference(splats, tiles, grid, width, height, surfel_depth)
     meta = SurfelMeta(radii=proj.radii, means2d=means2d, depths=proj.depths, ray_transforms=proj.ray_transforms,
                       normals=proj.normals, opacities=opac, transmittance=out.transmittance, width=width,
                       height=height, tile_size=tile_size, tiles_x=grid.tiles_x, tiles_y=grid.tiles_y, n_cameras=C)

@@ -7,7 +7,7 @@ import math
 from .. import validate as V
 from .composite import SURFEL_DEPTHS
 
-SURFEL_BACKENDS = ("auto", "reference", "cuda")
+SURFEL_BACKENDS = ("auto", "reference", "cpu", "cuda")
 
 
 def check_surfels(means, quats, scales, opacities) -> int:
@@ -29,6 +29,6 @@ def check_surfels(means, quats, scales, opacities) -> int:
 
 def check_options(surfel_depth: str, backend: str, tile_size) -> None:
     V.check_choice("surfel_depth", surfel_depth, SURFEL_DEPTHS)
-    V.check_choice("backend", backend, SURFEL_BACKENDS + ("cpu",))
+    V.check_choice("backend", backend, SURFEL_BACKENDS)
     if not isinstance(tile_size, int) or isinstance(tile_size, bool) or tile_size <= 0:
         V._fail("tile_size", f"must be a positive int, got {tile_size!r}")

@@ -229,7 +229,7 @@ def test_meta_shapes():
     (dict(scales=-torch.ones(5, 2, dtype=torch.float64)), r"rasterize_surfels: `scales` has negative values"),
     (dict(quats=torch.zeros(5, 4, dtype=torch.float64)), r"rasterize_surfels: `quats` has zero-norm rows"),
     (dict(opacities=torch.full((5,), 2.0, dtype=torch.float64)), r"`opacities` has values outside \[0, 1\]"),
-    (dict(backend="cpu"), r"backend='cpu' is not available for surfels yet"),
+    (dict(backend="cpu", tile_size=8), r"`tile_size` is 8; the cpu backend composites 16x16 tiles"),
     (dict(backend="cuda"), r"backend='cuda' needs tensors on a CUDA device"),
     (dict(backend="vulkan"), r"`backend` is 'vulkan'"),
     (dict(surfel_depth="mean"), r"`surfel_depth` is 'mean'; expected one of \('centre', 'intersection'\)"),
@@ -238,7 +238,7 @@ def test_bad_input_is_refused_with_a_clear_message(change, match):
     p = dict(means=torch.rand(5, 3, dtype=torch.float64) + torch.tensor([0, 0, 2.0], dtype=torch.float64),
              quats=torch.randn(5, 4, dtype=torch.float64), scales=torch.full((5, 2), 0.1, dtype=torch.float64),
              opacities=torch.full((5,), 0.5, dtype=torch.float64), colors=torch.rand(5, 3, dtype=torch.float64))
-    options = {k: change.pop(k) for k in ("backend", "surfel_depth") if k in change}
+    options = {k: change.pop(k) for k in ("backend", "surfel_depth", "tile_size") if k in change}
     p.update(change)
     _, viewmats, Ks = surfel_scene(n=1)
     with pytest.raises(RasterizerInputError, match=match):
