@@ -1,9 +1,11 @@
 """Numba kernels of the surfels' `cpu` backend: per-pixel forward compositing and its hand-written
 backward (the arithmetic of ``surfels/composite.py``, the specification).
 
-Tiles (from the 3D path's binning, ``rasterizer.cpu.binning``) run in parallel; inside a tile each
-pixel walks the tile's depth-sorted list front to back (forward) or from its last blended surfel back
-to the first (backward, recovering T_i = T_{i+1} / (1 - alpha_i) as the 3D backend does). Arithmetic is
+Tiles (from the 3D path's binning, ``rasterizer.cpu.binning``) run in parallel; inside a tile the
+depth-sorted surfels are taken front to back (forward) or back to front (backward, recovering
+T_i = T_{i+1} / (1 - alpha_i) per pixel as the 3D backend does), each over the pixels of its alpha
+>= 1/255 box (``alpha_boxes``) that are still live; per pixel this is the order and arithmetic of the
+specification's walk along the tile's list. Arithmetic is
 float64 whatever the storage dtype; outputs are stored in it. Arrays are flattened over cameras:
 surfel g = c * N + n, tile t = c * TT + ty * TW + tx, intersection k indexes the binning's ``ids``.
 
@@ -80,129 +82,206 @@ def surfel_depth_at(g, u, v, use_exact, intersection, M, depths):
     return np.float64(depths[g])
 
 
+BOX_MARGIN = 1e-3  # pixels added around each surfel's alpha >= 1/255 box: rounding never drops a pixel
+
+
 @njit(cache=True, parallel=True)
-def forward_kernel(M, means2d, opac, colors, depths, normals, offsets, ids, tile_order, W, H, TW, ts, intersection,
-                   render, alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k, median_k):
+def alpha_boxes(M, means2d, opac, radii, boxes):
+    """Per surfel g, boxes[g] = (xmin, xmax, ymin, ymax) float64, pixel-centre coordinates outside which
+    its alpha is below 1/255 (so the kernels skip those pixels: the specification skips them too). The
+    region is {u^2 + v^2 <= 2 L} (the exact term; L = ln(255 opacity)), whose image is the ellipse of
+    the dual conic with (u, v) scaled by r = sqrt(2 L) (its box: the closed form of ``screen_boxes``),
+    united with the low-pass disc |q - mean2d|^2 <= L; plus BOX_MARGIN. Where the circle of radius r
+    reaches the camera plane (z <= 0 somewhere on it: its image is no ellipse) the box is unbounded.
+    Culled surfels and opacity < 1/255 get an empty box."""
+    for g in prange(M.shape[0]):
+        o = np.float64(opac[g])
+        if radii[g, 0] <= 0 or radii[g, 1] <= 0 or o * 255.0 < 1.0:
+            boxes[g, 0], boxes[g, 1], boxes[g, 2], boxes[g, 3] = 1.0, -1.0, 1.0, -1.0
+            continue
+        L = math.log(o * 255.0) + 1e-12
+        mx, my = np.float64(means2d[g, 0]), np.float64(means2d[g, 1])
+        rd = math.sqrt(L)
+        a = 2.0 * L
+        Mu0, Mu1, Mu2 = np.float64(M[g, 0]), np.float64(M[g, 1]), np.float64(M[g, 2])
+        Mv0, Mv1, Mv2 = np.float64(M[g, 3]), np.float64(M[g, 4]), np.float64(M[g, 5])
+        Mw0, Mw1, Mw2 = np.float64(M[g, 6]), np.float64(M[g, 7]), np.float64(M[g, 8])
+        dist = a * (Mw0 * Mw0 + Mw1 * Mw1) - Mw2 * Mw2
+        if not dist < -1e-9 * Mw2 * Mw2:  # the circle reaches z <= 0 (or nearly): no ellipse, no bound
+            boxes[g, 0], boxes[g, 1], boxes[g, 2], boxes[g, 3] = -np.inf, np.inf, -np.inf, np.inf
+            continue
+        cx = (a * (Mu0 * Mw0 + Mu1 * Mw1) - Mu2 * Mw2) / dist
+        cy = (a * (Mv0 * Mw0 + Mv1 * Mw1) - Mv2 * Mw2) / dist
+        hx = math.sqrt(max(cx * cx - (a * (Mu0 * Mu0 + Mu1 * Mu1) - Mu2 * Mu2) / dist, 0.0))
+        hy = math.sqrt(max(cy * cy - (a * (Mv0 * Mv0 + Mv1 * Mv1) - Mv2 * Mv2) / dist, 0.0))
+        boxes[g, 0] = min(cx - hx, mx - rd) - BOX_MARGIN
+        boxes[g, 1] = max(cx + hx, mx + rd) + BOX_MARGIN
+        boxes[g, 2] = min(cy - hy, my - rd) - BOX_MARGIN
+        boxes[g, 3] = max(cy + hy, my + rd) + BOX_MARGIN
+
+
+@njit(cache=True, inline="always")
+def pixel_span(lo, hi, p0, p1):
+    """Pixels [a, b) of [p0, p1) whose centres p + 0.5 lie in [lo, hi]."""
+    a = p0
+    if lo > p0 + 0.5:
+        a = p1 if lo - 0.5 >= p1 else int(math.ceil(lo - 0.5))
+    b = p1
+    if hi < p1 - 0.5:
+        b = p0 if hi - 0.5 < p0 else int(math.floor(hi - 0.5)) + 1
+    return a, max(a, b)
+
+
+@njit(cache=True, parallel=True)
+def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, ids, tile_order, W, H, TW, ts,
+                   intersection, render, alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k, median_k):
     """Composite every pixel. Outputs [C, H, W, .] in the storage dtype: render (D), alpha (sum w),
     T_out (prod (1 - alpha)), wz_out (sum w z), median_out, normal_out (3), dist_out; last_k / median_k
-    [C, H, W] int64: the intersection index of the last blended surfel / of the median one (-1: none)."""
+    [C, H, W] int64: the intersection index of the last blended surfel / of the median one (-1: none).
+    Per tile, surfels front to back, each over the pixels of its alpha box (alpha_boxes) that are live."""
     D = colors.shape[1]
     TT = TW * ((H + ts - 1) // ts)
     for it in prange(tile_order.shape[0]):
         t = tile_order[it]
         c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
         start, end = offsets[t], offsets[t + 1]
-        acc = np.zeros(D)
-        for py in range(y0, y1):
-            for px in range(x0, x1):
-                x, y = px + 0.5, py + 0.5
-                T = 1.0
-                acc[:] = 0.0
-                wsum = wz = n0 = n1 = n2 = dist = median = 0.0
-                last, med = -1, -1
-                for k in range(start, end):
-                    g = ids[k]
+        tw = x1 - x0
+        npix = tw * (y1 - y0)
+        T = np.ones(npix)
+        done = np.zeros(npix, np.bool_)
+        acc = np.zeros((D, npix))
+        st = np.zeros((7, npix))  # sum w, sum w z, normal (3), distortion, median
+        last = np.full(npix, -1, np.int64)
+        med = np.full(npix, -1, np.int64)
+        n_done = 0
+        for k in range(start, end):
+            if n_done == npix:
+                break
+            g = ids[k]
+            xa, xb = pixel_span(boxes[g, 0], boxes[g, 1], x0, x1)
+            ya, yb = pixel_span(boxes[g, 2], boxes[g, 3], y0, y1)
+            for py in range(ya, yb):
+                for px in range(xa, xb):
+                    p = (py - y0) * tw + px - x0
+                    if done[p]:
+                        continue
                     ok, al, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at_pixel(
-                        x, y, M, g, means2d, opac)
+                        px + 0.5, py + 0.5, M, g, means2d, opac)
                     if not ok:
                         continue
-                    if T * (1.0 - al) <= T_MIN:
-                        break
-                    w = al * T
+                    Tp = T[p]
+                    if Tp * (1.0 - al) <= T_MIN:
+                        done[p] = True
+                        n_done += 1
+                        continue
+                    w = al * Tp
                     z = surfel_depth_at(g, u, v, use_exact, intersection, M, depths)
                     for j in range(D):
-                        acc[j] += w * np.float64(colors[g, j])
-                    n0 += w * np.float64(normals[g, 0])
-                    n1 += w * np.float64(normals[g, 1])
-                    n2 += w * np.float64(normals[g, 2])
-                    dist += 2.0 * w * (z * wsum - wz)
-                    wsum += w
-                    wz += w * z
-                    if T > MEDIAN_T:
-                        median = z
-                        med = k
-                    T *= 1.0 - al
-                    last = k
+                        acc[j, p] += w * np.float64(colors[g, j])
+                    st[2, p] += w * np.float64(normals[g, 0])
+                    st[3, p] += w * np.float64(normals[g, 1])
+                    st[4, p] += w * np.float64(normals[g, 2])
+                    st[5, p] += 2.0 * w * (z * st[0, p] - st[1, p])
+                    st[0, p] += w
+                    st[1, p] += w * z
+                    if Tp > MEDIAN_T:
+                        st[6, p] = z
+                        med[p] = k
+                    T[p] = Tp * (1.0 - al)
+                    last[p] = k
+        for py in range(y0, y1):
+            for px in range(x0, x1):
+                p = (py - y0) * tw + px - x0
                 for j in range(D):
-                    render[c, py, px, j] = acc[j]
-                alpha_out[c, py, px, 0] = wsum
-                T_out[c, py, px, 0] = T
-                wz_out[c, py, px, 0] = wz
-                median_out[c, py, px, 0] = median
-                normal_out[c, py, px, 0] = n0
-                normal_out[c, py, px, 1] = n1
-                normal_out[c, py, px, 2] = n2
-                dist_out[c, py, px, 0] = dist
-                last_k[c, py, px] = last
-                median_k[c, py, px] = med
+                    render[c, py, px, j] = acc[j, p]
+                alpha_out[c, py, px, 0] = st[0, p]
+                T_out[c, py, px, 0] = T[p]
+                wz_out[c, py, px, 0] = st[1, p]
+                median_out[c, py, px, 0] = st[6, p]
+                normal_out[c, py, px, 0] = st[2, p]
+                normal_out[c, py, px, 1] = st[3, p]
+                normal_out[c, py, px, 2] = st[4, p]
+                dist_out[c, py, px, 0] = st[5, p]
+                last_k[c, py, px] = last[p]
+                median_k[c, py, px] = med[p]
 
 
 @njit(cache=True, parallel=True)
-def backward_kernel(M, means2d, opac, colors, depths, normals, offsets, ids, tile_order, W, H, TW, ts, intersection,
-                    alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz, v_median, v_normal,
-                    v_dist, grads):
+def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, ids, tile_order, W, H, TW, ts,
+                    intersection, alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz, v_median,
+                    v_normal, v_dist, grads):
     """Per-intersection gradients grads [M, G_COLOR + D] (float64, zero on entry) from the cotangents of
-    the forward outputs (same shapes; v_alpha is d loss / d sum w). Pixel by pixel, back to front from
-    its last blended surfel, with the running sums of what lies behind (sum w_j g_j, sum w_j, sum w_j z_j)."""
+    the forward outputs (same shapes; v_alpha is d loss / d sum w). Per tile, surfels back to front, each
+    over the pixels of its alpha box whose last blended surfel is not in front of it, with per-pixel
+    running sums of what lies behind (sum w_j dL/dw_j, sum w_j, sum w_j z_j): per pixel, the arithmetic
+    and order of a back-to-front walk from its last blended surfel."""
     D = colors.shape[1]
     TT = TW * ((H + ts - 1) // ts)
     for it in prange(tile_order.shape[0]):
         t = tile_order[it]
         c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
         start = offsets[t]
-        vr = np.zeros(D)
+        tw = x1 - x0
+        npix = tw * (y1 - y0)
+        T = np.empty(npix)
+        S = np.zeros(npix)  # sum over blended j > i of w_j dL/dw_j
+        W_after = np.zeros(npix)
+        Z_after = np.zeros(npix)
+        top = -1
         for py in range(y0, y1):
             for px in range(x0, x1):
-                last = last_k[c, py, px]
-                if last < 0:
-                    continue
-                x, y = px + 0.5, py + 0.5
-                for j in range(D):
-                    vr[j] = np.float64(v_render[c, py, px, j])
-                va = np.float64(v_alpha[c, py, px, 0])
-                vwz = np.float64(v_wz[c, py, px, 0])
-                vn0 = np.float64(v_normal[c, py, px, 0])
-                vn1 = np.float64(v_normal[c, py, px, 1])
-                vn2 = np.float64(v_normal[c, py, px, 2])
-                vd = np.float64(v_dist[c, py, px, 0])
-                vmed = np.float64(v_median[c, py, px, 0])
-                med = median_k[c, py, px]
-                Tf = np.float64(T_final[c, py, px, 0])
-                vTf = np.float64(v_T[c, py, px, 0]) * Tf
-                W_all = np.float64(alpha_sum[c, py, px, 0])
-                Z_all = np.float64(wz_sum[c, py, px, 0])
-                T = Tf  # T_{i+1} for the surfel i being processed
-                S = 0.0  # sum over blended j > i of w_j dL/dw_j
-                W_after = 0.0  # sum over blended j > i of w_j
-                Z_after = 0.0  # sum over blended j > i of w_j z_j
-                for k in range(last, start - 1, -1):
-                    g = ids[k]
+                p = (py - y0) * tw + px - x0
+                T[p] = np.float64(T_final[c, py, px, 0])
+                top = max(top, last_k[c, py, px])
+        gcol = np.zeros(D)
+        for k in range(top, start - 1, -1):
+            g = ids[k]
+            xa, xb = pixel_span(boxes[g, 0], boxes[g, 1], x0, x1)
+            ya, yb = pixel_span(boxes[g, 2], boxes[g, 3], y0, y1)
+            gcol[:] = 0.0
+            for py in range(ya, yb):
+                for px in range(xa, xb):
+                    if last_k[c, py, px] < k:
+                        continue
+                    p = (py - y0) * tw + px - x0
+                    x, y = px + 0.5, py + 0.5
                     ok, al, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at_pixel(
                         x, y, M, g, means2d, opac)
                     if not ok:
                         continue
-                    T = T / (1.0 - al)  # T_i
-                    w = al * T
+                    Ti = T[p] / (1.0 - al)
+                    T[p] = Ti
+                    w = al * Ti
                     z = surfel_depth_at(g, u, v, use_exact, intersection, M, depths)
-                    A = W_all - w - W_after  # sum over j < i of w_j
-                    B = Z_all - w * z - Z_after  # sum over j < i of w_j z_j
-                    gw = va + vwz * z + vn0 * normals[g, 0] + vn1 * normals[g, 1] + vn2 * normals[g, 2]
+                    A = np.float64(alpha_sum[c, py, px, 0]) - w - W_after[p]  # sum over j < i of w_j
+                    B = np.float64(wz_sum[c, py, px, 0]) - w * z - Z_after[p]  # sum over j < i of w_j z_j
+                    vwz = np.float64(v_wz[c, py, px, 0])
+                    vd = np.float64(v_dist[c, py, px, 0])
+                    vn0 = np.float64(v_normal[c, py, px, 0])
+                    vn1 = np.float64(v_normal[c, py, px, 1])
+                    vn2 = np.float64(v_normal[c, py, px, 2])
+                    gw = (np.float64(v_alpha[c, py, px, 0]) + vwz * z + vn0 * normals[g, 0] + vn1 * normals[g, 1]
+                          + vn2 * normals[g, 2])
                     for j in range(D):
-                        gw += vr[j] * np.float64(colors[g, j])
-                        grads[k, G_COLOR + j] += vr[j] * w
-                    gw += 2.0 * vd * (z * A - B + Z_after - z * W_after)
-                    v_z = vwz * w + 2.0 * vd * w * (A - W_after)
-                    if k == med:
-                        v_z += vmed
+                        vr = np.float64(v_render[c, py, px, j])
+                        gw += vr * np.float64(colors[g, j])
+                        gcol[j] += vr * w
+                    gw += 2.0 * vd * (z * A - B + Z_after[p] - z * W_after[p])
+                    v_z = vwz * w + 2.0 * vd * w * (A - W_after[p])
+                    if k == median_k[c, py, px]:
+                        v_z += np.float64(v_median[c, py, px, 0])
                     grads[k, G_NORMAL] += vn0 * w
                     grads[k, G_NORMAL + 1] += vn1 * w
                     grads[k, G_NORMAL + 2] += vn2 * w
-                    v_al = T * gw - (S + vTf) / (1.0 - al)
-                    S += w * gw
-                    W_after += w
-                    Z_after += w * z
+                    vTf = np.float64(v_T[c, py, px, 0]) * np.float64(T_final[c, py, px, 0])
+                    v_al = Ti * gw - (S[p] + vTf) / (1.0 - al)
+                    S[p] += w * gw
+                    W_after[p] += w
+                    Z_after[p] += w * z
                     surfel_gradients(k, g, x, y, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2,
                                      v_al, v_z, intersection, M, means2d, opac, grads)
+            for j in range(D):
+                grads[k, G_COLOR + j] += gcol[j]
 
 
 @njit(cache=True, inline="always")
