@@ -108,8 +108,9 @@ def rasterize_surfels(
         return cuda.rasterize(means, quats, scales, opacities, join_sh(colors) if sh_degree is not None else colors,
                               viewmats, Ks, width, height, sh_degree=sh_degree, near_plane=near_plane,
                               far_plane=far_plane, backgrounds=backgrounds, tile_size=tile_size)
-    proj = project_surfels(means, quats, scales, viewmats, Ks, width, height, near_plane=near_plane,
-                           far_plane=far_plane)
+    project = importlib.import_module(f"{__package__}.cpu_projection").project_surfels_cpu if name == "cpu" \
+        else project_surfels
+    proj = project(means, quats, scales, viewmats, Ks, width, height, near_plane=near_plane, far_plane=far_plane)
     sh_impl = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.cpu.sh") if name == "cpu" else reference_sh
     colours = _per_camera_colors(colors, means, viewmats, sh_degree, sh_impl, proj.radii)
     means2d = proj.means2d

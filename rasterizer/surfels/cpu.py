@@ -4,8 +4,8 @@ behind one autograd function, on the 3D path's depth sort and tile binning (``ra
 Binning: ``rasterizer.cpu.composite.BinnedTiles`` with zero conics, which its exact ellipse test reads
 as "reaches every tile of its box" (surfels have no conic): the same (tile, surfel) pairs as the
 reference's ``intersect_tiles``, less surfels with opacity < 1/255 (never blended). The projection is
-the reference's ``project_surfels`` (vectorised PyTorch, differentiated by autograd) and SH colours
-are the 3D cpu backend's kernels. Every parallel launch holds ``KERNEL_LOCK``.
+``cpu_projection.py`` (Numba, hand-written backward; cameras get no gradient, as in the 3D cpu
+backend) and SH colours are the 3D cpu backend's kernels. Every parallel launch holds ``KERNEL_LOCK``.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class SurfelCompositeFunction(torch.autograd.Function):
         shape = lambda ch: (C, height, width, ch)  # noqa: E731
         cot = [_cotangent(v, shape(ch), dt) for v, ch in ((v_render, D), (v_alpha, 1), (v_T, 1), (v_wz, 1),
                                                            (v_median, 1), (v_normals, 3), (v_dist, 1))]
-        grads = np.zeros((bins.ids.shape[0], K.G_COLOR + D))
+        grads = np.empty((bins.ids.shape[0], K.G_COLOR + D))  # every row written by the kernel
         per_surfel = np.empty((C * N, K.G_COLOR + D), dt)
         with KERNEL_LOCK:
             K.backward_kernel(*flat, boxes, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tile_size,

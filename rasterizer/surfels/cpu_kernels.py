@@ -10,8 +10,9 @@ float64 whatever the storage dtype; outputs are stored in it. Arrays are flatten
 surfel g = c * N + n, tile t = c * TT + ty * TW + tx, intersection k indexes the binning's ``ids``.
 
 Per surfel the kernels read ray_transforms [G, 9] (rows M_u, M_v, M_w of K W H), means2d [G, 2],
-opacities [G], colors [G, D], depths [G], normals [G, 3]. Per-intersection gradients are written to
-one row per k (one thread owns a tile, hence its k) with the columns G_* below, then summed per surfel
+opacities [G], colors [G, D], depths [G], normals [G, 3], once per (tile, surfel), out of the pixel
+loops. Per-intersection gradients are summed over the pixels in registers and written to one row per k
+(one thread owns a tile, hence its k) with the columns G_* below, then summed per surfel
 (``sum_rows_per_surfel``) through the binning's permutation.
 """
 
@@ -44,16 +45,25 @@ def tile_box(t, TW, TT, ts, W, H):
 
 
 @njit(cache=True, inline="always")
-def surfel_at_pixel(x, y, M, g, means2d, opac):
-    """(blended?, alpha, e = exp(-sigma), u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2) of
-    surfel g at pixel centre (x, y): the ray-splat intersection, sigma with the low-pass
+def surfel_values(g, M, means2d, opac):
+    """Surfel g's K W H rows (9 values), mean2d and opacity as float64 scalars (loaded once per surfel
+    and tile, out of the pixel loops)."""
+    return (np.float64(M[g, 0]), np.float64(M[g, 1]), np.float64(M[g, 2]), np.float64(M[g, 3]),
+            np.float64(M[g, 4]), np.float64(M[g, 5]), np.float64(M[g, 6]), np.float64(M[g, 7]),
+            np.float64(M[g, 8]), np.float64(means2d[g, 0]), np.float64(means2d[g, 1]), np.float64(opac[g]))
+
+
+@njit(cache=True, inline="always")
+def surfel_at_pixel(x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o):
+    """(blended?, alpha, e = exp(-sigma), u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2) of a
+    surfel (surfel_values) at pixel centre (x, y): the ray-splat intersection, sigma with the low-pass
     fallback and the skip tests of ``surfel_alphas`` (blended? is False for a skipped surfel)."""
-    hu0 = x * np.float64(M[g, 6]) - np.float64(M[g, 0])
-    hu1 = x * np.float64(M[g, 7]) - np.float64(M[g, 1])
-    hu2 = x * np.float64(M[g, 8]) - np.float64(M[g, 2])
-    hv0 = y * np.float64(M[g, 6]) - np.float64(M[g, 3])
-    hv1 = y * np.float64(M[g, 7]) - np.float64(M[g, 4])
-    hv2 = y * np.float64(M[g, 8]) - np.float64(M[g, 5])
+    hu0 = x * Mw0 - Mu0
+    hu1 = x * Mw1 - Mu1
+    hu2 = x * Mw2 - Mu2
+    hv0 = y * Mw0 - Mv0
+    hv1 = y * Mw1 - Mv1
+    hv2 = y * Mw2 - Mv2
     c0 = hu1 * hv2 - hu2 * hv1
     c1 = hu2 * hv0 - hu0 * hv2
     c2 = hu0 * hv1 - hu1 * hv0
@@ -62,24 +72,24 @@ def surfel_at_pixel(x, y, M, g, means2d, opac):
     u = c0 / c2
     v = c1 / c2
     exact = u * u + v * v
-    dx = np.float64(means2d[g, 0]) - x
-    dy = np.float64(means2d[g, 1]) - y
+    dx = mx - x
+    dy = my - y
     low = LOW_PASS_SCALE * (dx * dx + dy * dy)
     use_exact = exact <= low
     sigma = 0.5 * (exact if use_exact else low)
     e = math.exp(-sigma)
-    alpha = min(ALPHA_MAX, np.float64(opac[g]) * e)
+    alpha = min(ALPHA_MAX, o * e)
     ok = sigma >= 0.0 and alpha >= ALPHA_THRESHOLD
     return ok, alpha, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2
 
 
 @njit(cache=True, inline="always")
-def surfel_depth_at(g, u, v, use_exact, intersection, M, depths):
+def surfel_depth_at(u, v, use_exact, intersection, Mw0, Mw1, Mw2, depth):
     """z_i: the intersection depth M_w . (u, v, 1) where the exact term was used (intersection mode),
     else the centre depth."""
     if intersection and use_exact:
-        return u * np.float64(M[g, 6]) + v * np.float64(M[g, 7]) + np.float64(M[g, 8])
-    return np.float64(depths[g])
+        return u * Mw0 + v * Mw1 + Mw2
+    return depth
 
 
 BOX_MARGIN = 1e-3  # pixels added around each surfel's alpha >= 1/255 box: rounding never drops a pixel
@@ -132,6 +142,17 @@ def pixel_span(lo, hi, p0, p1):
     return a, max(a, b)
 
 
+@njit(cache=True, inline="always")
+def shrink_span(a, b, p0, level, least):
+    """[a, b) without the rows (or columns) at either end whose ``level`` (indexed from p0) is below
+    ``least`` (forward: no live pixel; backward: no pixel whose last blended surfel is that deep)."""
+    while a < b and level[a - p0] < least:
+        a += 1
+    while b > a and level[b - 1 - p0] < least:
+        b -= 1
+    return a, b
+
+
 @njit(cache=True, parallel=True)
 def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, ids, tile_order, W, H, TW, ts,
                    intersection, render, alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k, median_k):
@@ -153,6 +174,9 @@ def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, id
         st = np.zeros((7, npix))  # sum w, sum w z, normal (3), distortion, median
         last = np.full(npix, -1, np.int64)
         med = np.full(npix, -1, np.int64)
+        col = np.empty(D)
+        row_live = np.full(y1 - y0, tw, np.int64)  # live pixels per row / column: spans shrink to them
+        col_live = np.full(tw, y1 - y0, np.int64)
         n_done = 0
         for k in range(start, end):
             if n_done == npix:
@@ -160,27 +184,38 @@ def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, id
             g = ids[k]
             xa, xb = pixel_span(boxes[g, 0], boxes[g, 1], x0, x1)
             ya, yb = pixel_span(boxes[g, 2], boxes[g, 3], y0, y1)
+            xa, xb = shrink_span(xa, xb, x0, col_live, 1)
+            ya, yb = shrink_span(ya, yb, y0, row_live, 1)
+            if xa == xb or ya == yb:
+                continue
+            Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
+            depth = np.float64(depths[g])
+            n0, n1, n2 = np.float64(normals[g, 0]), np.float64(normals[g, 1]), np.float64(normals[g, 2])
+            for j in range(D):
+                col[j] = np.float64(colors[g, j])
             for py in range(ya, yb):
                 for px in range(xa, xb):
                     p = (py - y0) * tw + px - x0
                     if done[p]:
                         continue
                     ok, al, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at_pixel(
-                        px + 0.5, py + 0.5, M, g, means2d, opac)
+                        px + 0.5, py + 0.5, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o)
                     if not ok:
                         continue
                     Tp = T[p]
                     if Tp * (1.0 - al) <= T_MIN:
                         done[p] = True
                         n_done += 1
+                        row_live[py - y0] -= 1
+                        col_live[px - x0] -= 1
                         continue
                     w = al * Tp
-                    z = surfel_depth_at(g, u, v, use_exact, intersection, M, depths)
+                    z = surfel_depth_at(u, v, use_exact, intersection, Mw0, Mw1, Mw2, depth)
                     for j in range(D):
-                        acc[j, p] += w * np.float64(colors[g, j])
-                    st[2, p] += w * np.float64(normals[g, 0])
-                    st[3, p] += w * np.float64(normals[g, 1])
-                    st[4, p] += w * np.float64(normals[g, 2])
+                        acc[j, p] += w * col[j]
+                    st[2, p] += w * n0
+                    st[3, p] += w * n1
+                    st[4, p] += w * n2
                     st[5, p] += 2.0 * w * (z * st[0, p] - st[1, p])
                     st[0, p] += w
                     st[1, p] += w * z
@@ -206,110 +241,172 @@ def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, id
                 median_k[c, py, px] = med[p]
 
 
+# per-pixel backward inputs, loaded once per tile (rows of the tile's [NB, npix] array)
+B_VA, B_VWZ, B_VD, B_VN, B_VMED, B_VTF, B_WALL, B_ZALL = 0, 1, 2, 3, 6, 7, 8, 9
+NB = 10
+
+
 @njit(cache=True, parallel=True)
 def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, ids, tile_order, W, H, TW, ts,
                     intersection, alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz, v_median,
                     v_normal, v_dist, grads):
-    """Per-intersection gradients grads [M, G_COLOR + D] (float64, zero on entry) from the cotangents of
-    the forward outputs (same shapes; v_alpha is d loss / d sum w). Per tile, surfels back to front, each
-    over the pixels of its alpha box whose last blended surfel is not in front of it, with per-pixel
-    running sums of what lies behind (sum w_j dL/dw_j, sum w_j, sum w_j z_j): per pixel, the arithmetic
-    and order of a back-to-front walk from its last blended surfel."""
+    """Per-intersection gradients grads [M, G_COLOR + D] (float64, every row written) from the cotangents
+    of the forward outputs (same shapes; v_alpha is d loss / d sum w). Per tile, surfels back to front,
+    each over the pixels of its alpha box whose last blended surfel is not in front of it, with
+    per-pixel running sums of what lies behind (sum w_j dL/dw_j, sum w_j, sum w_j z_j): per pixel, the
+    arithmetic and order of a back-to-front walk from its last blended surfel."""
     D = colors.shape[1]
     TT = TW * ((H + ts - 1) // ts)
     for it in prange(tile_order.shape[0]):
         t = tile_order[it]
         c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
-        start = offsets[t]
+        start, end = offsets[t], offsets[t + 1]
         tw = x1 - x0
         npix = tw * (y1 - y0)
         T = np.empty(npix)
         S = np.zeros(npix)  # sum over blended j > i of w_j dL/dw_j
         W_after = np.zeros(npix)
         Z_after = np.zeros(npix)
-        top = -1
+        pv = np.empty((NB, npix))
+        vr = np.empty((D, npix))
+        last = np.empty(npix, np.int64)
+        med = np.empty(npix, np.int64)
+        top = start - 1
         for py in range(y0, y1):
             for px in range(x0, x1):
                 p = (py - y0) * tw + px - x0
-                T[p] = np.float64(T_final[c, py, px, 0])
-                top = max(top, last_k[c, py, px])
+                Tf = np.float64(T_final[c, py, px, 0])
+                T[p] = Tf
+                last[p] = last_k[c, py, px]
+                med[p] = median_k[c, py, px]
+                top = max(top, last[p])
+                pv[B_VA, p] = v_alpha[c, py, px, 0]
+                pv[B_VWZ, p] = v_wz[c, py, px, 0]
+                pv[B_VD, p] = v_dist[c, py, px, 0]
+                for j in range(3):
+                    pv[B_VN + j, p] = v_normal[c, py, px, j]
+                pv[B_VMED, p] = v_median[c, py, px, 0]
+                pv[B_VTF, p] = np.float64(v_T[c, py, px, 0]) * Tf
+                pv[B_WALL, p] = alpha_sum[c, py, px, 0]
+                pv[B_ZALL, p] = wz_sum[c, py, px, 0]
+                for j in range(D):
+                    vr[j, p] = v_render[c, py, px, j]
+        for k in range(end - 1, top, -1):  # behind every pixel's last blended surfel: no gradient
+            grads[k, :] = 0.0
+        row_last = np.full(y1 - y0, -1, np.int64)  # per row / column the deepest last blended surfel:
+        col_last = np.full(tw, -1, np.int64)  # spans shrink to the rows and columns that reach k
+        for py in range(y0, y1):
+            for px in range(x0, x1):
+                q = last[(py - y0) * tw + px - x0]
+                row_last[py - y0] = max(row_last[py - y0], q)
+                col_last[px - x0] = max(col_last[px - x0], q)
         gcol = np.zeros(D)
+        col = np.empty(D)
         for k in range(top, start - 1, -1):
             g = ids[k]
+            grads[k, :] = 0.0
             xa, xb = pixel_span(boxes[g, 0], boxes[g, 1], x0, x1)
             ya, yb = pixel_span(boxes[g, 2], boxes[g, 3], y0, y1)
-            gcol[:] = 0.0
+            xa, xb = shrink_span(xa, xb, x0, col_last, k)
+            ya, yb = shrink_span(ya, yb, y0, row_last, k)
+            if xa == xb or ya == yb:
+                continue
+            Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
+            depth = np.float64(depths[g])
+            n0, n1, n2 = np.float64(normals[g, 0]), np.float64(normals[g, 1]), np.float64(normals[g, 2])
+            for j in range(D):
+                col[j] = np.float64(colors[g, j])
+                gcol[j] = 0.0
+            gm0 = gm1 = go = gd = gn0 = gn1 = gn2 = 0.0
+            gM0 = gM1 = gM2 = gM3 = gM4 = gM5 = gM6 = gM7 = gM8 = 0.0
             for py in range(ya, yb):
                 for px in range(xa, xb):
-                    if last_k[c, py, px] < k:
-                        continue
                     p = (py - y0) * tw + px - x0
+                    if last[p] < k:
+                        continue
                     x, y = px + 0.5, py + 0.5
                     ok, al, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at_pixel(
-                        x, y, M, g, means2d, opac)
+                        x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o)
                     if not ok:
                         continue
                     Ti = T[p] / (1.0 - al)
                     T[p] = Ti
                     w = al * Ti
-                    z = surfel_depth_at(g, u, v, use_exact, intersection, M, depths)
-                    A = np.float64(alpha_sum[c, py, px, 0]) - w - W_after[p]  # sum over j < i of w_j
-                    B = np.float64(wz_sum[c, py, px, 0]) - w * z - Z_after[p]  # sum over j < i of w_j z_j
-                    vwz = np.float64(v_wz[c, py, px, 0])
-                    vd = np.float64(v_dist[c, py, px, 0])
-                    vn0 = np.float64(v_normal[c, py, px, 0])
-                    vn1 = np.float64(v_normal[c, py, px, 1])
-                    vn2 = np.float64(v_normal[c, py, px, 2])
-                    gw = (np.float64(v_alpha[c, py, px, 0]) + vwz * z + vn0 * normals[g, 0] + vn1 * normals[g, 1]
-                          + vn2 * normals[g, 2])
+                    z = surfel_depth_at(u, v, use_exact, intersection, Mw0, Mw1, Mw2, depth)
+                    A = pv[B_WALL, p] - w - W_after[p]  # sum over j < i of w_j
+                    B = pv[B_ZALL, p] - w * z - Z_after[p]  # sum over j < i of w_j z_j
+                    vd = pv[B_VD, p]
+                    vn0, vn1, vn2 = pv[B_VN, p], pv[B_VN + 1, p], pv[B_VN + 2, p]
+                    gw = pv[B_VA, p] + pv[B_VWZ, p] * z + vn0 * n0 + vn1 * n1 + vn2 * n2
                     for j in range(D):
-                        vr = np.float64(v_render[c, py, px, j])
-                        gw += vr * np.float64(colors[g, j])
-                        gcol[j] += vr * w
+                        gw += vr[j, p] * col[j]
+                        gcol[j] += vr[j, p] * w
                     gw += 2.0 * vd * (z * A - B + Z_after[p] - z * W_after[p])
-                    v_z = vwz * w + 2.0 * vd * w * (A - W_after[p])
-                    if k == median_k[c, py, px]:
-                        v_z += np.float64(v_median[c, py, px, 0])
-                    grads[k, G_NORMAL] += vn0 * w
-                    grads[k, G_NORMAL + 1] += vn1 * w
-                    grads[k, G_NORMAL + 2] += vn2 * w
-                    vTf = np.float64(v_T[c, py, px, 0]) * np.float64(T_final[c, py, px, 0])
-                    v_al = Ti * gw - (S[p] + vTf) / (1.0 - al)
+                    v_z = pv[B_VWZ, p] * w + 2.0 * vd * w * (A - W_after[p])
+                    if k == med[p]:
+                        v_z += pv[B_VMED, p]
+                    gn0 += vn0 * w
+                    gn1 += vn1 * w
+                    gn2 += vn2 * w
+                    v_al = Ti * gw - (S[p] + pv[B_VTF, p]) / (1.0 - al)
                     S[p] += w * gw
                     W_after[p] += w
                     Z_after[p] += w * z
-                    surfel_gradients(k, g, x, y, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2,
-                                     v_al, v_z, intersection, M, means2d, opac, grads)
+                    (d_m0, d_m1, d_o, d_d, d0, d1, d2, d3, d4, d5, d6, d7, d8) = surfel_gradients(
+                        x, y, e, u, v, use_exact, c2, hu0, hu1, hu2, hv0, hv1, hv2, v_al, v_z, intersection,
+                        Mw0, Mw1, mx, my, o)
+                    gm0 += d_m0
+                    gm1 += d_m1
+                    go += d_o
+                    gd += d_d
+                    gM0 += d0
+                    gM1 += d1
+                    gM2 += d2
+                    gM3 += d3
+                    gM4 += d4
+                    gM5 += d5
+                    gM6 += d6
+                    gM7 += d7
+                    gM8 += d8
+            grads[k, G_MEANS2D], grads[k, G_MEANS2D + 1] = gm0, gm1
+            grads[k, G_M], grads[k, G_M + 1], grads[k, G_M + 2] = gM0, gM1, gM2
+            grads[k, G_M + 3], grads[k, G_M + 4], grads[k, G_M + 5] = gM3, gM4, gM5
+            grads[k, G_M + 6], grads[k, G_M + 7], grads[k, G_M + 8] = gM6, gM7, gM8
+            grads[k, G_OPAC], grads[k, G_DEPTH] = go, gd
+            grads[k, G_NORMAL], grads[k, G_NORMAL + 1], grads[k, G_NORMAL + 2] = gn0, gn1, gn2
             for j in range(D):
-                grads[k, G_COLOR + j] += gcol[j]
+                grads[k, G_COLOR + j] = gcol[j]
 
 
 @njit(cache=True, inline="always")
-def surfel_gradients(k, g, x, y, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2, v_al, v_z,
-                     intersection, M, means2d, opac, grads):
+def surfel_gradients(x, y, e, u, v, use_exact, c2, hu0, hu1, hu2, hv0, hv1, hv2, v_al, v_z, intersection, Mw0,
+                     Mw1, mx, my, o):
     """Chain d loss / d alpha_i (v_al) and d loss / d z_i (v_z) through alpha = min(0.999, o e),
     e = exp(-sigma), sigma = 0.5 min(u^2 + v^2, 2 |mean2d - q|^2), (u, v) = (c_x, c_y) / c_z,
-    c = h_u x h_v, h_u = x M_w - M_u, h_v = y M_w - M_v, and the depth, into grads[k]."""
-    o = np.float64(opac[g])
+    c = h_u x h_v, h_u = x M_w - M_u, h_v = y M_w - M_v, and the depth. Returns the gradients of
+    (mean2d x, y, opacity, centre depth, M_u (3), M_v (3), M_w (3))."""
     v_raw = v_al if o * e <= ALPHA_MAX else 0.0  # the clamp passes no gradient
-    grads[k, G_OPAC] += v_raw * e
+    d_o = v_raw * e
     v_sigma = -v_raw * o * e
     v_u = 0.0
     v_v = 0.0
+    d_depth = 0.0
+    dw0 = dw1 = dw2 = 0.0
     if intersection and use_exact:
-        v_u += v_z * np.float64(M[g, 6])
-        v_v += v_z * np.float64(M[g, 7])
-        grads[k, G_M + 6] += v_z * u
-        grads[k, G_M + 7] += v_z * v
-        grads[k, G_M + 8] += v_z
+        v_u += v_z * Mw0
+        v_v += v_z * Mw1
+        dw0 += v_z * u
+        dw1 += v_z * v
+        dw2 += v_z
     else:
-        grads[k, G_DEPTH] += v_z
+        d_depth = v_z
+    d_m0 = d_m1 = 0.0
     if use_exact:
         v_u += v_sigma * u
         v_v += v_sigma * v
     else:
-        grads[k, G_MEANS2D] += v_sigma * 2.0 * (np.float64(means2d[g, 0]) - x)
-        grads[k, G_MEANS2D + 1] += v_sigma * 2.0 * (np.float64(means2d[g, 1]) - y)
+        d_m0 = v_sigma * 2.0 * (mx - x)
+        d_m1 = v_sigma * 2.0 * (my - y)
     vc0 = v_u / c2
     vc1 = v_v / c2
     vc2 = -(v_u * u + v_v * v) / c2
@@ -319,15 +416,8 @@ def surfel_gradients(k, g, x, y, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, 
     vhv0 = vc1 * hu2 - vc2 * hu1  # d/dh_v = vc x h_u
     vhv1 = vc2 * hu0 - vc0 * hu2
     vhv2 = vc0 * hu1 - vc1 * hu0
-    grads[k, G_M + 0] -= vhu0
-    grads[k, G_M + 1] -= vhu1
-    grads[k, G_M + 2] -= vhu2
-    grads[k, G_M + 3] -= vhv0
-    grads[k, G_M + 4] -= vhv1
-    grads[k, G_M + 5] -= vhv2
-    grads[k, G_M + 6] += x * vhu0 + y * vhv0
-    grads[k, G_M + 7] += x * vhu1 + y * vhv1
-    grads[k, G_M + 8] += x * vhu2 + y * vhv2
+    return (d_m0, d_m1, d_o, d_depth, -vhu0, -vhu1, -vhu2, -vhv0, -vhv1, -vhv2, dw0 + x * vhu0 + y * vhv0,
+            dw1 + x * vhu1 + y * vhv1, dw2 + x * vhu2 + y * vhv2)
 
 
 @njit(cache=True, parallel=True)
@@ -337,8 +427,10 @@ def sum_rows_per_surfel(grads, perm, starts, counts, out):
     G = starts.shape[0]
     cols = grads.shape[1]
     for g in prange(G):
+        acc = np.zeros(cols)
+        for q in range(starts[g], starts[g] + counts[g]):
+            k = perm[q]
+            for j in range(cols):
+                acc[j] += grads[k, j]
         for j in range(cols):
-            acc = 0.0
-            for q in range(starts[g], starts[g] + counts[g]):
-                acc += grads[perm[q], j]
-            out[g, j] = acc
+            out[g, j] = acc[j]
