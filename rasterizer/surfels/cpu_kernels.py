@@ -54,10 +54,11 @@ def surfel_values(g, M, means2d, opac):
 
 
 @njit(cache=True, inline="always")
-def surfel_at_pixel(x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o):
+def surfel_at_pixel(x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, level):
     """(blended?, alpha, e = exp(-sigma), u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2) of a
     surfel (surfel_values) at pixel centre (x, y): the ray-splat intersection, sigma with the low-pass
-    fallback and the skip tests of ``surfel_alphas`` (blended? is False for a skipped surfel)."""
+    fallback and the skip tests of ``surfel_alphas`` (blended? is False for a skipped surfel). ``level``
+    (surfel_level) only saves the exp where sigma is clearly too large for alpha >= 1/255."""
     hu0 = x * Mw0 - Mu0
     hu1 = x * Mw1 - Mu1
     hu2 = x * Mw2 - Mu2
@@ -77,10 +78,19 @@ def surfel_at_pixel(x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o
     low = LOW_PASS_SCALE * (dx * dx + dy * dy)
     use_exact = exact <= low
     sigma = 0.5 * (exact if use_exact else low)
+    if sigma > level:
+        return False, 0.0, 0.0, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2
     e = math.exp(-sigma)
     alpha = min(ALPHA_MAX, o * e)
     ok = sigma >= 0.0 and alpha >= ALPHA_THRESHOLD
     return ok, alpha, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2
+
+
+@njit(cache=True, inline="always")
+def surfel_level(o):
+    """sigma above which alpha = min(0.999, o exp(-sigma)) < 1/255 for sure: ln(255 o) plus a margin
+    that rounding of the exp cannot cross (the exact test follows the exp)."""
+    return math.log(max(o * 255.0, 1e-300)) + 1e-6
 
 
 @njit(cache=True, inline="always")
@@ -143,6 +153,56 @@ def pixel_span(lo, hi, p0, p1):
 
 
 @njit(cache=True, inline="always")
+def row_conic(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2):
+    """c = h_u x h_v is linear in the pixel: c = x a + y b + d with a = M_v x M_w, b = M_w x M_u,
+    d = M_u x M_v; returns (a, b, d) as 9 scalars (row_span solves for the row's x-range with them)."""
+    return (Mv1 * Mw2 - Mv2 * Mw1, Mv2 * Mw0 - Mv0 * Mw2, Mv0 * Mw1 - Mv1 * Mw0,
+            Mw1 * Mu2 - Mw2 * Mu1, Mw2 * Mu0 - Mw0 * Mu2, Mw0 * Mu1 - Mw1 * Mu0,
+            Mu1 * Mv2 - Mu2 * Mv1, Mu2 * Mv0 - Mu0 * Mv2, Mu0 * Mv1 - Mu1 * Mv0)
+
+
+ROW_MARGIN = 1e-3  # pixels added to each row's analytic x-range
+
+
+@njit(cache=True, inline="always")
+def row_span(y, xa, xb, bounded, a0, a1, a2, b0, b1, b2, d0, d1, d2, mx, my, level):
+    """Pixels [xa', xb') of [xa, xb) in the row of centre y where alpha >= 1/255 is possible: the
+    row's chord of the ellipse c_0^2 + c_1^2 <= 2 level c_2^2 (the exact term, a quadratic in x) united
+    with the chord of the low-pass disc |q - mean2d|^2 <= level, plus ROW_MARGIN; the whole [xa, xb)
+    for a surfel whose alpha box is unbounded (its image is no ellipse)."""
+    if not bounded:
+        return xa, xb
+    lo, hi = np.inf, -np.inf
+    dy = y - my
+    if dy * dy <= level:
+        r = math.sqrt(level - dy * dy)
+        lo, hi = mx - r, mx + r
+    e0, e1, e2 = b0 * y + d0, b1 * y + d1, b2 * y + d2
+    two = 2.0 * level
+    qa = a0 * a0 + a1 * a1 - two * a2 * a2
+    qb = 2.0 * (a0 * e0 + a1 * e1 - two * a2 * e2)
+    qc = e0 * e0 + e1 * e1 - two * e2 * e2
+    if qa > 0.0:
+        disc = qb * qb - 4.0 * qa * qc
+        if disc < 0.0 and -disc <= 1e-9 * qb * qb:  # tangent up to rounding: keep the vertex
+            disc = 0.0
+        if disc >= 0.0:
+            sq = math.sqrt(disc)
+            q = -0.5 * (qb + (sq if qb >= 0.0 else -sq))
+            if q != 0.0:
+                r1, r2 = q / qa, qc / q
+            else:
+                r1 = r2 = -qb / (2.0 * qa)
+            lo, hi = min(lo, r1, r2), max(hi, r1, r2)
+    else:  # not an ellipse on this row after all: no bound
+        return xa, xb
+    if lo > hi:
+        return xa, xa
+    a, b = pixel_span(lo - ROW_MARGIN, hi + ROW_MARGIN, xa, xb)
+    return a, b
+
+
+@njit(cache=True, inline="always")
 def shrink_span(a, b, p0, level, least):
     """[a, b) without the rows (or columns) at either end whose ``level`` (indexed from p0) is below
     ``least`` (forward: no live pixel; backward: no pixel whose last blended surfel is that deep)."""
@@ -189,17 +249,22 @@ def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, id
             if xa == xb or ya == yb:
                 continue
             Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
+            level = surfel_level(o)
+            ca0, ca1, ca2, cb0, cb1, cb2, cd0, cd1, cd2 = row_conic(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2)
+            bounded = boxes[g, 1] < np.inf
             depth = np.float64(depths[g])
             n0, n1, n2 = np.float64(normals[g, 0]), np.float64(normals[g, 1]), np.float64(normals[g, 2])
             for j in range(D):
                 col[j] = np.float64(colors[g, j])
             for py in range(ya, yb):
-                for px in range(xa, xb):
+                ra, rb = row_span(py + 0.5, xa, xb, bounded, ca0, ca1, ca2, cb0, cb1, cb2, cd0, cd1, cd2, mx, my,
+                                  level)
+                for px in range(ra, rb):
                     p = (py - y0) * tw + px - x0
                     if done[p]:
                         continue
                     ok, al, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at_pixel(
-                        px + 0.5, py + 0.5, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o)
+                        px + 0.5, py + 0.5, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, level)
                     if not ok:
                         continue
                     Tp = T[p]
@@ -312,6 +377,9 @@ def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, i
             if xa == xb or ya == yb:
                 continue
             Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
+            level = surfel_level(o)
+            ca0, ca1, ca2, cb0, cb1, cb2, cd0, cd1, cd2 = row_conic(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2)
+            bounded = boxes[g, 1] < np.inf
             depth = np.float64(depths[g])
             n0, n1, n2 = np.float64(normals[g, 0]), np.float64(normals[g, 1]), np.float64(normals[g, 2])
             for j in range(D):
@@ -320,16 +388,19 @@ def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, i
             gm0 = gm1 = go = gd = gn0 = gn1 = gn2 = 0.0
             gM0 = gM1 = gM2 = gM3 = gM4 = gM5 = gM6 = gM7 = gM8 = 0.0
             for py in range(ya, yb):
-                for px in range(xa, xb):
+                ra, rb = row_span(py + 0.5, xa, xb, bounded, ca0, ca1, ca2, cb0, cb1, cb2, cd0, cd1, cd2, mx, my,
+                                  level)
+                for px in range(ra, rb):
                     p = (py - y0) * tw + px - x0
                     if last[p] < k:
                         continue
                     x, y = px + 0.5, py + 0.5
                     ok, al, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at_pixel(
-                        x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o)
+                        x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, level)
                     if not ok:
                         continue
-                    Ti = T[p] / (1.0 - al)
+                    inv_keep = 1.0 / (1.0 - al)
+                    Ti = T[p] * inv_keep
                     T[p] = Ti
                     w = al * Ti
                     z = surfel_depth_at(u, v, use_exact, intersection, Mw0, Mw1, Mw2, depth)
@@ -348,7 +419,7 @@ def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, i
                     gn0 += vn0 * w
                     gn1 += vn1 * w
                     gn2 += vn2 * w
-                    v_al = Ti * gw - (S[p] + pv[B_VTF, p]) / (1.0 - al)
+                    v_al = Ti * gw - (S[p] + pv[B_VTF, p]) * inv_keep
                     S[p] += w * gw
                     W_after[p] += w
                     Z_after[p] += w * z
@@ -407,9 +478,10 @@ def surfel_gradients(x, y, e, u, v, use_exact, c2, hu0, hu1, hu2, hv0, hv1, hv2,
     else:
         d_m0 = v_sigma * 2.0 * (mx - x)
         d_m1 = v_sigma * 2.0 * (my - y)
-    vc0 = v_u / c2
-    vc1 = v_v / c2
-    vc2 = -(v_u * u + v_v * v) / c2
+    inv_c2 = 1.0 / c2
+    vc0 = v_u * inv_c2
+    vc1 = v_v * inv_c2
+    vc2 = -(v_u * u + v_v * v) * inv_c2
     vhu0 = hv1 * vc2 - hv2 * vc1  # d/dh_u of vc . (h_u x h_v) = h_v x vc
     vhu1 = hv2 * vc0 - hv0 * vc2
     vhu2 = hv0 * vc1 - hv1 * vc0
@@ -427,10 +499,9 @@ def sum_rows_per_surfel(grads, perm, starts, counts, out):
     G = starts.shape[0]
     cols = grads.shape[1]
     for g in prange(G):
-        acc = np.zeros(cols)
+        for j in range(cols):
+            out[g, j] = 0.0
         for q in range(starts[g], starts[g] + counts[g]):
             k = perm[q]
             for j in range(cols):
-                acc[j] += grads[k, j]
-        for j in range(cols):
-            out[g, j] = acc[j]
+                out[g, j] += grads[k, j]
