@@ -66,7 +66,7 @@ class SurfelCompositeFunction(torch.autograd.Function):
         shape = lambda ch: (C, height, width, ch)  # noqa: E731
         cot = [_cotangent(v, shape(ch), dt) for v, ch in ((v_render, D), (v_alpha, 1), (v_T, 1), (v_wz, 1),
                                                            (v_median, 1), (v_normals, 3), (v_dist, 1))]
-        grads = np.empty((bins.ids.shape[0], K.G_COLOR + D))  # every row written by the kernel
+        grads = np.empty((bins.ids.shape[0], K.G_COLOR + D), dt)  # every row written by the kernel
         per_surfel = np.empty((C * N, K.G_COLOR + D), dt)
         with KERNEL_LOCK:
             K.backward_kernel(*flat, boxes, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tile_size,
