@@ -114,8 +114,9 @@ def rasterize_surfels(
     sh_impl = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.cpu.sh") if name == "cpu" else reference_sh
     colours = _per_camera_colors(colors, means, viewmats, sh_degree, sh_impl, proj.radii)
     means2d = proj.means2d
-    if means2d.requires_grad:
-        means2d.retain_grad()
+    for t in (means2d, proj.ray_transforms):  # their .grad after backward: densification statistics
+        if t.requires_grad:
+            t.retain_grad()
     opac = opacities[None].expand(C, -1)
     splats = SurfelSplats(means2d, proj.ray_transforms, opac, colours, proj.depths, proj.normals, proj.radii)
     grid = TileGrid.for_image(width, height, tile_size)

@@ -18,6 +18,7 @@ def _run(backend, p, viewmats, Ks, width, height, weights, used=OUTPUTS, **kw):
     loss.backward()
     grads = {k: (v.grad if not isinstance(v, tuple) else torch.cat([t.grad for t in v], 1)) for k, v in leaves.items()}
     grads["means2d"] = out.meta.means2d.grad
+    grads["ray_transforms"] = out.meta.ray_transforms.grad
     return {k: getattr(out, k).detach() for k in OUTPUTS}, grads, out.meta
 
 
