@@ -42,25 +42,25 @@ class SurfelCompositeFunction(torch.autograd.Function):
         no_conics = torch.zeros(C, N, 3, dtype=means2d.dtype)
         bins = BinnedTiles(means2d, no_conics, opac, radii, depths, grid, width, height)
         dt = flat[3].dtype
-        boxes = np.empty((C * N, 4))
+        boxes, table = np.empty((C * N, 4)), np.empty((C * N, K.TABLE))
         with KERNEL_LOCK:
-            K.alpha_boxes(flat[0], flat[1], flat[2], _np(radii.reshape(C * N, 2)), boxes)
+            K.alpha_boxes(flat[0], flat[1], flat[2], _np(radii.reshape(C * N, 2)), boxes, table)
         img = lambda ch: np.zeros((C, height, width, ch), dt)  # noqa: E731
         render, alpha, T, wz, median, nrm, dist = img(D), img(1), img(1), img(1), img(1), img(3), img(1)
         last_k = np.full((C, height, width), -1, np.int64)
         median_k = np.full((C, height, width), -1, np.int64)
         with KERNEL_LOCK:
-            K.forward_kernel(*flat, boxes, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tile_size,
-                             intersection, render, alpha, T, wz, median, nrm, dist, last_k, median_k)
+            K.forward_kernel(*flat, boxes, table, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
+                             grid.tile_size, intersection, render, alpha, T, wz, median, nrm, dist, last_k, median_k)
         outs = tuple(torch.from_numpy(a) for a in (render, alpha, T, wz, median, nrm, dist))
         ctx.save_for_backward(outs[1], outs[2], outs[3])  # the backward reads them: in-place changes are caught
-        ctx.state = (flat, boxes, bins, last_k, median_k, (C, N, D), width, height, grid, intersection)
+        ctx.state = (flat, (boxes, table), bins, last_k, median_k, (C, N, D), width, height, grid, intersection)
         ctx.set_materialize_grads(False)
         return outs
 
     @staticmethod
     def backward(ctx, v_render, v_alpha, v_T, v_wz, v_median, v_normals, v_dist):
-        flat, boxes, bins, last_k, median_k, (C, N, D), width, height, grid, intersection = ctx.state
+        flat, (boxes, table), bins, last_k, median_k, (C, N, D), width, height, grid, intersection = ctx.state
         alpha, T, wz = (_np(t) for t in ctx.saved_tensors)
         dt = flat[3].dtype
         shape = lambda ch: (C, height, width, ch)  # noqa: E731
@@ -69,8 +69,8 @@ class SurfelCompositeFunction(torch.autograd.Function):
         grads = np.empty((bins.ids.shape[0], K.G_COLOR + D), dt)  # every row written by the kernel
         per_surfel = np.empty((C * N, K.G_COLOR + D), dt)
         with KERNEL_LOCK:
-            K.backward_kernel(*flat, boxes, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x, grid.tile_size,
-                              intersection, alpha, T, wz, last_k, median_k, *cot, grads)
+            K.backward_kernel(*flat, boxes, table, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
+                              grid.tile_size, intersection, alpha, T, wz, last_k, median_k, *cot, grads)
             K.sum_rows_per_surfel(grads, bins.perm, bins.starts, bins.counts, per_surfel)
         g = torch.from_numpy(per_surfel)
         return (g[:, K.G_MEANS2D:K.G_M].reshape(C, N, 2), g[:, K.G_M:K.G_OPAC].reshape(C, N, 3, 3),

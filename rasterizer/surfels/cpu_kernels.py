@@ -105,9 +105,14 @@ def surfel_depth_at(u, v, use_exact, intersection, Mw0, Mw1, Mw2, depth):
 BOX_MARGIN = 1e-3  # pixels added around each surfel's alpha >= 1/255 box: rounding never drops a pixel
 
 
+T_LEVEL, T_CONIC = 0, 1  # columns of the per-surfel table: alpha level, row conic (a, b, d: 9 values)
+TABLE = 10
+
+
 @njit(cache=True, parallel=True)
-def alpha_boxes(M, means2d, opac, radii, boxes):
-    """Per surfel g, boxes[g] = (xmin, xmax, ymin, ymax) float64, pixel-centre coordinates outside which
+def alpha_boxes(M, means2d, opac, radii, boxes, table):
+    """Per surfel g, table[g] = (surfel_level, row_conic) (read per intersection by the pixel kernels)
+    and boxes[g] = (xmin, xmax, ymin, ymax) float64, pixel-centre coordinates outside which
     its alpha is below 1/255 (so the kernels skip those pixels: the specification skips them too). The
     region is {u^2 + v^2 <= 2 L} (the exact term; L = ln(255 opacity)), whose image is the ellipse of
     the dual conic with (u, v) scaled by r = sqrt(2 L) (its box: the closed form of ``screen_boxes``),
@@ -116,16 +121,17 @@ def alpha_boxes(M, means2d, opac, radii, boxes):
     Culled surfels and opacity < 1/255 get an empty box."""
     for g in prange(M.shape[0]):
         o = np.float64(opac[g])
+        Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
+        table[g, T_LEVEL] = surfel_level(o)
+        conic = row_conic(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2)
+        for j in range(9):
+            table[g, T_CONIC + j] = conic[j]
         if radii[g, 0] <= 0 or radii[g, 1] <= 0 or o * 255.0 < 1.0:
             boxes[g, 0], boxes[g, 1], boxes[g, 2], boxes[g, 3] = 1.0, -1.0, 1.0, -1.0
             continue
         L = math.log(o * 255.0) + 1e-12
-        mx, my = np.float64(means2d[g, 0]), np.float64(means2d[g, 1])
         rd = math.sqrt(L)
         a = 2.0 * L
-        Mu0, Mu1, Mu2 = np.float64(M[g, 0]), np.float64(M[g, 1]), np.float64(M[g, 2])
-        Mv0, Mv1, Mv2 = np.float64(M[g, 3]), np.float64(M[g, 4]), np.float64(M[g, 5])
-        Mw0, Mw1, Mw2 = np.float64(M[g, 6]), np.float64(M[g, 7]), np.float64(M[g, 8])
         dist = a * (Mw0 * Mw0 + Mw1 * Mw1) - Mw2 * Mw2
         if not dist < -1e-9 * Mw2 * Mw2:  # the circle reaches z <= 0 (or nearly): no ellipse, no bound
             boxes[g, 0], boxes[g, 1], boxes[g, 2], boxes[g, 3] = -np.inf, np.inf, -np.inf, np.inf
@@ -214,7 +220,7 @@ def shrink_span(a, b, p0, level, least):
 
 
 @njit(cache=True, parallel=True)
-def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, ids, tile_order, W, H, TW, ts,
+def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offsets, ids, tile_order, W, H, TW, ts,
                    intersection, render, alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k, median_k):
     """Composite every pixel. Outputs [C, H, W, .] in the storage dtype: render (D), alpha (sum w),
     T_out (prod (1 - alpha)), wz_out (sum w z), median_out, normal_out (3), dist_out; last_k / median_k
@@ -249,14 +255,18 @@ def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, id
             if xa == xb or ya == yb:
                 continue
             Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
-            level = surfel_level(o)
-            ca0, ca1, ca2, cb0, cb1, cb2, cd0, cd1, cd2 = row_conic(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2)
+            level = table[g, T_LEVEL]
+            ca0, ca1, ca2 = table[g, T_CONIC], table[g, T_CONIC + 1], table[g, T_CONIC + 2]
+            cb0, cb1, cb2 = table[g, T_CONIC + 3], table[g, T_CONIC + 4], table[g, T_CONIC + 5]
+            cd0, cd1, cd2 = table[g, T_CONIC + 6], table[g, T_CONIC + 7], table[g, T_CONIC + 8]
             bounded = boxes[g, 1] < np.inf
             depth = np.float64(depths[g])
             n0, n1, n2 = np.float64(normals[g, 0]), np.float64(normals[g, 1]), np.float64(normals[g, 2])
             for j in range(D):
                 col[j] = np.float64(colors[g, j])
             for py in range(ya, yb):
+                if row_live[py - y0] == 0:
+                    continue
                 ra, rb = row_span(py + 0.5, xa, xb, bounded, ca0, ca1, ca2, cb0, cb1, cb2, cd0, cd1, cd2, mx, my,
                                   level)
                 for px in range(ra, rb):
@@ -312,7 +322,7 @@ NB = 10
 
 
 @njit(cache=True, parallel=True)
-def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, ids, tile_order, W, H, TW, ts,
+def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offsets, ids, tile_order, W, H, TW, ts,
                     intersection, alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz, v_median,
                     v_normal, v_dist, grads):
     """Per-intersection gradients grads [M, G_COLOR + D] (float64, every row written) from the cotangents
@@ -377,8 +387,10 @@ def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, i
             if xa == xb or ya == yb:
                 continue
             Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
-            level = surfel_level(o)
-            ca0, ca1, ca2, cb0, cb1, cb2, cd0, cd1, cd2 = row_conic(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2)
+            level = table[g, T_LEVEL]
+            ca0, ca1, ca2 = table[g, T_CONIC], table[g, T_CONIC + 1], table[g, T_CONIC + 2]
+            cb0, cb1, cb2 = table[g, T_CONIC + 3], table[g, T_CONIC + 4], table[g, T_CONIC + 5]
+            cd0, cd1, cd2 = table[g, T_CONIC + 6], table[g, T_CONIC + 7], table[g, T_CONIC + 8]
             bounded = boxes[g, 1] < np.inf
             depth = np.float64(depths[g])
             n0, n1, n2 = np.float64(normals[g, 0]), np.float64(normals[g, 1]), np.float64(normals[g, 2])
@@ -388,6 +400,8 @@ def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, offsets, i
             gm0 = gm1 = go = gd = gn0 = gn1 = gn2 = 0.0
             gM0 = gM1 = gM2 = gM3 = gM4 = gM5 = gM6 = gM7 = gM8 = 0.0
             for py in range(ya, yb):
+                if row_last[py - y0] < k:
+                    continue
                 ra, rb = row_span(py + 0.5, xa, xb, bounded, ca0, ca1, ca2, cb0, cb1, cb2, cd0, cd1, cd2, mx, my,
                                   level)
                 for px in range(ra, rb):

@@ -115,7 +115,8 @@ def project_backward_kernel(means, quats, scales, viewmats, Ks, radii, flips, v_
             for j in range(3):
                 vK[j] += vmx * sgn[j] * KWH[6 + j] / dist
                 vK[3 + j] += vmy * sgn[j] * KWH[6 + j] / dist
-                vK[6 + j] += sgn[j] * (vmx * KWH[j] + vmy * KWH[3 + j] - 2.0 * (vmx * mx + vmy * my) * KWH[6 + j]) / dist
+                vK[6 + j] += sgn[j] * (vmx * KWH[j] + vmy * KWH[3 + j]
+                                       - 2.0 * (vmx * mx + vmy * my) * KWH[6 + j]) / dist
             # K W H = K @ W H: v_WH = K^T v_KWH
             K = Ks[c]
             vWH = np.empty(9)

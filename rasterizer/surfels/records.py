@@ -57,10 +57,11 @@ class SurfelMeta:
     """Per-render metadata of :func:`rasterizer.rasterize_surfels` (C cameras, N surfels).
 
     radii [C, N, 2] int32 (0 = culled); means2d [C, N, 2] (its ``.grad`` holds d loss / d means2d
-    after backward, for the reference backend; only the low-pass fallback depends on it directly);
+    after backward, reference and cpu backends; only the low-pass fallback depends on it directly);
     depths [C, N] camera-space z of the centres; ray_transforms [C, N, 3, 3] (K W H, see
     :class:`SurfelSplats`; its ``.grad`` after backward, reference and cpu backends: gsplat's 2DGS
-    densification statistic is (grad[..., 0, 2], grad[..., 1, 2]) x depth); normals [C, N, 3] per-surfel camera-frame normals facing the camera;
+    densification statistic is (grad[..., 0, 2], grad[..., 1, 2]) x depth); normals [C, N, 3]
+    per-surfel camera-frame normals facing the camera;
     opacities [C, N] as composited; transmittance [C, H, W, 1]; width, height, tile_size, tiles_x,
     tiles_y, n_cameras; ``backend_extras``: what a backend adds (cuda: the rest of gsplat's meta, e.g.
     ``gradient_2dgs``, gsplat's densification gradient).

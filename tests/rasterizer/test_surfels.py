@@ -151,7 +151,8 @@ def test_fronto_parallel_surfel():
     cx, cy = 60 * 0.1 / 3 + 24, 60 * -0.05 / 3 + 24
     px, py = int(cx), int(cy)
     du, dv = (px + 0.5 - cx) * 3 / 60 / 0.2, (py + 0.5 - cy) * 3 / 60 / 0.1
-    torch.testing.assert_close(a[py, px], 0.8 * math.exp(-0.5 * (du * du + dv * dv)) * torch.ones((), dtype=torch.float64))
+    want = 0.8 * math.exp(-0.5 * (du * du + dv * dv))
+    torch.testing.assert_close(a[py, px], torch.tensor(want, dtype=torch.float64))
 
 
 def test_intersection_depth_is_the_ray_plane_intersection():
@@ -225,7 +226,8 @@ def test_meta_shapes():
 # --------------------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("change, match", [
-    (dict(scales=torch.ones(5, 3, dtype=torch.float64)), r"rasterize_surfels: `scales` has shape \[5, 3\], expected \[5, 2\]"),
+    (dict(scales=torch.ones(5, 3, dtype=torch.float64)),
+     r"rasterize_surfels: `scales` has shape \[5, 3\], expected \[5, 2\]"),
     (dict(scales=-torch.ones(5, 2, dtype=torch.float64)), r"rasterize_surfels: `scales` has negative values"),
     (dict(quats=torch.zeros(5, 4, dtype=torch.float64)), r"rasterize_surfels: `quats` has zero-norm rows"),
     (dict(opacities=torch.full((5,), 2.0, dtype=torch.float64)), r"`opacities` has values outside \[0, 1\]"),
