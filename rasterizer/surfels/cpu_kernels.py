@@ -120,7 +120,6 @@ def alpha_boxes(M, means2d, opac, radii, boxes, table):
     reaches the camera plane (z <= 0 somewhere on it: its image is no ellipse) the box is unbounded.
     Culled surfels and opacity < 1/255 get an empty box."""
     for g in prange(M.shape[0]):
-        o = np.float64(opac[g])
         Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
         table[g, T_LEVEL] = surfel_level(o)
         conic = row_conic(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2)
