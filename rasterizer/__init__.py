@@ -1,7 +1,8 @@
 """splatforge's differentiable Gaussian rasterizer.
 
-One API (:func:`rasterize_gaussians`), backends ``reference`` (plain PyTorch), ``cpu`` (Numba kernels
-with hand-written backward) and ``cuda`` (gsplat's kernels). Conventions: rasterizer/CONVENTIONS.md.
+One API (:func:`rasterize_gaussians`; 2D surfels: :func:`rasterize_surfels`), backends ``reference``
+(plain PyTorch), ``cpu`` (Numba kernels with hand-written backward; 3D Gaussians only) and ``cuda``
+(gsplat's kernels). Conventions: rasterizer/CONVENTIONS.md.
 Never imports recon or viewer.
 
 Importing it applies the process settings of :mod:`rasterizer.runtime`: glibc keeps freed memory,
@@ -16,8 +17,9 @@ GOMP_SPINCOUNT_DEFAULT = _runtime.GOMP_SPINCOUNT_DEFAULT
 
 from .api import rasterize_gaussians, resolve_backend
 from .camera import Camera, stack_cameras
+from .surfels import SurfelRender, rasterize_surfels
 from .tiles import TILE_SIZE, TileGrid
 from .validate import RasterizerInputError
 
-__all__ = ["rasterize_gaussians", "resolve_backend", "Camera", "stack_cameras", "TileGrid", "TILE_SIZE",
-           "RasterizerInputError"]
+__all__ = ["rasterize_gaussians", "rasterize_surfels", "SurfelRender", "resolve_backend", "Camera", "stack_cameras",
+           "TileGrid", "TILE_SIZE", "RasterizerInputError"]

@@ -1,7 +1,10 @@
-"""Input checks for ``rasterize_gaussians``: a clear error naming the argument, before any kernel runs."""
+"""Input checks for ``rasterize_gaussians`` and ``rasterize_surfels``: a clear error naming the argument,
+before any kernel runs. Messages start with the public function being called (:func:`calling`)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import torch
@@ -15,11 +18,24 @@ BACKENDS = ("auto", "reference", "cpu", "cuda")
 
 
 class RasterizerInputError(ValueError):
-    """An argument of rasterize_gaussians is malformed (shape, dtype, device, value)."""
+    """An argument of rasterize_gaussians / rasterize_surfels is malformed (shape, dtype, device, value)."""
+
+
+_CALLER = contextvars.ContextVar("rasterizer_caller", default="rasterize_gaussians")
+
+
+@contextlib.contextmanager
+def calling(function_name: str):
+    """Within the block, error messages name ``function_name`` (default ``rasterize_gaussians``)."""
+    token = _CALLER.set(function_name)
+    try:
+        yield
+    finally:
+        _CALLER.reset(token)
 
 
 def _fail(name: str, problem: str) -> None:
-    raise RasterizerInputError(f"rasterize_gaussians: `{name}` {problem}")
+    raise RasterizerInputError(f"{_CALLER.get()}: `{name}` {problem}")
 
 
 def all_finite(x: Tensor) -> bool:

@@ -5,7 +5,13 @@ Scene: means uniform in x [-1,1], y [-0.8,0.8], z [2.5,5]; log-scales uniform in
 rotations; opacities uniform in [0.3,0.95]; RGB colours; one camera at the origin looking down +z with
 focal length 1.2 x width. Reports the median of --repeats timed runs after --warmup runs.
 
+``--primitive surfels`` renders the same scene as 2D surfels (rasterize_surfels; the first two scales,
+the same rotations, opacities and colours), the loss summing every output a 2DGS step uses (colour,
+alpha, expected depth, normals, distortion); ``both`` times 3D Gaussians and surfels interleaved, run by
+run, and reports their ratio (surfels / 3D, of the medians).
+
 Example: python scripts/bench_rasterizer.py --cases a b c --backend cpu
+         python scripts/bench_rasterizer.py --cases b --primitive both
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from rasterizer import rasterize_gaussians  # noqa: E402
+from rasterizer import rasterize_gaussians, rasterize_surfels  # noqa: E402
 
 CASES = {
     "a": dict(n=6_500, width=480, height=272, backward=True),
@@ -68,17 +74,47 @@ def time_once(params, viewmats, Ks, width, height, backend, backward):
     return time.perf_counter() - t0
 
 
-def run_case(name, backend, repeats, warmup, device):
+def time_surfels_once(params, viewmats, Ks, width, height, backend, backward):
+    """Seconds for one surfel forward (+ backward) pass on the same scene (scales: the first two)."""
+    leaves = [p.detach().clone().requires_grad_(backward) for p in params]
+    means, quats, log_scales, opacities, colors = leaves
+    sync = torch.cuda.synchronize if means.is_cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    out = rasterize_surfels(means, quats, torch.exp(log_scales[:, :2]), opacities, colors, viewmats, Ks, width,
+                            height, backend=backend)
+    if backward:
+        (out.render.sum() + out.alpha.sum() + out.depth.sum() + out.normals.sum() + out.distortion.sum()).backward()
+    sync()
+    return time.perf_counter() - t0
+
+
+TIMERS = {"gaussians": time_once, "surfels": time_surfels_once}
+
+
+def run_case(name, backend, repeats, warmup, device, primitive="gaussians"):
+    """Timings of one case; primitive "gaussians", "surfels" or "both" (interleaved run by run)."""
     cfg = CASES[name]
     params, viewmats, Ks = make_scene(cfg["n"], cfg["width"], cfg["height"], device)
-    for _ in range(warmup):
-        time_once(params, viewmats, Ks, cfg["width"], cfg["height"], backend, cfg["backward"])
-    times = [time_once(params, viewmats, Ks, cfg["width"], cfg["height"], backend, cfg["backward"])
-             for _ in range(repeats)]
-    return {"case": name, "backend": backend, "gaussians": cfg["n"], "width": cfg["width"],
-            "height": cfg["height"], "pass": "forward+backward" if cfg["backward"] else "forward",
-            "median_ms": round(1000 * statistics.median(times), 2), "min_ms": round(1000 * min(times), 2),
-            "runs": repeats, "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    kinds = ["gaussians", "surfels"] if primitive == "both" else [primitive]
+    times = {k: [] for k in kinds}
+    for i in range(warmup + repeats):
+        for kind in kinds:
+            t = TIMERS[kind](params, viewmats, Ks, cfg["width"], cfg["height"], backend, cfg["backward"])
+            if i >= warmup:
+                times[kind].append(t)
+    result = {"case": name, "backend": backend, "gaussians": cfg["n"], "width": cfg["width"],
+              "height": cfg["height"], "pass": "forward+backward" if cfg["backward"] else "forward"}
+    for kind in kinds:
+        prefix = "" if kind == "gaussians" else "surfels_"
+        result[prefix + "median_ms"] = round(1000 * statistics.median(times[kind]), 2)
+        result[prefix + "min_ms"] = round(1000 * min(times[kind]), 2)
+    if primitive == "both":
+        result["surfels_over_gaussians"] = round(statistics.median(times["surfels"]) /
+                                                 statistics.median(times["gaussians"]), 3)
+    result.update(runs=repeats, primitive=primitive,
+                  peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+    return result
 
 
 def machine() -> dict:
@@ -100,11 +136,13 @@ def main() -> None:
     ap.add_argument("--backend", default="cpu", choices=["cpu", "reference", "cuda", "auto"])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--primitive", default="gaussians", choices=["gaussians", "surfels", "both"],
+                    help="3D Gaussians, 2D surfels, or both interleaved with their ratio")
     args = ap.parse_args()
     device = "cuda" if args.backend == "cuda" else "cpu"
     results = []
     for name in args.cases:
-        results.append(run_case(name, args.backend, args.repeats, args.warmup, device))
+        results.append(run_case(name, args.backend, args.repeats, args.warmup, device, args.primitive))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     print(json.dumps({"machine": machine(), "results": results}, indent=2))
 

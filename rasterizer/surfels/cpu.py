@@ -1,0 +1,93 @@
+"""The surfels' `cpu` backend: Numba compositing (``cpu_kernels.py``) with a hand-written backward,
+behind one autograd function, on the 3D path's depth sort and tile binning (``rasterizer.cpu``).
+
+Binning: ``rasterizer.cpu.composite.BinnedTiles`` with zero conics, which its exact ellipse test reads
+as "reaches every tile of its box" (surfels have no conic): the same (tile, surfel) pairs as the
+reference's ``intersect_tiles``, less surfels with opacity < 1/255 (never blended). The projection is
+``cpu_projection.py`` (Numba, hand-written backward; cameras get no gradient, as in the 3D cpu
+backend) and SH colours are the 3D cpu backend's kernels. Every parallel launch holds ``KERNEL_LOCK``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..cpu.composite import BinnedTiles
+from ..cpu.launch import KERNEL_LOCK
+from ..tiles import TileGrid
+from . import cpu_kernels as K
+from .records import SurfelComposited, SurfelSplats
+
+
+def _np(x: Tensor) -> np.ndarray:
+    return x.detach().contiguous().numpy()
+
+
+def _cotangent(v: Tensor | None, shape: tuple, dtype) -> np.ndarray:
+    return np.zeros(shape, dtype) if v is None else _np(v)
+
+
+class SurfelCompositeFunction(torch.autograd.Function):
+    """(render [C,H,W,D], alpha (sum w), transmittance, wz (sum w z), median depth, normals (3),
+    distortion) from means2d [C,N,2], ray_transforms [C,N,3,3], opacities [C,N], colors [C,N,D],
+    depths [C,N], normals [C,N,3]; gradients for all six."""
+
+    @staticmethod
+    def forward(ctx, means2d, ray_transforms, opac, colors, depths, normals, radii, width, height, grid, intersection):
+        C, N, D = colors.shape
+        flat = (_np(ray_transforms.reshape(C * N, 9)), _np(means2d.reshape(C * N, 2)), _np(opac.reshape(C * N)),
+                _np(colors.reshape(C * N, D)), _np(depths.reshape(C * N)), _np(normals.reshape(C * N, 3)))
+        no_conics = torch.zeros(C, N, 3, dtype=means2d.dtype)
+        bins = BinnedTiles(means2d, no_conics, opac, radii, depths, grid, width, height)
+        dt = flat[3].dtype
+        boxes, table = np.empty((C * N, 4)), np.empty((C * N, K.TABLE))
+        with KERNEL_LOCK:
+            K.alpha_boxes(flat[0], flat[1], flat[2], _np(radii.reshape(C * N, 2)), boxes, table)
+        img = lambda ch: np.zeros((C, height, width, ch), dt)  # noqa: E731
+        render, alpha, T, wz, median, nrm, dist = img(D), img(1), img(1), img(1), img(1), img(3), img(1)
+        last_k = np.full((C, height, width), -1, np.int64)
+        median_k = np.full((C, height, width), -1, np.int64)
+        with KERNEL_LOCK:
+            K.forward_kernel(*flat, boxes, table, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
+                             grid.tile_size, intersection, render, alpha, T, wz, median, nrm, dist, last_k, median_k)
+        outs = tuple(torch.from_numpy(a) for a in (render, alpha, T, wz, median, nrm, dist))
+        ctx.save_for_backward(outs[1], outs[2], outs[3])  # the backward reads them: in-place changes are caught
+        ctx.state = (flat, (boxes, table), bins, last_k, median_k, (C, N, D), width, height, grid, intersection)
+        ctx.set_materialize_grads(False)
+        return outs
+
+    @staticmethod
+    def backward(ctx, v_render, v_alpha, v_T, v_wz, v_median, v_normals, v_dist):
+        flat, (boxes, table), bins, last_k, median_k, (C, N, D), width, height, grid, intersection = ctx.state
+        alpha, T, wz = (_np(t) for t in ctx.saved_tensors)
+        dt = flat[3].dtype
+        shape = lambda ch: (C, height, width, ch)  # noqa: E731
+        cot = [_cotangent(v, shape(ch), dt) for v, ch in ((v_render, D), (v_alpha, 1), (v_T, 1), (v_wz, 1),
+                                                           (v_median, 1), (v_normals, 3), (v_dist, 1))]
+        grads = np.empty((bins.ids.shape[0], K.G_COLOR + D), dt)  # every row written by the kernel
+        per_surfel = np.empty((C * N, K.G_COLOR + D), dt)
+        with KERNEL_LOCK:
+            K.backward_kernel(*flat, boxes, table, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
+                              grid.tile_size, intersection, alpha, T, wz, last_k, median_k, *cot, grads)
+            K.sum_rows_per_surfel(grads, bins.perm, bins.starts, bins.counts, per_surfel)
+        g = torch.from_numpy(per_surfel)
+        return (g[:, K.G_MEANS2D:K.G_M].reshape(C, N, 2), g[:, K.G_M:K.G_OPAC].reshape(C, N, 3, 3),
+                g[:, K.G_OPAC].reshape(C, N), g[:, K.G_COLOR:].reshape(C, N, D), g[:, K.G_DEPTH].reshape(C, N),
+                g[:, K.G_NORMAL:K.G_COLOR].reshape(C, N, 3), None, None, None, None, None)
+
+
+def composite_surfels_cpu(splats: SurfelSplats, grid: TileGrid, width: int, height: int,
+                          surfel_depth: str = "centre") -> SurfelComposited:
+    """Compositing step of the surfels' cpu backend; same outputs as ``composite_surfels_reference``."""
+    from .composite import DEPTH_ALPHA_MIN
+
+    if grid.tile_size != 16:
+        raise ValueError(f"the cpu backend composites 16x16 tiles, got tile_size={grid.tile_size}")
+    s = splats
+    render, alpha, T, wz, median, normals, dist = SurfelCompositeFunction.apply(
+        s.means2d, s.ray_transforms, s.opacities, s.colors, s.depths, s.normals, s.radii, width, height, grid,
+        surfel_depth == "intersection")
+    depth = wz / alpha.clamp(min=DEPTH_ALPHA_MIN)
+    return SurfelComposited(render, alpha, T, depth, median, normals, dist)
