@@ -1,6 +1,7 @@
 """splatforge's differentiable Gaussian rasterizer.
 
-One API (:func:`rasterize_gaussians`), backends ``reference`` (plain PyTorch), ``cpu`` (Numba kernels
+One API (:func:`rasterize_gaussians`; 4D Gaussians are sliced at a time by :func:`slice_gaussians_4d`
+first, rasterizer/spacetime/), backends ``reference`` (plain PyTorch), ``cpu`` (Numba kernels
 with hand-written backward) and ``cuda`` (gsplat's kernels). Conventions: rasterizer/CONVENTIONS.md.
 Never imports recon or viewer.
 
@@ -16,8 +17,9 @@ GOMP_SPINCOUNT_DEFAULT = _runtime.GOMP_SPINCOUNT_DEFAULT
 
 from .api import rasterize_gaussians, resolve_backend
 from .camera import Camera, stack_cameras
+from .spacetime import SlicedGaussians, slice_gaussians_4d
 from .tiles import TILE_SIZE, TileGrid
 from .validate import RasterizerInputError
 
 __all__ = ["rasterize_gaussians", "resolve_backend", "Camera", "stack_cameras", "TileGrid", "TILE_SIZE",
-           "RasterizerInputError"]
+           "RasterizerInputError", "slice_gaussians_4d", "SlicedGaussians"]
