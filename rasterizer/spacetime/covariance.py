@@ -16,14 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .rotation import normalize_quats, rotmat4_from_quats, rotmat4_from_unit_quats
-
-# the 10 distinct entries of the symmetric Sigma4 as (row, column) pairs: the 6 of Sigma_xyz,xyz
-# (00, 01, 02, 11, 12, 22), then Sigma_xyz,t (03, 13, 23), then Sigma_tt (33)
-_ROWS = (0, 0, 0, 1, 1, 2, 0, 1, 2, 3)
-_COLS = (0, 1, 2, 1, 2, 2, 3, 3, 3, 3)
-# position of entry (i, j) of a symmetric 3x3 among the first 6, row-major over all 9
-_SYM3 = (0, 1, 2, 1, 3, 4, 2, 4, 5)
+from .rotation import BILINEAR, rotmat4_from_quats
 
 
 def covariance_4d(quats_left: Tensor, quats_right: Tensor, scales4: Tensor) -> Tensor:
@@ -44,22 +37,61 @@ class TimeConditioned:
     time_variances: Tensor
 
 
+# the 6 distinct entries of a symmetric 3x3 as (row, column) pairs (00, 01, 02, 11, 12, 22), and entry
+# (i, j), row-major, as its position among them
+_FIRST = (0, 0, 0, 1, 1, 2)
+_SECOND = (0, 1, 2, 1, 2, 2)
+_SYM3 = (0, 1, 2, 1, 3, 4, 2, 4, 5)
+
+
+def _index(values, device) -> Tensor:
+    return torch.tensor(values, device=device)
+
+
+def _products(quats_left: Tensor, quats_right: Tensor) -> Tensor:
+    """[16, N] products q_l[m] q_r[n] (row 4 m + n) of the normalised quaternions ([N, 4] each, any
+    non-zero norm; normalised as q / max(|q|, 1e-12)), one component per row."""
+    q = torch.cat([quats_left, quats_right], dim=-1).T.reshape(2, 4, -1)  # [2, 4, N], contiguous copy
+    q = q * torch.rsqrt((q * q).sum(1, keepdim=True).clamp_min(1e-24))
+    return (q[0][:, None, :] * q[1][None, :, :]).reshape(16, -1)
+
+
+def _table(x: Tensor) -> Tensor:
+    return BILINEAR.to(device=x.device, dtype=x.dtype)
+
+
+def time_variances(quats_left: Tensor, quats_right: Tensor, scales4: Tensor) -> Tensor:
+    """Sigma_tt [N] alone (what culling needs): the squared norm of row t of R S."""
+    m_t = (_table(scales4)[12:] @ _products(quats_left, quats_right)) * scales4.T.contiguous()  # row t of R S
+    return (m_t * m_t).sum(0)
+
+
 def condition_on_time(quats_left: Tensor, quats_right: Tensor, scales4: Tensor) -> TimeConditioned:
     """Sigma3, velocity and Sigma_tt of N 4D Gaussians (quaternions [N, 4], any non-zero norm;
-    activated scales [N, 4]), without forming Sigma4: M = R S [N, 4, 4], then the 10 needed dot
-    products of its rows at once (a batched 4x4 matmul costs several times more in PyTorch)."""
-    n = scales4.shape[0]
-    m = rotmat4_from_unit_quats(normalize_quats(quats_left), normalize_quats(quats_right)) * scales4[:, None, :]
-    rows = torch.tensor(_ROWS, device=m.device)
-    cols = torch.tensor(_COLS, device=m.device)
-    sigma = (m[:, rows] * m[:, cols]).sum(-1)  # [N, 10]
-    cross, time_var = sigma[:, 6:9], sigma[:, 9]
-    velocities = cross / time_var[:, None]
-    # Sigma3 entry (i, j) = Sigma_ij - Sigma_it v_j for the 6 distinct pairs
-    first = torch.tensor(_ROWS[:6], device=m.device)
-    second = torch.tensor(_COLS[:6], device=m.device)
-    sym6 = sigma[:, :6] - cross[:, first] * velocities[:, second]
-    covars = sym6[:, torch.tensor(_SYM3, device=m.device)].reshape(n, 3, 3)
+    activated scales [N, 4]), without forming Sigma4.
+
+    With M = R S (rows m_x, m_y, m_z, m_t; Sigma4 = M M^T) and u = m_t / |m_t|: Sigma_tt = |m_t|^2,
+    Sigma_it = m_i . m_t, and the Schur complement Sigma3 = Sigma_xyz - Sigma_xyz,t Sigma_t,xyz / Sigma_tt
+    = P P^T with P = M_xyz (I - u u^T), the rows of M_xyz with their component along u removed. As a
+    Gram matrix it stays positive semi-definite in float32 where the subtraction does not (a long,
+    thin Gaussian tilted in time: spatial scales 1e-4 of the time scale made most float32 Schur
+    complements indefinite).
+
+    Computed one component per row ([k, N] tensors: every operation streams contiguous memory) and in
+    few, large operations: R from the 16 quaternion products and the constant :data:`BILINEAR` table
+    (one small matrix product), no batched 4x4 matmul and no advanced indexing (index_select only):
+    PyTorch runs those several times slower here (rasterizer/DESIGN.md, 4D Gaussians).
+    """
+    n, dev = scales4.shape[0], scales4.device
+    m = (_table(scales4) @ _products(quats_left, quats_right)).reshape(4, 4, n) * scales4.T.contiguous()[None]
+    m_xyz, m_t = m[:3], m[3]
+    time_var = (m_t * m_t).sum(0)
+    u = m_t * torch.rsqrt(time_var)  # [4, N]
+    cross = (m_xyz * m_t[None]).sum(1)  # [3, N]: Sigma_xt, Sigma_yt, Sigma_zt
+    proj = m_xyz - (cross * torch.rsqrt(time_var))[:, None] * u[None]  # [3, 4, N]: P's rows
+    sym6 = (proj.index_select(0, _index(_FIRST, dev)) * proj.index_select(0, _index(_SECOND, dev))).sum(1)
+    covars = sym6.index_select(0, _index(_SYM3, dev)).T.reshape(n, 3, 3)
+    velocities = (cross / time_var).T
     return TimeConditioned(covars=covars, velocities=velocities, time_variances=time_var)
 
 

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..reference.sh import is_split_sh
 from .checks import check_gaussians_4d, check_threshold, check_times
-from .covariance import TimeConditioned, condition_on_time, temporal_factor
+from .covariance import TimeConditioned, condition_on_time, temporal_factor, time_variances
 
 CULL_THRESHOLD = 1.0 / 255.0
 
@@ -85,25 +85,48 @@ def slice_gaussians_4d(
     check_gaussians_4d(means4, quats_left, quats_right, scales4, opacities)
     time_list, single = check_times(times, means4.dtype, means4.device)
     threshold = check_threshold(cull_threshold)
+    rows = _rows_kept_at_some_time(means4, quats_left, quats_right, scales4, time_list, threshold)
+    if rows is not None:  # condition only the Gaussians some time keeps
+        means4, quats_left, quats_right, scales4, opacities = (
+            x.index_select(0, rows) for x in (means4, quats_left, quats_right, scales4, opacities))
     conditioned = condition_on_time(quats_left, quats_right, scales4)
-    sliced = [slice_at(means4, opacities, conditioned, t, threshold) for t in time_list]
+    sliced = [slice_at(means4, opacities, conditioned, t, threshold, rows) for t in time_list]
     return sliced[0] if single else sliced
 
 
+def _rows_kept_at_some_time(means4, quats_left, quats_right, scales4, time_list, threshold) -> Tensor | None:
+    """Indices [N''] of the Gaussians whose temporal factor reaches ``threshold`` at one of the times
+    (a cheap pass without gradients: Sigma_tt alone), or None when that is all of them."""
+    if threshold == 0.0:
+        return None
+    with torch.no_grad():
+        var_t = time_variances(quats_left, quats_right, scales4)
+        mu_t = means4[:, 3]
+        kept = None
+        for t in time_list:
+            k = temporal_factor(t - mu_t, var_t) >= threshold
+            kept = k if kept is None else kept | k
+        if bool(kept.all()):
+            return None
+        return kept.nonzero()[:, 0]
+
+
 def slice_at(means4: Tensor, opacities: Tensor, conditioned: TimeConditioned, time: float | Tensor,
-             cull_threshold: float) -> SlicedGaussians:
-    """One time's slice from the time-independent :class:`TimeConditioned` of the same Gaussians
-    (no input checks: :func:`slice_gaussians_4d` is the public entry)."""
+             cull_threshold: float, rows: Tensor | None = None) -> SlicedGaussians:
+    """One time's slice of Gaussians from their time-independent :class:`TimeConditioned` (no input
+    checks: :func:`slice_gaussians_4d` is the public entry). ``rows`` [N] maps them to the caller's
+    indices (None: the identity). Keeps those whose temporal factor, as computed here, is >=
+    ``cull_threshold``."""
     dt = time - means4[:, 3]
     factor = temporal_factor(dt, conditioned.time_variances)
     n = means4.shape[0]
     keep = (factor >= cull_threshold).nonzero()[:, 0]
+    indices = keep if rows is None else rows.index_select(0, keep)
     if keep.shape[0] == n:  # nothing culled: no gathers
-        means = torch.addcmul(means4[:, :3], conditioned.velocities, dt[:, None])
-        return SlicedGaussians(means, conditioned.covars, opacities * factor, keep, time)
+        means = means4[:, :3] + conditioned.velocities * dt[:, None]
+        return SlicedGaussians(means, conditioned.covars, opacities * factor, indices, time)
     dt = dt.index_select(0, keep)
-    means = torch.addcmul(means4.index_select(0, keep)[:, :3], conditioned.velocities.index_select(0, keep),
-                          dt[:, None])
+    means = means4.index_select(0, keep)[:, :3] + conditioned.velocities.index_select(0, keep) * dt[:, None]
     covars = conditioned.covars.index_select(0, keep)
     opac = opacities.index_select(0, keep) * factor.index_select(0, keep)
-    return SlicedGaussians(means, covars, opac, keep, time)
+    return SlicedGaussians(means, covars, opac, indices, time)
