@@ -48,12 +48,22 @@ def _index(values, device) -> Tensor:
     return torch.tensor(values, device=device)
 
 
-def _products(quats_left: Tensor, quats_right: Tensor) -> Tensor:
-    """[16, N] products q_l[m] q_r[n] (row 4 m + n) of the normalised quaternions ([N, 4] each, any
-    non-zero norm; normalised as q / max(|q|, 1e-12)), one component per row."""
-    q = torch.cat([quats_left, quats_right], dim=-1).T.reshape(2, 4, -1)  # [2, 4, N], contiguous copy
-    q = q * torch.rsqrt((q * q).sum(1, keepdim=True).clamp_min(1e-24))
-    return (q[0][:, None, :] * q[1][None, :, :]).reshape(16, -1)
+def _scaled_rotation_rows(quats_left: Tensor, quats_right: Tensor, scales4: Tensor, first_row: int = 0) -> Tensor:
+    """Rows ``first_row``..3 of M = R S, one component per row: [(4 - first_row) * 4, N] (row 4 i + k is
+    M_ik = R_ik s_k). Quaternions [N, 4] any non-zero norm, scales [N, 4].
+
+    R comes from the unnormalised quaternions' 16 products and :data:`BILINEAR` (one small matrix
+    product), the normalisation q / max(|q|, 1e-12) folded into the scales: L(a) R(p) is bilinear, so
+    R(a / |a|, p / |p|) = R(a, p) / (|a| |p|). The [N, 4] inputs become rows by ``stack(unbind)``
+    (``.T.contiguous()`` copies several times slower here)."""
+    n = scales4.shape[0]
+    cols = torch.stack([*quats_left.unbind(-1), *quats_right.unbind(-1), *scales4.unbind(-1)])  # [12, N]
+    a, p, s = cols[0:4], cols[4:8], cols[8:12]
+    norm2 = (cols[0:8] * cols[0:8]).reshape(2, 4, n).sum(1).clamp_min(1e-24)  # [2, N]: |q_l|^2, |q_r|^2
+    inv = torch.rsqrt(norm2[0] * norm2[1])
+    products = (a[:, None, :] * p[None, :, :]).reshape(16, n)
+    rot = _table(scales4)[4 * first_row:] @ products  # [(4 - first_row) * 4, N]
+    return (rot.reshape(4 - first_row, 4, n) * (s * inv)[None]).reshape(4 * (4 - first_row), n)
 
 
 def _table(x: Tensor) -> Tensor:
@@ -62,7 +72,7 @@ def _table(x: Tensor) -> Tensor:
 
 def time_variances(quats_left: Tensor, quats_right: Tensor, scales4: Tensor) -> Tensor:
     """Sigma_tt [N] alone (what culling needs): the squared norm of row t of R S."""
-    m_t = (_table(scales4)[12:] @ _products(quats_left, quats_right)) * scales4.T.contiguous()  # row t of R S
+    m_t = _scaled_rotation_rows(quats_left, quats_right, scales4, first_row=3)  # [4, N]
     return (m_t * m_t).sum(0)
 
 
@@ -78,12 +88,12 @@ def condition_on_time(quats_left: Tensor, quats_right: Tensor, scales4: Tensor) 
     complements indefinite).
 
     Computed one component per row ([k, N] tensors: every operation streams contiguous memory) and in
-    few, large operations: R from the 16 quaternion products and the constant :data:`BILINEAR` table
-    (one small matrix product), no batched 4x4 matmul and no advanced indexing (index_select only):
-    PyTorch runs those several times slower here (rasterizer/DESIGN.md, 4D Gaussians).
+    few, large operations (:func:`_scaled_rotation_rows`); no batched 4x4 matmul and no advanced
+    indexing (index_select only): PyTorch runs those several times slower here (rasterizer/DESIGN.md,
+    4D Gaussians).
     """
     n, dev = scales4.shape[0], scales4.device
-    m = (_table(scales4) @ _products(quats_left, quats_right)).reshape(4, 4, n) * scales4.T.contiguous()[None]
+    m = _scaled_rotation_rows(quats_left, quats_right, scales4).reshape(4, 4, n)
     m_xyz, m_t = m[:3], m[3]
     time_var = (m_t * m_t).sum(0)
     u = m_t * torch.rsqrt(time_var)  # [4, N]
