@@ -59,8 +59,8 @@ def _scaled_rotation_rows(quats_left: Tensor, quats_right: Tensor, scales4: Tens
     n = scales4.shape[0]
     cols = torch.stack([*quats_left.unbind(-1), *quats_right.unbind(-1), *scales4.unbind(-1)])  # [12, N]
     a, p, s = cols[0:4], cols[4:8], cols[8:12]
-    norm2 = (cols[0:8] * cols[0:8]).reshape(2, 4, n).sum(1).clamp_min(1e-24)  # [2, N]: |q_l|^2, |q_r|^2
-    inv = torch.rsqrt(norm2[0] * norm2[1])
+    inv = torch.rsqrt((cols[0:8] * cols[0:8]).reshape(2, 4, n).sum(1).clamp_min(1e-24))  # [2, N]: 1 / |q|
+    inv = inv[0] * inv[1]
     products = (a[:, None, :] * p[None, :, :]).reshape(16, n)
     rot = _table(scales4)[4 * first_row:] @ products  # [(4 - first_row) * 4, N]
     return (rot.reshape(4 - first_row, 4, n) * (s * inv)[None]).reshape(4 * (4 - first_row), n)
@@ -96,9 +96,10 @@ def condition_on_time(quats_left: Tensor, quats_right: Tensor, scales4: Tensor) 
     m = _scaled_rotation_rows(quats_left, quats_right, scales4).reshape(4, 4, n)
     m_xyz, m_t = m[:3], m[3]
     time_var = (m_t * m_t).sum(0)
-    u = m_t * torch.rsqrt(time_var)  # [4, N]
+    inv_sd = torch.rsqrt(time_var)
+    u = m_t * inv_sd  # [4, N]
     cross = (m_xyz * m_t[None]).sum(1)  # [3, N]: Sigma_xt, Sigma_yt, Sigma_zt
-    proj = m_xyz - (cross * torch.rsqrt(time_var))[:, None] * u[None]  # [3, 4, N]: P's rows
+    proj = m_xyz - (cross * inv_sd)[:, None] * u[None]  # [3, 4, N]: P's rows
     sym6 = (proj.index_select(0, _index(_FIRST, dev)) * proj.index_select(0, _index(_SECOND, dev))).sum(1)
     covars = sym6.index_select(0, _index(_SYM3, dev)).T.reshape(n, 3, 3)
     velocities = (cross / time_var).T
