@@ -283,6 +283,32 @@ def test_default_culling_changes_neither_render_nor_gradients():
         torch.testing.assert_close(culled[2][name], kept_all[2][name], rtol=0, atol=1e-13, msg=name)
 
 
+@pytest.mark.cuda
+def test_sliced_model_renders_on_cuda_like_the_reference():
+    """Slicing on CUDA tensors, rendered by gsplat (cuda backend), against slicing + the reference on the
+    CPU (float32; tolerances of tests/rasterizer/test_cuda.py)."""
+    p = gaussians_4d(n=200, seed=21, dtype=torch.float32, time_scale=(0.05, 0.3))
+    colors = torch.rand(200, 3, generator=torch.Generator().manual_seed(22))
+    viewmats, Ks, W, H = camera()
+
+    def run(device, backend):
+        leaves = {k: v.detach().to(device).requires_grad_(True) for k, v in p.items()}
+        s = call(leaves, 0.4)
+        render, alpha, _ = rasterize_gaussians(s.means, None, None, s.opacities, s.gather(colors.to(device)),
+                                               viewmats.float().to(device), Ks.float().to(device), W, H,
+                                               covars=s.covars, backend=backend)
+        (render.square().sum() + alpha.sum()).backward()
+        return render.detach().cpu(), alpha.detach().cpu(), {k: v.grad.cpu() for k, v in leaves.items()}, s
+
+    ref, cuda = run("cpu", "reference"), run("cuda", "cuda")
+    assert torch.equal(cuda[3].indices.cpu(), ref[3].indices) and 0 < len(ref[3]) < 200
+    assert (cuda[0] - ref[0]).abs().mean() < 1e-4 and (cuda[0] - ref[0]).abs().max() < 2e-2
+    assert (cuda[1] - ref[1]).abs().max() < 2e-2
+    for name in p:
+        err = (cuda[2][name] - ref[2][name]).norm() / ref[2][name].norm()
+        assert err < 1e-2, f"{name} gradient relative error {err:.3g}"
+
+
 # ----------------------------------------------------------------------------- 4D-Rotor rotors
 
 
