@@ -65,7 +65,8 @@ def test_rotation_is_q_l_v_q_r_and_proper():
     g = torch.Generator().manual_seed(2)
     ql, qr, v = torch.randn(3, 200, 4, generator=g, dtype=F64)
     R = rotmat4_from_quats(ql * 3.0, qr * 0.1)  # any norm: normalised inside
-    torch.testing.assert_close((R @ v[..., None])[..., 0], hamilton(hamilton(unit(ql), v), unit(qr)), rtol=0, atol=1e-13)
+    rotated = hamilton(hamilton(unit(ql), v), unit(qr))  # q_l v q_r
+    torch.testing.assert_close((R @ v[..., None])[..., 0], rotated, rtol=0, atol=1e-13)
     torch.testing.assert_close(R @ R.transpose(-1, -2), torch.eye(4, dtype=F64).expand(200, 4, 4), rtol=0, atol=1e-13)
     torch.testing.assert_close(torch.linalg.det(R), torch.ones(200, dtype=F64), rtol=0, atol=1e-12)
 
@@ -435,8 +436,8 @@ def test_time_blocks_are_weighted_by_cosines():
     got = spherindrical_to_color(2, 2, means, mean_times, coeffs, viewmats, times, period=1.5)
     for c in range(2):
         dt = times[c] - mean_times
-        mixed = sum(math.cos(0) * coeffs[:, 0] if n == 0 else torch.cos(2 * math.pi * n * dt / 1.5)[:, None, None] * coeffs[:, n]
-                    for n in range(3))
+        weights = [torch.cos(2 * math.pi * n * dt / 1.5)[:, None, None] for n in range(3)]  # n = 0: ones
+        mixed = sum(w * coeffs[:, n] for n, w in enumerate(weights))
         torch.testing.assert_close(got[c], sh_to_color(2, means, mixed, viewmats[c:c + 1])[0], rtol=1e-13, atol=1e-14)
 
 
@@ -454,7 +455,8 @@ def test_gradcheck_spherindrical():
 @pytest.mark.parametrize("name,mutate,pattern", [
     ("means4", lambda p: p.update(means4=p["means4"][:, :3]), r"`means4` has shape \[8, 3\], expected \[\*, 4\]"),
     ("quats_left", lambda p: p["quats_left"].data[2].zero_(), r"`quats_left` has zero-norm rows \[2\]"),
-    ("quats_right", lambda p: p.update(quats_right=p["quats_right"].float()), r"`quats_right` has dtype torch.float32 but `means4`"),
+    ("quats_right", lambda p: p.update(quats_right=p["quats_right"].float()),
+     r"`quats_right` has dtype torch.float32 but `means4`"),
     ("scales4", lambda p: p["scales4"].data[5, 3].fill_(0.0), r"`scales4` has values <= 0 \(first rows: \[5\]\)"),
     ("scales4", lambda p: p["scales4"].data[1, 0].fill_(-1.0), r"`scales4` has values <= 0"),
     ("opacities", lambda p: p["opacities"].data[0].fill_(1.5), r"`opacities` has values outside \[0, 1\]"),
