@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..validate import RasterizerInputError
 from .rotation import normalize_quats
 
 ROTOR_COMPONENTS = ("s", "b_xy", "b_xz", "b_xw", "b_yz", "b_yw", "b_zw", "p")
@@ -49,6 +50,12 @@ def _table(x: Tensor) -> Tensor:
     return torch.tensor(_ROTOR_TO_QUATS, dtype=x.dtype, device=x.device)
 
 
+def _check_last_dim(func: str, name: str, x, size: int) -> None:
+    if not isinstance(x, Tensor) or x.dim() == 0 or x.shape[-1] != size or not x.is_floating_point():
+        got = f"{x.dtype} {list(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise RasterizerInputError(f"{func}: `{name}` must be a floating-point tensor [..., {size}], got {got}")
+
+
 def rotor_from_4drotor_halves(rotors1: Tensor, rotors2: Tensor) -> Tensor:
     """[N, 8] rotors (ROTOR_COMPONENTS order) from 4D-Rotor's two stored halves [N, 4] each."""
     theirs = torch.cat([rotors1, rotors2], dim=-1)
@@ -70,6 +77,7 @@ def rotor_constraint(rotors: Tensor) -> Tensor:
 def rotor_to_rotmat4(rotors: Tensor) -> Tensor:
     """[..., 4, 4] matrix of rotors [..., 8] (ROTOR_COMPONENTS order, used as given) as 4D-Rotor builds
     it (Sigma4 = M S S^T M^T there). Orthonormal only for a unit rotor satisfying the constraint."""
+    _check_last_dim("rotor_to_rotmat4", "rotors", rotors, 8)
     s, xy, xz, xw, yz, yw, zw, p = rotors.unbind(-1)
     sq = [v * v for v in (s, xy, xz, xw, yz, yw, zw, p)]
     ss, xy2, xz2, xw2, yz2, yw2, zw2, pp = sq
@@ -101,14 +109,16 @@ def rotor_to_rotmat4(rotors: Tensor) -> Tensor:
 def rotor_to_quats(rotors: Tensor) -> tuple[Tensor, Tensor]:
     """(q_l, q_r), unit [..., 4] each, of rotors [..., 8] (ROTOR_COMPONENTS order, any norm): the
     rotation 4D-Rotor renders from these raw parameters (its constraint projection and
-    normalisation included). A rotor whose q_l or q_r is zero has no such rotation: ValueError."""
+    normalisation included). A rotor whose q_l or q_r is zero has no such rotation:
+    RasterizerInputError (a ValueError)."""
+    _check_last_dim("rotor_to_quats", "rotors", rotors, 8)
     quats = rotors @ _table(rotors).T
     q_l, q_r = quats[..., :4], quats[..., 4:]
     for name, q in (("left", q_l), ("right", q_r)):
         zero = (q.detach() == 0).all(-1)
         if bool(zero.any()):
             rows = zero.reshape(-1).nonzero()[:5, 0].tolist()
-            raise ValueError(f"rotor_to_quats: rotors {rows} (flattened rows) have a zero {name} quaternion, "
+            raise RasterizerInputError(f"rotor_to_quats: rotors {rows} (flattened rows) have a zero {name} quaternion, "
                              "i.e. |r|^2 = 2 |constraint|: no rotation is near them")
     return normalize_quats(q_l), normalize_quats(q_r)
 
@@ -117,5 +127,7 @@ def quats_to_rotor(quats_left: Tensor, quats_right: Tensor) -> Tensor:
     """[..., 8] unit rotor (ROTOR_COMPONENTS order, satisfying the constraint) of the rotation
     L(q_l) R(q_r); quaternions [..., 4], any non-zero norm (normalised here). (q_l, q_r) and
     (-q_l, -q_r) give r and -r, the same rotation."""
+    _check_last_dim("quats_to_rotor", "quats_left", quats_left, 4)
+    _check_last_dim("quats_to_rotor", "quats_right", quats_right, 4)
     quats = torch.cat([normalize_quats(quats_left), normalize_quats(quats_right)], dim=-1)
     return 0.5 * (quats @ _table(quats))

@@ -406,8 +406,12 @@ def test_slicing_imported_rotors_matches_4d_rotor_slicing():
 
 def test_rotor_with_a_zero_quaternion_is_refused():
     r = torch.tensor([[0.5, 0, 0, 0, 0, 0, 0, 0.5]], dtype=F64)  # q_l = (s - p, ...) = 0
-    with pytest.raises(ValueError, match="zero left quaternion"):
+    with pytest.raises(RasterizerInputError, match="zero left quaternion"):
         rotor_to_quats(r)
+    with pytest.raises(RasterizerInputError, match=r"`rotors` must be a floating-point tensor \[..., 8\]"):
+        rotor_to_quats(torch.zeros(3, 7, dtype=F64))
+    with pytest.raises(RasterizerInputError, match="`quats_right` must be"):
+        quats_to_rotor(torch.ones(3, 4, dtype=F64), torch.ones(3, 4, dtype=torch.int64))
 
 
 # ----------------------------------------------------------------------------- spherindrical harmonics
