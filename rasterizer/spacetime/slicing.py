@@ -74,8 +74,9 @@ def slice_gaussians_4d(
         times: a float or 0-dim tensor (one time), or a 1-D tensor [C] (one time per camera); any
         finite value (times outside the trained span simply cull more).
         cull_threshold: Gaussians whose temporal factor exp(-0.5 (t - mu_t)^2 / Sigma_tt) is below it
-        are left out; kept are exactly those with factor >= cull_threshold. Default 1/255 (lossless for
-        rendering, see the module docstring); 0 keeps all.
+        are left out; kept are those with factor >= cull_threshold (every returned opacity honours it;
+        a factor within rounding of the threshold may go either way, as the culling pass computes it
+        apart). Default 1/255 (lossless for rendering, see the module docstring); 0 keeps all.
     Returns:
         one :class:`SlicedGaussians` for one time; for a [C] tensor a list of C of them, in the order
         of ``times`` (each time keeps its own subset, so they are not stacked).

@@ -226,6 +226,11 @@ def test_no_gaussians():
     p = {k: v[:0].detach() for k, v in gaussians_4d(n=3).items()}
     s = call(p, 0.5)
     assert s.means.shape == (0, 3) and s.covars.shape == (0, 3, 3) and s.opacities.shape == (0,) and len(s) == 0
+    p = gaussians_4d(n=5, time_scale=(0.01, 0.02))
+    s = call(p, 50.0)  # far from every mu_t: all culled
+    assert len(s) == 0 and s.covars.shape == (0, 3, 3)
+    (s.means.sum() + s.covars.sum() + s.opacities.sum()).backward()
+    assert float(p["quats_left"].grad.abs().sum()) == 0.0
 
 
 def test_gather_reads_kept_rows_of_colours_and_split_sh():
