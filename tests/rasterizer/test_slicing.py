@@ -13,9 +13,10 @@ from torch.autograd import gradcheck
 
 from rasterizer import RasterizerInputError, SlicedGaussians, rasterize_gaussians, slice_gaussians_4d
 from rasterizer.reference.sh import sh_to_color
-from rasterizer.spacetime import (CULL_THRESHOLD, condition_on_time, covariance_4d, left_matrix, quats_to_rotor,
-                                  right_matrix, rotmat4_from_quats, rotor_constraint, rotor_from_4drotor_halves,
-                                  rotor_to_4drotor_halves, rotor_to_quats, rotor_to_rotmat4, spherindrical_to_color)
+from rasterizer.spacetime import (CULL_THRESHOLD, condition_on_time, condition_on_time_reference, covariance_4d,
+                                  left_matrix, quats_to_rotor, right_matrix, rotmat4_from_quats, rotor_constraint,
+                                  rotor_from_4drotor_halves, rotor_to_4drotor_halves, rotor_to_quats, rotor_to_rotmat4,
+                                  spherindrical_to_color)
 
 F64 = torch.float64
 
@@ -115,6 +116,47 @@ def test_conditioning_matches_the_4d_covariance():
                                rtol=1e-12, atol=1e-16)
     assert torch.equal(cond.covars, cond.covars.transpose(-1, -2))
     assert bool((torch.linalg.eigvalsh(cond.covars) > 0).all())
+
+
+@pytest.mark.parametrize("outputs", [("covars", "velocities", "time_variances"), ("covars",), ("velocities",),
+                                     ("time_variances",), ("covars", "time_variances")])
+def test_hand_written_backward_matches_autograd(outputs):
+    """condition_on_time (hand-written backward) against condition_on_time_reference (autograd), float64,
+    random cotangents on the outputs used (the others get no gradient: None in the backward)."""
+    p = gaussians_4d(n=50, seed=23)
+    g = torch.Generator().manual_seed(24)
+    cot = {"covars": torch.randn(50, 3, 3, generator=g, dtype=F64),
+           "velocities": torch.randn(50, 3, generator=g, dtype=F64),
+           "time_variances": torch.randn(50, generator=g, dtype=F64)}
+    names = ("quats_left", "quats_right", "scales4")
+    results = []
+    for fn in (condition_on_time, condition_on_time_reference):
+        leaves = [p[k].detach().clone().requires_grad_(True) for k in names]
+        out = fn(*leaves)
+        sum((getattr(out, k) * cot[k]).sum() for k in outputs).backward()
+        results.append((out, [x.grad for x in leaves]))
+    (fast, fast_grads), (ref, ref_grads) = results
+    for k in ("covars", "velocities", "time_variances"):
+        assert torch.equal(getattr(fast, k), getattr(ref, k))
+    for name, a, b in zip(names, fast_grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * float(b.abs().max()), msg=name)
+
+
+def test_hand_written_backward_below_the_normalisation_floor():
+    """A quaternion below the 1e-12 floor is divided by 1e-12, not by its norm (no gradient through the
+    norm there): the hand-written backward does what autograd does with the clamp."""
+    g = torch.Generator().manual_seed(25)
+    ql, qr = torch.randn(2, 5, 4, generator=g, dtype=F64)
+    ql[0] *= 1e-13
+    s = torch.rand(5, 4, generator=g, dtype=F64) + 0.2
+    w = torch.randn(5, 3, 3, generator=g, dtype=F64)
+    grads = []
+    for fn in (condition_on_time, condition_on_time_reference):
+        leaves = [x.clone().requires_grad_(True) for x in (ql, qr, s)]
+        (fn(*leaves).covars * w).sum().backward()
+        grads.append([x.grad for x in leaves])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * float(b.abs().max()))
 
 
 def test_float32_slices_of_long_thin_gaussians_stay_positive_definite():
