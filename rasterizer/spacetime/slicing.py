@@ -13,6 +13,7 @@ a Gaussian has alpha < 1/255 at every pixel, which every backend skips (and give
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -97,15 +98,18 @@ def slice_gaussians_4d(
 
 def _rows_kept_at_some_time(means4, quats_left, quats_right, scales4, time_list, threshold) -> Tensor | None:
     """Indices [N''] of the Gaussians whose temporal factor reaches ``threshold`` at one of the times
-    (a cheap pass without gradients: Sigma_tt alone), or None when that is all of them."""
+    (a cheap pass without gradients: Sigma_tt alone, and exp(-0.5 dt^2 / Sigma_tt) >= threshold tested
+    as dt^2 <= -2 ln(threshold) Sigma_tt: exp is slow where it underflows), or None when that is all
+    of them."""
     if threshold == 0.0:
         return None
     with torch.no_grad():
-        var_t = time_variances(quats_left, quats_right, scales4)
+        bound = time_variances(quats_left, quats_right, scales4) * (-2.0 * math.log(threshold))
         mu_t = means4[:, 3]
         kept = None
         for t in time_list:
-            k = temporal_factor(t - mu_t, var_t) >= threshold
+            dt = t - mu_t
+            k = dt * dt <= bound
             kept = k if kept is None else kept | k
         if bool(kept.all()):
             return None
