@@ -1,8 +1,10 @@
 """splatforge's differentiable Gaussian rasterizer.
 
-One API (:func:`rasterize_gaussians`; 2D surfels: :func:`rasterize_surfels`), backends ``reference``
-(plain PyTorch), ``cpu`` (Numba kernels with hand-written backward; 3D Gaussians only) and ``cuda``
-(gsplat's kernels). Conventions: rasterizer/CONVENTIONS.md.
+One API per primitive: :func:`rasterize_gaussians` (3D Gaussians; 4D Gaussians are sliced at a time by
+:func:`slice_gaussians_4d` first, rasterizer/spacetime/), :func:`rasterize_surfels` (2D surfels) and
+:func:`rasterizer.image.rasterize_image_gaussians` (images as 2D Gaussians); backends ``reference`` (plain
+PyTorch), ``cpu`` (Numba kernels with hand-written backward) and ``cuda`` (gsplat's kernels).
+Conventions: rasterizer/CONVENTIONS.md.
 Never imports recon or viewer.
 
 Importing it applies the process settings of :mod:`rasterizer.runtime`: glibc keeps freed memory,
@@ -17,9 +19,10 @@ GOMP_SPINCOUNT_DEFAULT = _runtime.GOMP_SPINCOUNT_DEFAULT
 
 from .api import rasterize_gaussians, resolve_backend
 from .camera import Camera, stack_cameras
+from .spacetime import SlicedGaussians, slice_gaussians_4d
 from .surfels import SurfelRender, rasterize_surfels
 from .tiles import TILE_SIZE, TileGrid
 from .validate import RasterizerInputError
 
-__all__ = ["rasterize_gaussians", "rasterize_surfels", "SurfelRender", "resolve_backend", "Camera", "stack_cameras",
-           "TileGrid", "TILE_SIZE", "RasterizerInputError"]
+__all__ = ["rasterize_gaussians", "rasterize_surfels", "SurfelRender", "slice_gaussians_4d", "SlicedGaussians",
+           "resolve_backend", "Camera", "stack_cameras", "TileGrid", "TILE_SIZE", "RasterizerInputError"]

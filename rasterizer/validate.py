@@ -34,8 +34,8 @@ def calling(function_name: str):
         _CALLER.reset(token)
 
 
-def _fail(name: str, problem: str) -> None:
-    raise RasterizerInputError(f"{_CALLER.get()}: `{name}` {problem}")
+def _fail(name: str, problem: str, func: str | None = None) -> None:
+    raise RasterizerInputError(f"{func or _CALLER.get()}: `{name}` {problem}")
 
 
 def all_finite(x: Tensor) -> bool:
@@ -49,22 +49,24 @@ def all_finite(x: Tensor) -> bool:
 
 
 def check_tensor(name: str, x: Tensor | None, shape: tuple, dtype: torch.dtype | None = None,
-                 device: torch.device | None = None) -> None:
-    """Check type, shape (None = any size), dtype, device and finiteness of one argument."""
+                 device: torch.device | None = None, *, func: str | None = None, ref: str = "means") -> None:
+    """Check type, shape (None = any size), dtype, device and finiteness of one argument. ``func`` names
+    the function in the message (default: the one set by :func:`calling`, else rasterize_gaussians), ``ref``
+    the argument whose dtype and device the others must share."""
     if not isinstance(x, Tensor):
-        _fail(name, f"must be a torch.Tensor, got {type(x).__name__}")
+        _fail(name, f"must be a torch.Tensor, got {type(x).__name__}", func)
     if x.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, x.shape)):
         want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
-        _fail(name, f"has shape {list(x.shape)}, expected {want}")
+        _fail(name, f"has shape {list(x.shape)}, expected {want}", func)
     if not x.is_floating_point():
-        _fail(name, f"must be a floating-point tensor, got {x.dtype}")
+        _fail(name, f"must be a floating-point tensor, got {x.dtype}", func)
     if dtype is not None and x.dtype != dtype:
-        _fail(name, f"has dtype {x.dtype} but `means` has {dtype}; cast all inputs to one dtype")
+        _fail(name, f"has dtype {x.dtype} but `{ref}` has {dtype}; cast all inputs to one dtype", func)
     if device is not None and x.device != device:
-        _fail(name, f"is on {x.device} but `means` is on {device}; move all inputs to one device")
+        _fail(name, f"is on {x.device} but `{ref}` is on {device}; move all inputs to one device", func)
     if x.numel() and not all_finite(x):
         bad = (~torch.isfinite(x.detach())).reshape(x.shape[0], -1).any(-1).nonzero()[:5, 0].tolist() if x.dim() else []
-        _fail(name, f"contains NaN or Inf values (first bad rows: {bad}); fix or drop them before rendering")
+        _fail(name, f"contains NaN or Inf values (first bad rows: {bad}); fix or drop them before rendering", func)
 
 
 def check_choice(name: str, value: str, choices: tuple) -> None:

@@ -9,7 +9,6 @@ GSASR's fixed window).
 from __future__ import annotations
 
 import importlib
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -50,19 +49,20 @@ class ImageRender(NamedTuple):
     meta: ImageRenderMeta
 
 
+class _as_image_errors:
+    """Re-raise the shared checks' RasterizerInputError as ImageInputError (a subclass: callers may catch either)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        if kind is not None and kind is V.RasterizerInputError:
+            raise ImageInputError(str(err)) from None
+        return False
+
+
 def _fail(name: str, problem: str) -> None:
     raise ImageInputError(f"rasterize_image_gaussians: `{name}` {problem}")
-
-
-@contextmanager
-def _named_errors():
-    """The shared argument checks (rasterizer.validate) name rasterize_gaussians: name this function instead."""
-    try:
-        yield
-    except ImageInputError:
-        raise
-    except V.RasterizerInputError as err:
-        raise ImageInputError(str(err).replace("rasterize_gaussians:", "rasterize_image_gaussians:")) from None
 
 
 def _check(means, colors, cholesky, covars, opacities, depths, width, height, mode, window, prefilter_variance,
@@ -146,7 +146,7 @@ def rasterize_image_gaussians(
     Returns:
         :class:`ImageRender` (render [H, W, D], alpha [H, W, 1] or None, meta).
     """
-    with _named_errors():
+    with V.calling("rasterize_image_gaussians"), _as_image_errors():
         _check(means, colors, cholesky, covars, opacities, depths, width, height, mode, window, prefilter_variance,
                backgrounds)
         name = _backend(backend, means.device)
