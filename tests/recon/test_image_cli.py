@@ -183,3 +183,24 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys):
     empty.mkdir()
     code, _, err = run(["image", "fit", empty, "--out", tmp_path / "o", *FIT], capsys)
     assert code == 2 and "no image files" in err
+
+
+@pytest.mark.parametrize("channels, layout", [(4, "RGBA"), (1, "L")])
+def test_16bit_and_alpha_written_back_as_fitted(tmp_path, capsys, channels, layout):
+    """A 16-bit RGBA (grey) PNG is fitted with 4 (1) channels and rendered back as a 16-bit RGBA (grey) PNG;
+    the progress bar (PSNR callback) runs too."""
+    from recon.image import png16
+
+    rgb = smooth_image(3, 24, 20).astype(np.uint16) * 257
+    pixels = np.concatenate([rgb, rgb[..., :1]], axis=2) if channels == 4 else rgb[..., :1]
+    (tmp_path / "d.png").write_bytes(png16.encode_png16(pixels))
+    code, out, err = run(["image", "fit", tmp_path / "d.png", "--out", tmp_path / "d.gimg", "--gaussians", "40",
+                          "--steps", "50"], capsys)
+    assert code == 0, err
+    model = read_gimg(tmp_path / "d.gimg")
+    assert model.layout == layout and model.channels == channels and model.source["bit_depth"] == 16
+    code, _, err = run(["image", "render", tmp_path / "d.gimg", "--scale", "2", "--out", tmp_path / "r.png"], capsys)
+    assert code == 0, err
+    width, height, depth, color_type, _ = png16.png_header((tmp_path / "r.png").read_bytes())
+    assert (width, height, depth, color_type) == (48, 40, 16, 6 if channels == 4 else 0)
+    assert read_image(tmp_path / "r.png").layout == layout
