@@ -1,8 +1,9 @@
 """Measure the anti-aliasing prefilter of `splatforge image render` (recon/image/resample.py); prints JSON.
 
 Fits IMAGE (optionally a centre crop) with N Gaussians for S steps, or reads a .gimg model (--model), then for
-each scale s < 1 renders the model at s with the prefilter (variance (1 - s^2) / 12 output pixels^2), without
-it (point sampling), and with other variances for comparison (half, twice, 1/12), and reports the PSNR of each against the
+each scale s < 1 renders the model at s with the derived prefilter (variance (1 - s^2) / 12 output pixels^2), the
+one used (ANTIALIAS_GAIN times that), without it (point sampling), and with other variances for comparison
+(half and twice the derived one, 1/12), and reports the PSNR of each against the
 box-downsampled original image and against the box-downsampled scale-1 render (which isolates the resampling
 error from the fit error). Also: PSNR of the scale-2 render box-downsampled by 2 against the scale-1 render
 and against the image.
@@ -55,12 +56,13 @@ def main() -> None:
     for s in SCALES:
         w, h = round(W * s), round(H * s)
         box_image, box_render = box_downsample(target, w, h), box_downsample(full, w, h)
-        derived = prefilter_variance(W, H, w, h)
-        row = {"scale": round(s, 4), "size": [w, h], "derived_variance": round(derived, 4)}
+        derived, used = prefilter_variance(W, H, w, h, gain=1.0), prefilter_variance(W, H, w, h)
+        row = {"scale": round(s, 4), "size": [w, h], "derived_variance": round(derived, 4),
+               "used_variance": round(used, 4)}
         # alternatives: half and twice the derived variance; 1/12, the box of one output pixel alone
         # (forgetting that the fitted pixels are already box-filtered)
-        for label, v in (("none", 0.0), ("derived", derived), ("half", derived / 2), ("twice", 2 * derived),
-                         ("1/12", 1 / 12)):
+        for label, v in (("none", 0.0), ("derived", derived), ("used", used), ("half", derived / 2),
+                         ("twice", 2 * derived), ("1/12", 1 / 12)):
             out = render_image(model, w, h, prefilter_variance=v)
             row[label] = {"variance": round(v, 4), "psnr_vs_box_image": round(psnr(out, box_image), 3),
                           "psnr_vs_box_render": round(psnr(out, box_render), 3)}

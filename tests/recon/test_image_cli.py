@@ -115,7 +115,7 @@ def test_downsampling_prefilter_helps(fitted):
     target = read_image(image_path).pixels
     box = box_downsample(target, W // 2, H // 2)
     v = prefilter_variance(W, H, W // 2, H // 2)
-    assert v == pytest.approx((1 - 0.25) / 12)
+    assert v == pytest.approx(1.2 * (1 - 0.25) / 12) and prefilter_variance(W, H, 2 * W, 2 * H) == 0.0
     filtered = result.model.render(W // 2, H // 2, prefilter_variance=v).clamp(0, 1)
     point = result.model.render(W // 2, H // 2).clamp(0, 1)
     assert psnr(filtered, box) > psnr(point, box)
