@@ -167,6 +167,7 @@ def fit_command(args: FitArgs) -> None:
 def fit_one(args: FitArgs, loaded, out: Path, label: str = ""):
     """Fit ``loaded`` (recon.image.io.LoadedImage), write ``out`` and return its ImageRecord (measured on the
     file as read back)."""
+    from recon.image.codec import bits_per_pixel
     from recon.image.fit import FitConfig, fit_image
     from recon.image.gimg import read_gimg, write_gimg
     from recon.image.model import render_image
@@ -174,25 +175,25 @@ def fit_one(args: FitArgs, loaded, out: Path, label: str = ""):
     from recon.image.resample import psnr
 
     n = gaussian_count(args, loaded.width, loaded.height, loaded.pixels.shape[2])
+    if loaded.source.get("note"):  # how a 16-bit, grey, RGBA or palette image is handled
+        print(f"{loaded.source.get('name', '')}: {loaded.source['note']}")
     cfg = FitConfig(gaussians=n, steps=args.steps, init=args.init, loss=args.loss, seed=args.seed,
                     backend=args.backend)
     started = time.perf_counter()
-    with fit_progress(args.progress, args.steps, label or loaded.source.get("name", "")) as on_step:
+    with FitProgress(args.progress, args.steps, label or loaded.source.get("name", "")) as on_step:
         result = fit_image(loaded.pixels, cfg, layout=loaded.layout, source=loaded.source, progress=on_step)
     seconds = time.perf_counter() - started
     size = write_gimg(out, result.model, encoding_of(args), force=args.force)
     stored = read_gimg(out)
     render = render_image(stored, backend=args.backend)
     value, window = ms_ssim(render, loaded.pixels)
-    from recon.image.codec import bits_per_pixel
-
     return ImageRecord(image=loaded.source.get("name", ""), model=out.name, width=loaded.width, height=loaded.height,
                        layout=loaded.layout, gaussians=n, steps=args.steps, encoding=encoding_of(args),
                        psnr=psnr(render, loaded.pixels), ms_ssim=value, ms_ssim_window=window, file_bytes=size,
                        bpp=bits_per_pixel(size, loaded.width, loaded.height), seconds=seconds)
 
 
-class fit_progress:
+class FitProgress:
     """Context manager yielding the ``progress(step, psnr)`` callback of fit_image: a rich bar with the
     PSNR, or None when ``enabled`` is false."""
 
@@ -221,7 +222,7 @@ def fit_folder(args: FitArgs) -> None:
     """Fit every image in the folder ``args.input``; write <name>.gimg per image and the reports in --out."""
     from recon.atomic import refuse_overwrite
     from recon.image.io import image_files, read_image
-    from recon.image.report import REPORT_CSV, REPORT_JSON, write_reports
+    from recon.image.report import REPORT_CSV, REPORT_JSON, mean_record, write_reports
     from recon.outputs import ensure_writable_folder
 
     files = image_files(args.input)
@@ -239,6 +240,8 @@ def fit_folder(args: FitArgs) -> None:
     for name in [f"{s}.gimg" for s in stems] + [REPORT_JSON, REPORT_CSV]:
         refuse_overwrite(out / name, args.force)  # before any fitting
     loaded = [read_image(f) for f in files]  # every file checked before the first fit
+    for item in loaded:  # and every Gaussian count (--bpp too low for a small image)
+        gaussian_count(args, item.width, item.height, item.pixels.shape[2])
     records = []
     for i, image_ in enumerate(loaded):
         record = fit_one(args, image_, out / f"{files[i].stem}.gimg", label=f"[{i + 1}/{len(files)}] {files[i].name}")
@@ -247,8 +250,6 @@ def fit_folder(args: FitArgs) -> None:
               f"{record.gaussians:,} Gaussians, {record.seconds:.1f} s")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(args).items()}
     paths = write_reports(out, records, settings, force=args.force)
-    from recon.image.report import mean_record
-
     mean = mean_record(records)
     print(f"mean over {mean['images']} images: PSNR {mean['psnr']:.2f} dB, MS-SSIM {mean['ms_ssim']:.4f}, "
           f"{mean['bpp']:.3f} bpp, {mean['seconds']:.1f} s; reports: {paths[0]}, {paths[1]}")

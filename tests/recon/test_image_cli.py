@@ -197,6 +197,7 @@ def test_16bit_and_alpha_written_back_as_fitted(tmp_path, capsys, channels, layo
     code, out, err = run(["image", "fit", tmp_path / "d.png", "--out", tmp_path / "d.gimg", "--gaussians", "40",
                           "--steps", "50"], capsys)
     assert code == 0, err
+    assert "d.png: 16-bit PNG: values / 65535, kept as float32" in out  # says how the image is handled
     model = read_gimg(tmp_path / "d.gimg")
     assert model.layout == layout and model.channels == channels and model.source["bit_depth"] == 16
     code, _, err = run(["image", "render", tmp_path / "d.gimg", "--scale", "2", "--out", tmp_path / "r.png"], capsys)
