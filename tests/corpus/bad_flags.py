@@ -205,6 +205,29 @@ def _changed_hyper_parameter(tmp: Path) -> list:
     return ["train", *TINY, "--steps", 4, "--out", out, "--adc.grow-grad2d", "0.0003"]
 
 
+def image_model(tmp: Path, cut: int | None = None, version: int | None = None) -> Path:
+    """A tiny .gimg model (`splatforge image`), optionally cut to ``cut`` bytes or stamped with ``version``."""
+    import struct
+
+    from recon.image.gimg import encode_gimg
+    from recon.image.model import ImageGaussians
+
+    g = torch.Generator().manual_seed(0)
+    model = ImageGaussians(torch.rand(20, 2, generator=g) * 2 - 1, torch.full((20, 3), 0.1), torch.rand(20, 3), 16, 12)
+    data = bytearray(encode_gimg(model))
+    if version is not None:
+        struct.pack_into("<H", data, 8, version)
+    path = tmp / "m.gimg"
+    path.write_bytes(bytes(data[:cut]))
+    return path
+
+
+def text_file(tmp: Path, name: str) -> Path:
+    path = tmp / name
+    path.write_text("not pixels\n")
+    return path
+
+
 # ------------------------------------------------------------------------------------------ cases
 
 CASES = [
@@ -318,6 +341,27 @@ CASES = [
     BadFlagCase("export-sh-degree-negative",
                 lambda t: ["export", splat_file(t), "--out", t / "m.spz", "--sh-degree", -1], 1,
                 r"--sh-degree must be 0\.\.3"),
+    # image (images as 2D Gaussians)
+    BadFlagCase("image-fit-not-an-image",
+                lambda t: ["image", "fit", text_file(t, "a.png"), "--out", t / "a.gimg", "--steps", 1], 2,
+                r"a\.png: not an image file"),
+    BadFlagCase("image-fit-out-read-only",
+                lambda t: ["image", "fit", text_file(t, "a.png"), "--out", t / READ_ONLY / "a.gimg"], 2,
+                r"cannot write there \(Read-only file system\)", patch=read_only_file_system),
+    BadFlagCase("image-render-scale-zero", lambda t: ["image", "render", image_model(t), "--scale", 0, "--out",
+                                                      t / "r.png"], 2, r"--scale 0\.0: must be a positive number"),
+    BadFlagCase("image-render-scale-negative", lambda t: ["image", "render", image_model(t), "--scale", -2, "--out",
+                                                          t / "r.png"], 2, r"--scale -2\.0: must be a positive number"),
+    BadFlagCase("image-render-too-large",
+                lambda t: ["image", "render", image_model(t), "--size", "200000x200000", "--out", t / "r.png"], 2,
+                r"200000x200000 x 3 channels needs about .* GiB .* over the --max-memory-gb 4 limit"),
+    BadFlagCase("image-gimg-truncated",
+                lambda t: ["image", "render", image_model(t, cut=100), "--out", t / "r.png"], 2,
+                r"m\.gimg: truncated"),
+    BadFlagCase("image-gimg-future-version",
+                lambda t: ["image", "render", image_model(t, version=9), "--out", t / "r.png"], 2,
+                r"m\.gimg: \.gimg format version 9 was written by a newer splatforge; this splatforge reads format "
+                r"version 1"),
     # view
     BadFlagCase("view-port-out-of-range", lambda t: ["view", splat_file(t), "--port", 70000, "--exit-after", 1], 2,
                 r"--port 70000: must be 0\.\.65535"),

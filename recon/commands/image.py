@@ -1,0 +1,328 @@
+"""`splatforge image fit | render | compare`: images as 2D Gaussians (GaussianImage, GSASR).
+
+- ``splatforge image fit IMAGE --out model.gimg (--gaussians N | --bpp B) [--steps S] [--quantize]``: fit one
+  image (progress bar with PSNR), write the .gimg model (recon/image/gimg.py; FORMAT.md), print PSNR,
+  MS-SSIM, bits per pixel and seconds. ``IMAGE`` a folder: every image in it, ``--out`` a folder receiving
+  ``<name>.gimg`` per image and report.json / report.csv (recon/image/report.py: per image and the mean).
+  ``--bpp B`` chooses N = floor(B W H / nominal bits per Gaussian) of the encoding (recon/image/codec.py:
+  32 (5 + C) bits for float32, 32 + 24 + 8 C bits quantised); quantised files come out below B (zstandard).
+- ``splatforge image render MODEL (--scale S | --size WxH) --out out.png``: any size, up or down; below the
+  fitted size each Gaussian is low-passed (recon/image/resample.py: variance 1.2 (1 - s^2) / 12 output
+  pixels^2, the box of fitted pixels an output pixel covers times a measured 1.2; --no-antialias: off).
+  Scales <= 0 and outputs whose memory estimate exceeds --max-memory-gb are refused.
+- ``splatforge image compare MODEL IMAGE --out cmp.png``: the image, the render and the error (largest
+  channel difference x ``ERROR_GAIN``) side by side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, Optional, Union
+
+import tyro
+
+from recon.errors import USER_ERRORS, UsageError, fail
+
+ERROR_GAIN = 4.0  # the compare image's error panel: |render - image| x 4, clamped to 1
+GAP_PIXELS = 4  # white columns between the compare panels
+
+
+@dataclass
+class FitArgs:
+    """Fit an image (or each image in a folder) with 2D Gaussians and write .gimg model files."""
+
+    input: Annotated[Path, tyro.conf.Positional]
+    """an image file, or a folder of images (fitted one by one, with a report)."""
+    out: Path
+    """image: the .gimg file to write; folder: the folder receiving <name>.gimg, report.json, report.csv."""
+    gaussians: Optional[int] = None
+    """number of Gaussians (default 25,000 when --bpp is not given either)."""
+    bpp: Optional[float] = None
+    """target bits per pixel instead of --gaussians: N = floor(bpp W H / bits per Gaussian of the encoding)."""
+    steps: int = 3_000
+    """optimisation steps per image."""
+    quantize: bool = False
+    """store quantised (float16 means, 8-bit Cholesky and colours, zstandard) instead of float32."""
+    loss: Literal["l2", "l1+ssim"] = "l2"
+    init: Literal["image", "gaussianimage"] = "image"
+    seed: int = 0
+    backend: Literal["auto", "reference", "cpu", "cuda"] = "auto"
+    progress: bool = True
+    """show a progress bar with the PSNR."""
+    force: bool = False
+    """overwrite existing output files."""
+
+
+@dataclass
+class RenderArgs:
+    """Render a .gimg model at any size (anti-aliased below the fitted size)."""
+
+    model: Annotated[Path, tyro.conf.Positional]
+    """a .gimg file written by `splatforge image fit`."""
+    scale: Optional[float] = None
+    """output size = fitted size x scale (e.g. 0.5, 3.5); default 1."""
+    size: Optional[str] = None
+    """output size as WIDTHxHEIGHT instead of --scale."""
+    out: Path = Path("render.png")
+    """the PNG to write (16-bit when the model was fitted from a 16-bit image)."""
+    antialias: bool = True
+    """low-pass the Gaussians when rendering below the fitted size (--no-antialias: point sampling)."""
+    max_memory_gb: float = 4.0
+    """refuse outputs whose memory estimate (W H C x 4 bytes x 8) is above this many GiB."""
+    backend: Literal["auto", "reference", "cpu", "cuda"] = "auto"
+    force: bool = False
+
+
+@dataclass
+class CompareArgs:
+    """The image, the model's render and the error, side by side in one PNG."""
+
+    model: Annotated[Path, tyro.conf.Positional]
+    """a .gimg file."""
+    image: Annotated[Path, tyro.conf.Positional]
+    """the image it was fitted to."""
+    out: Path = Path("compare.png")
+    backend: Literal["auto", "reference", "cpu", "cuda"] = "auto"
+    force: bool = False
+
+
+ImageCommand = Union[
+    Annotated[FitArgs, tyro.conf.subcommand("fit")],
+    Annotated[RenderArgs, tyro.conf.subcommand("render")],
+    Annotated[CompareArgs, tyro.conf.subcommand("compare")],
+]
+
+
+def image(cmd: Annotated[ImageCommand, tyro.conf.arg(name="")]) -> None:
+    """Images as 2D Gaussians: fit (an image or a folder), render at any size, compare with the image."""
+    name = {FitArgs: "fit", RenderArgs: "render", CompareArgs: "compare"}[type(cmd)]
+    try:
+        if isinstance(cmd, FitArgs):
+            fit_command(cmd)
+        elif isinstance(cmd, RenderArgs):
+            render_command(cmd)
+        else:
+            compare_command(cmd)
+    except USER_ERRORS as err:
+        fail(f"image {name}", err)
+
+
+# ------------------------------------------------------------------------------------------ fit
+
+
+def encoding_of(args: FitArgs) -> str:
+    return "quantized" if args.quantize else "float32"
+
+
+def gaussian_count(args: FitArgs, width: int, height: int, channels: int) -> int:
+    """N from --gaussians or --bpp (see the module docstring)."""
+    from recon.image.codec import gaussians_for_bpp, nominal_bits_per_gaussian
+
+    if args.gaussians is not None and args.bpp is not None:
+        raise UsageError("--gaussians and --bpp: give one of them, not both")
+    if args.bpp is not None:
+        if not args.bpp > 0:
+            raise UsageError(f"--bpp {args.bpp}: must be > 0")
+        n = gaussians_for_bpp(args.bpp, width, height, encoding_of(args), channels)
+        if n < 1:
+            bits = nominal_bits_per_gaussian(encoding_of(args), channels)
+            raise UsageError(f"--bpp {args.bpp}: {width}x{height} pixels at {args.bpp} bits each hold less than one "
+                             f"Gaussian ({bits} bits); raise --bpp")
+        return n
+    n = 25_000 if args.gaussians is None else args.gaussians
+    if n < 1:
+        raise UsageError(f"--gaussians {n}: must be >= 1")
+    return n
+
+
+def check_fit_args(args: FitArgs) -> None:
+    if args.steps < 1:
+        raise UsageError(f"--steps {args.steps}: must be >= 1")
+    if args.gaussians is not None and args.bpp is not None:
+        raise UsageError("--gaussians and --bpp: give one of them, not both")
+
+
+def fit_command(args: FitArgs) -> None:
+    from recon.image.io import read_image
+    from recon.outputs import check_output_file
+
+    check_fit_args(args)
+    source = Path(args.input)
+    if source.is_dir():
+        fit_folder(args)
+        return
+    if not source.exists():
+        raise FileNotFoundError(f"{source}: no such file or folder; give an image or a folder of images")
+    check_output_file(args.out, args.force, suffixes=(".gimg",))
+    loaded = read_image(source)
+    record = fit_one(args, loaded, Path(args.out))
+    print(f"wrote {args.out}: {record.gaussians:,} Gaussians, PSNR {record.psnr:.2f} dB, MS-SSIM "
+          f"{record.ms_ssim:.4f}, {record.bpp:.3f} bits per pixel ({record.file_bytes:,} bytes, {record.encoding}), "
+          f"{record.seconds:.1f} s")
+
+
+def fit_one(args: FitArgs, loaded, out: Path, label: str = ""):
+    """Fit ``loaded`` (recon.image.io.LoadedImage), write ``out`` and return its ImageRecord (measured on the
+    file as read back)."""
+    from recon.image.codec import bits_per_pixel
+    from recon.image.fit import FitConfig, fit_image
+    from recon.image.gimg import read_gimg, write_gimg
+    from recon.image.model import render_image
+    from recon.image.report import ImageRecord, ms_ssim
+    from recon.image.resample import psnr
+
+    n = gaussian_count(args, loaded.width, loaded.height, loaded.pixels.shape[2])
+    if loaded.source.get("note"):  # how a 16-bit, grey, RGBA or palette image is handled
+        print(f"{loaded.source.get('name', '')}: {loaded.source['note']}")
+    cfg = FitConfig(gaussians=n, steps=args.steps, init=args.init, loss=args.loss, seed=args.seed,
+                    backend=args.backend)
+    started = time.perf_counter()
+    with FitProgress(args.progress, args.steps, label or loaded.source.get("name", "")) as on_step:
+        result = fit_image(loaded.pixels, cfg, layout=loaded.layout, source=loaded.source, progress=on_step)
+    seconds = time.perf_counter() - started
+    size = write_gimg(out, result.model, encoding_of(args), force=args.force)
+    stored = read_gimg(out)
+    render = render_image(stored, backend=args.backend)
+    value, window = ms_ssim(render, loaded.pixels)
+    return ImageRecord(image=loaded.source.get("name", ""), model=out.name, width=loaded.width, height=loaded.height,
+                       layout=loaded.layout, gaussians=n, steps=args.steps, encoding=encoding_of(args),
+                       psnr=psnr(render, loaded.pixels), ms_ssim=value, ms_ssim_window=window, file_bytes=size,
+                       bpp=bits_per_pixel(size, loaded.width, loaded.height), seconds=seconds)
+
+
+class FitProgress:
+    """Context manager yielding the ``progress(step, psnr)`` callback of fit_image: a rich bar with the
+    PSNR, or None when ``enabled`` is false."""
+
+    def __init__(self, enabled: bool, steps: int, label: str):
+        self.enabled, self.steps, self.label = enabled, steps, label
+        self.bar = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                            TextColumn("PSNR {task.fields[psnr]}"), TimeElapsedColumn(), TimeRemainingColumn())
+        self.bar.start()
+        task = self.bar.add_task(self.label, total=self.steps, psnr="-")
+        return lambda step, value: self.bar.update(task, completed=step, psnr=f"{value:.2f} dB")
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+        return False
+
+
+def fit_folder(args: FitArgs) -> None:
+    """Fit every image in the folder ``args.input``; write <name>.gimg per image and the reports in --out."""
+    from recon.atomic import refuse_overwrite
+    from recon.image.io import image_files, read_image
+    from recon.image.report import REPORT_CSV, REPORT_JSON, mean_record, write_reports
+    from recon.outputs import ensure_writable_folder
+
+    files = image_files(args.input)
+    if not files:
+        raise UsageError(f"{args.input}: no image files in this folder (looked for .png, .jpg, ...)")
+    stems = [f.stem for f in files]
+    twins = sorted({s for s in stems if stems.count(s) > 1})
+    if twins:
+        raise UsageError(f"{args.input}: several images share the name {twins[0]!r} (e.g. .png and .jpg) and would "
+                         f"write the same {twins[0]}.gimg; keep one of them")
+    out = Path(args.out)
+    if out.suffix.lower() == ".gimg":
+        raise UsageError(f"--out {out}: for a folder of images give an output folder, not a .gimg file")
+    ensure_writable_folder(out)
+    for name in [f"{s}.gimg" for s in stems] + [REPORT_JSON, REPORT_CSV]:
+        refuse_overwrite(out / name, args.force)  # before any fitting
+    loaded = [read_image(f) for f in files]  # every file checked before the first fit
+    for item in loaded:  # and every Gaussian count (--bpp too low for a small image)
+        gaussian_count(args, item.width, item.height, item.pixels.shape[2])
+    records = []
+    for i, image_ in enumerate(loaded):
+        record = fit_one(args, image_, out / f"{files[i].stem}.gimg", label=f"[{i + 1}/{len(files)}] {files[i].name}")
+        records.append(record)
+        print(f"{files[i].name}: PSNR {record.psnr:.2f} dB, MS-SSIM {record.ms_ssim:.4f}, {record.bpp:.3f} bpp, "
+              f"{record.gaussians:,} Gaussians, {record.seconds:.1f} s")
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(args).items()}
+    paths = write_reports(out, records, settings, force=args.force)
+    mean = mean_record(records)
+    print(f"mean over {mean['images']} images: PSNR {mean['psnr']:.2f} dB, MS-SSIM {mean['ms_ssim']:.4f}, "
+          f"{mean['bpp']:.3f} bpp, {mean['seconds']:.1f} s; reports: {paths[0]}, {paths[1]}")
+
+
+# ------------------------------------------------------------------------------------------ render
+
+
+def render_at(model, out_width: int, out_height: int, antialias: bool = True, backend: str = "auto"):
+    """[H, W, C] render of ``model`` at out_width x out_height, clamped to [0, 1]; low-passed below the fitted
+    size when ``antialias`` (recon/image/resample.py)."""
+    from recon.image.model import render_image
+    from recon.image.resample import prefilter_variance
+
+    variance = prefilter_variance(model.width, model.height, out_width, out_height) if antialias else 0.0
+    return render_image(model, out_width, out_height, prefilter_variance=variance, backend=backend)
+
+
+def render_command(args: RenderArgs) -> None:
+    from recon.image.gimg import read_gimg
+    from recon.image.io import write_png
+    from recon.image.resample import check_memory, output_size
+    from recon.outputs import check_output_file
+
+    if not args.max_memory_gb > 0:
+        raise UsageError(f"--max-memory-gb {args.max_memory_gb}: must be > 0")
+    if args.scale is not None and args.size is not None:
+        raise UsageError("--scale and --size: give one of them, not both")
+    if args.scale is not None and not args.scale > 0:  # refused before the model is read
+        raise UsageError(f"--scale {args.scale}: must be a positive number (e.g. 0.5 to halve, 3.5 to enlarge)")
+    check_output_file(args.out, args.force, suffixes=(".png",))
+    model = read_gimg(args.model)
+    width, height = output_size(model.width, model.height, args.scale, args.size)
+    check_memory(width, height, model.channels, args.max_memory_gb)
+    started = time.perf_counter()
+    pixels = render_at(model, width, height, args.antialias, args.backend)
+    seconds = time.perf_counter() - started
+    write_png(args.out, pixels, model.layout, int(model.source.get("bit_depth", 8)), force=args.force)
+    print(f"wrote {args.out}: {width}x{height} ({width / model.width:.3g}x the fitted {model.width}x{model.height}), "
+          f"rendered in {seconds * 1000:.0f} ms")
+
+
+# ------------------------------------------------------------------------------------------ compare
+
+
+def side_by_side(original, render, layout: str):
+    """[H, 3 W + 2 GAP, C]: original | render | error (largest channel difference x ERROR_GAIN, clamped; alpha 1
+    in the error panel of an RGBA image); the gaps are white (opaque)."""
+    import torch
+
+    H, W, C = original.shape
+    error = ((render - original).abs().amax(dim=2, keepdim=True) * ERROR_GAIN).clamp(0, 1).expand(H, W, C).clone()
+    if layout == "RGBA":
+        error[..., 3] = 1.0
+    gap = original.new_ones(H, GAP_PIXELS, C)
+    return torch.cat([original, gap, render, gap, error], dim=1)
+
+
+def compare_command(args: CompareArgs) -> None:
+    from recon.image.gimg import read_gimg
+    from recon.image.io import read_image, write_png
+    from recon.image.resample import psnr
+    from recon.outputs import check_output_file
+
+    check_output_file(args.out, args.force, suffixes=(".png",))
+    model = read_gimg(args.model)
+    loaded = read_image(args.image)
+    if loaded.layout != model.layout:
+        raise UsageError(f"{args.image}: a {loaded.layout} image, but {args.model} was fitted to a {model.layout} "
+                         f"image; give the image it was fitted to")
+    note = ""
+    if (loaded.width, loaded.height) != (model.width, model.height):
+        note = f" (the model was fitted at {model.width}x{model.height}; rendered at the image's size)"
+    render = render_at(model, loaded.width, loaded.height, backend=args.backend)
+    write_png(args.out, side_by_side(loaded.pixels, render, model.layout), model.layout, force=args.force)
+    print(f"wrote {args.out}: image | render | error x {ERROR_GAIN:g}; PSNR {psnr(render, loaded.pixels):.2f} dB{note}")
