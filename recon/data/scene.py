@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from rasterizer.camera import Camera
+from recon.atomic import atomic_open, atomic_write_bytes
 from recon.errors import SplatforgeError, UsageError
 
 WHITE = (1.0, 1.0, 1.0)
@@ -314,21 +314,22 @@ def undistorted_relpath(rel: Path) -> Path:
 
 
 def save_image_atomic(im, path: Path) -> None:
-    """Save a Pillow image via a temporary file and a rename, so a crash leaves no half-written file."""
+    """Save a Pillow image in the format of ``path``'s suffix with :func:`recon.atomic.atomic_open`
+    (replacing an existing file), so a crash leaves no half-written file. ValueError for a suffix
+    Pillow cannot write."""
+    from PIL import Image
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     suffix = path.suffix.lower()
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
+    fmt = Image.registered_extensions().get(suffix)
+    if fmt is None:
+        raise ValueError(f"{path}: cannot write images with suffix {path.suffix!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, force=True) as f:
         if suffix in (".jpg", ".jpeg"):
-            im.convert("RGB").save(tmp, quality=95, subsampling=0)
+            im.convert("RGB").save(f, format=fmt, quality=95, subsampling=0)
         else:
-            im.save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            im.save(f, format=fmt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -394,15 +395,7 @@ def write_cache_key(derived: Path, src: Path) -> None:
     """Record which source (path, size, mtime) ``derived`` was made from, and ``derived``'s own stamp
     (so a derived file rewritten after its key no longer matches). Written atomically."""
     key = {"source": str(Path(src).resolve()), **_file_stamp(src), "derived": _file_stamp(derived)}
-    path = cache_key_path(derived)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(key, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(cache_key_path(derived), json.dumps(key).encode(), force=True)
 
 
 def cache_matches(derived: Path, src: Path) -> bool | None:

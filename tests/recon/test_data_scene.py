@@ -149,6 +149,37 @@ def test_downscale_cache_rewritten_behind_its_key_is_remade(tmp_path):
     assert np.allclose(load_image(again), 90 / 255)
 
 
+def test_cache_files_are_written_through_recon_atomic(tmp_path, monkeypatch):
+    """Derived images and their keys go through recon.atomic: a failed write leaves the old file and no
+    temporary; new files get the usual permissions (not mkstemp's 0600)."""
+    import recon.atomic
+    from recon.data.scene import cache_key_path, save_image_atomic, write_cache_key
+
+    src, derived = tmp_path / "src.png", tmp_path / "out" / "d.jpg"
+    Image.fromarray(np.full((4, 4, 3), 9, np.uint8)).save(src)
+    save_image_atomic(Image.open(src), derived)  # makes the folder; JPEG from the suffix
+    write_cache_key(derived, src)
+    assert Image.open(derived).format == "JPEG" and cache_key_path(derived).is_file()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert derived.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert cache_key_path(derived).stat().st_mode & 0o777 == 0o666 & ~umask
+    old_key = cache_key_path(derived).read_bytes()
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(recon.atomic.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        save_image_atomic(Image.new("RGB", (4, 4)), derived)
+    with pytest.raises(OSError, match="No space left"):
+        write_cache_key(derived, src)
+    assert Image.open(derived).getpixel((0, 0)) != (0, 0, 0) and cache_key_path(derived).read_bytes() == old_key
+    assert sorted(p.name for p in derived.parent.iterdir()) == sorted([derived.name, cache_key_path(derived).name])
+    with pytest.raises(ValueError, match="suffix '.xyz'"):
+        save_image_atomic(Image.new("RGB", (4, 4)), tmp_path / "a.xyz")
+
+
 def test_dataset_own_images_n_without_key_is_used(tmp_path):
     root, raw = downscale_dataset(tmp_path, [np.full((12, 16, 3), 90, np.uint8)])
     (root / "images_2").mkdir()
