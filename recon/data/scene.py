@@ -380,7 +380,7 @@ def _resize_file(src: Path, dst: Path, size: tuple[int, int], what: str) -> None
 
 
 def cache_key_path(derived: Path) -> Path:
-    """Sidecar ``.<name>.source.json`` beside a derived (downscaled) image."""
+    """Sidecar ``.<name>.source.json`` beside a derived (downscaled or undistorted) image."""
     derived = Path(derived)
     return derived.with_name(f".{derived.name}.source.json")
 
@@ -391,25 +391,32 @@ def _file_stamp(path: Path) -> dict:
     return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def write_cache_key(derived: Path, src: Path) -> None:
-    """Record which source (path, size, mtime) ``derived`` was made from, and ``derived``'s own stamp
-    (so a derived file rewritten after its key no longer matches). Written atomically."""
+def _cache_key(derived: Path, src: Path, params: dict | None) -> dict:
     key = {"source": str(Path(src).resolve()), **_file_stamp(src), "derived": _file_stamp(derived)}
+    if params is not None:
+        key["params"] = params
+    return key
+
+
+def write_cache_key(derived: Path, src: Path, params: dict | None = None) -> None:
+    """Record which source (path, size, mtime) ``derived`` was made from, and ``derived``'s own stamp
+    (so a derived file rewritten after its key no longer matches), and the JSON-ready ``params`` it was
+    made with when the source alone does not decide it (undistortion: the lens). Written atomically."""
+    key = _cache_key(derived, src, params)
     atomic_write_bytes(cache_key_path(derived), json.dumps(key).encode(), force=True)
 
 
-def cache_matches(derived: Path, src: Path) -> bool | None:
-    """True when ``derived``'s key matches ``src`` and ``derived`` as they are now; False when the key
-    is stale (source replaced or derived file changed); None when ``derived`` has no key (not made
-    by us, e.g. a dataset's own ``images_N/``)."""
+def cache_matches(derived: Path, src: Path, params: dict | None = None) -> bool | None:
+    """True when ``derived``'s key matches ``src``, ``derived`` and ``params`` as they are now; False
+    when the key is stale (source replaced, derived file changed, other params); None when ``derived``
+    has no key (not made by us, e.g. a dataset's own ``images_N/``)."""
     try:
         key = json.loads(cache_key_path(derived).read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
         return False
-    want = {"source": str(Path(src).resolve()), **_file_stamp(src), "derived": _file_stamp(derived)}
-    return key == want
+    return key == _cache_key(derived, src, params)
 
 
 def _downscaled_file(

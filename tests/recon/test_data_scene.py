@@ -225,6 +225,37 @@ def test_undistorting_16_bit_grey_keeps_its_range(tmp_path):
     np.testing.assert_allclose(np.asarray(out, dtype=np.float64), ramp, atol=1.0)
 
 
+def test_stale_undistortion_cache_is_rebuilt(tmp_path):
+    """An undistorted file is reused only while its key matches: a replaced source (same size), a file
+    of the right size written there by someone else, or another lens makes it again."""
+    from recon.data.finalize import finalize_frames
+    from recon.data.scene import Distortion
+
+    root, raw = downscale_dataset(tmp_path, [np.full((12, 16, 3), 40, np.uint8)])
+    cache = tmp_path / "cache"
+
+    def undistorted(coeffs=(0.05, 0.0, 0.0, 0.0)) -> Frame:
+        (frame,) = finalize_frames([(raw[0][0], Distortion("OPENCV", np.array(coeffs)))], root,
+                                   root / "list.json", cache_dir=cache)
+        return frame
+
+    first = undistorted()
+    assert first.image_path.parent.parent.parent == cache and np.allclose(load_image(first), 40 / 255)
+    made = first.image_path.stat().st_ino  # a file made again is a new file (atomic replace)
+    assert undistorted().image_path.stat().st_ino == made  # fresh: reused
+    src = raw[0][0].image_path
+    before = src.stat()
+    Image.fromarray(np.full((12, 16, 3), 200, np.uint8)).save(src)  # same size, new content
+    os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+    assert np.allclose(load_image(undistorted()), 200 / 255)
+    Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save(first.image_path)  # the right size, not ours
+    assert np.allclose(load_image(undistorted()), 200 / 255)
+    lens = first.image_path.stat().st_ino
+    again = undistorted((0.1, 0.0, 0.0, 0.0))  # another lens: another picture and camera
+    assert again.image_path.stat().st_ino != lens and not torch.equal(again.camera.K, first.camera.K)
+    assert undistorted((0.1, 0.0, 0.0, 0.0)).image_path.stat().st_ino == again.image_path.stat().st_ino
+
+
 def test_16_bit_colour_png_is_read_with_its_range(tmp_path):
     """Pillow decodes 16-bit RGB PNGs to their high byte: 8-bit precision, range kept (never clipped)."""
     import struct
