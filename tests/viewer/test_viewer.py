@@ -39,7 +39,7 @@ BROWSER_TIMEOUT = 180.0  # seconds any one browser-side condition may take (Swif
 def poll_until(grab, accept=bool, what: str = "condition", timeout: float = BROWSER_TIMEOUT,
                interval: float = 0.1):
     """``grab()`` again and again until ``accept(value)`` holds, and return that value; fail naming
-    ``what`` (and ``accept``'s last verdict) after ``timeout`` seconds."""
+    ``what`` after ``timeout`` seconds."""
     t0 = time.monotonic()
     while True:
         value = grab()
@@ -239,20 +239,31 @@ def browser_camera_reports(client) -> list:
 
 def set_camera(client, wxyz=(1.0, 0.0, 0.0, 0.0), position=(0.0, 0.0, 0.0), fov=math.radians(60)):
     """Move the browser camera (viser's ``get_render(fov=...)`` alone does not change the fov the
-    browser renders with, so the client camera is set first) and wait until the browser reports it."""
+    browser renders with, so the client camera is set first) and wait until the browser reports it.
+    The camera is set again every few seconds until then: a page that has just connected may still
+    be settling its initial camera after ours arrived."""
     reports = browser_camera_reports(client)
     if not reports:  # nothing reported since we started listening: the camera as first reported
         reports.append((float(client.camera.fov), np.array(client.camera.position), np.array(client.camera.wxyz)))
-    client.camera.fov = fov
-    client.camera.position = position
-    client.camera.wxyz = wxyz
 
     def there() -> bool:
         got_fov, got_position, got_wxyz = reports[-1]
         return (abs(got_fov - fov) < 1e-4 and np.allclose(got_position, position, atol=1e-4)
                 and abs(float(np.dot(got_wxyz, wxyz))) > 1 - 1e-6)
 
-    wait_for(there, what=f"the browser to report camera fov {fov:.4f}, position {position}, wxyz {wxyz}")
+    t0 = time.monotonic()
+    next_set = t0
+    while not there():
+        now = time.monotonic()
+        assert now - t0 < BROWSER_TIMEOUT, (
+            f"timed out after {BROWSER_TIMEOUT:.0f} s waiting for the browser to report camera fov {fov:.4f}, "
+            f"position {position}, wxyz {wxyz}; {len(reports)} reports, the last {reports[-1]}")
+        if now >= next_set:  # (viser sends only what differs from the camera the browser last reported)
+            client.camera.fov = fov
+            client.camera.position = position
+            client.camera.wxyz = wxyz
+            next_set = now + 5.0
+        time.sleep(0.05)
     return wxyz, position, fov
 
 
