@@ -25,7 +25,8 @@ import torch
 from recon import run_files as rf
 from recon.errors import RunFolderError
 from recon.run_history import RunHistory
-from recon.trainer import PROCEDURAL, TrainConfig, background_color, load_training_scene
+from recon.data_arg import names_procedural_scene, saved_data_path
+from recon.trainer import TrainConfig, background_color, load_training_scene
 
 
 class NotARunError(RunFolderError, FileNotFoundError):
@@ -145,7 +146,7 @@ class Run:
                 raise FileNotFoundError(f"{self.dir}: the run has no {rf.CONFIG_FILE}, so its dataset is "
                                         f"unknown; give the dataset folder with --data DIR")
             data = self.config.data
-            if str(data) != PROCEDURAL and not Path(data).exists():
+            if not names_procedural_scene(data) and not Path(data).exists():
                 if not self.has_config:
                     raise FileNotFoundError(f"--data {data}: no such dataset folder")
                 raise FileNotFoundError(f"{data}: the dataset named in {self.config_path} is not there; give its "
@@ -186,14 +187,3 @@ class Run:
     def model_of(self, data, device: torch.device | str = "cpu", extent: float = 1.0):
         """A :class:`recon.export.SplatData` record as a model of the run's method, on ``device``."""
         return self.model_class.from_splat_data(data, extent=extent).to(device)
-
-
-def saved_data_path(data: Path, run_dir: Path) -> Path:
-    """The dataset path of a config.yaml: absolute as written by this version; a relative one (older
-    versions) is taken from the working directory when it exists there, else from the run folder, else
-    kept as it is (:attr:`Run.scene` then says it is not there)."""
-    data = Path(data)
-    if data.is_absolute() or str(data) == PROCEDURAL or data.exists():
-        return data
-    beside = run_dir / data
-    return beside if beside.exists() else data

@@ -23,6 +23,7 @@ import torch
 
 from recon.data import load_scene
 from recon.data.scene import DataFormatError, Scene
+from recon.data_arg import PROCEDURAL, names_procedural_scene, resolved_data, saved_data_path
 from recon.errors import CheckpointError, ConfigValueError, DeviceError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_splats
@@ -36,7 +37,6 @@ from recon.run_history import RunHistory
 from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCStrategy
 
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
-PROCEDURAL = "procedural"  # --data procedural: the built-in scene of recon.data.procedural_scene
 # fields that may differ when resuming (everything else must match the saved config.yaml); ``out`` is the
 # folder itself, which may have been moved or named by another path since
 RESUMABLE_CHANGES = {"out", "steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device",
@@ -190,14 +190,6 @@ def stored_config(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, data=resolved_data(cfg.data), out=Path(cfg.out).resolve())
 
 
-def resolved_data(data: str | Path) -> Path:
-    """``data`` as an absolute path; "procedural" stays as it is unless such a folder exists (as in
-    :func:`load_training_scene`)."""
-    if str(data) == PROCEDURAL and not Path(data).exists():
-        return Path(PROCEDURAL)
-    return Path(data).resolve()
-
-
 # ------------------------------------------------------------------------------------------ setup
 
 
@@ -216,7 +208,7 @@ def resolve_device(name: str) -> torch.device:
 
 def load_training_scene(cfg: TrainConfig) -> Scene:
     """The scene named by ``cfg.data`` ("procedural" or a dataset folder), with ``data_factor``."""
-    if str(cfg.data) == PROCEDURAL and not Path(cfg.data).exists():
+    if names_procedural_scene(cfg.data):
         from recon.data.procedural_scene import procedural_scene
 
         return procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed)
@@ -257,8 +249,8 @@ def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
     section fields are named by dotted keys (``adc.grow_grad2d``)."""
     current = rf.flatten_config(rf.config_to_dict(stored_config(cfg)))
     saved = rf.flatten_config(saved)
-    if saved.get("data") is not None:  # written relative by older versions: relative to the working directory
-        saved = {**saved, "data": str(resolved_data(saved["data"]))}
+    if saved.get("data") is not None:  # read as recon.run.Run reads it (relative in older versions)
+        saved = {**saved, "data": str(resolved_data(saved_data_path(saved["data"], out)))}
     # a field or section newer than the saved run had its default there
     defaults = rf.flatten_config(rf.config_to_dict(TrainConfig()))
     # the sections of the strategies this run does not use (mcmc.* for an adc run) change nothing

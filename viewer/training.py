@@ -61,6 +61,7 @@ class TrainingViewer:
         self.gui: dict[str, object] = {}
         self._running = threading.Event()
         self._running.set()
+        self._holding = threading.Event()  # set while on_step holds the training loop (paused)
         self._failed = False
         self._stats_time = 0.0
         self._rate_mark: tuple[float, int] | None = None  # (time, step) for steps/s
@@ -73,6 +74,12 @@ class TrainingViewer:
     @property
     def paused(self) -> bool:
         return not self._running.is_set()
+
+    @property
+    def holding_training(self) -> bool:
+        """True while :meth:`on_step` holds the training loop (paused); a pause takes hold only once
+        the step in flight has finished."""
+        return self._holding.is_set()
 
     def pause(self) -> None:
         self._running.clear()
@@ -218,8 +225,12 @@ class TrainingViewer:
             self._guard("update", self.push_model, trainer)  # show what training has reached
         self._guard("stats", self._update_stats, trainer, result, True)
         self._set_button()
-        while not self._running.wait(0.1):  # short waits keep Ctrl-C working
-            pass
+        self._holding.set()
+        try:
+            while not self._running.wait(0.1):  # short waits keep Ctrl-C working
+                pass
+        finally:
+            self._holding.clear()
         dt = time.perf_counter() - t0
         self._paused_seconds += dt
         if hasattr(trainer, "idle_seconds"):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from rasterizer.camera import Camera
+from recon.atomic import atomic_open, atomic_write_bytes
 from recon.errors import SplatforgeError, UsageError
 
 WHITE = (1.0, 1.0, 1.0)
@@ -314,21 +314,22 @@ def undistorted_relpath(rel: Path) -> Path:
 
 
 def save_image_atomic(im, path: Path) -> None:
-    """Save a Pillow image via a temporary file and a rename, so a crash leaves no half-written file."""
+    """Save a Pillow image in the format of ``path``'s suffix with :func:`recon.atomic.atomic_open`
+    (replacing an existing file), so a crash leaves no half-written file. ValueError for a suffix
+    Pillow cannot write."""
+    from PIL import Image
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     suffix = path.suffix.lower()
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
+    fmt = Image.registered_extensions().get(suffix)
+    if fmt is None:
+        raise ValueError(f"{path}: cannot write images with suffix {path.suffix!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, force=True) as f:
         if suffix in (".jpg", ".jpeg"):
-            im.convert("RGB").save(tmp, quality=95, subsampling=0)
+            im.convert("RGB").save(f, format=fmt, quality=95, subsampling=0)
         else:
-            im.save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            im.save(f, format=fmt)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -379,7 +380,7 @@ def _resize_file(src: Path, dst: Path, size: tuple[int, int], what: str) -> None
 
 
 def cache_key_path(derived: Path) -> Path:
-    """Sidecar ``.<name>.source.json`` beside a derived (downscaled) image."""
+    """Sidecar ``.<name>.source.json`` beside a derived (downscaled or undistorted) image."""
     derived = Path(derived)
     return derived.with_name(f".{derived.name}.source.json")
 
@@ -390,33 +391,32 @@ def _file_stamp(path: Path) -> dict:
     return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def write_cache_key(derived: Path, src: Path) -> None:
-    """Record which source (path, size, mtime) ``derived`` was made from, and ``derived``'s own stamp
-    (so a derived file rewritten after its key no longer matches). Written atomically."""
+def _cache_key(derived: Path, src: Path, params: dict | None) -> dict:
     key = {"source": str(Path(src).resolve()), **_file_stamp(src), "derived": _file_stamp(derived)}
-    path = cache_key_path(derived)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(key, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    if params is not None:
+        key["params"] = params
+    return key
 
 
-def cache_matches(derived: Path, src: Path) -> bool | None:
-    """True when ``derived``'s key matches ``src`` and ``derived`` as they are now; False when the key
-    is stale (source replaced or derived file changed); None when ``derived`` has no key (not made
-    by us, e.g. a dataset's own ``images_N/``)."""
+def write_cache_key(derived: Path, src: Path, params: dict | None = None) -> None:
+    """Record which source (path, size, mtime) ``derived`` was made from, and ``derived``'s own stamp
+    (so a derived file rewritten after its key no longer matches), and the JSON-ready ``params`` it was
+    made with when the source alone does not decide it (undistortion: the lens). Written atomically."""
+    key = _cache_key(derived, src, params)
+    atomic_write_bytes(cache_key_path(derived), json.dumps(key).encode(), force=True)
+
+
+def cache_matches(derived: Path, src: Path, params: dict | None = None) -> bool | None:
+    """True when ``derived``'s key matches ``src``, ``derived`` and ``params`` as they are now; False
+    when the key is stale (source replaced, derived file changed, other params); None when ``derived``
+    has no key (not made by us, e.g. a dataset's own ``images_N/``)."""
     try:
         key = json.loads(cache_key_path(derived).read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
         return False
-    want = {"source": str(Path(src).resolve()), **_file_stamp(src), "derived": _file_stamp(derived)}
-    return key == want
+    return key == _cache_key(derived, src, params)
 
 
 def _downscaled_file(

@@ -19,6 +19,7 @@ from recon.data.scene import (
     Distortion,
     Frame,
     _read_pil,
+    cache_matches,
     is_16bit,
     image_size,
     intrinsics_matrix,
@@ -26,6 +27,7 @@ from recon.data.scene import (
     relative_to_root,
     save_image_atomic,
     undistorted_relpath,
+    write_cache_key,
 )
 
 UNDISTORT_CHUNK_PIXELS = 1 << 20  # pixels remapped per block in undistort_image
@@ -243,19 +245,31 @@ def _undistort_file(src: Path, dst: Path, dist: Distortion, K_src: np.ndarray, K
     save_image_atomic(Image.fromarray(out[..., 0] if mode == "L" else out, mode), dst)
 
 
+def undistortion_params(dist: Distortion, K_src: np.ndarray, width: int, height: int) -> dict:
+    """What an undistorted file depends on besides its source file: the lens (JSON-ready, for the cache key)."""
+    return {"model": dist.model, "coeffs": [float(c) for c in np.ravel(dist.coeffs)],
+            "K": [float(v) for v in np.ravel(K_src)], "width": int(width), "height": int(height)}
+
+
 def undistort_frame(frame: Frame, dist: Distortion, root: Path, cache_root: Path) -> Frame:
     """Frame whose image (and mask) are undistorted into a pinhole camera; files cached under ``undistorted/``.
 
-    A cached file is reused when it exists with the right size (the cache is keyed by file name only).
+    A cached file is reused when its key (:func:`recon.data.scene.cache_matches`, as for downscaled
+    files) matches the source file as it is now, the lens (:func:`undistortion_params`) and the cached
+    file itself, and it has the camera's size; otherwise it is made again.
     """
     cam = frame.camera
     K_src = cam.K.double().numpy()
     K_dst = undistorted_intrinsics(dist.model, dist.coeffs, K_src, cam.width, cam.height)
+    params = undistortion_params(dist, K_src, cam.width, cam.height)
 
     def cached(src: Path, what: str) -> Path:
         dst = Path(cache_root) / undistorted_relpath(relative_to_root(src, root))
-        if not (dst.is_file() and image_size(dst) == (cam.width, cam.height)):
+        fresh = Path(src).is_file() and dst.is_file() and cache_matches(dst, src, params) \
+            and image_size(dst) == (cam.width, cam.height)
+        if not fresh:  # (a missing source is named by _undistort_file)
             _undistort_file(src, dst, dist, K_src, K_dst, cam.width, cam.height, what)
+            write_cache_key(dst, src, params)
         return dst
 
     image = cached(frame.image_path, "image")

@@ -149,6 +149,37 @@ def test_downscale_cache_rewritten_behind_its_key_is_remade(tmp_path):
     assert np.allclose(load_image(again), 90 / 255)
 
 
+def test_cache_files_are_written_through_recon_atomic(tmp_path, monkeypatch):
+    """Derived images and their keys go through recon.atomic: a failed write leaves the old file and no
+    temporary; new files get the usual permissions (not mkstemp's 0600)."""
+    import recon.atomic
+    from recon.data.scene import cache_key_path, save_image_atomic, write_cache_key
+
+    src, derived = tmp_path / "src.png", tmp_path / "out" / "d.jpg"
+    Image.fromarray(np.full((4, 4, 3), 9, np.uint8)).save(src)
+    save_image_atomic(Image.open(src), derived)  # makes the folder; JPEG from the suffix
+    write_cache_key(derived, src)
+    assert Image.open(derived).format == "JPEG" and cache_key_path(derived).is_file()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert derived.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert cache_key_path(derived).stat().st_mode & 0o777 == 0o666 & ~umask
+    old_key = cache_key_path(derived).read_bytes()
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(recon.atomic.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        save_image_atomic(Image.new("RGB", (4, 4)), derived)
+    with pytest.raises(OSError, match="No space left"):
+        write_cache_key(derived, src)
+    assert Image.open(derived).getpixel((0, 0)) != (0, 0, 0) and cache_key_path(derived).read_bytes() == old_key
+    assert sorted(p.name for p in derived.parent.iterdir()) == sorted([derived.name, cache_key_path(derived).name])
+    with pytest.raises(ValueError, match="suffix '.xyz'"):
+        save_image_atomic(Image.new("RGB", (4, 4)), tmp_path / "a.xyz")
+
+
 def test_dataset_own_images_n_without_key_is_used(tmp_path):
     root, raw = downscale_dataset(tmp_path, [np.full((12, 16, 3), 90, np.uint8)])
     (root / "images_2").mkdir()
@@ -192,6 +223,37 @@ def test_undistorting_16_bit_grey_keeps_its_range(tmp_path):
     out = Image.open(dst)
     assert out.mode == "I;16"
     np.testing.assert_allclose(np.asarray(out, dtype=np.float64), ramp, atol=1.0)
+
+
+def test_stale_undistortion_cache_is_rebuilt(tmp_path):
+    """An undistorted file is reused only while its key matches: a replaced source (same size), a file
+    of the right size written there by someone else, or another lens makes it again."""
+    from recon.data.finalize import finalize_frames
+    from recon.data.scene import Distortion
+
+    root, raw = downscale_dataset(tmp_path, [np.full((12, 16, 3), 40, np.uint8)])
+    cache = tmp_path / "cache"
+
+    def undistorted(coeffs=(0.05, 0.0, 0.0, 0.0)) -> Frame:
+        (frame,) = finalize_frames([(raw[0][0], Distortion("OPENCV", np.array(coeffs)))], root,
+                                   root / "list.json", cache_dir=cache)
+        return frame
+
+    first = undistorted()
+    assert first.image_path.parent.parent.parent == cache and np.allclose(load_image(first), 40 / 255)
+    made = first.image_path.stat().st_ino  # a file made again is a new file (atomic replace)
+    assert undistorted().image_path.stat().st_ino == made  # fresh: reused
+    src = raw[0][0].image_path
+    before = src.stat()
+    Image.fromarray(np.full((12, 16, 3), 200, np.uint8)).save(src)  # same size, new content
+    os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+    assert np.allclose(load_image(undistorted()), 200 / 255)
+    Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save(first.image_path)  # the right size, not ours
+    assert np.allclose(load_image(undistorted()), 200 / 255)
+    lens = first.image_path.stat().st_ino
+    again = undistorted((0.1, 0.0, 0.0, 0.0))  # another lens: another picture and camera
+    assert again.image_path.stat().st_ino != lens and not torch.equal(again.camera.K, first.camera.K)
+    assert undistorted((0.1, 0.0, 0.0, 0.0)).image_path.stat().st_ino == again.image_path.stat().st_ino
 
 
 def test_16_bit_colour_png_is_read_with_its_range(tmp_path):

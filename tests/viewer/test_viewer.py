@@ -3,6 +3,9 @@ page in headless Chromium (WebGL on SwiftShader): it loads, shows the splats, ma
 for an SH-degree-0 scene, and reacts to the opacity slider and the render/keyframe buttons.
 
 Browser tests skip when /usr/bin/chromium or playwright is absent (never run ``playwright install``).
+They never wait a fixed time for the browser: splats, meshes and GUI changes reach the page
+asynchronously, so each waits for its condition (:func:`poll_until`) under a generous timeout, and a
+slow (shared, loaded) machine only makes them slower, never failing.
 """
 
 from __future__ import annotations
@@ -30,6 +33,25 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 W, H = 160, 120  # browser/rasterizer comparison size (SwiftShader is slow)
+BROWSER_TIMEOUT = 180.0  # seconds any one browser-side condition may take (SwiftShader on a loaded machine)
+
+
+def poll_until(grab, accept=bool, what: str = "condition", timeout: float = BROWSER_TIMEOUT,
+               interval: float = 0.1):
+    """``grab()`` again and again until ``accept(value)`` holds, and return that value; fail naming
+    ``what`` after ``timeout`` seconds."""
+    t0 = time.monotonic()
+    while True:
+        value = grab()
+        if accept(value):
+            return value
+        assert time.monotonic() - t0 < timeout, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(interval)
+
+
+def wait_for(cond, timeout: float = BROWSER_TIMEOUT, what: str = "condition") -> None:
+    """Wait until ``cond()`` is true (see :func:`poll_until`)."""
+    poll_until(cond, bool, what, timeout)
 
 
 def small_scene(n: int = 300, seed: int = 0) -> SplatData:
@@ -196,64 +218,94 @@ def live(browser, splat_file, tmp_path_factory):
     v = build_viewer(ViewConfig(path=splat_file, port=0, output=out), verbose=False).start()
     page = browser.new_page(viewport={"width": 640, "height": 480})
     page.goto(v.url)
-    t0 = time.monotonic()
-    while not v.server.get_clients():
-        assert time.monotonic() - t0 < 30, "browser never connected"
-        time.sleep(0.05)
+    wait_for(v.server.get_clients, what="the browser to connect")  # listed once its camera is reported
     client = next(iter(v.server.get_clients().values()))
-    while True:  # wait for the first camera report
-        try:
-            client.camera.position
-            break
-        except AssertionError:
-            assert time.monotonic() - t0 < 30, "browser never reported its camera"
-            time.sleep(0.05)
     yield v, client, page
     page.close()
     v.stop()
 
 
+def browser_camera_reports(client) -> list:
+    """The cameras (fov, position, wxyz) the browser of ``client`` has reported, newest last. (Setting
+    ``client.camera`` changes viser's copy at once, so only the browser's own reports tell what the
+    browser shows.)"""
+    reports = getattr(client, "_test_camera_reports", None)
+    if reports is None:
+        reports = client._test_camera_reports = []
+        client.camera.on_update(lambda cam: reports.append(
+            (float(cam.fov), np.array(cam.position), np.array(cam.wxyz))))
+    return reports
+
+
 def set_camera(client, wxyz=(1.0, 0.0, 0.0, 0.0), position=(0.0, 0.0, 0.0), fov=math.radians(60)):
     """Move the browser camera (viser's ``get_render(fov=...)`` alone does not change the fov the
-    browser renders with, so the client camera is set first) and wait for the client to confirm."""
-    client.camera.fov = fov
-    client.camera.position = position
-    client.camera.wxyz = wxyz
-    time.sleep(0.3)
+    browser renders with, so the client camera is set first) and wait until the browser reports it.
+    The camera is set again every few seconds until then: a page that has just connected may still
+    be settling its initial camera after ours arrived."""
+    reports = browser_camera_reports(client)
+    if not reports:  # nothing reported since we started listening: the camera as first reported
+        reports.append((float(client.camera.fov), np.array(client.camera.position), np.array(client.camera.wxyz)))
+
+    def there() -> bool:
+        got_fov, got_position, got_wxyz = reports[-1]
+        return (abs(got_fov - fov) < 1e-4 and np.allclose(got_position, position, atol=1e-4)
+                and abs(float(np.dot(got_wxyz, wxyz))) > 1 - 1e-6)
+
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 10:
-        if abs(client.camera.fov - fov) < 1e-4 and np.allclose(client.camera.position, position, atol=1e-4):
-            break
+    next_set = t0
+    while not there():
+        now = time.monotonic()
+        assert now - t0 < BROWSER_TIMEOUT, (
+            f"timed out after {BROWSER_TIMEOUT:.0f} s waiting for the browser to report camera fov {fov:.4f}, "
+            f"position {position}, wxyz {wxyz}; {len(reports)} reports, the last {reports[-1]}")
+        if now >= next_set:  # (viser sends only what differs from the camera the browser last reported)
+            client.camera.fov = fov
+            client.camera.position = position
+            client.camera.wxyz = wxyz
+            next_set = now + 5.0
         time.sleep(0.05)
     return wxyz, position, fov
 
 
+def browser_rgba(client, wxyz, position, fov) -> np.ndarray:
+    """[H, W, 4] float browser frame, RGBA with straight alpha (PNG transport)."""
+    return client.get_render(H, W, wxyz=wxyz, position=position, fov=fov, transport_format="png",
+                             timeout=BROWSER_TIMEOUT).astype(np.float64) / 255.0
+
+
 def browser_render(client, wxyz, position, fov, background=(0.0, 0.0, 0.0)) -> np.ndarray:
-    """[H, W, 3] float browser frame composited over ``background`` (PNG transport: RGBA, straight alpha)."""
-    rgba = client.get_render(H, W, wxyz=wxyz, position=position, fov=fov, transport_format="png",
-                             timeout=60).astype(np.float64) / 255.0
+    """[H, W, 3] float browser frame composited over ``background``."""
+    rgba = browser_rgba(client, wxyz, position, fov)
     a = rgba[..., 3:]
     return rgba[..., :3] * a + np.asarray(background) * (1 - a)
+
+
+def render_until(client, cam, accept, what: str, background=(0.0, 0.0, 0.0)) -> np.ndarray:
+    """The first browser frame (:func:`browser_render` of camera ``cam``) that ``accept`` takes."""
+    return poll_until(lambda: browser_render(client, *cam, background=background), accept, what)
+
+
+def shows_splats(img: np.ndarray) -> bool:
+    """The small scene is on screen: splats cover part of the picture (not blank, not all filled)."""
+    covered = (img.sum(-1) > 0.05).mean()
+    return 0.05 < covered < 0.9 and img.std() > 0.05
 
 
 def test_page_loads_and_canvas_shows_splats(live):
     v, client, page = live
     assert "viser" in page.content().lower() or page.locator("canvas").count() > 0
     canvas = page.locator("canvas").first
-    canvas.wait_for(state="visible", timeout=20_000)
-    page.get_by_text("min opacity").first.wait_for(timeout=20_000)  # GUI panel is there
+    canvas.wait_for(state="visible", timeout=BROWSER_TIMEOUT * 1000)
+    page.get_by_text("min opacity").first.wait_for(timeout=BROWSER_TIMEOUT * 1000)  # GUI panel is there
     cam = set_camera(client)
-    img = browser_render(client, *cam)
-    covered = (img.sum(-1) > 0.05).mean()
-    assert 0.05 < covered < 0.9, covered  # splats, not a blank (or fully filled) canvas
-    assert img.std() > 0.05
+    render_until(client, cam, shows_splats, "the splats on the canvas")  # not blank, nor fully filled
 
 
 def test_browser_matches_rasterizer(live, record_property):
     v, client, _ = live
     cam = set_camera(client, wxyz=(0.9990482, 0.0, 0.0436194, 0.0), position=(-0.2, 0.1, 0.2))
-    got = browser_render(client, *cam)
     ref = v.render_frame(viser_camera_to_frame(*cam, W, H), background=(0.0, 0.0, 0.0))
+    got = render_until(client, cam, lambda img: psnr(img, ref) >= 20.0, "the browser to match the rasterizer")
     value = psnr(got, ref)
     record_property("psnr_browser_vs_rasterizer", value)
     print(f"PSNR browser vs rasterizer: {value:.2f} dB")
@@ -270,24 +322,19 @@ def _slider_track(page, label: str):
 def test_opacity_slider_changes_picture(live):
     v, client, page = live
     cam = set_camera(client)
-    before = browser_render(client, *cam)
+    before = render_until(client, cam, shows_splats, "all splats on the canvas")
     thumb, root = _slider_track(page, "min opacity")
-    thumb.wait_for(state="visible", timeout=20_000)
+    thumb.wait_for(state="visible", timeout=BROWSER_TIMEOUT * 1000)
     box = root.bounding_box()
     page.mouse.click(box["x"] + 0.8 * box["width"], box["y"] + 0.5 * box["height"])
-    t0 = time.monotonic()  # the slider value, then the re-sent splats ("shown"), arrive asynchronously
-    while not v.gui["shown"].value.startswith("150 of 300") and time.monotonic() - t0 < 15:
-        time.sleep(0.05)
+    # the slider value, then the re-sent splats ("shown"), then their picture arrive asynchronously
+    wait_for(lambda: v.gui["shown"].value.startswith("150 of 300"), what="the opacity filter (shown 150 of 300)")
     assert 0.6 < v.gui["opacity"].value < 0.95, v.gui["opacity"].value  # 0.6 splats go, 0.95 stay
-    assert v.gui["shown"].value.startswith("150 of 300"), v.gui["shown"].value
-    time.sleep(0.5)
-    after = browser_render(client, *cam)
-    assert np.abs(after - before).mean() > 0.01
-    assert (after.sum(-1) > 0.05).mean() > 0.02  # the opaque half is still there
+    render_until(client, cam, lambda after: np.abs(after - before).mean() > 0.01
+                 and (after.sum(-1) > 0.05).mean() > 0.02,  # changed, and the opaque half is still there
+                 "the filtered splats in the browser")
     page.mouse.click(box["x"] + 1, box["y"] + 0.5 * box["height"])  # back to 0 for other tests
-    t0 = time.monotonic()
-    while v.gui["opacity"].value > 0.05 and time.monotonic() - t0 < 10:
-        time.sleep(0.05)
+    wait_for(lambda: v.gui["shown"].value.startswith("300 of 300"), what="the opacity filter reset")
 
 
 def test_render_and_keyframe_buttons(live):
@@ -296,10 +343,8 @@ def test_render_and_keyframe_buttons(live):
     n_renders = len(v.renders_saved)
     page.get_by_role("button", name="keyframe", exact=True).click()
     page.get_by_role("button", name="render", exact=True).click()
-    t0 = time.monotonic()
-    while (len(v.renders_saved) == n_renders or not (v.output_dir / "camera_path.json").exists()) \
-            and time.monotonic() - t0 < 30:
-        time.sleep(0.1)
+    wait_for(lambda: len(v.renders_saved) > n_renders and (v.output_dir / "camera_path.json").exists(),
+             what="the render and the keyframe")
     assert len(v.renders_saved) == n_renders + 1 and v.renders_saved[-1].exists()
     path = load_camera_path(v.output_dir / "camera_path.json")
     frame = path.frames[-1]
@@ -331,17 +376,9 @@ def _connect(browser, v, viewport=(640, 480)):
     before = set(v.server.get_clients())
     page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
     page.goto(v.url)
-    t0 = time.monotonic()
-    while True:
-        new = [c for cid, c in v.server.get_clients().items() if cid not in before]
-        if new:
-            try:
-                new[0].camera.position
-                return page, new[0]
-            except AssertionError:
-                pass
-        assert time.monotonic() - t0 < 30, "browser never connected / reported its camera"
-        time.sleep(0.05)
+    new = poll_until(lambda: [c for cid, c in v.server.get_clients().items() if cid not in before], bool,
+                     "the browser to connect and report its camera")  # listed after its first camera report
+    return page, new[0]
 
 
 def test_browser_disconnect_and_reconnect(browser, splat_file, tmp_path):
@@ -349,40 +386,34 @@ def test_browser_disconnect_and_reconnect(browser, splat_file, tmp_path):
     v = build_viewer(ViewConfig(path=splat_file, port=0, output=tmp_path), verbose=False).start()
     try:
         page, client = _connect(browser, v)
-        first = browser_render(client, *set_camera(client))
+        cam = set_camera(client)
+        ref = v.render_frame(viser_camera_to_frame(*cam, W, H), background=(0.0, 0.0, 0.0))
+        first = render_until(client, cam, lambda img: psnr(img, ref) >= 20.0, "the first page to show the scene")
         page.close()  # disconnect
-        t0 = time.monotonic()
-        while v.server.get_clients() and time.monotonic() - t0 < 15:
-            time.sleep(0.05)
-        assert not v.server.get_clients(), "server still lists the closed page"
+        wait_for(lambda: not v.server.get_clients(), what="the server to drop the closed page")
         page, client = _connect(browser, v)  # reconnect
-        again = browser_render(client, *set_camera(client))
-        assert psnr(again, first) > 30.0  # the same scene, fully re-sent
+        cam = set_camera(client)
+        # the same scene, fully re-sent: wait for it (the splats reach a new page asynchronously)
+        render_until(client, cam, lambda img: psnr(img, first) > 30.0, "the reconnected page to show the scene")
         page.get_by_role("button", name="render", exact=True).click()  # the GUI works for the new client
-        t0 = time.monotonic()
-        while not v.renders_saved and time.monotonic() - t0 < 30:
-            time.sleep(0.1)
-        assert v.renders_saved and v.renders_saved[-1].exists()
+        wait_for(lambda: v.renders_saved, what="the render button of the new page")
+        assert v.renders_saved[-1].exists()
         page.close()
     finally:
         v.stop()
 
 
-def settled_render(client, cam, timeout=30.0) -> np.ndarray:
-    """[H, W, 4] float RGBA once the browser's picture stops changing (splats and meshes arrive
-    asynchronously after the page connects)."""
-    def grab():
-        return client.get_render(H, W, wxyz=cam[0], position=cam[1], fov=cam[2], transport_format="png",
-                                 timeout=60).astype(np.float64) / 255.0
+def settled_render(client, cam, ready, what: str) -> np.ndarray:
+    """[H, W, 4] float RGBA once ``ready(rgba)`` holds and the picture stopped changing (mean change
+    under 1e-3 between two frames half a second apart): splats and meshes (geometry, then colours)
+    reach the page asynchronously after it connects."""
+    last = [None]
 
-    t0, last = time.monotonic(), grab()
-    while time.monotonic() - t0 < timeout:
-        time.sleep(0.5)
-        now = grab()
-        if np.abs(now - last).max() < 1e-6 and now[..., 3].max() > 0:
-            return now
-        last = now
-    return last
+    def settled(now: np.ndarray) -> bool:
+        before, last[0] = last[0], now
+        return before is not None and ready(now) and np.abs(now - before).mean() < 1e-3
+
+    return poll_until(lambda: browser_rgba(client, *cam), settled, what, interval=0.5)
 
 
 def _mesh_box(tmp_path, name, z, colour=(0, 255, 0, 255)):
@@ -396,6 +427,27 @@ def _mesh_box(tmp_path, name, z, colour=(0, 255, 0, 255)):
     return path
 
 
+def _box_drawn(rgba: np.ndarray, z: float, coloured: bool = False) -> bool:
+    """The 0.6 x 0.6 box at depth ``z`` is drawn: the inner part of its projection is opaque (the
+    splats alone leave some of the image centre partly transparent), and with ``coloured`` green (the
+    box's geometry can show before its colours)."""
+    half = int(0.3 / (z - 0.1) * 0.5 * H / math.tan(math.radians(30)) * 0.6)
+    inner = rgba[H // 2 - half:H // 2 + half, W // 2 - half:W // 2 + half]
+    green = (inner[..., 1] - inner[..., 0]).mean() > 0.3
+    return bool(inner[..., 3].min() > 0.99 and (green or not coloured))
+
+
+def _splats_drawn(rgba: np.ndarray) -> bool:
+    return shows_splats(rgba[..., :3] * rgba[..., 3:])
+
+
+READY = {  # what each scene of test_mesh_occludes_splats_behind_it_and_not_in_front shows once loaded
+    "none": _splats_drawn,
+    "front": lambda rgba: _splats_drawn(rgba) and _box_drawn(rgba, 2.0, coloured=True),
+    "behind": lambda rgba: _splats_drawn(rgba) and _box_drawn(rgba, 7.0),
+}
+
+
 def test_mesh_occludes_splats_behind_it_and_not_in_front(browser, splat_file, tmp_path):
     """A green box between the camera and the splats (z = 2) hides them in the image centre; the same box
     behind them (z = 7) is hidden where the splats are opaque: depth-tested, not drawn on top."""
@@ -407,7 +459,7 @@ def test_mesh_occludes_splats_behind_it_and_not_in_front(browser, splat_file, tm
         try:
             page, client = _connect(browser, v)
             cam = set_camera(client)
-            renders[name] = settled_render(client, cam)
+            renders[name] = settled_render(client, cam, READY[name], f"the scene with the box {name}")
             page.close()
         finally:
             v.stop()

@@ -18,18 +18,12 @@ import pytest
 pytest.importorskip("viser")
 
 from recon.trainer import TrainConfig, Trainer  # noqa: E402
-from tests.viewer.test_viewer import H, W, browser, browser_render, set_camera  # noqa: E402,F401
+from tests.viewer.test_viewer import (  # noqa: E402,F401
+    H, W, browser, render_until, set_camera, wait_for)
 from viewer.camera_path import world_to_cam_to_viser  # noqa: E402
 from viewer.training import TrainingViewer  # noqa: E402
 
 EVERY = 5
-
-
-def wait_for(cond, timeout: float = 20.0, what: str = "condition") -> None:
-    t0 = time.monotonic()
-    while not cond():
-        assert time.monotonic() - t0 < timeout, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def small_cfg(out: Path, **kw) -> TrainConfig:
@@ -49,17 +43,8 @@ def live_training(browser, tmp_path_factory):  # noqa: F811
     hook.start(trainer)
     page = browser.new_page(viewport={"width": 640, "height": 480})
     page.goto(hook.url)
-    wait_for(lambda: hook.viewer.server.get_clients(), 30, "the browser to connect")
+    wait_for(hook.viewer.server.get_clients, what="the browser to connect")  # listed after its first camera report
     client = next(iter(hook.viewer.server.get_clients().values()))
-
-    def has_camera():
-        try:
-            client.camera.position
-            return True
-        except AssertionError:
-            return False
-
-    wait_for(has_camera, 30, "the browser camera")
     yield trainer, hook, client, page
     page.close()
     hook.stop()
@@ -79,17 +64,16 @@ def run_steps(trainer, n: int) -> None:
 def test_training_updates_change_the_browser_picture(live_training):
     trainer, hook, client, page = live_training
     cam = set_camera(client, *training_view(trainer))
+    white = (1.0, 1.0, 1.0)
     before_buffer = hook.viewer.splat_handle.buffer.copy()
-    before = browser_render(client, *cam, background=(1.0, 1.0, 1.0))
+    before = render_until(client, cam, lambda img: (img.sum(-1) < 2.9).mean() > 0.01, "the initial model", white)
     updates = hook.updates
     run_steps(trainer, 3 * EVERY)
     assert hook.updates == updates + 3 and hook.last_update_step == trainer.step
     assert not np.array_equal(before_buffer, hook.viewer.splat_handle.buffer)  # server-side splats changed
-    time.sleep(0.5)
-    after = browser_render(client, *cam, background=(1.0, 1.0, 1.0))
-    change = np.abs(after - before).mean()
-    print(f"mean browser picture change after {3 * EVERY} steps: {change:.4f}")
-    assert change > 0.002, change
+    after = render_until(client, cam, lambda img: np.abs(img - before).mean() > 0.002,
+                         f"the browser picture to change after {3 * EVERY} steps", white)
+    print(f"mean browser picture change after {3 * EVERY} steps: {np.abs(after - before).mean():.4f}")
 
 
 def test_training_panel_follows_the_run(live_training):
@@ -102,7 +86,7 @@ def test_training_panel_follows_the_run(live_training):
     assert g["gaussians"].value == f"{len(trainer.model):,}"
     assert float(g["rate"].value) > 0
     shown = lambda: page.evaluate("Array.from(document.querySelectorAll('input')).map(e => e.value)")  # noqa: E731
-    wait_for(lambda: g["step"].value in shown(), 15, "the step value in the browser panel")
+    wait_for(lambda: g["step"].value in shown(), what="the step value in the browser panel")
     assert g["loss"].value in shown() and g["gaussians"].value in shown()
 
 
@@ -121,26 +105,24 @@ def test_pause_blocks_training_and_resume_continues(live_training):
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: trainer.step > 0 and trainer.step % EVERY == 1 or trainer.step > 200, 30, "training")
+        wait_for(lambda: trainer.step > 0 and trainer.step % EVERY == 1 or trainer.step > 200, what="training")
         page.get_by_role("button", name="pause", exact=True).click()
-        wait_for(lambda: hook.paused, 15, "pause")
-        time.sleep(0.6)  # the step in flight finishes, then the loop blocks
+        wait_for(lambda: hook.holding_training, what="the pause to hold training")  # after the step in flight
         stopped_at = trainer.step
         time.sleep(1.0)
         assert trainer.step == stopped_at, "training went on while paused"
         assert hook.gui["status"].value == "paused" and hook.gui["button"].label == "resume"
         assert hook.last_update_step == stopped_at  # pausing shows the model as it is
         page.get_by_role("button", name="resume", exact=True).click()
-        wait_for(lambda: trainer.step > stopped_at + 2, 20, "training to resume")
+        wait_for(lambda: trainer.step > stopped_at + 2, what="training to resume")
         assert not hook.paused and hook.gui["button"].label == "pause"
         assert trainer.idle_seconds > 1.0  # the pause is not counted as training time
         # a browser that goes away while paused: nobody can resume, so training resumes by itself
         hook.pause()
-        wait_for(lambda: hook.paused, 5, "pause")
-        time.sleep(0.6)
+        wait_for(lambda: hook.holding_training, what="the pause to hold training")
         paused_at = trainer.step
         page.close()
-        wait_for(lambda: not hook.paused and trainer.step > paused_at + 2, 20, "resume after disconnect")
+        wait_for(lambda: not hook.paused and trainer.step > paused_at + 2, what="resume after disconnect")
     finally:
         stop.set()
         hook.resume()
