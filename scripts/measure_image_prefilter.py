@@ -46,7 +46,7 @@ def main() -> None:
     if args.model:
         model = read_gimg(args.model)
     else:
-        model = fit_image(target, FitConfig(gaussians=args.gaussians, steps=args.steps)).model
+        model = fit_image(target, FitConfig(gaussians=args.gaussians, steps=args.steps, pixel_variance=0.0)).model  # point samples: the models this prefilter is for
         if args.save:
             write_gimg(args.save, model, force=True)
     fit_seconds = time.perf_counter() - started

@@ -42,12 +42,16 @@ class FitArgs:
     """number of Gaussians (default 25,000 when --bpp is not given either)."""
     bpp: Optional[float] = None
     """target bits per pixel instead of --gaussians: N = floor(bpp W H / bits per Gaussian of the encoding)."""
-    steps: int = 3_000
-    """optimisation steps per image."""
+    preset: Literal["default", "gaussianimage"] = "default"
+    """settings (recon.image.fit.PRESETS): "default" is tuned for a CPU (colours sampled from the image, area-sampled
+    pixels, 3,000 steps); "gaussianimage" is the paper's (random initialisation, point samples, lr 1e-3, 50,000 steps)."""
+    steps: Optional[int] = None
+    """optimisation steps per image (default: the preset's)."""
     quantize: bool = False
     """store quantised (float16 means, 8-bit Cholesky and colours, zstandard) instead of float32."""
     loss: Literal["l2", "l1+ssim"] = "l2"
-    init: Literal["image", "gaussianimage"] = "image"
+    init: Optional[Literal["image", "gaussianimage"]] = None
+    """initialisation (default: the preset's)."""
     seed: int = 0
     backend: Literal["auto", "reference", "cpu", "cuda"] = "auto"
     progress: bool = True
@@ -139,7 +143,7 @@ def gaussian_count(args: FitArgs, width: int, height: int, channels: int) -> int
 
 
 def check_fit_args(args: FitArgs) -> None:
-    if args.steps < 1:
+    if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps {args.steps}: must be >= 1")
     if args.gaussians is not None and args.bpp is not None:
         raise UsageError("--gaussians and --bpp: give one of them, not both")
@@ -168,7 +172,7 @@ def fit_one(args: FitArgs, loaded, out: Path, label: str = ""):
     """Fit ``loaded`` (recon.image.io.LoadedImage), write ``out`` and return its ImageRecord (measured on the
     file as read back)."""
     from recon.image.codec import bits_per_pixel
-    from recon.image.fit import FitConfig, fit_image
+    from recon.image.fit import PRESETS, fit_image
     from recon.image.gimg import read_gimg, write_gimg
     from recon.image.model import render_image
     from recon.image.report import ImageRecord, ms_ssim
@@ -177,10 +181,11 @@ def fit_one(args: FitArgs, loaded, out: Path, label: str = ""):
     n = gaussian_count(args, loaded.width, loaded.height, loaded.pixels.shape[2])
     if loaded.source.get("note"):  # how a 16-bit, grey, RGBA or palette image is handled
         print(f"{loaded.source.get('name', '')}: {loaded.source['note']}")
-    cfg = FitConfig(gaussians=n, steps=args.steps, init=args.init, loss=args.loss, seed=args.seed,
-                    backend=args.backend)
+    preset = PRESETS[args.preset]
+    cfg = dataclasses.replace(preset, gaussians=n, steps=args.steps or preset.steps, init=args.init or preset.init,
+                              loss=args.loss, seed=args.seed, backend=args.backend)
     started = time.perf_counter()
-    with FitProgress(args.progress, args.steps, label or loaded.source.get("name", "")) as on_step:
+    with FitProgress(args.progress, cfg.steps, label or loaded.source.get("name", "")) as on_step:
         result = fit_image(loaded.pixels, cfg, layout=loaded.layout, source=loaded.source, progress=on_step)
     seconds = time.perf_counter() - started
     size = write_gimg(out, result.model, encoding_of(args), force=args.force)
@@ -188,7 +193,7 @@ def fit_one(args: FitArgs, loaded, out: Path, label: str = ""):
     render = render_image(stored, backend=args.backend)
     value, window = ms_ssim(render, loaded.pixels)
     return ImageRecord(image=loaded.source.get("name", ""), model=out.name, width=loaded.width, height=loaded.height,
-                       layout=loaded.layout, gaussians=n, steps=args.steps, encoding=encoding_of(args),
+                       layout=loaded.layout, gaussians=n, steps=cfg.steps, encoding=encoding_of(args),
                        psnr=psnr(render, loaded.pixels), ms_ssim=value, ms_ssim_window=window, file_bytes=size,
                        bpp=bits_per_pixel(size, loaded.width, loaded.height), seconds=seconds)
 
@@ -259,12 +264,16 @@ def fit_folder(args: FitArgs) -> None:
 
 
 def render_at(model, out_width: int, out_height: int, antialias: bool = True, backend: str = "auto"):
-    """[H, W, C] render of ``model`` at out_width x out_height, clamped to [0, 1]; low-passed below the fitted
-    size when ``antialias`` (recon/image/resample.py)."""
+    """[H, W, C] render of ``model`` at out_width x out_height, clamped to [0, 1]. An area-sampled model
+    (``pixel_variance`` > 0, the default fit) averages each output pixel's own area at every size, which is the
+    anti-aliasing; a point-sampled one (GaussianImage's) is low-passed below the fitted size when ``antialias``
+    (recon/image/resample.py)."""
     from recon.image.model import render_image
     from recon.image.resample import prefilter_variance
 
-    variance = prefilter_variance(model.width, model.height, out_width, out_height) if antialias else 0.0
+    point_sampled = model.pixel_variance == 0.0
+    variance = prefilter_variance(model.width, model.height, out_width, out_height) if antialias and point_sampled \
+        else 0.0
     return render_image(model, out_width, out_height, prefilter_variance=variance, backend=backend)
 
 

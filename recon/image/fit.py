@@ -41,6 +41,14 @@ class FitConfig:
     lr_means: float = 0.01
     lr_cholesky: float = 0.05
     lr_colors: float = 0.01
+    min_variance: float = 0.0
+    """pixels^2 added to every Gaussian's covariance (L L^T + v I): no Gaussian is thinner than sqrt(v) fitted
+    pixels, so the model is smooth between pixel centres and renders above the fitted size agree with it (the
+    fit only sees pixel centres; without it, thin Gaussians fit there and alias at scale 2). 0: GaussianImage."""
+    pixel_variance: float = 1.0 / 12.0
+    """pixels^2: each fitted pixel is the area average of the continuous image over the pixel (a Gaussian low-pass
+    of a 1-pixel box's variance, 1/12), not a point sample at its centre; kept in the model, so renders at other
+    sizes sample their own pixels the same way and agree with the fit (0: point samples, GaussianImage)."""
     lr_decay_steps: tuple[float, ...] = (0.6, 0.85)
     """fractions of ``steps`` at which all learning rates are halved."""
     seed: int = 0
@@ -52,7 +60,7 @@ PRESETS: dict[str, FitConfig] = {
     "default": FitConfig(),
     # the paper's settings (GaussianImage, ECCV 2024: random initialisation, learning rate 1e-3 for every
     # group, 50,000 steps, halved at step 20,000; Adam here, the paper's code uses Adan): for a GPU
-    "gaussianimage": FitConfig(init="gaussianimage", steps=50_000, lr_means=1e-3, lr_cholesky=1e-3, lr_colors=1e-3,
+    "gaussianimage": FitConfig(init="gaussianimage", steps=50_000, min_variance=0.0, pixel_variance=0.0, lr_means=1e-3, lr_cholesky=1e-3, lr_colors=1e-3,
                                lr_decay_steps=(0.4,)),
 }
 
@@ -75,21 +83,26 @@ def psnr(a: Tensor, b: Tensor) -> float:
 class GaussianParams(torch.nn.Module):
     """The optimised tensors: xyz [N, 2] (means = tanh(xyz)), raw Cholesky [N, 3] (pixels), colours [N, C]."""
 
-    def __init__(self, xyz: Tensor, raw_cholesky: Tensor, colors: Tensor, width: int, height: int):
+    def __init__(self, xyz: Tensor, raw_cholesky: Tensor, colors: Tensor, width: int, height: int,
+                 min_variance: float = 0.0):
         super().__init__()
+        self.min_variance = min_variance
         self.xyz = torch.nn.Parameter(xyz)
         self.raw_cholesky = torch.nn.Parameter(raw_cholesky)
         self.colors = torch.nn.Parameter(colors)
         self.width, self.height = width, height
 
     def cholesky(self) -> Tensor:
-        """Normalised Cholesky factors [N, 3]: diag(2 / W, 2 / H) (raw + bound)."""
+        """Normalised Cholesky factors [N, 3] of the effective covariance: diag(2 / W, 2 / H) chol(L L^T + v I),
+        L = raw + bound (pixels), v = min_variance."""
         px = self.raw_cholesky + self.raw_cholesky.new_tensor(CHOLESKY_BOUND)
+        if self.min_variance > 0.0:
+            px = widened_cholesky(px, self.min_variance)
         return px * px.new_tensor([2.0 / self.width, 2.0 / self.height, 2.0 / self.height])
 
-    def model(self, layout: str, source: dict) -> ImageGaussians:
+    def model(self, layout: str, source: dict, pixel_variance: float) -> ImageGaussians:
         return ImageGaussians(torch.tanh(self.xyz), self.cholesky(), self.colors, self.width, self.height, layout,
-                              source).detached()
+                              source, pixel_variance).detached()
 
     @torch.no_grad()
     def keep_diagonal(self) -> None:
@@ -98,6 +111,18 @@ class GaussianParams(torch.nn.Module):
             d = self.raw_cholesky[:, k] + bound
             fixed = torch.where(d.abs() < MIN_DIAGONAL, torch.where(d < 0, -MIN_DIAGONAL, MIN_DIAGONAL), d)
             self.raw_cholesky[:, k] = fixed - bound
+
+
+def widened_cholesky(chol: Tensor, variance: float) -> Tensor:
+    """chol(L L^T + v I) [N, 3] of L = (l11, l21, l22) [N, 3], in closed form (2x2): differentiable, and safe since
+    the widened diagonal is >= v > 0."""
+    l11, l21, l22 = chol.unbind(-1)
+    sxx = l11 * l11 + variance
+    sxy = l11 * l21
+    syy = l21 * l21 + l22 * l22 + variance
+    a = torch.sqrt(sxx)
+    b = sxy / a
+    return torch.stack([a, b, torch.sqrt((syy - b * b).clamp(min=variance * variance / sxx))], dim=-1)
 
 
 def initial_params(target: Tensor, cfg: FitConfig, generator: torch.Generator) -> GaussianParams:
@@ -109,13 +134,13 @@ def initial_params(target: Tensor, cfg: FitConfig, generator: torch.Generator) -
     if cfg.init == "gaussianimage":
         raw = torch.rand(N, 3, generator=generator)
         colors = torch.rand(N, C, generator=generator)
-        return GaussianParams(xyz, raw, colors, W, H)
+        return GaussianParams(xyz, raw, colors, W, H, cfg.min_variance)
     sigma = 0.8 * math.sqrt(H * W / (math.pi * N))  # pixels: the Gaussians roughly tile the image
     raw = torch.tensor([sigma - CHOLESKY_BOUND[0], 0.0, sigma - CHOLESKY_BOUND[2]]).repeat(N, 1)
     px = ((u + 1.0) * 0.5 * torch.tensor([W, H])).long()
     sampled = target[px[:, 1].clamp(0, H - 1), px[:, 0].clamp(0, W - 1)]
     coverage = N * 2.0 * math.pi * sigma * sigma / (H * W)  # expected sum of Gaussian weights at a pixel
-    return GaussianParams(xyz, raw, sampled / coverage, W, H)
+    return GaussianParams(xyz, raw, sampled / coverage, W, H, cfg.min_variance)
 
 
 def image_loss(render: Tensor, target: Tensor, kind: str) -> Tensor:
@@ -147,7 +172,7 @@ def one_step(params: GaussianParams, optimizer: torch.optim.Optimizer, target: T
     from rasterizer.image import rasterize_image_gaussians
 
     render = rasterize_image_gaussians(torch.tanh(params.xyz), params.colors, W, H, cholesky=params.cholesky(),
-                                       backend=cfg.backend).render
+                                       prefilter_variance=cfg.pixel_variance, backend=cfg.backend).render
     loss = image_loss(render, target, cfg.loss)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -182,7 +207,7 @@ def fit_image(target: Tensor, cfg: FitConfig, *, layout: str | None = None, sour
                 if progress is not None:
                     progress(step, history[-1][1])
     seconds = time.perf_counter() - t0
-    model = params.model(layout or CHANNEL_LAYOUTS.get(C, f"{C}ch"), source or {})
+    model = params.model(layout or CHANNEL_LAYOUTS.get(C, f"{C}ch"), source or {}, cfg.pixel_variance)
     with torch.no_grad():
         final = psnr(model.render(backend=cfg.backend), target)
     return FitResult(model, final, seconds, cfg.steps, history)

@@ -52,7 +52,8 @@ def encode_gimg(model: ImageGaussians, encoding: str = "float32") -> bytes:
     entries, payload = codec.encode_arrays(model.means, model.cholesky, model.colors, encoding)
     header = {"width": model.width, "height": model.height, "layout": model.layout, "n": model.n,
               "channels": model.channels, "encoding": encoding, "payload_bytes": len(payload),
-              "source": dict(model.source), "coordinates": COORDINATES, **entries}
+              "source": dict(model.source), "coordinates": COORDINATES, "pixel_variance": model.pixel_variance,
+              **entries}
     text = json.dumps(header, sort_keys=True).encode("utf-8")
     return PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(text)) + text + payload
 
@@ -120,7 +121,7 @@ def decode_gimg(data: bytes, name: str = "<bytes>") -> ImageGaussians:
     except (ValueError, KeyError, TypeError) as err:
         raise GimgError(f"{name}: damaged arrays ({err}); write it again with `splatforge image fit`") from None
     return ImageGaussians(means, cholesky, colors, int(header["width"]), int(header["height"]), header["layout"],
-                          dict(header.get("source") or {}))
+                          dict(header.get("source") or {}), float(header.get("pixel_variance", 0.0)))
 
 
 def file_bits_per_pixel(file_bytes: int, model: ImageGaussians) -> float:

@@ -30,6 +30,10 @@ class ImageGaussians:
     height: int
     layout: str = "RGB"
     source: dict = field(default_factory=dict)
+    pixel_variance: float = 0.0
+    """output pixels^2 of the low-pass every render adds (rasterizer ``prefilter_variance``): the fit models a
+    pixel as the area average of the continuous image over the pixel, approximated by a Gaussian of this
+    variance (a 1-pixel box has 1/12); 0: point samples at pixel centres (GaussianImage)."""
 
     @property
     def n(self) -> int:
@@ -46,9 +50,11 @@ class ImageGaussians:
 
     def render(self, width: int | None = None, height: int | None = None, *, prefilter_variance: float = 0.0,
                backend: str = "auto") -> Tensor:
-        """[H, W, C] sum-mode render at width x height (default: the fitted size), not clamped."""
+        """[H, W, C] sum-mode render at width x height (default: the fitted size), not clamped; each output pixel
+        is an area sample (``pixel_variance``) plus ``prefilter_variance`` (output pixels^2, anti-aliasing)."""
         return rasterize_image_gaussians(self.means, self.colors, width or self.width, height or self.height,
-                                         cholesky=self.cholesky, prefilter_variance=prefilter_variance,
+                                         cholesky=self.cholesky,
+                                         prefilter_variance=self.pixel_variance + prefilter_variance,
                                          backend=backend).render
 
 

@@ -1,6 +1,9 @@
 """Rendering an image model at another size: the output size, the anti-aliasing prefilter, the memory check.
 
-Anti-aliasing when downsampling (scale s < 1): a render point-samples the continuous Gaussian image at the
+The default fit's models are area-sampled (``ImageGaussians.pixel_variance``): every render averages its own
+output pixels' areas, which is the anti-aliasing, and nothing here is added (recon/image/FORMAT.md). For
+point-sampled models (GaussianImage's; ``pixel_variance`` 0), anti-aliasing when downsampling (scale s < 1): a
+render point-samples the continuous Gaussian image at the
 output pixel centres, while a box-downsampled image averages the 1/s x 1/s fitted pixels that an output
 pixel covers. A box of n = 1/s fitted-pixel samples has variance (n^2 - 1) / 12 per axis in fitted pixels
 (a discrete uniform of n points), so the Gaussian low-pass that approximates it has variance

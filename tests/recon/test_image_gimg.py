@@ -23,7 +23,8 @@ def random_model(n=300, channels=3, width=40, height=30, seed=0) -> ImageGaussia
     cholesky = px * torch.tensor([2 / width, 2 / height, 2 / height])
     colors = torch.rand(n, channels, generator=g) * 0.6 - 0.1
     layout = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
-    return ImageGaussians(means, cholesky, colors, width, height, layout, {"name": "x.png", "bit_depth": 8})
+    return ImageGaussians(means, cholesky, colors, width, height, layout, {"name": "x.png", "bit_depth": 8},
+                          pixel_variance=1 / 12)
 
 
 @pytest.mark.parametrize("channels", [1, 3, 4])
@@ -35,6 +36,7 @@ def test_float32_round_trip_is_exact(tmp_path, channels):
     for name in ("means", "cholesky", "colors"):
         assert torch.equal(getattr(back, name), getattr(model, name)), name
     assert (back.width, back.height, back.layout, back.source) == (40, 30, model.layout, model.source)
+    assert back.pixel_variance == model.pixel_variance
     assert torch.equal(back.render(backend="cpu"), model.render(backend="cpu"))
 
 
