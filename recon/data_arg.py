@@ -1,5 +1,5 @@
-"""What ``--data`` and the ``data`` of a run's config.yaml name: the built-in procedural scene or a
-dataset folder. One rule for training (:func:`resolved_data` writes config.yaml), resuming
+"""What ``--data`` and the ``data`` of a run's config.yaml name: a built-in procedural scene (static or 4D)
+or a dataset folder. One rule for training (:func:`resolved_data` writes config.yaml), resuming
 (:func:`recon.trainer.check_resumable` compares with it) and reading runs back (:class:`recon.run.Run`).
 """
 
@@ -8,18 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 
 PROCEDURAL = "procedural"  # --data procedural: the built-in scene of recon.data.procedural_scene
+PROCEDURAL_4D = "procedural-4d"  # --data procedural-4d: the built-in dynamic scene of recon.data.procedural_4d
+PROCEDURAL_SCENES = (PROCEDURAL, PROCEDURAL_4D)
 
 
 def names_procedural_scene(data: str | Path) -> bool:
-    """Whether ``data`` names the built-in procedural scene: it is "procedural" and no folder or file
-    of that name exists (a dataset folder called "procedural" is a path like any other)."""
-    return str(data) == PROCEDURAL and not Path(data).exists()
+    """Whether ``data`` names a built-in procedural scene ("procedural", or the dynamic "procedural-4d") and
+    no folder or file of that name exists (a dataset folder called so is a path like any other)."""
+    return str(data) in PROCEDURAL_SCENES and not Path(data).exists()
 
 
 def resolved_data(data: str | Path) -> Path:
     """``data`` as written to config.yaml: an absolute path, or the procedural scene's name as it is."""
     if names_procedural_scene(data):
-        return Path(PROCEDURAL)
+        return Path(str(data))
     return Path(data).resolve()
 
 

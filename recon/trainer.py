@@ -23,7 +23,7 @@ import torch
 
 from recon.data import load_scene
 from recon.data.scene import DataFormatError, Scene
-from recon.data_arg import PROCEDURAL, names_procedural_scene, resolved_data, saved_data_path
+from recon.data_arg import PROCEDURAL, PROCEDURAL_4D, names_procedural_scene, resolved_data, saved_data_path
 from recon.errors import CheckpointError, ConfigValueError, DeviceError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_splats
@@ -58,7 +58,8 @@ class TrainConfig:
     mappings in config.yaml, where a missing section or field keeps its default)."""
 
     data: Path = Path(PROCEDURAL)
-    """dataset folder (COLMAP, nerfstudio, Blender), or "procedural" for the built-in demo scene"""
+    """dataset folder (COLMAP, nerfstudio, Blender/D-NeRF), or "procedural" / "procedural-4d" for the built-in
+    static / dynamic demo scene"""
     out: Path = Path("output")
     """run directory: config.yaml, checkpoints/, splats.ply, metrics.json, history.json, loss.png, renders/"""
     method: str = "3dgs"
@@ -207,7 +208,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 def load_training_scene(cfg: TrainConfig) -> Scene:
-    """The scene named by ``cfg.data`` ("procedural" or a dataset folder), with ``data_factor``."""
+    """The scene named by ``cfg.data`` ("procedural", "procedural-4d" or a dataset folder), with ``data_factor``."""
+    if names_procedural_scene(cfg.data) and str(cfg.data) == PROCEDURAL_4D:
+        from recon.data.procedural_4d import procedural_4d_scene
+
+        return procedural_4d_scene(data_factor=cfg.data_factor, seed=cfg.seed)
     if names_procedural_scene(cfg.data):
         from recon.data.procedural_scene import procedural_scene
 

@@ -93,6 +93,7 @@ class Scene:
         background: RGB in [0, 1] that RGBA images are composited on (white for Blender).
         source_format: "colmap", "nerfstudio", "blender" or "dnerf".
         root: dataset folder.
+        point_times: [P] float32 normalised times of ``points`` (dynamic scenes that have them), or None.
     """
 
     frames_train: list[Frame]
@@ -102,6 +103,7 @@ class Scene:
     background: tuple[float, float, float] = WHITE
     source_format: str = ""
     root: Path | None = None
+    point_times: np.ndarray | None = None
 
     @property
     def frames(self) -> list[Frame]:
