@@ -40,7 +40,9 @@ def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImag
     """PSNR / SSIM of ``model`` (any :class:`SceneModel`) on ``frames`` (images composited on ``background`` [3]).
 
     Writes ``renders_dir/{prefix}_XXX.png`` (gt | render | error) when ``renders_dir`` is given.
-    Returns ``{"psnr", "ssim", "lpips", "num_views", "per_view": [{"name", "psnr", "ssim", "lpips"}]}``;
+    Each view is rendered at its frame's time (dynamic scenes; static models ignore it).
+    Returns ``{"psnr", "ssim", "lpips", "num_views", "per_view": [{"name", "psnr", "ssim", "lpips"}]}``
+    (views with a time also carry ``time``, and the dict then has ``per_time``, see :func:`per_time_psnr`);
     psnr/ssim/lpips are means over views (None when there are no views; lpips None without its weights).
     """
     per_view = []
@@ -48,20 +50,34 @@ def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImag
     lpips_weights = load_lpips(model.device)
     for i, frame in enumerate(frames):
         gt = images.rgb(i, bg)
-        render, _, _ = model.render([frame.camera], sh_degree, bg)
+        render, _, _ = model.render([frame.camera], sh_degree, bg, t=frame.time)  # each view at its own time
         out = render[0].clamp(0, 1)
         lp = None if lpips_weights is None else float(lpips_distance(out, gt, lpips_weights))
-        per_view.append({"name": frame.name, "psnr": psnr(out, gt), "ssim": float(auto_ssim(out, gt)), "lpips": lp})
+        per_view.append({"name": frame.name, "psnr": psnr(out, gt), "ssim": float(auto_ssim(out, gt)), "lpips": lp,
+                         **({} if frame.time is None else {"time": frame.time})})
         if renders_dir is not None:
             write_png(Path(renders_dir) / f"{prefix}_{i:03d}.png", side_by_side(gt, out))
     n = len(per_view)
-    return {
+    result = {
         "psnr": float(np.mean([v["psnr"] for v in per_view])) if n else None,
         "ssim": float(np.mean([v["ssim"] for v in per_view])) if n else None,
         "lpips": float(np.mean([v["lpips"] for v in per_view])) if n and lpips_weights is not None else None,
         "num_views": n,
         "per_view": per_view,
     }
+    if any("time" in v for v in per_view):
+        result["per_time"] = per_time_psnr(per_view)
+    return result
+
+
+def per_time_psnr(per_view: Sequence[dict]) -> list[dict]:
+    """``[{"time", "psnr", "num_views"}]`` in increasing time: the mean PSNR of the views at each time
+    (views of dynamic scenes carry ``time``; those without are left out)."""
+    by_time: dict[float, list[float]] = {}
+    for v in per_view:
+        if "time" in v:
+            by_time.setdefault(float(v["time"]), []).append(v["psnr"])
+    return [{"time": t, "psnr": float(np.mean(p)), "num_views": len(p)} for t, p in sorted(by_time.items())]
 
 
 def evaluate_splat_file(splats: Path | str, scene: Scene, out_dir: Path | None = None,

@@ -181,8 +181,20 @@ class Run:
     def load_model(self, splats: str | Path | None = None, device: torch.device | str = "cpu",
                    extent: float = 1.0):
         """The run's method holding ``splats`` (default: the run's splats.ply), on ``device``.
-        ``extent`` only scales learning rates (pass ``scene.extent`` to go on training it)."""
+        ``extent`` only scales learning rates (pass ``scene.extent`` to go on training it).
+        A method whose splat file holds only one time's slice (``SPLAT_FILE_IS_SLICE``, 4D Gaussians)
+        is read from the run's newest checkpoint instead when no ``splats`` is given."""
+        if splats is None and getattr(self.model_class, "SPLAT_FILE_IS_SLICE", False):
+            return self.checkpoint_model(device)
         return self.model_of(self.read_splats(splats), device, extent)
+
+    def checkpoint_model(self, device: torch.device | str = "cpu"):
+        """The model of the newest readable checkpoint, on ``device``; FileNotFoundError when there is none."""
+        found = self.latest_checkpoint()
+        if found is None:
+            raise FileNotFoundError(f"{self.dir}: no readable checkpoint holds this {self.config.method} run's model "
+                                    f"(has the run started?)")
+        return self.model_class.from_state_dict(found[1]["model"], device)
 
     def model_of(self, data, device: torch.device | str = "cpu", extent: float = 1.0):
         """A :class:`recon.export.SplatData` record as a model of the run's method, on ``device``."""

@@ -230,12 +230,24 @@ def build_model(cfg: TrainConfig, scene: Scene, generator: torch.Generator, log=
     return model_class(cfg.method).initialize(cfg, scene, generator, log)
 
 
+def strategy_class(cfg: TrainConfig) -> type:
+    """The class of ``--strategy`` for ``--method``: the method's own table (a model class's
+    ``strategies()``, for methods whose parameters differ from 3DGS's), else :data:`STRATEGIES`.
+    ConfigValueError when the method has no such strategy."""
+    own = getattr(model_class(cfg.method), "strategies", None)
+    table = own() if own is not None else STRATEGIES
+    if cfg.strategy not in table:
+        raise ConfigValueError(f"--strategy {cfg.strategy}: not available with --method {cfg.method} "
+                               f"(available: {', '.join(sorted(table))})")
+    return table[cfg.strategy]
+
+
 def build_strategy(cfg: TrainConfig) -> ADCStrategy | MCMCStrategy:
-    """The densification strategy ``STRATEGIES[cfg.strategy]`` with the hyper-parameters of the config
-    section of the same name (``cfg.adc``, ``cfg.mcmc``), capped at ``max_gaussians``, its schedule scaled
-    to the run length."""
+    """The densification strategy :func:`strategy_class` with the hyper-parameters of the config section
+    of the same name (``cfg.adc``, ``cfg.mcmc``), capped at ``max_gaussians``, its schedule scaled to the
+    run length."""
     section = getattr(cfg, cfg.strategy)
-    return STRATEGIES[cfg.strategy].from_config(section.scaled(schedule_scaler(cfg)), cfg.max_gaussians)
+    return strategy_class(cfg).from_config(section.scaled(schedule_scaler(cfg)), cfg.max_gaussians)
 
 
 def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -325,7 +337,7 @@ class Trainer:
     def __post_init__(self) -> None:
         cfg = self.cfg
         validate_config(cfg)
-        model_class(cfg.method)  # an unknown --method fails before the scene is loaded
+        strategy_class(cfg)  # an unknown --method, or a --strategy it lacks, fails before the scene is loaded
         parse_init_box(cfg.init_box)  # a malformed --init-box fails before the scene is loaded
         self.device = resolve_device(cfg.device) if self.device is None else torch.device(self.device)
         if self.out is not None:
@@ -433,7 +445,8 @@ class Trainer:
         gt = self.images.rgb(i, bg)
         self.model.set_step(step, self.cfg.steps)
         absgrad = getattr(self.strategy, "absgrad", False)
-        render, _, meta = self.model.render([self.scene.frames_train[i].camera], self.active_sh_degree(step), bg,
+        frame = self.scene.frames_train[i]  # its time (dynamic scenes) is rendered; static methods ignore it
+        render, _, meta = self.model.render([frame.camera], self.active_sh_degree(step), bg, t=frame.time,
                                             absgrad=absgrad)
         pred = masked_render(render[0], gt, self.images.mask(i))  # dataset masks: loss only where 1
         loss = photometric_loss(pred, gt, self.cfg.ssim_lambda) + self.strategy.regularization(self.model)
@@ -555,7 +568,7 @@ class Trainer:
     def metrics(self, test: dict) -> dict:
         """metrics.json's content from an evaluation's ``test`` dict and the run's counters."""
         return {
-            "test": {k: test[k] for k in ("psnr", "ssim", "lpips", "num_views")},
+            "test": {k: test[k] for k in ("psnr", "ssim", "lpips", "num_views", "per_time") if k in test},
             "steps": self.step,
             "num_gaussians": len(self.model),
             "train_seconds": round(self.train_seconds, 3),

@@ -55,7 +55,7 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     ensure_writable_folder(out, "--out")  # before the slow loading
     scene = opened.scene
     background = opened.background().tolist()  # the run's fixed background (dataset's for auto/random)
-    model = opened.load_model(model_file, resolve_device(device), extent=scene.extent)
+    model = opened.load_model(splats, resolve_device(device), extent=scene.extent)  # None: the run's own model
     return evaluate_on_scene(model, scene, out, background, source=str(model_file), run_facts=run_facts)
 
 
