@@ -17,7 +17,9 @@ def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | N
     Args:
         run: a training run directory (its splats.ply and config.yaml give defaults for the others).
         splats: a splat file (.ply, .splat, .spz) to evaluate instead of a run's splats.ply.
-        data: dataset folder or "procedural" (default: the run's).
+        data: dataset folder, "procedural" or "procedural-4d" (default: the run's). Views of a dynamic
+            scene are rendered at their own times; metrics.json then adds per-time PSNR (a 4dgs run is
+            read from its newest checkpoint: its splats.ply is one time's 3D slice).
         data_factor: image downscale factor (default: the run's, else 1).
         out: where metrics.json and renders/ go (default: RUN/eval, or next to the splat file).
         device: where to render: auto (the GPU when CUDA is available), cpu or cuda.
