@@ -49,7 +49,10 @@ from recon.splat_data import SplatData
 PARAM_NAMES = ("means4", "log_scales4", "quats_left", "quats_right", "logit_opacities", "sh0", "shN")
 LR_OF = {"means4": "means", "log_scales4": "log_scales", "quats_left": "quats", "quats_right": "quats",
          "logit_opacities": "logit_opacities", "sh0": "sh0", "shN": "shN"}  # parameter -> LearningRates field
-INIT_TIME_SCALE = 0.2  # initial temporal standard deviation (normalised time): about 1/5 of the clip
+# initial temporal standard deviation (normalised time). Measured on procedural-4d at 48 px (8 cameras x 12
+# times, 1,500 points, 200 steps, SH 1, one seed): 0.2 -> 16.8 dB, 0.35 -> 18.4, 0.5 -> 19.4, 1.0 -> 20.0.
+# Short-lived Gaussians leave the static parts thin at most times; 0.5 keeps the start localised in time.
+INIT_TIME_SCALE = 0.5
 DEFAULT_TIME = 0.5  # the time rendered when none is given (the middle of the span)
 
 
