@@ -105,7 +105,7 @@ def make_logger_hooks(cfg: TrainConfig) -> list:
 
 def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
     """Train 3D Gaussian splatting on a dataset folder (COLMAP, nerfstudio, Blender) or "procedural"; with
-    --method 4dgs, 4D Gaussians on a dynamic one (D-NeRF) or "procedural-4d" (mcmc preset: not yet for 4dgs).
+    --method 4dgs, 4D Gaussians on a dynamic one (D-NeRF) or "procedural-4d".
 
     Pick a preset (default, mcmc, fast), then override any field with flags, e.g.
     `splatforge train mcmc --data DIR --out OUT --steps 7000`; without a preset name, default is used.

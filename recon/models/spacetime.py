@@ -21,7 +21,7 @@ N Gaussians: ``meta["means2d"]`` is a :class:`SlicedScreenMeans` whose ``.grad``
 the sliced screen-space gradients through the kept indices ([C, N, 2], zero for culled Gaussians), and
 ``meta["radii"]`` is [C, N, 2] with zeros for culled ones; so the 3DGS statistics of
 :class:`recon.strategy.adc.ADCStrategy` apply unchanged. The strategies are :meth:`SpaceTimeGaussians.strategies`
-(ADC in 4D, :mod:`recon.strategy.adc4d`; MCMC is not available yet).
+(ADC in 4D, :mod:`recon.strategy.adc4d`; MCMC in 4D, :mod:`recon.strategy.mcmc4d`).
 
 The export record (:meth:`SpaceTimeGaussians.to_splat_data`) is the 3D slice at one time (default the
 middle, 0.5): what splats.ply holds for a 4D run; the 4D model itself lives in the run's checkpoints,
@@ -128,11 +128,11 @@ class SpaceTimeGaussians(SceneModel):
 
     @classmethod
     def strategies(cls) -> dict:
-        """--strategy name -> strategy class for this method: ADC in 4D only (MCMC's relocation and noise
-        are not written for 4D parameters yet)."""
+        """--strategy name -> strategy class for this method: ADC and MCMC in 4D."""
         from recon.strategy.adc4d import ADC4DStrategy
+        from recon.strategy.mcmc4d import MCMC4DStrategy
 
-        return {"adc": ADC4DStrategy}
+        return {"adc": ADC4DStrategy, "mcmc": MCMC4DStrategy}
 
     def _make_optimizer(self) -> torch.optim.Adam:
         return torch.optim.Adam([{"params": [self.params[n]], "lr": self._base_lr(n), "name": n} for n in PARAM_NAMES],
@@ -151,8 +151,9 @@ class SpaceTimeGaussians(SceneModel):
         if not any(f.time is not None for f in scene.frames_train):
             raise UsageError(f"--method 4dgs: the training frames of {scene.root or scene.source_format} carry no "
                              f"time; train a dynamic dataset (D-NeRF, procedural-4d) or use --method 3dgs")
-        kw = dict(init_opacity=cfg.init_opacity if cfg.init_opacity is not None else 0.1,
-                  init_scale=cfg.init_scale if cfg.init_scale is not None else 1.0,
+        mcmc = cfg.strategy == "mcmc"  # defaults as 3dgs: opacity 0.5 and scale 0.1 for MCMC
+        kw = dict(init_opacity=cfg.init_opacity if cfg.init_opacity is not None else (0.5 if mcmc else 0.1),
+                  init_scale=cfg.init_scale if cfg.init_scale is not None else (0.1 if mcmc else 1.0),
                   antialiased=cfg.antialiased, lrs=cfg.lr, generator=generator)
         if cfg.init_type == "sfm" and scene.points is not None and len(scene.points) > 0:
             points = torch.as_tensor(scene.points, dtype=torch.float32)
@@ -160,8 +161,11 @@ class SpaceTimeGaussians(SceneModel):
             times = (torch.rand(len(points), generator=generator) if times is None
                      else torch.as_tensor(times, dtype=torch.float32))
             colors = None if scene.point_colors is None else torch.as_tensor(scene.point_colors).float() / 255.0
+            if mcmc and len(points) > cfg.max_gaussians:
+                keep = torch.randperm(len(points), generator=generator)[: cfg.max_gaussians]
+                points, times, colors = points[keep], times[keep], None if colors is None else colors[keep]
             return cls.from_points(points, times, colors, cfg.sh_degree, scene.extent, **kw)
-        n = cfg.init_num_random
+        n = min(cfg.init_num_random, cfg.max_gaussians) if mcmc else cfg.init_num_random
         region = random_init_region(scene.frames_train, scene.source_format, scene.extent, cfg.init_box)
         log(region.describe(n) + ", times uniform over [0, 1]")
         c = torch.as_tensor(np.asarray(region.center, dtype=np.float32))

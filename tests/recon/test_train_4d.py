@@ -117,10 +117,32 @@ def test_split_4d_draws_children_from_the_4d_gaussian(small_scene):
     torch.testing.assert_close(spatial_sizes(model)[-5:], sizes / 1.6)
 
 
-def test_mcmc_refused_before_loading():
+def test_strategy_the_method_lacks_refused_before_loading(monkeypatch):
+    monkeypatch.setattr(SpaceTimeGaussians, "strategies", classmethod(lambda cls: {"adc": ADC4DStrategy}))
     cfg = TrainConfig(data=Path("/nonexistent"), method="4dgs", strategy="mcmc")
     with pytest.raises(ConfigValueError, match="--strategy mcmc: not available with --method 4dgs"):
         Trainer(cfg)
+
+
+def test_mcmc_in_4d_grows_relocates_and_moves_in_time(small_scene):
+    cfg = TrainConfig(method="4dgs", strategy="mcmc", steps=60, sh_degree=1, progress=False, max_gaussians=900,
+                      init_scale=1.0)  # MCMC's default 0.1 starts slower than 60 steps show
+    trainer = Trainer(cfg, log=lambda s: None, scene=small_scene, device="cpu", writes_outputs=False)
+    assert type(trainer.strategy).__name__ == "MCMC4DStrategy" and len(trainer.model) == 600
+    before = trainer.evaluate(None)["psnr"]
+    times0 = trainer.model.params["means4"].detach()[:, 3].clone()
+    metrics = trainer.train_and_finish()
+    assert 600 < len(trainer.model) <= 900
+    assert metrics["test"]["psnr"] > before + 2.0, (before, metrics["test"]["psnr"])
+    assert (trainer.model.params["means4"].detach()[:600, 3] - times0).abs().max() > 0
+    # the 4D noise moves a transparent Gaussian in time as well as in space
+    model = make_model(small_scene)
+    with torch.no_grad():
+        model.params["logit_opacities"].fill_(-10.0)
+    before4 = model.params["means4"].detach().clone()
+    trainer.strategy.inject_noise(model, 1.0)
+    moved = (model.params["means4"].detach() - before4).abs()
+    assert (moved[:, 3] > 0).all() and (moved[:, :3] > 0).all()
 
 
 def train(scene, out: Path, steps: int, **kw) -> Trainer:
