@@ -200,8 +200,9 @@ class SpaceTimeGaussians(SceneModel):
     @classmethod
     def from_splat_data(cls, data, extent: float = 1.0) -> "SpaceTimeGaussians":
         """Not possible: a splat file holds 3D Gaussians (one time's slice of a 4D run)."""
-        raise UsageError("a splat file holds 3D Gaussians, not a 4D model: a 4dgs run is read from its checkpoints "
-                         "(give --run RUN), or evaluate the file as --method 3dgs")
+        raise UsageError("a splat file holds 3D Gaussians, not a 4dgs model (a 4dgs run's splats.ply is its 3D "
+                         "slice at t = 0.5): `splatforge eval --run RUN` reads the 4D model from the run's "
+                         "checkpoints; rendering or exporting a 4D run over time is not available yet")
 
     # ---------------------------------------------------------------------------- views
 
