@@ -14,9 +14,12 @@ from recon.run import Run
 def export_psnr(run: Run, exported, original=None, device: str = "cpu") -> tuple[tuple[float, float] | None, str]:
     """((test PSNR of ``original``, test PSNR of ``exported``), "") on the run's test views, with the run's
     background and method; ``original`` defaults to the run's splats.ply. (None, a note saying why) when
-    the run names no dataset, its dataset is not here, it has no test views, or a PSNR is not finite."""
+    the run's splat file is one time's slice of a 4D model (``SPLAT_FILE_IS_SLICE``), the run names no dataset, its dataset is not here, it has no test views, or a PSNR is not finite."""
     from recon.evaluation import evaluate_on_scene
 
+    if getattr(run.model_class, "SPLAT_FILE_IS_SLICE", False):
+        return None, (f"test PSNR not evaluated (a {run.config.method} run's splat file is its 3D slice at one "
+                      f"time, and its test views are at many)")
     try:
         scene = run.scene
         background = run.background().tolist()

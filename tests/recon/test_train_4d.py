@@ -194,3 +194,9 @@ def test_eval_renders_each_view_at_its_time(tmp_path):
     assert (tmp_path / "eval" / "renders" / "test_009.png").is_file()
     with pytest.raises(UsageError, match="checkpoints"):  # its splats.ply is a 3D slice
         _evaluate(tmp_path / "run", tmp_path / "run" / "splats.ply", None, None, tmp_path / "eval2", "cpu")
+    # export writes that slice, and says why it reports no test PSNR
+    from recon.commands.export import ExportConfig, run_export
+
+    report = run_export(ExportConfig(input=tmp_path / "run", out=tmp_path / "slice.splat"))
+    assert (tmp_path / "slice.splat").is_file() and report.psnr_before is None
+    assert any("3D slice at one time" in n for n in report.notes)
