@@ -67,8 +67,9 @@ class SlicedScreenMeans:
 
     def _scatter(self, attribute: str) -> Tensor | None:
         grads = [getattr(m, attribute, None) for m, _ in self.parts]
-        if all(g is None for g in grads):
-            return None
+        if all(g is None for g, (m, _) in zip(grads, self.parts) if m.shape[1] > 0) and \
+                any(m.shape[1] > 0 for m, _ in self.parts):
+            return None  # before backward (an all-culled slice has no gradient to wait for: zeros)
         device = self.parts[0][0].device
         out = torch.zeros(self.shape, dtype=torch.float32, device=device)
         row = 0

@@ -80,6 +80,19 @@ def test_screen_signal_scattered_to_all_4d_gaussians(small_scene):
     assert state["count"].max() <= 2 and state["grad2d"].shape == (len(model),)
 
 
+def test_all_culled_slice_renders_background_and_gives_a_zero_signal(small_scene):
+    model = make_model(small_scene)
+    with torch.no_grad():
+        model.params["means4"][:, 3] = 5.0  # every Gaussian far from t = 0
+    rgb, _, meta = model.render([small_scene.frames_train[0].camera], 1, torch.ones(3), t=0.0)
+    assert meta["num_sliced"] == [0] and torch.equal(rgb, torch.ones_like(rgb))
+    rgb.sum().backward()
+    strategy = ADC4DStrategy()
+    state = strategy.initialize_state(model)
+    strategy.update_state(meta, state)  # no "no gradient" error: nothing was visible
+    assert state["count"].sum() == 0 and meta["means2d"].grad.abs().sum() == 0
+
+
 def test_slice_export_renders_like_the_4d_model(small_scene):
     model = make_model(small_scene)
     frame = small_scene.frames_test[0]
