@@ -39,7 +39,6 @@ import torch
 from torch import Tensor
 
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
-from rasterizer.quaternions import rotmat_to_quat
 from rasterizer.spacetime import slice_gaussians_4d
 from recon.errors import UsageError
 from recon.models.base import SceneModel, register_model
@@ -351,7 +350,7 @@ class SpaceTimeGaussians(SceneModel):
             covars = s.covars.double().cpu()
             evals, evecs = torch.linalg.eigh(covars)
             evecs = evecs * torch.where(torch.linalg.det(evecs) < 0, -1.0, 1.0)[:, None, None]  # proper rotations
-            quats = np.array([rotmat_to_quat(R) for R in evecs.numpy()]).reshape(-1, 4)
+            quats = rotmats_to_quats(evecs)
             opac = s.opacities.double().clamp(1e-7, 1 - 1e-7)
             sh = torch.cat(s.gather((self.params["sh0"], self.params["shN"])), dim=1)
             return SplatData.from_torch({"means": s.means, "quats": torch.as_tensor(quats),
@@ -375,6 +374,24 @@ class SpaceTimeGaussians(SceneModel):
                     LearningRates(**state.get("lrs", {})))
         model._load_optimizer_state(state["optimizer"])
         return model.to(device)
+
+
+def rotmats_to_quats(R: Tensor) -> Tensor:
+    """Unit quaternions [N, 4] (w, x, y, z), w >= 0, of rotation matrices [N, 3, 3] (vectorised
+    Shepperd's method: each row from the largest of 4w^2, 4x^2, 4y^2, 4z^2; the same values as
+    :func:`rasterizer.quaternions.rotmat_to_quat`)."""
+    r = R.reshape(-1, 9).unbind(-1)
+    r00, r01, r02, r10, r11, r12, r20, r21, r22 = r
+    t = torch.stack([1 + r00 + r11 + r22, 1 + r00 - r11 - r22, 1 - r00 + r11 - r22, 1 - r00 - r11 + r22], -1)
+    candidates = torch.stack([
+        torch.stack([t[:, 0], r21 - r12, r02 - r20, r10 - r01], -1),
+        torch.stack([r21 - r12, t[:, 1], r01 + r10, r02 + r20], -1),
+        torch.stack([r02 - r20, r01 + r10, t[:, 2], r12 + r21], -1),
+        torch.stack([r10 - r01, r02 + r20, r12 + r21, t[:, 3]], -1)], 1)  # [N, 4 candidates, 4]
+    best = t.argmax(-1)
+    q = candidates[torch.arange(R.shape[0]), best]
+    q = q / q.norm(dim=-1, keepdim=True)
+    return torch.where(q[:, :1] < 0, -q, q)
 
 
 def _reorder_parts(parts: list[tuple[Tensor, Tensor]], order: list[int]) -> list[tuple[Tensor, Tensor]]:

@@ -104,6 +104,19 @@ def test_slice_export_renders_like_the_4d_model(small_scene):
         SpaceTimeGaussians.from_splat_data(model.to_splat_data())
 
 
+def test_rotmats_to_quats_matches_the_scalar_conversion():
+    import numpy as np
+
+    from rasterizer.quaternions import quat_to_rotmat, rotmat_to_quat
+    from recon.models.spacetime import rotmats_to_quats
+
+    q = torch.randn(500, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    q[:4] = torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 1.0, 0], [0, 0, 0, 1.0]])  # each branch
+    R = quat_to_rotmat(q / q.norm(dim=-1, keepdim=True))
+    want = np.stack([rotmat_to_quat(m) for m in R.numpy()])
+    np.testing.assert_allclose(rotmats_to_quats(R).numpy(), want, atol=1e-12)
+
+
 def test_state_dict_round_trip_and_3d_checkpoint_refused(small_scene):
     model = make_model(small_scene)
     back = SpaceTimeGaussians.from_state_dict(model.state_dict())
