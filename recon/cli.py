@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, str] = {
     "render": "recon.commands.render:render",
     "export": "recon.commands.export:export",
     "compare": "recon.commands.compare:compare",
+    "mesh": "recon.commands.mesh:mesh",
     "view": "viewer.commands:view",
 }
 
