@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "export": "recon.commands.export:export",
     "compare": "recon.commands.compare:compare",
     "image": "recon.commands.image:image",
+    "mesh": "recon.commands.mesh:mesh",
     "view": "viewer.commands:view",
 }
 

@@ -1,0 +1,103 @@
+"""``splatforge mesh RUN --out mesh.ply|obj|glb [--voxel-size S] [--trunc VOXELS] [--depth median|expected]
+[--resolution N] [--keep-largest] [--max-memory-gb G] [--force]``
+
+Renders depth and colour of the run's training views, fuses them into a TSDF (open3d ``VoxelBlockGrid``),
+extracts a vertex-coloured triangle mesh and writes it atomically with trimesh; see
+:mod:`recon.mesh_extraction` for the pipeline, the default voxel size and the memory estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+from recon.atomic import atomic_write_bytes, refuse_overwrite
+from recon.errors import USER_ERRORS, UsageError, fail
+from recon import mesh_extraction as mx
+
+try:
+    import tyro
+
+    _Positional = tyro.conf.Positional
+    _NoPrefix = tyro.conf.arg(name="")
+except ImportError:  # pragma: no cover
+    _Positional = None
+    _NoPrefix = None
+
+
+@dataclass
+class MeshConfig:
+    """Extract a triangle mesh from a training run (TSDF fusion of its rendered depth)."""
+
+    run: Annotated[Path, _Positional] if _Positional else Path
+    """Training run folder."""
+    out: Path
+    """Output mesh: .ply, .obj or .glb."""
+    voxel_size: Optional[float] = None
+    """TSDF voxel size in scene units; default: surface extent / --resolution."""
+    trunc: float = 4.0
+    """Truncation distance in voxels."""
+    depth: Literal["median", "expected"] = "median"
+    """Rendered depth to fuse; 3dgs runs have expected depth only (median falls back to it for them)."""
+    resolution: int = 512
+    """Voxels across the diagonal of the rendered surface's bounding box (when --voxel-size is not given)."""
+    keep_largest: bool = False
+    """Keep only the largest connected component."""
+    max_memory_gb: float = 4.0
+    """Refuse voxel sizes whose TSDF grid is estimated to need more memory than this."""
+    data: Optional[Path] = None
+    """Dataset folder, when the run's config.yaml does not name it (or it moved)."""
+    force: bool = False
+    """Overwrite an existing output."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+def depth_kind(model, asked: str) -> str:
+    """``asked``, except that "median" becomes "expected" for a model without a median-depth render."""
+    return asked if hasattr(model, "render_depth") else "expected"
+
+
+def extract_run_mesh(cfg: MeshConfig) -> dict:
+    """Run the pipeline; returns a summary dict (vertices, faces, voxel_size, views, out)."""
+    from rich.progress import Progress
+
+    from recon.run import Run
+
+    fmt = cfg.out.suffix.lower().lstrip(".")
+    if fmt not in ("ply", "obj", "glb"):
+        raise UsageError(f"--out {cfg.out}: give a .ply, .obj or .glb file")
+    if cfg.trunc <= 0:
+        raise UsageError(f"--trunc {cfg.trunc}: must be > 0 (voxels)")
+    refuse_overwrite(cfg.out, cfg.force)
+    run = Run.open(cfg.run, data=cfg.data)
+    cameras = run.cameras
+    if not cameras:
+        raise UsageError(f"{cfg.run}: the run's dataset has no training cameras; nothing to fuse into a mesh")
+    model = run.load_model()
+    kind = depth_kind(model, cfg.depth)
+    with Progress(disable=not cfg.progress, transient=True) as bar:
+        task = bar.add_task("rendering depth", total=len(cameras))
+        views = mx.render_views(model, cameras, kind, run.background(), lambda n: bar.advance(task, n))
+        points = views.surface_points()
+        voxel = cfg.voxel_size if cfg.voxel_size is not None else mx.default_voxel_size(points, cfg.resolution)
+        blocks = mx.check_memory(points, voxel, cfg.trunc, cfg.max_memory_gb)
+        task = bar.add_task("fusing TSDF", total=len(cameras))
+        mesh = mx.fuse_tsdf(views, voxel, cfg.trunc, blocks, lambda n: bar.advance(task, n))
+    if cfg.keep_largest:
+        mesh = mx.keep_largest_component(mesh)
+    atomic_write_bytes(cfg.out, mx.mesh_bytes(mesh, fmt), force=cfg.force)
+    return {"out": str(cfg.out), "vertices": len(mesh.vertices), "faces": len(mesh.faces),
+            "voxel_size": voxel, "depth": kind, "views": len(cameras)}
+
+
+def mesh(config: Annotated[MeshConfig, _NoPrefix] if _NoPrefix else MeshConfig) -> dict:
+    """Extract a mesh from a run. Errors print one line on stderr and exit with status 1."""
+    try:
+        summary = extract_run_mesh(config)
+    except USER_ERRORS as exc:
+        fail("mesh", exc, status=1)
+    print(f"wrote {summary['out']}: {summary['vertices']} vertices, {summary['faces']} faces "
+          f"(voxel {summary['voxel_size']:.4g}, {summary['depth']} depth, {summary['views']} views)")
+    return summary

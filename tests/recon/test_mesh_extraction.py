@@ -1,0 +1,98 @@
+"""Mesh extraction: TSDF fusion of synthetic sphere depth, guards, and `splatforge mesh` on a tiny 3dgs run."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("open3d")
+
+from recon import mesh_extraction as mx
+from recon.mesh_metrics import chamfer_distance
+
+
+def look_at(center: np.ndarray) -> np.ndarray:
+    """[4, 4] world-to-camera (OpenCV: x right, y down, z forward) looking from ``center`` at the origin."""
+    fwd = -center / np.linalg.norm(center)
+    up = np.array([0.0, 0.0, 1.0]) if abs(fwd[2]) < 0.9 else np.array([0.0, 1.0, 0.0])
+    right = np.cross(fwd, up); right /= np.linalg.norm(right)
+    down = np.cross(fwd, right)
+    R = np.stack([right, down, fwd])
+    w2c = np.eye(4); w2c[:3, :3] = R; w2c[:3, 3] = -R @ center
+    return w2c
+
+
+def sphere_views(radius=0.5, n=24, size=64, dist=2.0) -> mx.DepthViews:
+    """Analytic depth of a sphere at the origin from ``n`` cameras on a Fibonacci sphere."""
+    f = size * 0.9
+    K = np.array([[f, 0, size / 2], [0, f, size / 2], [0, 0, 1.0]])
+    i = np.arange(n) + 0.5
+    phi, theta = np.arccos(1 - 2 * i / n), np.pi * (1 + 5 ** 0.5) * i
+    centers = dist * np.stack([np.sin(phi) * np.cos(theta), np.sin(phi) * np.sin(theta), np.cos(phi)], 1)
+    ys, xs = np.mgrid[0:size, 0:size] + 0.5
+    rays = np.stack([(xs - K[0, 2]) / f, (ys - K[1, 2]) / f, np.ones_like(xs)], -1)  # camera frame, z = 1
+    depths, w2cs = [], []
+    for c in centers:
+        w2c = look_at(c)
+        d_world = rays @ w2c[:3, :3]  # R^T applied to each ray (z-scaled)
+        o = c
+        a = (d_world ** 2).sum(-1); b = 2 * d_world @ o; cc = o @ o - radius ** 2
+        disc = b * b - 4 * a * cc
+        t = np.where(disc > 0, (-b - np.sqrt(np.maximum(disc, 0))) / (2 * a), 0.0)  # t = camera z
+        depths.append(t.astype(np.float32)); w2cs.append(w2c)
+    rgb = np.full((n, size, size, 3), 0.5, np.float32)
+    return mx.DepthViews(rgb, np.stack(depths), np.repeat(K[None], n, 0), np.stack(w2cs))
+
+
+def icosphere(radius):
+    import trimesh
+    s = trimesh.creation.icosphere(subdivisions=4, radius=radius)
+    return s.vertices, s.faces
+
+
+def test_sphere_tsdf_chamfer_small():
+    views = sphere_views()
+    voxel = mx.default_voxel_size(views.surface_points(), resolution=96)
+    blocks = mx.check_memory(views.surface_points(), voxel, 4.0, 1.0)
+    mesh = mx.fuse_tsdf(views, voxel, 4.0, blocks)
+    mesh = mx.keep_largest_component(mesh)
+    cd = chamfer_distance(mesh.vertices, mesh.faces, *icosphere(0.5), samples=20000)
+    assert cd["chamfer_pct"] < 0.5, cd
+    # a wrong truth (bigger sphere) is far: the metric can fail
+    assert chamfer_distance(mesh.vertices, mesh.faces, *icosphere(0.6), samples=20000)["chamfer_pct"] > 3
+
+
+def test_empty_depth_refused_and_empty_mesh_guard():
+    views = sphere_views(n=4)
+    views.depth[:] = 0
+    with pytest.raises(mx.EmptyMeshError, match="empty mesh; try a larger --voxel-size"):
+        mx.fuse_tsdf(views, 0.02, 4.0, 100)
+
+
+def test_memory_refusal_names_the_number():
+    pts = sphere_views(n=6).surface_points()
+    with pytest.raises(mx.MeshMemoryError, match=r"needs about [0-9.]+ GiB .* over --max-memory-gb 0.001"):
+        mx.check_memory(pts, 0.002, 4.0, 0.001)
+    with pytest.raises(mx.MeshMemoryError, match="voxel blocks"):
+        mx.check_memory(pts, 1e-7, 4.0, 4.0)
+
+
+def test_mesh_command_on_tiny_3dgs_run(tmp_path):
+    import trimesh
+    from recon.commands.mesh import MeshConfig, extract_run_mesh
+    from recon.trainer import TrainConfig, train_model
+
+    run = tmp_path / "run"
+    train_model(TrainConfig(data=Path("procedural"), out=run, steps=60, data_factor=2, save_every=0,
+                            progress=False), log=lambda *a: None)
+    out = tmp_path / "m.ply"
+    summary = extract_run_mesh(MeshConfig(run=run, out=out, depth="median", resolution=64, keep_largest=True,
+                                          progress=False))
+    assert summary["depth"] == "expected" and summary["faces"] > 100
+    m = trimesh.load(out, process=False)
+    assert len(m.faces) == summary["faces"] and m.visual.vertex_colors.shape[0] == len(m.vertices)
+    with pytest.raises(FileExistsError):
+        extract_run_mesh(MeshConfig(run=run, out=out, resolution=64, progress=False))
+    with pytest.raises(mx.MeshMemoryError):
+        extract_run_mesh(MeshConfig(run=run, out=tmp_path / "big.glb", voxel_size=1e-4, progress=False))
+    assert not (tmp_path / "big.glb").exists()
