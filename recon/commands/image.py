@@ -6,9 +6,10 @@
   ``<name>.gimg`` per image and report.json / report.csv (recon/image/report.py: per image and the mean).
   ``--bpp B`` chooses N = floor(B W H / nominal bits per Gaussian) of the encoding (recon/image/codec.py:
   32 (5 + C) bits for float32, 32 + 24 + 8 C bits quantised); quantised files come out below B (zstandard).
-- ``splatforge image render MODEL (--scale S | --size WxH) --out out.png``: any size, up or down; below the
-  fitted size each Gaussian is low-passed (recon/image/resample.py: variance 1.2 (1 - s^2) / 12 output
-  pixels^2, the box of fitted pixels an output pixel covers times a measured 1.2; --no-antialias: off).
+- ``splatforge image render MODEL (--scale S | --size WxH) --out out.png``: any size, up or down. The default
+  fit's models are area-sampled (each pixel averages its own area, ``pixel_variance``), at every output size:
+  that is the anti-aliasing. Point-sampled models (``--preset gaussianimage``) are low-passed below the fitted
+  size (recon/image/resample.py: 1.2 (1 - s^2) / 12 output pixels^2; --no-antialias: off).
   Scales <= 0 and outputs whose memory estimate exceeds --max-memory-gb are refused.
 - ``splatforge image compare MODEL IMAGE --out cmp.png``: the image, the render and the error (largest
   channel difference x ``ERROR_GAIN``) side by side.
