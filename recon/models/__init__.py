@@ -3,6 +3,7 @@
 
 from recon.models.base import MODELS, SceneModel, model_class, register_model
 from recon.models.gaussians import GaussianModel, LearningRates, resize_optimizer_state
+from recon.models.surfels import SurfelModel
 
-__all__ = ["MODELS", "SceneModel", "model_class", "register_model", "GaussianModel", "LearningRates",
+__all__ = ["MODELS", "SceneModel", "model_class", "register_model", "GaussianModel", "SurfelModel", "LearningRates",
            "resize_optimizer_state"]
