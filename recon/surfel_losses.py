@@ -17,8 +17,12 @@ gsplat's ``simple_trainer_2dgs.py``. The distortion weight: the paper gives 1000
 (DTU) and 100 for unbounded scenes (Tanks and Temples, its scripts), for its form, squared differences of
 NDC-mapped depth (near 0.2, far 100). The rasterizer composites gsplat's L1 form in camera depth instead,
 whose magnitude differs (for an object seen from about 4 units, the paper's term of a pair is about
-4e-4 |dz|^2 where ours is |dz|), so the paper's numbers cannot be taken over unchanged: see
-``dist_lambda``. Iteration counts are multiplied by the run's ``steps_scaler`` like the strategies'.
+4e-4 |dz|^2 where ours is |dz|), so the paper's numbers cannot be taken over unchanged; the default is
+gsplat's 2DGS trainer's 0.01 for this form (``dist_lambda`` in its ``simple_trainer_2dgs.py``). Measured
+(procedural scene, 64 x 64, 600 steps, cpu backend; test PSNR, mean distortion of the test views):
+dist_lambda 0: 30.46 dB, 0.0304; 0.01: 30.38 dB, 0.0294; 0.1: 30.20 dB, 0.0249; 1: 27.82 dB, 0.0105;
+100: 11.05 dB; 1000: 8.39 dB (the paper's weights on this form wipe the scene out). Iteration counts are
+multiplied by the run's ``steps_scaler`` like the strategies'.
 """
 
 from __future__ import annotations

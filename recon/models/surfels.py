@@ -70,10 +70,14 @@ class SurfelModel(GaussianModel):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        """Refuse what surfels do not support: MCMC densification, absolute gradients (AbsGS)."""
+        """Refuse what surfels do not support: MCMC densification, anti-aliased (mip) mode, absolute
+        gradients (AbsGS)."""
         if cfg.strategy != "adc":
             raise ConfigValueError(f"--strategy {cfg.strategy}: --method 2dgs trains with adaptive density control "
                                    "only (MCMC relocation is not implemented for surfels); use --strategy adc")
+        if cfg.antialiased:
+            raise ConfigValueError("--antialiased: not available with --method 2dgs (surfels have their own "
+                                   "low-pass fallback); leave it off")
         if cfg.adc.absgrad:
             raise ConfigValueError("--adc.absgrad: not available with --method 2dgs (the surfel rasterizer "
                                    "has no absolute screen-space gradients); leave it off")

@@ -131,6 +131,7 @@ def test_method_mismatch_on_resume_is_refused(tmp_path):
 @pytest.mark.parametrize("kw, message", [
     (dict(strategy="mcmc"), r"--strategy mcmc: --method 2dgs trains with adaptive density control only"),
     (dict(adc=TrainConfig().adc.__class__(absgrad=True)), r"--adc.absgrad: not available with --method 2dgs"),
+    (dict(antialiased=True), r"--antialiased: not available with --method 2dgs"),
 ])
 def test_unsupported_options_refused_before_loading(tmp_path, monkeypatch, kw, message):
     monkeypatch.setattr("recon.trainer.load_training_scene", lambda cfg: pytest.fail("scene loaded"))
@@ -237,3 +238,16 @@ def dataclass_replace(obj, **kw):
     import dataclasses
 
     return dataclasses.replace(obj, **kw)
+
+
+def test_output_drawing():
+    from recon.output_images import draw_output
+
+    depth = torch.tensor([[[0.0], [2.0]], [[3.0], [4.0]]])
+    img = draw_output("depth", depth)
+    assert img.shape == (2, 2, 3) and img.dtype == np.uint8
+    assert tuple(img[0, 0]) == (0, 0, 0) and img[0, 1, 0] > img[1, 0, 0] > img[1, 1, 0] > 0  # near = bright
+    normals = torch.tensor([[[0.0, 0.0, -1.0], [0.0, 0.0, 0.0]]])
+    assert draw_output("normals", normals).tolist() == [[[128, 128, 0], [128, 128, 128]]]
+    with pytest.raises(ValueError, match="no drawing for a model output named 'curvature'"):
+        draw_output("curvature", depth)
