@@ -251,3 +251,14 @@ def test_output_drawing():
     assert draw_output("normals", normals).tolist() == [[[128, 128, 0], [128, 128, 128]]]
     with pytest.raises(ValueError, match="no drawing for a model output named 'curvature'"):
         draw_output("curvature", depth)
+
+
+@pytest.mark.parametrize("suffix", [".ply", ".splat"])
+def test_export_measures_the_surfel_run(trained, tmp_path, suffix):
+    from recon.commands.export import ExportConfig, run_export
+
+    cfg, trainer, _, metrics = trained
+    report = run_export(ExportConfig(input=cfg.out, out=tmp_path / f"m{suffix}"))
+    assert report.splats == len(trainer.model)
+    assert abs(report.psnr_before - metrics["test"]["psnr"]) < 1e-4
+    assert report.psnr_after > metrics["test"]["psnr"] - 1.0  # read back as surfels: the first two scales
