@@ -107,7 +107,7 @@ class ADCStrategy(ADCConfig):
         batch) for every Gaussian with a positive radius."""
         grads = model.screen_gradient(meta, self.absgrad)
         if grads is None:
-            raise RuntimeError("ADCStrategy: meta['means2d'] has no gradient; call step_post_backward after "
+            raise RuntimeError("ADCStrategy: the render has no screen-space gradient yet; call step_post_backward after "
                                "loss.backward()")
         C = grads.shape[0]
         grads = grads.detach().clone()
