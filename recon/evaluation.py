@@ -21,6 +21,7 @@ from recon.losses import auto_ssim, psnr
 from recon.lpips import NOTE as LPIPS_NOTE
 from recon.lpips import load_lpips, lpips_distance
 from recon.models.base import SceneModel, model_class
+from recon.output_images import draw_output
 from recon.run_files import METRICS_FILE, RENDERS_DIR, write_json, write_png
 
 ERROR_GAIN = 4.0  # error panel shows 4 x mean |gt - render| as grey
@@ -39,8 +40,10 @@ def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImag
                    prefix: str = "test") -> dict:
     """PSNR / SSIM of ``model`` (any :class:`SceneModel`) on ``frames`` (images composited on ``background`` [3]).
 
-    Writes ``renders_dir/{prefix}_XXX.png`` (gt | render | error) when ``renders_dir`` is given.
-    Each view is rendered at its frame's time (dynamic scenes; static models ignore it).
+    Writes ``renders_dir/{prefix}_XXX.png`` (gt | render | error) when ``renders_dir`` is given, and
+    ``{prefix}_XXX_{name}.png`` for each of the model's extra outputs (2dgs: depth, normals; drawn by
+    :mod:`recon.output_images`). Each view is rendered at its frame's time (dynamic scenes; static models
+    ignore it).
     Returns ``{"psnr", "ssim", "lpips", "num_views", "per_view": [{"name", "psnr", "ssim", "lpips"}]}``
     (views with a time also carry ``time``, and the dict then has ``per_time``, see :func:`per_time_psnr`);
     psnr/ssim/lpips are means over views (None when there are no views; lpips None without its weights).
@@ -50,13 +53,15 @@ def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImag
     lpips_weights = load_lpips(model.device)
     for i, frame in enumerate(frames):
         gt = images.rgb(i, bg)
-        render, _, _ = model.render([frame.camera], sh_degree, bg, t=frame.time)  # each view at its own time
+        render, _, meta = model.render([frame.camera], sh_degree, bg, t=frame.time)  # each view at its own time
         out = render[0].clamp(0, 1)
         lp = None if lpips_weights is None else float(lpips_distance(out, gt, lpips_weights))
         per_view.append({"name": frame.name, "psnr": psnr(out, gt), "ssim": float(auto_ssim(out, gt)), "lpips": lp,
                          **({} if frame.time is None else {"time": frame.time})})
         if renders_dir is not None:
             write_png(Path(renders_dir) / f"{prefix}_{i:03d}.png", side_by_side(gt, out))
+            for name, image in model.extra_outputs(meta).items():
+                write_png(Path(renders_dir) / f"{prefix}_{i:03d}_{name}.png", draw_output(name, image[0]))
     n = len(per_view)
     result = {
         "psnr": float(np.mean([v["psnr"] for v in per_view])) if n else None,

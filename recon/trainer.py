@@ -30,11 +30,12 @@ from recon.export import write_splats
 from recon.frame_images import FrameImages
 from recon.init_region import parse_init_box, random_init_region
 from recon.losses import masked_render, photometric_loss, quick_psnr
-from recon.models.base import SceneModel, model_class
+from recon.models.base import MODELS, SceneModel, model_class
 from recon.models.gaussians import LearningRates
 from recon import run_files as rf
 from recon.run_history import RunHistory
 from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCStrategy
+from recon.surfel_losses import SurfelConfig
 
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
 # fields that may differ when resuming (everything else must match the saved config.yaml); ``out`` is the
@@ -54,7 +55,7 @@ class ConfigMismatchError(RunFolderError, ValueError):
 @dataclass
 class TrainConfig:
     """Training configuration (saved as ``out/config.yaml``): flat fields, then the sections ``lr``,
-    ``adc`` and ``mcmc`` (nested dataclasses: ``--lr.means 1.6e-4``, ``--adc.grow-grad2d 0.0003``; nested
+    ``adc``, ``mcmc`` and ``surfels`` (nested dataclasses: ``--lr.means 1.6e-4``, ``--adc.grow-grad2d 0.0003``; nested
     mappings in config.yaml, where a missing section or field keeps its default)."""
 
     data: Path = Path(PROCEDURAL)
@@ -63,7 +64,8 @@ class TrainConfig:
     out: Path = Path("output")
     """run directory: config.yaml, checkpoints/, splats.ply, metrics.json, history.json, loss.png, renders/"""
     method: str = "3dgs"
-    """scene model: a name registered in recon.models.base.MODELS ("3dgs": 3D Gaussians)"""
+    """scene model: a name registered in recon.models.base.MODELS ("3dgs": 3D Gaussians, "2dgs": 2D
+    Gaussian surfels)"""
     steps: int = 30_000
     data_factor: int = 1
     """downscale images by this integer factor"""
@@ -119,6 +121,9 @@ class TrainConfig:
     """adaptive density control hyper-parameters (--strategy adc); iteration counts x steps_scaler"""
     mcmc: MCMCConfig = field(default_factory=MCMCConfig)
     """MCMC densification hyper-parameters (--strategy mcmc); iteration counts x steps_scaler"""
+    surfels: SurfelConfig = field(default_factory=SurfelConfig)
+    """2DGS options (--method 2dgs): surfel depth, distortion and normal-consistency losses (weights, start
+    steps x steps_scaler); defaults and sources in recon/surfel_losses.py"""
 
 
 _FINITE_NONNEG = (lambda v: math.isfinite(v) and v >= 0, ">= 0")
@@ -165,6 +170,10 @@ FIELD_RANGES = {
     "mcmc.growth": _FINITE_NONNEG,
     "mcmc.opacity_reg": _FINITE_NONNEG,
     "mcmc.scale_reg": _FINITE_NONNEG,
+    "surfels.dist_lambda": _FINITE_NONNEG,
+    "surfels.dist_start_iter": _START,
+    "surfels.normal_lambda": _FINITE_NONNEG,
+    "surfels.normal_start_iter": _START,
 }
 
 
@@ -270,8 +279,17 @@ def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
         saved = {**saved, "data": str(resolved_data(saved_data_path(saved["data"], out)))}
     # a field or section newer than the saved run had its default there
     defaults = rf.flatten_config(rf.config_to_dict(TrainConfig()))
-    # the sections of the strategies this run does not use (mcmc.* for an adc run) change nothing
-    unused = tuple(f"{name}." for name in STRATEGIES if name != cfg.strategy)
+    if saved.get("method", defaults["method"]) != current["method"]:
+        raise ConfigMismatchError(
+            f"{out / rf.CONFIG_FILE}: this run directory holds a --method {saved.get('method', defaults['method'])} "
+            f"run; --method {current['method']} cannot resume it (the models differ); use another --out, or "
+            f"--overwrite to start over (deletes its checkpoints)")
+    # the sections of the strategies this run does not use (mcmc.* for an adc run) and of the other
+    # methods (surfels.* for a 3dgs run) change nothing
+    used = set(model_class(cfg.method).config_sections)
+    other_methods = {s for name in MODELS for s in MODELS[name].config_sections} - used
+    unused = tuple(f"{name}." for name in STRATEGIES if name != cfg.strategy) + \
+        tuple(f"{name}." for name in sorted(other_methods))
     diffs = [f"{k}: saved {saved.get(k, defaults[k])!r}, now {current.get(k)!r}" for k in current
              if k not in RESUMABLE_CHANGES and not k.startswith(unused) and saved.get(k, defaults[k]) != current.get(k)]
     if diffs:
@@ -337,7 +355,8 @@ class Trainer:
     def __post_init__(self) -> None:
         cfg = self.cfg
         validate_config(cfg)
-        strategy_class(cfg)  # an unknown --method, or a --strategy it lacks, fails before the scene is loaded
+        model_class(cfg.method).check_config(cfg)  # an unknown --method or an option it lacks fails before
+        strategy_class(cfg)  # the scene is loaded, as does a --strategy the method lacks
         parse_init_box(cfg.init_box)  # a malformed --init-box fails before the scene is loaded
         self.device = resolve_device(cfg.device) if self.device is None else torch.device(self.device)
         if self.out is not None:
@@ -450,6 +469,8 @@ class Trainer:
                                             absgrad=absgrad)
         pred = masked_render(render[0], gt, self.images.mask(i))  # dataset masks: loss only where 1
         loss = photometric_loss(pred, gt, self.cfg.ssim_lambda) + self.strategy.regularization(self.model)
+        for term in self.model.loss_terms(meta, step, self.cfg).values():  # the method's own (2dgs: geometry)
+            loss = loss + term
         self.strategy.step_pre_backward(self.model, meta, self.strategy_state, step)
         loss.backward()
         self.model.step()

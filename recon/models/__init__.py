@@ -4,6 +4,7 @@
 from recon.models.base import MODELS, SceneModel, model_class, register_model
 from recon.models.gaussians import GaussianModel, LearningRates, resize_optimizer_state
 from recon.models.spacetime import SpaceTimeGaussians
+from recon.models.surfels import SurfelModel
 
-__all__ = ["MODELS", "SceneModel", "model_class", "register_model", "GaussianModel", "LearningRates",
-           "resize_optimizer_state", "SpaceTimeGaussians"]
+__all__ = ["MODELS", "SceneModel", "model_class", "register_model", "GaussianModel", "SurfelModel",
+           "SpaceTimeGaussians", "LearningRates", "resize_optimizer_state"]

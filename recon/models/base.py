@@ -21,6 +21,13 @@ What a model provides:
   parameters together with their optimiser state), ``len(model)``, ``device``, ``to(device)``;
 - **checkpoints**: ``state_dict()`` (plain data and tensors only: checkpoints load with
   ``weights_only=True``) and the classmethod ``from_state_dict(state, device)``;
+- **optional hooks** (defaults do nothing, so a method overrides only what it has):
+  ``config_sections`` (the :class:`recon.trainer.TrainConfig` sections only this method reads, e.g.
+  ``("surfels",)``), ``check_config(cfg)`` (refuse options the method does not support, before the scene
+  is loaded), ``loss_terms(meta, step, cfg)`` (named loss tensors added to the photometric loss),
+  ``screen_gradient(meta, absgrad)`` (the densification signal [C, N, 2] after backward; default
+  ``meta["means2d"].grad`` / ``.absgrad``) and ``extra_outputs(meta)`` (named images besides colour,
+  drawn into renders/ by :mod:`recon.output_images`: ``"depth"`` [C, H, W, 1], ``"normals"`` [C, H, W, 3]);
 - **the export record**: ``to_splat_data()`` (a :class:`SplatData`, what splats.ply, the exporters and the
   browser viewer consume) and the classmethod ``from_splat_data(data, extent)`` (a run's splats.ply back
   into the method, for evaluation and rendering).
@@ -85,6 +92,31 @@ class SceneModel(ABC):
                backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
         """(rgb [C, H, W, 3], alpha [C, H, W, 1], meta) for C cameras of one size at time ``t``."""
 
+    # ---------------------------------------------------------------------------- optional hooks
+
+    config_sections: ClassVar[tuple[str, ...]] = ()
+    """TrainConfig sections read only by this method (other methods' runs ignore them on resume)."""
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Raise ConfigValueError for training options this method does not support (default: none)."""
+
+    def loss_terms(self, meta: dict, step: int, cfg: Any) -> dict[str, Tensor]:
+        """Named scalar losses that the trainer adds to the photometric loss at 0-based ``step`` (default:
+        none), from this step's render ``meta`` and the training config ``cfg``."""
+        return {}
+
+    def screen_gradient(self, meta: dict, absgrad: bool = False) -> Tensor | None:
+        """[C, N, 2] screen-space densification signal after backward (pixels): ``meta["means2d"]``'s
+        ``.absgrad`` or ``.grad`` (None before backward)."""
+        means2d = meta["means2d"]
+        return means2d.absgrad if absgrad else means2d.grad
+
+    def extra_outputs(self, meta: dict) -> dict[str, Tensor]:
+        """Named images besides colour from a render's ``meta``, drawn into renders/ (default: none); the
+        names are the kinds :mod:`recon.output_images` draws (``"depth"``, ``"normals"``)."""
+        return {}
+
     # ---------------------------------------------------------------------------- optimisation
 
     @abstractmethod
@@ -115,6 +147,16 @@ class SceneModel(ABC):
     @abstractmethod
     def to_splat_data(self) -> Any:
         """The export record (:class:`SplatData`, numpy float32 on the CPU)."""
+
+
+def check_state_method(cls: type[SceneModel], state: dict, default: str = "3dgs") -> None:
+    """ValueError when checkpoint ``state`` (a :meth:`SceneModel.state_dict`) was saved by another method
+    than ``cls``'s; a state without a ``method`` entry is taken as ``default`` (checkpoints from before the
+    entry were all 3dgs)."""
+    saved = state.get("method", default) if isinstance(state, dict) else default
+    if saved != cls.method:
+        raise ValueError(f"the checkpoint holds a {saved!r} model, not a {cls.method!r} one (--method {saved} "
+                         f"trained it)")
 
 
 MODELS: dict[str, type[SceneModel]] = {}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from torch import Tensor
 
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from recon.splat_data import SH_C0, SplatData
-from recon.models.base import SceneModel, register_model
+from recon.models.base import SceneModel, check_state_method, register_model
 
 PARAM_NAMES = ("means", "quats", "log_scales", "logit_opacities", "sh0", "shN")
 EXACT_KNN_MAX_POINTS = 30_000  # above this, nearest neighbours are searched along a Morton order
@@ -154,11 +154,13 @@ class GaussianModel(SceneModel):
         optimizer: Adam with one group per parameter.
     """
 
+    SCALE_DIMS: ClassVar[int] = 3  # columns of ``log_scales`` (2 for surfels, :mod:`recon.models.surfels`)
+
     def __init__(self, params: dict[str, Tensor], sh_degree: int, extent: float, antialiased: bool = False,
                  lrs: LearningRates | None = None):
         missing = [n for n in PARAM_NAMES if n not in params]
         if missing:
-            raise KeyError(f"GaussianModel: missing parameter(s) {missing}")
+            raise KeyError(f"{type(self).__name__}: missing parameter(s) {missing}")
         if not 0 <= sh_degree <= 3:
             raise ValueError(f"sh_degree must be in 0..3, got {sh_degree}")
         self.sh_degree = int(sh_degree)
@@ -228,7 +230,7 @@ class GaussianModel(SceneModel):
             colors = torch.rand(P, 3, generator=generator)
         colors = torch.as_tensor(colors, dtype=torch.float32)
         dist = knn_mean_distance(points).clamp(min=1e-7)
-        log_scales = torch.log(dist * init_scale)[:, None].repeat(1, 3)
+        log_scales = torch.log(dist * init_scale)[:, None].repeat(1, cls.SCALE_DIMS)
         K = (sh_degree + 1) ** 2
         params = {
             "means": points,
@@ -353,11 +355,11 @@ class GaussianModel(SceneModel):
     def _check_shapes(self) -> None:
         N = self.params["means"].shape[0]
         K = (self.sh_degree + 1) ** 2
-        expect = {"means": (N, 3), "quats": (N, 4), "log_scales": (N, 3), "logit_opacities": (N,),
+        expect = {"means": (N, 3), "quats": (N, 4), "log_scales": (N, self.SCALE_DIMS), "logit_opacities": (N,),
                   "sh0": (N, 1, 3), "shN": (N, K - 1, 3)}
         for n, shape in expect.items():
             if tuple(self.params[n].shape) != shape:
-                raise ValueError(f"GaussianModel.{n}: shape {tuple(self.params[n].shape)}, expected {shape}")
+                raise ValueError(f"{type(self).__name__}.{n}: shape {tuple(self.params[n].shape)}, expected {shape}")
 
     # ---------------------------------------------------------------------------- IO
 
@@ -369,14 +371,17 @@ class GaussianModel(SceneModel):
                                     antialiased=self.antialiased)
 
     def state_dict(self) -> dict:
-        """Plain checkpoint dict: parameters (CPU tensors), optimizer state, sh_degree, extent, flags."""
-        return {"params": {n: p.detach().cpu() for n, p in self.params.items()},
+        """Plain checkpoint dict: the method name, parameters (CPU tensors), optimizer state, sh_degree,
+        extent, flags."""
+        return {"method": self.method, "params": {n: p.detach().cpu() for n, p in self.params.items()},
                 "optimizer": self.optimizer.state_dict(), "sh_degree": self.sh_degree, "extent": self.extent,
                 "antialiased": self.antialiased, "lrs": asdict(self.lrs)}
 
     @classmethod
     def from_state_dict(cls, state: dict, device: torch.device | str = "cpu") -> "GaussianModel":
-        """Rebuild a model (and its optimizer state) saved by :meth:`state_dict`."""
+        """Rebuild a model (and its optimizer state) saved by :meth:`state_dict`; ValueError when ``state``
+        holds another method's model (checkpoints without a method name are 3dgs ones)."""
+        check_state_method(cls, state)
         model = cls(state["params"], state["sh_degree"], state["extent"], state["antialiased"],
                     LearningRates(**state.get("lrs", {})))
         model._load_optimizer_state(state["optimizer"])

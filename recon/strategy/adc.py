@@ -91,7 +91,7 @@ class ADCStrategy(ADCConfig):
         info = {"cloned": 0, "split": 0, "pruned": 0, "reset": 0}
         if step >= self.refine_stop_iter:
             return info
-        self.update_state(meta, state)
+        self.update_state(model, meta, state)
         if step > self.refine_start_iter and step % self.refine_every == 0:
             info["cloned"], info["split"] = self.grow(model, state)
             info["pruned"] = self.prune(model, step)
@@ -101,13 +101,13 @@ class ADCStrategy(ADCConfig):
             info["reset"] = 1
         return info
 
-    def update_state(self, meta: dict, state: dict) -> None:
-        """Add ``|d loss / d means2d|`` in NDC-equivalent units (pixels x size / 2, times the number of
-        cameras of the batch) for every Gaussian with a positive radius."""
-        means2d = meta["means2d"]
-        grads = means2d.absgrad if self.absgrad else means2d.grad
+    def update_state(self, model: GaussianModel, meta: dict, state: dict) -> None:
+        """Add ``|d loss / d means2d|`` (the model's :meth:`screen_gradient`: for surfels a surrogate from
+        the ray transforms) in NDC-equivalent units (pixels x size / 2, times the number of cameras of the
+        batch) for every Gaussian with a positive radius."""
+        grads = model.screen_gradient(meta, self.absgrad)
         if grads is None:
-            raise RuntimeError("ADCStrategy: meta['means2d'] has no gradient; call step_post_backward after "
+            raise RuntimeError("ADCStrategy: the render has no screen-space gradient yet; call step_post_backward after "
                                "loss.backward()")
         C = grads.shape[0]
         grads = grads.detach().clone()

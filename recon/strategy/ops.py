@@ -35,8 +35,10 @@ def duplicate(model: GaussianModel, mask: Tensor) -> int:
 def split(model: GaussianModel, mask: Tensor) -> int:
     """Replace each Gaussian in ``mask`` by 2 children sampled from it, with scales / 1.6.
 
-    Child means: mean + R diag(scale) z, z ~ N(0, I) from torch's global RNG; other parameters copied. The parents are removed,
-    children appended at the end. Returns the number of parents split.
+    Child means: mean + R diag(scale) z, z ~ N(0, I) from torch's global RNG, over as many axes as the
+    model has scales (3; surfels: 2, the tangents, so children stay in the surfel's plane); other
+    parameters copied. The parents are removed, children appended at the end. Returns the number of
+    parents split.
     """
     idx = mask.nonzero().squeeze(1)
     n = int(idx.numel())
@@ -45,8 +47,9 @@ def split(model: GaussianModel, mask: Tensor) -> int:
     rest = (~mask).nonzero().squeeze(1)
     p = model.params
     scales = torch.exp(p["log_scales"].detach()[idx])
-    R = quat_to_rotmat(p["quats"].detach()[idx])
-    z = torch.randn(2, n, 3, device=scales.device)
+    k = scales.shape[1]
+    R = quat_to_rotmat(p["quats"].detach()[idx])[:, :, :k]  # the first k axes (k = 3: all of R)
+    z = torch.randn(2, n, k, device=scales.device)
     offsets = torch.einsum("nij,nj,bnj->bni", R, scales, z)
     children = {
         "means": (p["means"].detach()[idx][None] + offsets).reshape(-1, 3),

@@ -68,3 +68,14 @@ def test_cuda_and_cpu_renders_agree(tmp_path):
         trainer.model.to(torch.device("cpu"))
         cpu = trainer.model.render([cam], 3, bg.cpu())[0][0]
     assert (gpu - cpu).abs().mean() < 2e-3 and (gpu - cpu).abs().max() < 0.1
+
+
+def test_surfels_train_on_cuda(tmp_path):
+    """--method 2dgs on gsplat's rasterization_2dgs (centre depth): PSNR, densification from its
+    ``gradient_2dgs`` signal, geometry losses switched on (start steps scaled to the 300-step run)."""
+    trainer = Trainer(small_cfg(tmp_path, device="cuda", method="2dgs"), log=lambda *a: None)
+    n0 = len(trainer.model)
+    metrics = trainer.run()
+    assert metrics["test"]["psnr"] > MIN_PSNR - 2.0, metrics
+    assert len(trainer.model) > n0
+    assert len(list((tmp_path / "renders").glob("test_*_normals.png"))) == 8

@@ -1,0 +1,189 @@
+"""2D Gaussian surfels (2DGS, Huang et al., SIGGRAPH 2024): the "2dgs" method.
+
+Same parameters, learning rates, optimiser, initialisation, checkpoints and strategies as the 3DGS model
+(:class:`recon.models.gaussians.GaussianModel`, which this class extends) except:
+
+=====================  ===========  ==========================================================
+name                   shape        meaning
+=====================  ===========  ==========================================================
+``log_scales``         [N, 2]       log standard deviations along the two tangents (the first two
+                                    columns of the rotation of ``quats``; its third is the normal)
+=====================  ===========  ==========================================================
+
+Rendering goes through :func:`rasterizer.rasterize_surfels`; ``meta`` carries the 3D path's
+densification keys (``means2d``, ``radii``, ``width``, ``height``) plus the surfel outputs the losses
+and renders read: ``depth``, ``median_depth``, ``normals`` (camera frame, alpha-weighted),
+``normals_world``, ``distortion``, ``alpha``, ``Ks``, ``ray_transforms`` and ``depths`` (per surfel).
+The geometry losses and their config section are in :mod:`recon.surfel_losses`.
+
+Densification (adaptive density control): ``d loss / d means2d`` is zero for surfels wider than a
+pixel (only the low-pass fallback reads means2d; rasterizer/DESIGN.md "2D surfels"), so the signal is
+gsplat's 2DGS surrogate from the ray transforms, ``(dL/dM_u[2], dL/dM_v[2]) z`` (:meth:`screen_gradient`);
+splits sample children in the surfel's plane (:func:`recon.strategy.ops.split` with two scales).
+MCMC densification is not supported (refused by :meth:`check_config`): tried with the 3DGS rules (noise
+in the tangent plane, the same relocation formula), 600 steps on the procedural scene at 64 x 64 reached
+23.5 dB against 30.4 dB with ADC (3DGS: MCMC 33.1, ADC 33.5), so it needs its own work first.
+
+Export (splats.ply, Inria layout): a third log-scale :data:`FLAT_LOG_SCALE` along the normal, so that
+3DGS viewers show flat discs (the 2DGS authors' suggestion); reading a splat file back takes the first
+two scales.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from rasterizer import Camera, rasterize_surfels, stack_cameras
+from recon.errors import ConfigValueError
+from recon.models.base import register_model
+from recon.models.gaussians import GaussianModel, LearningRates
+from recon.splat_data import SplatData
+from recon.surfel_losses import distortion_loss, normal_consistency_loss
+
+FLAT_SCALE = 1e-6
+"""the third scale written to splat files (world units): flat for a 3DGS viewer, positive for its log"""
+FLAT_LOG_SCALE = math.log(FLAT_SCALE)
+
+
+@register_model("2dgs")
+class SurfelModel(GaussianModel):
+    """2D Gaussian surfels with their optimiser (method "2dgs"; see the module docstring).
+
+    Attributes as :class:`GaussianModel` (``antialiased`` is ignored: surfels have their own low-pass
+    fallback), plus ``surfel_depth``: "intersection" or "centre", the depth the rasterizer composites
+    (CUDA tensors always use "centre", the only one gsplat's kernels have).
+    """
+
+    SCALE_DIMS = 2
+    config_sections = ("surfels",)
+
+    def __init__(self, params: dict[str, Tensor], sh_degree: int, extent: float, antialiased: bool = False,
+                 lrs: LearningRates | None = None, surfel_depth: str = "intersection"):
+        super().__init__(params, sh_degree, extent, antialiased, lrs)
+        if surfel_depth not in ("intersection", "centre"):
+            raise ValueError(f"surfel_depth must be 'intersection' or 'centre', got {surfel_depth!r}")
+        self.surfel_depth = surfel_depth
+
+    # ---------------------------------------------------------------------------- construction
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Refuse what surfels do not support: MCMC densification, anti-aliased (mip) mode, absolute
+        gradients (AbsGS)."""
+        if cfg.strategy != "adc":
+            raise ConfigValueError(f"--strategy {cfg.strategy}: --method 2dgs trains with adaptive density control "
+                                   "only (MCMC relocation is not implemented for surfels); use --strategy adc")
+        if cfg.antialiased:
+            raise ConfigValueError("--antialiased: not available with --method 2dgs (surfels have their own "
+                                   "low-pass fallback); leave it off")
+        if cfg.adc.absgrad:
+            raise ConfigValueError("--adc.absgrad: not available with --method 2dgs (the surfel rasterizer "
+                                   "has no absolute screen-space gradients); leave it off")
+
+    @classmethod
+    def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "SurfelModel":
+        """As :meth:`GaussianModel.initialize` (two scales each), with ``cfg.surfels.depth``."""
+        model = super().initialize(cfg, scene, generator, log)
+        model.surfel_depth = cfg.surfels.depth
+        return model
+
+    @classmethod
+    def from_splat_data(cls, data: SplatData, extent: float = 1.0, lrs: LearningRates | None = None) -> "SurfelModel":
+        """Surfels from a splat file: the first two scales (the tangents of the rotation), the third dropped."""
+        t = data.to_torch()
+        sh = t["sh"]
+        params = {"means": t["means"], "quats": t["quats"], "log_scales": t["log_scales"][:, :2],
+                  "logit_opacities": t["logit_opacities"], "sh0": sh[:, :1], "shN": sh[:, 1:]}
+        return cls(params, data.sh_degree, extent, data.antialiased, lrs)
+
+    # ---------------------------------------------------------------------------- rendering
+
+    def render(self, cameras: Sequence[Camera], sh_degree: int | None = None, background: Tensor | None = None,
+               *, t: float | None = None, absgrad: bool = False, backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
+        """Render into cameras of one size (``t`` ignored: static scene; ``absgrad`` is not available).
+
+        Returns (render [C, H, W, 3], alpha [C, H, W, 1], meta): see the module docstring for meta."""
+        if absgrad:
+            raise ValueError("SurfelModel.render: absgrad is not available for surfels")
+        viewmats, Ks, W, H = stack_cameras(list(cameras))
+        dev = self.device
+        viewmats, Ks = viewmats.to(dev, torch.float32), Ks.to(dev, torch.float32)
+        degree = self.sh_degree if sh_degree is None else min(int(sh_degree), self.sh_degree)
+        bg = None
+        if background is not None:
+            bg = torch.as_tensor(background, dtype=torch.float32, device=dev)
+            bg = bg.expand(viewmats.shape[0], 3) if bg.dim() == 1 else bg
+        cuda = backend == "cuda" or (backend == "auto" and dev.type == "cuda")
+        out = rasterize_surfels(
+            self.params["means"], self.params["quats"], self.scales, self.opacities,
+            (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H, sh_degree=degree, backgrounds=bg,
+            backend=backend, surfel_depth="centre" if cuda else self.surfel_depth)
+        m = out.meta
+        meta = {"means2d": m.means2d, "radii": m.radii, "width": W, "height": H, "n_cameras": m.n_cameras,
+                "depths": m.depths, "ray_transforms": m.ray_transforms, "Ks": Ks, "alpha": out.alpha,
+                "depth": out.depth, "median_depth": out.median_depth, "normals": out.normals,
+                "normals_world": out.normals_world, "distortion": out.distortion,
+                "backend_extras": m.backend_extras}
+        return out.render, out.alpha, meta
+
+    def screen_gradient(self, meta: dict, absgrad: bool = False) -> Tensor | None:
+        """[C, N, 2] gsplat's 2DGS densification signal after backward, in pixels: the cuda backend's
+        ``gradient_2dgs``, else ``(dL/dM_u[2], dL/dM_v[2]) z`` from ``meta["ray_transforms"].grad`` (M_u[2]
+        = z x_pix, so this is the gradient of the projected centre with the depth held), z = centre depth."""
+        if absgrad:
+            raise ValueError("SurfelModel.screen_gradient: absgrad is not available for surfels")
+        extra = meta.get("backend_extras", {}).get("gradient_2dgs")
+        if extra is not None:
+            return extra.grad
+        grad = meta["ray_transforms"].grad
+        if grad is None:
+            return None
+        return grad[..., :2, 2] * meta["depths"].detach()[..., None]
+
+    # ---------------------------------------------------------------------------- losses and outputs
+
+    def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
+        """The 2DGS geometry losses switched on at this step: ``distortion`` (``dist_lambda`` x the mean
+        distortion, from ``dist_start_iter``) and ``normal`` (``normal_lambda`` x normal consistency, from
+        ``normal_start_iter``), start steps x the run's steps_scaler (``cfg.surfels``; recon/surfel_losses.py)."""
+        from recon.trainer import schedule_scaler
+
+        sc = cfg.surfels.scaled(schedule_scaler(cfg))
+        terms = {}
+        if sc.dist_lambda > 0 and step >= sc.dist_start_iter:
+            terms["distortion"] = sc.dist_lambda * distortion_loss(meta["distortion"])
+        if sc.normal_lambda > 0 and step >= sc.normal_start_iter:
+            terms["normal"] = sc.normal_lambda * normal_consistency_loss(meta["normals"], meta["median_depth"],
+                                                                         meta["alpha"], meta["Ks"])
+        return terms
+
+    def extra_outputs(self, meta: dict) -> dict[str, Tensor]:
+        """Median depth [C, H, W, 1] and unit world normals [C, H, W, 3] (0 where nothing is seen)."""
+        n = meta["normals_world"]
+        unit = n / n.norm(dim=-1, keepdim=True).clamp(min=1e-8)
+        return {"depth": meta["median_depth"], "normals": torch.where(meta["alpha"] > 1e-4, unit, torch.zeros_like(n))}
+
+    # ---------------------------------------------------------------------------- IO
+
+    def to_splat_data(self) -> SplatData:
+        """Export record in the Inria layout: the two log-scales plus :data:`FLAT_LOG_SCALE` along the normal."""
+        p = self.params
+        flat = p["log_scales"].new_full((len(self), 1), FLAT_LOG_SCALE)
+        return SplatData.from_torch({"means": p["means"], "quats": p["quats"],
+                                     "log_scales": torch.cat([p["log_scales"].detach(), flat], dim=1),
+                                     "logit_opacities": p["logit_opacities"], "sh": self.sh},
+                                    antialiased=self.antialiased)
+
+    def state_dict(self) -> dict:
+        """:meth:`GaussianModel.state_dict` plus ``surfel_depth``."""
+        return {**super().state_dict(), "surfel_depth": self.surfel_depth}
+
+    @classmethod
+    def from_state_dict(cls, state: dict, device: torch.device | str = "cpu") -> "SurfelModel":
+        model = super().from_state_dict(state, device)
+        model.surfel_depth = state.get("surfel_depth", "intersection")
+        return model
