@@ -76,7 +76,7 @@ def test_screen_signal_scattered_to_all_4d_gaussians(small_scene):
     # the ADC statistics take the scattered signal as they are
     strategy = ADC4DStrategy()
     state = strategy.initialize_state(model)
-    strategy.update_state(meta, state)
+    strategy.update_state(model, meta, state)
     assert state["count"].max() <= 2 and state["grad2d"].shape == (len(model),)
 
 
@@ -89,7 +89,7 @@ def test_all_culled_slice_renders_background_and_gives_a_zero_signal(small_scene
     rgb.sum().backward()
     strategy = ADC4DStrategy()
     state = strategy.initialize_state(model)
-    strategy.update_state(meta, state)  # no "no gradient" error: nothing was visible
+    strategy.update_state(model, meta, state)  # no "no gradient" error: nothing was visible
     assert state["count"].sum() == 0 and meta["means2d"].grad.abs().sum() == 0
 
 
@@ -203,7 +203,7 @@ def test_training_improves_psnr_and_resumes(small_scene, tmp_path):
 def test_3d_run_resumed_as_4d_refused(small_scene, tmp_path):
     cfg = TrainConfig(data=Path("procedural-4d"), out=tmp_path / "run", steps=2, sh_degree=1, progress=False)
     Trainer(cfg, log=lambda s: None, scene=small_scene, device="cpu").run()
-    with pytest.raises(ConfigMismatchError, match="method: saved '3dgs', now '4dgs'"):
+    with pytest.raises(ConfigMismatchError, match="holds a --method 3dgs run; --method 4dgs cannot resume it"):
         train(small_scene, tmp_path / "run", steps=4)
 
 
