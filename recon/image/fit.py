@@ -18,6 +18,8 @@ from typing import Callable, Literal
 import torch
 from torch import Tensor
 
+from recon.losses import quick_psnr
+
 from .model import CHANNEL_LAYOUTS, ImageGaussians
 
 CHOLESKY_BOUND = (0.5, 0.0, 0.5)  # GaussianImage adds it to the raw Cholesky factor (pixels)
@@ -41,10 +43,6 @@ class FitConfig:
     lr_means: float = 0.01
     lr_cholesky: float = 0.05
     lr_colors: float = 0.01
-    min_variance: float = 0.0
-    """pixels^2 added to every Gaussian's covariance (L L^T + v I): no Gaussian is thinner than sqrt(v) fitted
-    pixels, so the model is smooth between pixel centres and renders above the fitted size agree with it (the
-    fit only sees pixel centres; without it, thin Gaussians fit there and alias at scale 2). 0: GaussianImage."""
     pixel_variance: float = 1.0 / 12.0
     """pixels^2: each fitted pixel is the area average of the continuous image over the pixel (a Gaussian low-pass
     of a 1-pixel box's variance, 1/12), not a point sample at its centre; kept in the model, so renders at other
@@ -60,7 +58,7 @@ PRESETS: dict[str, FitConfig] = {
     "default": FitConfig(),
     # the paper's settings (GaussianImage, ECCV 2024: random initialisation, learning rate 1e-3 for every
     # group, 50,000 steps, halved at step 20,000; Adam here, the paper's code uses Adan): for a GPU
-    "gaussianimage": FitConfig(init="gaussianimage", steps=50_000, min_variance=0.0, pixel_variance=0.0, lr_means=1e-3, lr_cholesky=1e-3, lr_colors=1e-3,
+    "gaussianimage": FitConfig(init="gaussianimage", steps=50_000, pixel_variance=0.0, lr_means=1e-3, lr_cholesky=1e-3, lr_colors=1e-3,
                                lr_decay_steps=(0.4,)),
 }
 
@@ -74,30 +72,24 @@ class FitResult:
     history: list[tuple[int, float]] = field(default_factory=list)  # (step, PSNR) every so often
 
 
-def psnr(a: Tensor, b: Tensor) -> float:
-    """PSNR in dB of two images in [0, 1] (a clamped)."""
-    mse = float(torch.mean((a.detach().clamp(0, 1) - b) ** 2))
-    return 10.0 * math.log10(1.0 / max(mse, 1e-12))
+def psnr(render: Tensor, target: Tensor) -> float:
+    """PSNR in dB of ``render`` clamped to [0, 1] (what is saved) against ``target``: recon.losses.quick_psnr."""
+    return quick_psnr(render.detach(), target)
 
 
 class GaussianParams(torch.nn.Module):
     """The optimised tensors: xyz [N, 2] (means = tanh(xyz)), raw Cholesky [N, 3] (pixels), colours [N, C]."""
 
-    def __init__(self, xyz: Tensor, raw_cholesky: Tensor, colors: Tensor, width: int, height: int,
-                 min_variance: float = 0.0):
+    def __init__(self, xyz: Tensor, raw_cholesky: Tensor, colors: Tensor, width: int, height: int):
         super().__init__()
-        self.min_variance = min_variance
         self.xyz = torch.nn.Parameter(xyz)
         self.raw_cholesky = torch.nn.Parameter(raw_cholesky)
         self.colors = torch.nn.Parameter(colors)
         self.width, self.height = width, height
 
     def cholesky(self) -> Tensor:
-        """Normalised Cholesky factors [N, 3] of the effective covariance: diag(2 / W, 2 / H) chol(L L^T + v I),
-        L = raw + bound (pixels), v = min_variance."""
+        """Normalised Cholesky factors [N, 3]: diag(2 / W, 2 / H) (raw + bound)."""
         px = self.raw_cholesky + self.raw_cholesky.new_tensor(CHOLESKY_BOUND)
-        if self.min_variance > 0.0:
-            px = widened_cholesky(px, self.min_variance)
         return px * px.new_tensor([2.0 / self.width, 2.0 / self.height, 2.0 / self.height])
 
     def model(self, layout: str, source: dict, pixel_variance: float) -> ImageGaussians:
@@ -113,18 +105,6 @@ class GaussianParams(torch.nn.Module):
             self.raw_cholesky[:, k] = fixed - bound
 
 
-def widened_cholesky(chol: Tensor, variance: float) -> Tensor:
-    """chol(L L^T + v I) [N, 3] of L = (l11, l21, l22) [N, 3], in closed form (2x2): differentiable, and safe since
-    the widened diagonal is >= v > 0."""
-    l11, l21, l22 = chol.unbind(-1)
-    sxx = l11 * l11 + variance
-    sxy = l11 * l21
-    syy = l21 * l21 + l22 * l22 + variance
-    a = torch.sqrt(sxx)
-    b = sxy / a
-    return torch.stack([a, b, torch.sqrt((syy - b * b).clamp(min=variance * variance / sxx))], dim=-1)
-
-
 def initial_params(target: Tensor, cfg: FitConfig, generator: torch.Generator) -> GaussianParams:
     """GaussianParams for target [H, W, C] by ``cfg.init`` (see FitConfig)."""
     H, W, C = target.shape
@@ -134,13 +114,13 @@ def initial_params(target: Tensor, cfg: FitConfig, generator: torch.Generator) -
     if cfg.init == "gaussianimage":
         raw = torch.rand(N, 3, generator=generator)
         colors = torch.rand(N, C, generator=generator)
-        return GaussianParams(xyz, raw, colors, W, H, cfg.min_variance)
+        return GaussianParams(xyz, raw, colors, W, H)
     sigma = 0.8 * math.sqrt(H * W / (math.pi * N))  # pixels: the Gaussians roughly tile the image
     raw = torch.tensor([sigma - CHOLESKY_BOUND[0], 0.0, sigma - CHOLESKY_BOUND[2]]).repeat(N, 1)
     px = ((u + 1.0) * 0.5 * torch.tensor([W, H])).long()
     sampled = target[px[:, 1].clamp(0, H - 1), px[:, 0].clamp(0, W - 1)]
     coverage = N * 2.0 * math.pi * sigma * sigma / (H * W)  # expected sum of Gaussian weights at a pixel
-    return GaussianParams(xyz, raw, sampled / coverage, W, H, cfg.min_variance)
+    return GaussianParams(xyz, raw, sampled / coverage, W, H)
 
 
 def image_loss(render: Tensor, target: Tensor, kind: str) -> Tensor:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from recon.errors import UsageError
+from recon.losses import psnr  # noqa: F401  (re-exported: the PSNR image commands report)
 
 RENDER_MEMORY_FACTOR = 8
 """peak bytes of `splatforge image render` per output value (H W C) over its 4 float32 bytes: the render,
@@ -91,9 +92,3 @@ def box_downsample(image: Tensor, out_width: int, out_height: int) -> Tensor:
     mean of each factor x factor block)."""
     chw = image.permute(2, 0, 1)[None]
     return F.adaptive_avg_pool2d(chw, (out_height, out_width))[0].permute(1, 2, 0).contiguous()
-
-
-def psnr(a: Tensor, b: Tensor) -> float:
-    """PSNR in dB of two images with values in [0, 1]."""
-    mse = float(torch.mean((a.to(torch.float64) - b.to(torch.float64)) ** 2))
-    return 10.0 * math.log10(1.0 / max(mse, 1e-20))

@@ -298,6 +298,19 @@ class GaussianModel(SceneModel):
 
     # ---------------------------------------------------------------------------- rendering
 
+    def render_inputs(self, cameras: Sequence[Camera], sh_degree: int | None, background: Tensor | None):
+        """(viewmats [C,4,4], Ks [C,3,3] on the model's device, W, H, SH degree used (capped at the model's),
+        backgrounds [C,3] or None): what every render of this model family passes to its rasterizer."""
+        viewmats, Ks, W, H = stack_cameras(list(cameras))
+        dev = self.device
+        viewmats, Ks = viewmats.to(dev, torch.float32), Ks.to(dev, torch.float32)
+        degree = self.sh_degree if sh_degree is None else min(int(sh_degree), self.sh_degree)
+        bg = None
+        if background is not None:
+            bg = torch.as_tensor(background, dtype=torch.float32, device=dev)
+            bg = bg.expand(viewmats.shape[0], 3) if bg.dim() == 1 else bg
+        return viewmats, Ks, W, H, degree, bg
+
     def render(self, cameras: Sequence[Camera], sh_degree: int | None = None, background: Tensor | None = None,
                *, t: float | None = None, absgrad: bool = False, backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
         """Render into cameras of one size.
@@ -310,14 +323,7 @@ class GaussianModel(SceneModel):
         Returns:
             (render [C, H, W, 3], alpha [C, H, W, 1], meta) from :func:`rasterize_gaussians`.
         """
-        viewmats, Ks, W, H = stack_cameras(list(cameras))
-        dev = self.device
-        viewmats, Ks = viewmats.to(dev, torch.float32), Ks.to(dev, torch.float32)
-        degree = self.sh_degree if sh_degree is None else min(int(sh_degree), self.sh_degree)
-        bg = None
-        if background is not None:
-            bg = torch.as_tensor(background, dtype=torch.float32, device=dev)
-            bg = bg.expand(viewmats.shape[0], 3) if bg.dim() == 1 else bg
+        viewmats, Ks, W, H, degree, bg = self.render_inputs(cameras, sh_degree, background)
         return rasterize_gaussians(
             self.params["means"], self.params["quats"], self.scales, self.opacities,
             (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H,

@@ -37,7 +37,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from rasterizer import Camera, rasterize_surfels, stack_cameras
+from rasterizer import Camera, rasterize_surfels
 from recon.errors import ConfigValueError
 from recon.models.base import register_model
 from recon.models.gaussians import GaussianModel, LearningRates
@@ -109,15 +109,8 @@ class SurfelModel(GaussianModel):
         Returns (render [C, H, W, 3], alpha [C, H, W, 1], meta): see the module docstring for meta."""
         if absgrad:
             raise ValueError("SurfelModel.render: absgrad is not available for surfels")
-        viewmats, Ks, W, H = stack_cameras(list(cameras))
-        dev = self.device
-        viewmats, Ks = viewmats.to(dev, torch.float32), Ks.to(dev, torch.float32)
-        degree = self.sh_degree if sh_degree is None else min(int(sh_degree), self.sh_degree)
-        bg = None
-        if background is not None:
-            bg = torch.as_tensor(background, dtype=torch.float32, device=dev)
-            bg = bg.expand(viewmats.shape[0], 3) if bg.dim() == 1 else bg
-        cuda = backend == "cuda" or (backend == "auto" and dev.type == "cuda")
+        viewmats, Ks, W, H, degree, bg = self.render_inputs(cameras, sh_degree, background)
+        cuda = backend == "cuda" or (backend == "auto" and self.device.type == "cuda")
         out = rasterize_surfels(
             self.params["means"], self.params["quats"], self.scales, self.opacities,
             (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H, sh_degree=degree, backgrounds=bg,

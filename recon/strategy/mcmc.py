@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -58,6 +59,7 @@ class MCMCStrategy(MCMCConfig):
     """MCMC densification: the :class:`MCMCConfig` hyper-parameters plus the Gaussian cap ``cap_max``."""
 
     cap_max: int = 1_000_000
+    scales_param: ClassVar[str] = "log_scales"  # the parameter relocation rescales (4dgs: log_scales4)
 
     @classmethod
     def from_config(cls, config: MCMCConfig, max_gaussians: int | None = None) -> "MCMCStrategy":
@@ -146,7 +148,7 @@ class MCMCStrategy(MCMCConfig):
         new_opac = new_opac.clamp(self.min_opacity, 1.0 - OPACITY_EPS)
         with torch.no_grad():
             model.params["logit_opacities"][sampled] = torch.logit(new_opac)
-            model.params["log_scales"][sampled] = torch.log(new_scales)
+            model.params[self.scales_param][sampled] = torch.log(new_scales)
 
     @torch.no_grad()
     def inject_noise(self, model: GaussianModel, scaler: float) -> None:

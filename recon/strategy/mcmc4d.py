@@ -10,25 +10,19 @@ as in space. The regulariser is MCMC's: mean opacity and mean scale (all four sc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from rasterizer.spacetime import covariance_4d
-from recon.strategy.mcmc import NOISE_GATE_POWER, OPACITY_EPS, MCMCStrategy, relocation_values
+from recon.strategy.mcmc import NOISE_GATE_POWER, MCMCStrategy
 
 
 @dataclass
 class MCMC4DStrategy(MCMCStrategy):
     """:class:`MCMCStrategy` for :class:`recon.models.spacetime.SpaceTimeGaussians` (see the module docstring)."""
 
-    def _share(self, model, sampled) -> None:
-        copies = torch.bincount(sampled, minlength=len(model))[sampled] + 1
-        new_opac, new_scales = relocation_values(model.opacities.detach()[sampled], model.scales.detach()[sampled],
-                                                 copies)
-        new_opac = new_opac.clamp(self.min_opacity, 1.0 - OPACITY_EPS)
-        with torch.no_grad():
-            model.params["logit_opacities"][sampled] = torch.logit(new_opac)
-            model.params["log_scales4"][sampled] = torch.log(new_scales)
+    scales_param: ClassVar[str] = "log_scales4"  # relocation rescales all four scales
 
     @torch.no_grad()
     def inject_noise(self, model, scaler: float) -> None:
