@@ -52,7 +52,19 @@ def with_default_preset(argv: list[str]) -> list[str]:
     rest = argv[1:]
     if rest and (rest[0] in PRESETS or rest[0] in ("-h", "--help")):
         return argv
-    return ["train", DEFAULT_PRESET, *rest]
+    return ["train", method_preset(rest) or DEFAULT_PRESET, *rest]
+
+
+def method_preset(args: list[str]) -> str | None:
+    """The preset named like the method of ``--method M`` / ``--method=M`` in ``args`` (``nerf``: its own
+    strategy and schedule), or None."""
+    from recon.commands.train import PRESETS
+
+    for i, a in enumerate(args):
+        name = args[i + 1] if a == "--method" and i + 1 < len(args) else (a.split("=", 1)[1] if a.startswith("--method=") else None)
+        if name is not None:
+            return name if name in PRESETS and PRESETS[name][0].method == name else None
+    return None
 
 
 def unknown_subcommand(argv: list[str], names) -> str | None:

@@ -32,9 +32,11 @@ from recon.init_region import parse_init_box, random_init_region
 from recon.losses import masked_render, photometric_loss, quick_psnr
 from recon.models.base import MODELS, SceneModel, model_class
 from recon.models.gaussians import LearningRates
+from recon.nerf.config import FIELD_RANGES as NERF_FIELD_RANGES
+from recon.nerf.config import NerfConfig
 from recon import run_files as rf
 from recon.run_history import RunHistory
-from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCStrategy
+from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCStrategy, OccupancyConfig
 from recon.surfel_losses import SurfelConfig
 
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
@@ -69,8 +71,9 @@ class TrainConfig:
     steps: int = 30_000
     data_factor: int = 1
     """downscale images by this integer factor"""
-    strategy: Literal["adc", "mcmc"] = "adc"
-    """densification: adaptive density control (3DGS) or MCMC relocation"""
+    strategy: Literal["adc", "mcmc", "occupancy"] = "adc"
+    """densification: adaptive density control (3DGS) or MCMC relocation; occupancy: the occupancy-grid
+    updates of --method nerf (its only strategy)"""
     sh_degree: int = 3
     sh_degree_interval: int = 1000
     """raise the active SH degree by one every this many steps (x steps_scaler)"""
@@ -124,6 +127,10 @@ class TrainConfig:
     surfels: SurfelConfig = field(default_factory=SurfelConfig)
     """2DGS options (--method 2dgs): surfel depth, distortion and normal-consistency losses (weights, start
     steps x steps_scaler); defaults and sources in recon/surfel_losses.py"""
+    occupancy: OccupancyConfig = field(default_factory=OccupancyConfig)
+    """occupancy-grid updates (--method nerf, --strategy occupancy; recon/strategy/occupancy.py)"""
+    nerf: NerfConfig = field(default_factory=NerfConfig)
+    """hash-grid NeRF options (--method nerf): field, sampling, optimiser; sources in recon/nerf/config.py"""
 
 
 _FINITE_NONNEG = (lambda v: math.isfinite(v) and v >= 0, ">= 0")
@@ -174,6 +181,7 @@ FIELD_RANGES = {
     "surfels.dist_start_iter": _START,
     "surfels.normal_lambda": _FINITE_NONNEG,
     "surfels.normal_start_iter": _START,
+    **NERF_FIELD_RANGES,  # nerf.* and occupancy.*
 }
 
 
@@ -244,7 +252,8 @@ def strategy_class(cfg: TrainConfig) -> type:
     ``strategies()``, for methods whose parameters differ from 3DGS's), else :data:`STRATEGIES`.
     ConfigValueError when the method has no such strategy."""
     own = getattr(model_class(cfg.method), "strategies", None)
-    table = own() if own is not None else STRATEGIES
+    table = own() if own is not None else {name: cls for name, cls in STRATEGIES.items()
+                                           if cfg.method in getattr(cls, "METHODS", (cfg.method,))}
     if cfg.strategy not in table:
         raise ConfigValueError(f"--strategy {cfg.strategy}: not available with --method {cfg.method} "
                                f"(available: {', '.join(sorted(table))})")
@@ -458,17 +467,12 @@ class Trainer:
         return min(step // self.sh_interval, self.cfg.sh_degree)
 
     def train_step(self, step: int) -> StepResult:
-        """One optimisation step on a random training view (``step`` is 0-based)."""
-        i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
-        bg = background_color(self.cfg, self.scene, self.view_gen).to(self.device)
-        gt = self.images.rgb(i, bg)
-        self.model.set_step(step, self.cfg.steps)
-        absgrad = getattr(self.strategy, "absgrad", False)
-        frame = self.scene.frames_train[i]  # its time (dynamic scenes) is rendered; static methods ignore it
-        render, _, meta = self.model.render([frame.camera], self.active_sh_degree(step), bg, t=frame.time,
-                                            absgrad=absgrad)
-        pred = masked_render(render[0], gt, self.images.mask(i))  # dataset masks: loss only where 1
-        loss = photometric_loss(pred, gt, self.cfg.ssim_lambda) + self.strategy.regularization(self.model)
+        """One optimisation step (``step`` is 0-based): on a random training view, or on rays drawn across
+        the training views for methods with ``RAY_BATCHES`` (nerf: :meth:`ray_batch_loss`)."""
+        if getattr(self.model, "RAY_BATCHES", False):
+            pred, gt, meta, loss = self.ray_batch_loss(step)
+        else:
+            pred, gt, meta, loss = self.view_loss(step)
         for term in self.model.loss_terms(meta, step, self.cfg).values():  # the method's own (2dgs: geometry)
             loss = loss + term
         self.strategy.step_pre_backward(self.model, meta, self.strategy_state, step)
@@ -481,6 +485,30 @@ class Trainer:
         if not math.isfinite(value):
             raise FloatingPointError(f"step {step}: loss is {value} (NaN/Inf); last checkpoint is kept")
         return StepResult(value, quick_psnr(pred.detach(), gt))
+
+    def ray_batch_loss(self, step: int):
+        """(prediction [R, 3], target [R, 3], meta, loss) of the model's ray batch across the training views
+        (:meth:`recon.models.nerf.NerfModel.ray_batch`; the background as for views) and its ``ray_loss``."""
+        bg = background_color(self.cfg, self.scene, self.view_gen).to(self.device)
+        self.model.set_step(step, self.cfg.steps)
+        cameras = [f.camera for f in self.scene.frames_train]
+        pred, gt, meta = self.model.ray_batch(self.images, cameras, bg, self.view_gen)
+        return pred, gt, meta, self.model.ray_loss(pred, gt) + self.strategy.regularization(self.model)
+
+    def view_loss(self, step: int):
+        """(render [H, W, 3], target [H, W, 3], meta, loss) of a random training view: photometric loss plus
+        the strategy's regulariser."""
+        i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
+        bg = background_color(self.cfg, self.scene, self.view_gen).to(self.device)
+        gt = self.images.rgb(i, bg)
+        self.model.set_step(step, self.cfg.steps)
+        absgrad = getattr(self.strategy, "absgrad", False)
+        frame = self.scene.frames_train[i]  # its time (dynamic scenes) is rendered; static methods ignore it
+        render, _, meta = self.model.render([frame.camera], self.active_sh_degree(step), bg, t=frame.time,
+                                            absgrad=absgrad)
+        pred = masked_render(render[0], gt, self.images.mask(i))  # dataset masks: loss only where 1
+        loss = photometric_loss(pred, gt, self.cfg.ssim_lambda) + self.strategy.regularization(self.model)
+        return pred, gt, meta, loss
 
     # ---------------------------------------------------------------------------- loop
 

@@ -57,6 +57,7 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
 
     check_render_arguments(out, frames, fps, force)
     opened = Run.open(run, data=data)
+    chosen = splats  # None: the run's own model (its checkpoint for methods whose splat file is not the model)
     splats = opened.require_splats(splats)
     if str(path) not in PATHS:
         cams = keyframe_path_cameras(Path(path), frames, max_side)  # checked before the scene is loaded
@@ -65,7 +66,7 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
     if str(path) in PATHS:
         cams = camera_path(str(path), opened.cameras, frames)
     dev = resolve_device(device)
-    model = opened.load_model(splats, dev, extent=scene.extent)
+    model = opened.load_model(chosen, dev, extent=scene.extent)
     bg = opened.background().to(dev)
     images = _render_frames(model, cams, bg, progress)
     return write_video(Path(out), images, fps, force=force)

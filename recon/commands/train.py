@@ -25,6 +25,8 @@ PRESETS: dict[str, tuple[TrainConfig, str]] = {
              "3DGS-MCMC: relocation instead of split/clone, Gaussian count capped at --max-gaussians"),
     "fast": (TrainConfig(steps=7_000, sh_degree=1, init_num_random=30_000, save_every=3_500),
              "a quick look: 7k steps (schedule scaled), SH degree 1, fewer random initial Gaussians"),
+    "nerf": (TrainConfig(method="nerf", strategy="occupancy", steps=20_000, save_every=2_000),
+             "hash-grid NeRF (instant-ngp style), occupancy-grid sampling; also what --method nerf alone picks"),
 }
 DEFAULT_PRESET = "default"
 

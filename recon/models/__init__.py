@@ -3,8 +3,9 @@
 
 from recon.models.base import MODELS, SceneModel, model_class, register_model
 from recon.models.gaussians import GaussianModel, LearningRates, resize_optimizer_state
+from recon.models.nerf import NerfModel
 from recon.models.spacetime import SpaceTimeGaussians
 from recon.models.surfels import SurfelModel
 
 __all__ = ["MODELS", "SceneModel", "model_class", "register_model", "GaussianModel", "SurfelModel",
-           "SpaceTimeGaussians", "LearningRates", "resize_optimizer_state"]
+           "SpaceTimeGaussians", "NerfModel", "LearningRates", "resize_optimizer_state"]

@@ -94,6 +94,11 @@ class SceneModel(ABC):
 
     # ---------------------------------------------------------------------------- optional hooks
 
+    RAY_BATCHES: ClassVar[bool] = False
+    """True: trained on rays drawn across the training images (the trainer calls ``ray_batch(images,
+    cameras, background, generator) -> (pred [R, 3], target [R, 3], meta)`` and ``ray_loss(pred, target)``
+    instead of rendering one view; nerf)"""
+
     config_sections: ClassVar[tuple[str, ...]] = ()
     """TrainConfig sections read only by this method (other methods' runs ignore them on resume)."""
 

@@ -8,12 +8,16 @@ Gaussian-count changes go through :mod:`recon.strategy.ops`, which keeps Adam's 
 Each strategy's tunable hyper-parameters are a config dataclass (:class:`ADCConfig`, :class:`MCMCConfig`)
 that the strategy class extends with the Gaussian cap; ``Strategy.from_config(config, max_gaussians)``
 builds it. :data:`STRATEGIES` maps ``--strategy NAME`` to the class; the hyper-parameters live in the
-training config's section of the same name (``TrainConfig.adc``, ``TrainConfig.mcmc``).
+training config's section of the same name (``TrainConfig.adc``, ``TrainConfig.mcmc``, ``TrainConfig.occupancy``:
+the NeRF occupancy-grid updates, :mod:`recon.strategy.occupancy`).
 """
 
 from recon.strategy.adc import ADCConfig, ADCStrategy
 from recon.strategy.mcmc import MCMCConfig, MCMCStrategy
+from recon.strategy.occupancy import OccupancyConfig, OccupancyGridStrategy
 
-STRATEGIES = {"adc": ADCStrategy, "mcmc": MCMCStrategy}
+STRATEGIES = {"adc": ADCStrategy, "mcmc": MCMCStrategy, "occupancy": OccupancyGridStrategy}
+"""``--strategy`` name -> class; a class with ``METHODS`` applies only to those methods (occupancy: nerf)."""
 
-__all__ = ["ADCConfig", "ADCStrategy", "MCMCConfig", "MCMCStrategy", "STRATEGIES"]
+__all__ = ["ADCConfig", "ADCStrategy", "MCMCConfig", "MCMCStrategy", "OccupancyConfig", "OccupancyGridStrategy",
+           "STRATEGIES"]

@@ -1,0 +1,426 @@
+"""Hash-grid NeRF (instant-ngp style): the "nerf" method.
+
+The field (:mod:`recon.nerf.field`) maps unit-cube positions (:mod:`recon.nerf.space`: the scene box, or
+the contracted space of unbounded captures) to density and view-dependent colour. Rays are marched
+through an occupancy grid (:mod:`recon.nerf.marching`, :mod:`recon.nerf.occupancy`) and composited with
+the volume-rendering quadrature (:mod:`recon.nerf.rendering`) over the same background as the Gaussian
+methods (the trainer's ``background_color``: seen through 1 - accumulated opacity).
+
+Training draws rays across all training images each step (``RAY_BATCHES``: the trainer calls
+:meth:`NerfModel.ray_batch` instead of rendering one view); the ray count adapts so that a step marches
+about ``nerf.target_samples`` samples. Loss: mean squared error (instant-ngp, nerfacto). The occupancy
+grid is updated by :class:`recon.strategy.occupancy.OccupancyGridStrategy` (``--strategy occupancy``,
+which the ``nerf`` preset and ``--method nerf`` on the command line select).
+
+Scene space (:func:`scene_space`): ``--nerf.box`` when given; Blender / D-NeRF scenes carry no bounds,
+so the NeRF-synthetic convention [-1.5, 1.5]^3 is assumed (and said in the log); the procedural scene's
+box is its points' bounding box (+10 %); COLMAP / nerfstudio captures are unbounded: contraction around
+the training cameras' centre with their radius (``Scene.nerfpp_norm``).
+
+Files: the model lives in the run's checkpoints (``state_dict``: field weights, occupancy grid, optimiser,
+config, space). splats.ply holds a baked approximation for viewers and exporters (``to_splat_data``: one
+isotropic Gaussian per occupied cell, opacity of the cell's density over its size, colour averaged over
+six directions), so ``eval`` / ``render`` read the checkpoint (``SPLAT_FILE_IS_SLICE``) and a splat file
+cannot become a NeRF (``from_splat_data`` refuses). ``len(model)`` is the number of occupied grid cells.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Callable, ClassVar, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from recon.errors import ConfigValueError, UsageError
+from recon.models.base import SceneModel, check_state_method, register_model
+from recon.nerf.config import NerfConfig
+from recon.nerf.field import NerfField
+from recon.nerf.marching import march_rays, ray_entry
+from recon.nerf.occupancy import OccupancyGrid
+from recon.nerf.rendering import transmittance_weights, volume_render
+from recon.nerf.space import FieldSpace, to_unit
+from recon.splat_data import SplatData
+
+BLENDER_HALF = 1.5  # NeRF-synthetic objects lie in [-1.5, 1.5]^3 (instant-ngp's unit box after its 0.33 scale)
+BOUNDED_FORMATS = ("blender", "dnerf")
+EARLY_STOP = 1e-4  # samples behind this transmittance are not coloured (nerfacc's early stop)
+LR_MILESTONES = (0.5, 0.75, 0.9)  # fractions of the run where the learning rate is x LR_GAMMA (nerfacc ngp)
+LR_GAMMA = 0.33
+ADAM_BETAS = (0.9, 0.99)
+ADAM_EPS = 1e-15
+MAX_BAKED = 1 << 18  # most Gaussians in the baked splats.ply
+MIN_RAYS = 256
+
+
+def parse_box(text: str) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """(lo, hi) of "cx,cy,cz,half"; ConfigValueError naming --nerf.box otherwise."""
+    try:
+        cx, cy, cz, half = (float(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigValueError(f"--nerf.box {text}: give four numbers cx,cy,cz,half") from None
+    if not (half > 0 and all(math.isfinite(v) for v in (cx, cy, cz, half))):
+        raise ConfigValueError(f"--nerf.box {text}: half must be > 0 and all numbers finite")
+    return (cx - half, cy - half, cz - half), (cx + half, cy + half, cz + half)
+
+
+def scene_space(cfg: NerfConfig, scene, log: Callable[[str], None] = print) -> FieldSpace:
+    """The field's space for ``scene`` (see the module docstring), with one line to ``log`` saying which."""
+    fmt = getattr(scene, "source_format", "")
+    kind = cfg.scene
+    if kind == "auto":
+        kind = "box" if (cfg.box is not None or fmt in BOUNDED_FORMATS or fmt == "procedural") else "unbounded"
+    if kind == "unbounded":
+        centre, radius = scene.nerfpp_norm()
+        log(f"nerf: unbounded scene ({fmt or 'dataset'}): space contracted around the cameras' centre "
+            f"{[round(float(v), 3) for v in centre]} with radius {float(radius):.3f}")
+        return FieldSpace.unbounded(centre, float(radius))
+    if cfg.box is not None:
+        lo, hi = parse_box(cfg.box)
+        log(f"nerf: box {lo} .. {hi} (--nerf.box)")
+        return FieldSpace.box(lo, hi)
+    if fmt in BOUNDED_FORMATS or scene.points is None or len(scene.points) == 0:
+        h = BLENDER_HALF
+        log(f"nerf: the dataset has no bounds information; assuming the object lies in [-{h}, {h}]^3 (the "
+            f"NeRF-synthetic convention); give --nerf.box cx,cy,cz,half to change it")
+        return FieldSpace.box((-h, -h, -h), (h, h, h))
+    pts = torch.as_tensor(scene.points, dtype=torch.float64)
+    lo, hi = pts.amin(0), pts.amax(0)
+    centre, half = 0.5 * (lo + hi), 0.5 * float((hi - lo).max()) * 1.1
+    log(f"nerf: box around the scene's points, centre {[round(float(v), 3) for v in centre]}, half size {half:.3f}")
+    return FieldSpace.box((centre - half).tolist(), (centre + half).tolist())
+
+
+def rays_from_pixels(w2c: Tensor, K: Tensor, px: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(origins [R, 3], unit directions [R, 3], z_scale [R]) float64 through pixel positions ``px`` [R, 2]
+    (continuous, pixel centres at +0.5) of cameras ``w2c`` [R, 4, 4] / ``K`` [R, 3, 3] (OpenCV axes)."""
+    d_cam = torch.stack([(px[:, 0] - K[:, 0, 2]) / K[:, 0, 0], (px[:, 1] - K[:, 1, 2]) / K[:, 1, 1],
+                         torch.ones_like(px[:, 0])], dim=1)
+    d_cam = d_cam / d_cam.norm(dim=1, keepdim=True)
+    R, t = w2c[:, :3, :3], w2c[:, :3, 3]
+    dirs = torch.einsum("rji,rj->ri", R, d_cam)  # R^T d
+    origins = -torch.einsum("rji,rj->ri", R, t)
+    return origins, dirs, d_cam[:, 2]
+
+
+class RaySource:
+    """Training images as flat arrays for drawing rays across all of them: RGBA uint8 [sum H W, 4], masks
+    uint8 [sum H W] (255 where an image has none), per-image offsets, sizes and cameras (float64)."""
+
+    def __init__(self, images, cameras: Sequence, device):
+        self.key = (id(images), len(images))
+        self.rgba = torch.cat([im.reshape(-1, 4) for im in images.rgba]).to(device)
+        masks = [m if m is not None else torch.full(im.shape[:2], 255, dtype=torch.uint8, device=im.device)
+                 for m, im in zip(images.masks, images.rgba)]
+        self.masks = torch.cat([m.reshape(-1) for m in masks]).to(device)
+        self.has_masks = any(m is not None for m in images.masks)
+        sizes = torch.tensor([[im.shape[1], im.shape[0]] for im in images.rgba], dtype=torch.int64)
+        self.sizes = sizes.to(device)
+        self.offsets = (torch.cumsum(sizes[:, 0] * sizes[:, 1], 0) - sizes[:, 0] * sizes[:, 1]).to(device)
+        self.w2c = torch.stack([c.world_to_cam.double() for c in cameras]).to(device)
+        self.K = torch.stack([c.K.double() for c in cameras]).to(device)
+
+    def draw(self, n: int, generator: torch.Generator):
+        """(origins [n, 3], dirs [n, 3], rgba float [n, 4], mask float [n, 1] or None) of n random pixels
+        of random images (uniform over images, then over pixels)."""
+        dev = self.rgba.device
+        img = torch.randint(self.sizes.shape[0], (n,), generator=generator).to(dev)
+        uv = torch.rand(n, 2, generator=generator, dtype=torch.float64).to(dev)
+        wh = self.sizes[img]
+        pix = (uv * wh).long().clamp(max=wh - 1)
+        flat = self.offsets[img] + pix[:, 1] * wh[:, 0] + pix[:, 0]
+        o, d, _ = rays_from_pixels(self.w2c[img], self.K[img], pix.double() + 0.5)
+        mask = (self.masks[flat].float() / 255.0)[:, None] if self.has_masks else None
+        return o, d, self.rgba[flat].float() / 255.0, mask
+
+
+@register_model("nerf")
+class NerfModel(SceneModel):
+    """Hash-grid NeRF with its optimiser and occupancy grid (method "nerf"; see the module docstring).
+
+    Attributes: ``cfg`` (:class:`NerfConfig`), ``space`` (:class:`FieldSpace`), ``field``
+    (:class:`NerfField`), ``grid`` (:class:`OccupancyGrid`), ``params`` (the field's parameters by name),
+    ``optimizer`` (Adam: the hash table without weight decay, the MLPs with ``cfg.weight_decay``),
+    ``samples_per_ray`` (running estimate that sizes the training batches), ``extent``.
+    """
+
+    RAY_BATCHES: ClassVar[bool] = True  # trained on rays across images (Trainer.train_step)
+    SPLAT_FILE_IS_SLICE: ClassVar[bool] = True  # splats.ply is a baked approximation; the model is in checkpoints
+    config_sections = ("nerf",)
+
+    def __init__(self, cfg: NerfConfig, space: FieldSpace, extent: float = 1.0,
+                 generator: torch.Generator | None = None):
+        self.cfg, self.space, self.extent = cfg, space, float(extent)
+        self.field = NerfField(cfg.hash_grid(), cfg.hidden, cfg.geo_dim, cfg.color_layers, generator,
+                               backend="numba" if cfg.backend == "numba" else ("torch" if cfg.backend == "torch" else "auto"))
+        self.grid = OccupancyGrid(cfg.occupancy_resolution)
+        self.params = dict(self.field.named_parameters())
+        self.samples_per_ray = float(cfg.steps_per_diagonal) / 2.0
+        self.optimizer = self._make_optimizer()
+        self._source: RaySource | None = None
+
+    def _make_optimizer(self) -> torch.optim.Adam:
+        table = [p for n, p in self.params.items() if n == "table"]
+        mlps = [p for n, p in self.params.items() if n != "table"]
+        return torch.optim.Adam([{"params": table, "lr": self.cfg.lr, "weight_decay": 0.0, "name": "table"},
+                                 {"params": mlps, "lr": self.cfg.lr, "weight_decay": self.cfg.weight_decay,
+                                  "name": "mlp"}], betas=ADAM_BETAS, eps=ADAM_EPS)
+
+    # ---------------------------------------------------------------------------- construction
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """--strategy must be occupancy; the nerf section's box must parse."""
+        if cfg.strategy != "occupancy":
+            raise ConfigValueError(f"--strategy {cfg.strategy}: --method nerf has no densification; it trains with "
+                                   f"--strategy occupancy (the occupancy-grid updates; `splatforge train nerf` and "
+                                   f"`splatforge train --method nerf` select it)")
+        if cfg.nerf.box is not None:
+            parse_box(cfg.nerf.box)
+
+    @classmethod
+    def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "NerfModel":
+        """A fresh field in the space of ``scene`` (:func:`scene_space`)."""
+        space = scene_space(cfg.nerf, scene, log)
+        return cls(cfg.nerf, space, scene.extent, generator)
+
+    @classmethod
+    def from_splat_data(cls, data, extent: float = 1.0) -> "NerfModel":
+        raise UsageError("a splat file holds Gaussians, not a nerf model (a nerf run's splats.ply is a baked "
+                         "approximation of its field): `splatforge eval/render --run RUN` read the field from the "
+                         "run's checkpoints; a Gaussian file cannot be resumed or evaluated as --method nerf")
+
+    # ---------------------------------------------------------------------------- views
+
+    def __len__(self) -> int:
+        """Occupied cells of the occupancy grid."""
+        return self.grid.occupied
+
+    @property
+    def device(self) -> torch.device:
+        return self.field.table.device
+
+    def to(self, device) -> "NerfModel":
+        self.field.to(device)
+        self.grid.to(device)
+        for state in self.optimizer.state.values():
+            for k, v in state.items():
+                if torch.is_tensor(v) and k != "step":
+                    state[k] = v.to(device)
+        self._source = None
+        return self
+
+    # ---------------------------------------------------------------------------- sampling constants
+
+    @property
+    def dt_min(self) -> float:
+        return self.space.diagonal / self.cfg.steps_per_diagonal
+
+    @property
+    def cone_angle(self) -> float:
+        if self.cfg.cone_angle is not None:
+            return float(self.cfg.cone_angle)
+        return 1.0 / 256.0 if self.space.contracted else 0.0
+
+    def near_far(self) -> tuple[float, float]:
+        if self.space.contracted:
+            radius = self.space.size[0]
+            return 0.05 * radius, self.cfg.far * radius
+        return 0.0, 1e10
+
+    @property
+    def max_steps(self) -> int:
+        if not self.space.contracted:
+            return self.cfg.steps_per_diagonal + 2
+        near, far = self.near_far()
+        growth = math.log(far / near) / math.log1p(self.cone_angle) if self.cone_angle > 0 else 0.0
+        return int(self.space.diagonal * 2 / self.dt_min + growth) + 2
+
+    # ---------------------------------------------------------------------------- rendering
+
+    def march(self, origins: Tensor, dirs: Tensor, jitter: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Packed samples (ray [S], t0 [S], t1 [S]) of rays [R, 3] (float64) through the occupancy grid."""
+        near, far = self.near_far()
+        t_near, t_far = ray_entry(origins, dirs, self.space, near, far)
+        backend = {"numba": "numba", "torch": "torch"}.get(self.cfg.backend, "auto")
+        if backend == "auto" and origins.device.type != "cpu":
+            backend = "torch"
+        return march_rays(origins, dirs, t_near, t_far, jitter, self.grid.bits, self.space, self.dt_min,
+                          1e10 if self.space.contracted else self.dt_min, self.cone_angle, self.max_steps,
+                          backend=backend)
+
+    def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None) -> dict:
+        """{"rgb" [R, 3], "opacity" [R], "depth" [R] (expected distance), "samples" (marched)} of rays
+        ``origins`` / unit ``dirs`` [R, 3]. With gradients enabled, densities are first evaluated without
+        them to find the samples in front of transmittance :data:`EARLY_STOP`, and only those are
+        evaluated again with gradients and coloured (nerfacc's two passes)."""
+        dev = self.device
+        R = origins.shape[0]
+        o, d = origins.double().to(dev), dirs.double().to(dev)
+        jitter = torch.zeros(R, dtype=torch.float64, device=dev) if jitter is None else jitter.double().to(dev)
+        ray, t0, t1 = (a.to(dev) for a in self.march(o, d, jitter))
+        samples = int(ray.shape[0])
+        if samples:
+            with torch.no_grad():
+                sigma, geo = self.field.density(self._unit(o, d, ray, t0, t1))
+                _, trans = transmittance_weights(sigma, t0, t1, ray, R)
+                alive = trans > EARLY_STOP
+            ray, t0, t1 = ray[alive], t0[alive], t1[alive]
+            if torch.is_grad_enabled():
+                sigma, geo = self.field.density(self._unit(o, d, ray, t0, t1))
+            else:
+                sigma, geo = sigma[alive], geo[alive]
+            rgb = self.field.color(geo, d[ray].float())
+        else:
+            sigma = torch.zeros(0, device=dev, requires_grad=torch.is_grad_enabled())
+            rgb = torch.zeros(0, 3, device=dev)
+        bg = background.to(device=dev, dtype=torch.float32)
+        colour, acc, depth = volume_render(sigma, rgb, t0, t1, ray, R, bg)
+        if samples == 0 and torch.is_grad_enabled():  # keep the graph connected to the parameters
+            colour = colour + 0.0 * self.field.table.sum()
+        return {"rgb": colour, "opacity": acc, "depth": depth, "samples": samples}
+
+    def _unit(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor) -> Tensor:
+        """[S, 3] float32 unit-cube positions of the sample midpoints."""
+        mid = 0.5 * (t0 + t1)
+        return to_unit(o[ray] + mid[:, None] * d[ray], self.space).clamp(0.0, 1.0).float()
+
+    @torch.no_grad()
+    def _render_camera(self, camera, background: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(rgb [H, W, 3], opacity [H, W, 1], camera-z depth [H, W, 1]) of one camera, in ray chunks."""
+        H, W = camera.height, camera.width
+        ys, xs = torch.meshgrid(torch.arange(H, dtype=torch.float64), torch.arange(W, dtype=torch.float64),
+                                indexing="ij")
+        px = torch.stack([xs.reshape(-1), ys.reshape(-1)], 1) + 0.5
+        n = px.shape[0]
+        w2c = camera.world_to_cam.double().cpu()[None].expand(n, 4, 4)
+        K = camera.K.double().cpu()[None].expand(n, 3, 3)
+        o, d, zs = rays_from_pixels(w2c, K, px)
+        rgb, acc, depth = [], [], []
+        for s in range(0, n, self.cfg.eval_rays):
+            out = self.render_rays(o[s:s + self.cfg.eval_rays], d[s:s + self.cfg.eval_rays], background)
+            rgb.append(out["rgb"])
+            acc.append(out["opacity"])
+            depth.append(out["depth"])
+        z = torch.cat(depth) * zs.to(self.device, torch.float32)
+        return torch.cat(rgb).reshape(H, W, 3), torch.cat(acc).reshape(H, W, 1), z.reshape(H, W, 1)
+
+    def render(self, cameras: Sequence, sh_degree: int | None = None, background: Tensor | None = None, *,
+               t: float | None = None, absgrad: bool = False, backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
+        """(rgb [C, H, W, 3], opacity [C, H, W, 1], meta) of whole images (no gradients; ``sh_degree``, ``t``,
+        ``absgrad`` and ``backend`` do not apply). ``meta``: ``depth`` [C, H, W, 1] (camera z of the expected
+        distance, 0 where the opacity is below 0.5), ``width``, ``height``."""
+        bg = background if background is not None else torch.zeros(3)
+        outs = [self._render_camera(c, bg) for c in cameras]
+        rgb = torch.stack([o[0] for o in outs])
+        alpha = torch.stack([o[1] for o in outs])
+        depth = torch.stack([torch.where(o[1] >= 0.5, o[2], torch.zeros_like(o[2])) for o in outs])
+        return rgb, alpha, {"depth": depth, "width": cameras[0].width, "height": cameras[0].height}
+
+    def extra_outputs(self, meta: dict) -> dict[str, Tensor]:
+        return {"depth": meta["depth"]}
+
+    # ---------------------------------------------------------------------------- training
+
+    def ray_batch(self, images, cameras: Sequence, background: Tensor, generator: torch.Generator
+                  ) -> tuple[Tensor, Tensor, dict]:
+        """(prediction [R, 3], target [R, 3], meta) of R rays drawn across the training ``images``
+        (:class:`recon.frame_images.FrameImages`, indexed like ``cameras``); targets composited on
+        ``background`` [3]; pixels outside a dataset mask take the target's value (no loss there).
+        R = target_samples / samples_per_ray, clamped to [256, max_rays]; the estimate is then updated."""
+        if self._source is None or self._source.key != (id(images), len(images)):
+            self._source = RaySource(images, cameras, self.device)
+        n = int(min(self.cfg.max_rays, max(MIN_RAYS, self.cfg.target_samples / max(self.samples_per_ray, 1e-3))))
+        o, d, rgba, mask = self._source.draw(n, generator)
+        jitter = torch.rand(n, generator=generator, dtype=torch.float64)
+        bg = background.to(self.device, torch.float32)
+        gt = rgba[:, :3] * rgba[:, 3:] + bg * (1.0 - rgba[:, 3:])
+        out = self.render_rays(o, d, bg, jitter)
+        pred = out["rgb"] if mask is None else out["rgb"] * mask + gt * (1.0 - mask)
+        self.samples_per_ray = 0.9 * self.samples_per_ray + 0.1 * max(out["samples"] / n, 1.0)
+        return pred, gt, {"rays": n, "samples": out["samples"]}
+
+    def ray_loss(self, pred: Tensor, gt: Tensor) -> Tensor:
+        """Mean squared error."""
+        return F.mse_loss(pred, gt)
+
+    @torch.no_grad()
+    def update_occupancy(self, decay: float, threshold: float, fraction: float) -> None:
+        """Re-estimate the occupancy grid (:meth:`OccupancyGrid.update`) with the field's density."""
+        self.grid.update(lambda u: self.field.density(u.to(self.device))[0], self.dt_min, decay, threshold, fraction)
+
+    # ---------------------------------------------------------------------------- optimisation
+
+    def update_params(self, fn_param, fn_state, names: Sequence[str] = ()) -> None:
+        raise NotImplementedError("NerfModel: the field's parameters have fixed shapes (no densification)")
+
+    def set_step(self, step: int, total_steps: int) -> None:
+        """Learning rate: linear warm-up from 1 % over ``lr_warmup_steps``, x 0.33 at 50, 75 and 90 % of
+        the run (nerfacc's instant-ngp schedule)."""
+        warm = self.cfg.lr_warmup_steps
+        factor = 1.0 if warm <= 0 else min(1.0, 0.01 + 0.99 * step / warm)
+        factor *= LR_GAMMA ** sum(step >= m * total_steps for m in LR_MILESTONES)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.lr * factor
+
+    # ---------------------------------------------------------------------------- IO
+
+    def state_dict(self) -> dict:
+        """Plain checkpoint dict: method, config, space, field weights, occupancy grid, optimiser, estimate."""
+        return {"method": self.method, "config": asdict(self.cfg), "space": self.space.to_dict(),
+                "extent": self.extent, "field": {n: p.detach().cpu() for n, p in self.params.items()},
+                "grid": {"resolution": self.grid.resolution, "values": self.grid.values.cpu(),
+                         "bits": self.grid.bits.cpu()},
+                "optimizer": self.optimizer.state_dict(), "samples_per_ray": self.samples_per_ray}
+
+    @classmethod
+    def from_state_dict(cls, state: dict, device: torch.device | str = "cpu") -> "NerfModel":
+        """Rebuild a model saved by :meth:`state_dict`; ValueError when ``state`` holds another method's model."""
+        check_state_method(cls, state)
+        model = cls(NerfConfig(**state["config"]), FieldSpace.from_dict(state["space"]), state["extent"])
+        with torch.no_grad():
+            for n, p in model.params.items():
+                p.copy_(state["field"][n])
+        g = state["grid"]
+        model.grid = OccupancyGrid(int(g["resolution"]), g["values"], g["bits"])
+        model.optimizer.load_state_dict(state["optimizer"])
+        model.samples_per_ray = float(state["samples_per_ray"])
+        return model.to(device)
+
+    @torch.no_grad()
+    def to_splat_data(self) -> SplatData:
+        """A baked Gaussian approximation (see the module docstring): up to :data:`MAX_BAKED` of the occupied
+        cells with the highest values, each an isotropic Gaussian of half the cell's size."""
+        G = self.grid.resolution
+        cells = self.grid.bits.reshape(-1).nonzero()[:, 0]
+        if cells.numel() > MAX_BAKED:
+            cells = cells[torch.topk(self.grid.values[cells], MAX_BAKED).indices]
+        ijk = torch.stack([cells // (G * G), (cells // G) % G, cells % G], 1).float()
+        u = (ijk + 0.5) / G
+        sigma, geo = self.field.density(u.to(self.device))
+        dirs = torch.cat([torch.eye(3), -torch.eye(3)]).to(self.device)
+        rgb = torch.stack([self.field.color(geo, dv.expand(len(u), 3)) for dv in dirs]).mean(0)
+        x, cell = self._from_unit(u.double().to(self.device))
+        opacity = (-torch.expm1(-sigma.double() * cell)).clamp(1e-6, 1 - 1e-6)
+        sh0 = (rgb.double() - 0.5) / 0.28209479177387814
+        n = len(u)
+        return SplatData.from_torch({"means": x, "quats": torch.tensor([1.0, 0, 0, 0]).expand(n, 4),
+                                     "log_scales": torch.log(0.5 * cell)[:, None].expand(n, 3),
+                                     "logit_opacities": torch.logit(opacity), "sh": sh0[:, None, :]})
+
+    def _from_unit(self, u: Tensor) -> tuple[Tensor, Tensor]:
+        """(world positions [N, 3], world size of a grid cell there [N]) of unit-cube points ``u`` [N, 3]."""
+        lo = torch.tensor(self.space.lo, dtype=u.dtype, device=u.device)
+        size = torch.tensor(self.space.size, dtype=u.dtype, device=u.device)
+        G = self.grid.resolution
+        if not self.space.contracted:
+            return lo + u * size, torch.full((len(u),), float(size.min()) / G, dtype=u.dtype, device=u.device)
+        c = 4.0 * u - 2.0
+        m = c.abs().amax(1, keepdim=True).clamp(min=1e-12)
+        outer = m > 1.0
+        y = torch.where(outer, c / m / (2.0 - m).clamp(min=1e-6), c)
+        # d|y|/d|c| = 1 / (2 - m)^2 outside the unit cube: cells stretch with it
+        stretch = torch.where(outer, 1.0 / (2.0 - m).clamp(min=1e-3) ** 2, torch.ones_like(m))[:, 0]
+        return lo + y * size, 4.0 * size[0] / G * stretch

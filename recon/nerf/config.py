@@ -1,0 +1,97 @@
+"""The ``nerf`` section of the training config (``--nerf.rays-per-batch`` ...): field, sampling, optimiser.
+
+Defaults: instant-ngp (Mueller et al. 2022: hash grid, 64-wide MLPs, 1024 steps per box diagonal, Adam
+1e-2 with betas (0.9, 0.99), eps 1e-15) and nerfacc's instant-ngp example (learning-rate warm-up over
+100 steps, decay x 0.33 at 50 / 75 / 90 % of the run, weight decay 1e-6 on the MLPs, the occupancy
+update rhythm in :mod:`recon.strategy.occupancy`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from recon.nerf.hash_encoding import HashGridConfig
+
+
+@dataclass
+class NerfConfig:
+    """Hash-grid NeRF options (--method nerf); see recon/nerf/config.py for the sources of the defaults."""
+
+    hash_levels: int = 16
+    """hash grid: resolution levels L (instant-ngp: 16)"""
+    hash_features: int = 2
+    """hash grid: features per level F (instant-ngp: 2)"""
+    hash_log2_table: int = 19
+    """hash grid: log2 of the rows of a hashed level (instant-ngp: 19)"""
+    hash_base_res: int = 16
+    """hash grid: cells per axis of the coarsest level (instant-ngp: 16)"""
+    hash_max_res: int = 2048
+    """hash grid: cells per axis of the finest level across the field's unit cube (instant-ngp: 2048 for a
+    unit-scale box)"""
+    hidden: int = 64
+    """width of the density and colour MLPs"""
+    geo_dim: int = 16
+    """density MLP outputs (log density + geometry features fed to the colour MLP)"""
+    color_layers: int = 2
+    """hidden layers of the colour MLP"""
+    scene: Literal["auto", "box", "unbounded"] = "auto"
+    """box: march inside a bounding box (Blender scenes: [-1.5, 1.5]^3 unless --nerf.box); unbounded:
+    contract all of space (COLMAP / nerfstudio captures); auto picks by dataset format"""
+    box: str | None = None
+    """bounding box "cx,cy,cz,half" (a cube; write --nerf.box=-1,0,0,2 for a negative first number);
+    default: the dataset's (see recon.models.nerf.scene_space)"""
+    steps_per_diagonal: int = 1024
+    """ray-marching step: the box diagonal (unbounded: the inner cube's) over this"""
+    cone_angle: float | None = None
+    """steps grow as t x cone_angle (default 0 in a box, 1/256 unbounded, as instant-ngp)"""
+    far: float = 1000.0
+    """unbounded scenes: rays end at this many scene radii"""
+    target_samples: int = 1 << 16
+    """samples per training step: the ray count adapts to the measured samples per ray (instant-ngp's
+    dynamic batch)"""
+    max_rays: int = 8192
+    """most rays in one training step"""
+    lr: float = 1e-2
+    """Adam learning rate of the hash table and the MLPs"""
+    weight_decay: float = 1e-6
+    """Adam weight decay of the MLP weights"""
+    lr_warmup_steps: int = 100
+    """learning rate ramps linearly from 1 % over these steps"""
+    occupancy_resolution: int = 128
+    """occupancy grid cells per axis"""
+    eval_rays: int = 16384
+    """rays per chunk when rendering whole images"""
+    backend: Literal["auto", "numba", "torch"] = "auto"
+    """hash encoding and ray marching: Numba kernels (CPU), the PyTorch reference, or auto (Numba on the CPU)"""
+
+    def hash_grid(self) -> HashGridConfig:
+        return HashGridConfig(self.hash_levels, self.hash_features, self.hash_log2_table, self.hash_base_res,
+                              self.hash_max_res)
+
+
+def _pos_int(v) -> bool:
+    return v >= 1
+
+
+_FINITE_NONNEG = (lambda v: math.isfinite(v) and v >= 0, ">= 0")
+_FINITE_POS = (lambda v: math.isfinite(v) and v > 0, "> 0")
+
+FIELD_RANGES = {  # merged into recon.trainer.FIELD_RANGES (dotted names)
+    **{f"nerf.{name}": (_pos_int, ">= 1") for name in (
+        "hash_levels", "hash_features", "hash_base_res", "hash_max_res", "hidden", "geo_dim", "steps_per_diagonal",
+        "target_samples", "max_rays", "occupancy_resolution", "eval_rays")},
+    "nerf.color_layers": (lambda v: v >= 0, ">= 0"),
+    "nerf.hash_log2_table": (lambda v: 1 <= v <= 30, "1..30"),
+    "nerf.cone_angle": (lambda v: v is None or (math.isfinite(v) and v >= 0), ">= 0"),
+    "nerf.far": _FINITE_POS,
+    "nerf.lr": _FINITE_POS,
+    "nerf.weight_decay": _FINITE_NONNEG,
+    "nerf.lr_warmup_steps": (lambda v: v >= 0, ">= 0"),
+    "occupancy.update_every": (_pos_int, ">= 1"),
+    "occupancy.warmup_steps": (lambda v: v >= 0, ">= 0"),
+    "occupancy.decay": (lambda v: 0 <= v <= 1, "0..1"),
+    "occupancy.threshold": _FINITE_NONNEG,
+    "occupancy.fraction": (lambda v: 0 < v <= 1, "in (0, 1]"),
+}

@@ -1,0 +1,62 @@
+"""Volume rendering of packed ray samples: the standard quadrature (Max 1995; NeRF, Mildenhall et al. 2020).
+
+Samples are packed: ``ray`` int64 [S] (non-decreasing: sorted by ray, then by distance), intervals
+``[t0, t1]`` [S] along unit directions, densities ``sigma`` [S] (1 / world unit) and colours ``rgb`` [S, 3].
+With ``tau_i = sigma_i (t1_i - t0_i)``:
+
+    alpha_i = 1 - exp(-tau_i),   T_i = exp(-sum_{j < i, same ray} tau_j),   w_i = T_i alpha_i
+    colour = sum_i w_i rgb_i + (1 - A) background,   A = sum_i w_i,   depth = sum_i w_i (t0_i + t1_i) / 2 / A
+
+(depth is the expected distance along the ray where A > 0, else 0). The exclusive prefix sums run over
+all samples at once in float64 and subtract each ray's first value, so long batches keep their precision;
+autograd differentiates the whole chain (gradients to ``sigma`` and ``rgb``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def ray_starts(ray: Tensor, n_rays: int) -> Tensor:
+    """int64 [n_rays]: index of each ray's first sample in the packed arrays (its sample count is
+    ``bincount``; a ray without samples gets the next ray's start)."""
+    counts = torch.bincount(ray, minlength=n_rays)
+    return torch.cumsum(counts, 0) - counts
+
+
+def transmittance_weights(sigma: Tensor, t0: Tensor, t1: Tensor, ray: Tensor, n_rays: int) -> tuple[Tensor, Tensor]:
+    """(weights w [S], transmittance T [S]) of packed samples (see the module docstring), in sigma's dtype."""
+    tau = sigma.double() * (t1 - t0).double()
+    inclusive = torch.cumsum(tau, 0)
+    exclusive = inclusive - tau
+    starts = ray_starts(ray, n_rays)
+    trans = torch.exp(-(exclusive - exclusive[starts[ray]]))
+    alpha = -torch.expm1(-tau)
+    return (trans * alpha).to(sigma.dtype), trans.to(sigma.dtype)
+
+
+def accumulate(values: Tensor, ray: Tensor, n_rays: int) -> Tensor:
+    """[n_rays, ...] per-ray sums of packed ``values`` [S, ...]."""
+    out = values.new_zeros((n_rays, *values.shape[1:]))
+    return out.index_add(0, ray, values)
+
+
+def composite(weights: Tensor, rgb: Tensor, t0: Tensor, t1: Tensor, ray: Tensor, n_rays: int,
+              background: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(colour [R, 3], accumulated opacity A [R], expected depth [R]) from the sample ``weights`` [S],
+    ``rgb`` [S, 3] and ``background`` [3] or [R, 3] (the Gaussian methods' background: seen through 1 - A)."""
+    acc = accumulate(weights, ray, n_rays)
+    colour = accumulate(weights[:, None] * rgb, ray, n_rays) + (1.0 - acc)[:, None] * background.to(rgb)
+    mid = (0.5 * (t0 + t1)).to(weights.dtype)
+    depth_sum = accumulate(weights * mid, ray, n_rays)
+    depth = torch.where(acc > 1e-10, depth_sum / acc.clamp(min=1e-10), torch.zeros_like(acc))
+    return colour, acc, depth
+
+
+def volume_render(sigma: Tensor, rgb: Tensor, t0: Tensor, t1: Tensor, ray: Tensor, n_rays: int,
+                  background: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(colour [R, 3], opacity [R], depth [R]) of packed samples: :func:`transmittance_weights` then
+    :func:`composite`."""
+    weights, _ = transmittance_weights(sigma, t0, t1, ray, n_rays)
+    return composite(weights, rgb, t0, t1, ray, n_rays, background)
