@@ -54,7 +54,8 @@ class OccupancyGrid:
             cells = torch.arange(n, device=self.values.device)
         else:
             m = max(1, int(n * fraction))
-            cells = torch.randint(n, (m,), generator=generator).to(self.values.device)
+            # distinct cells: a repeated index in the max-update below would make the winner arbitrary
+            cells = torch.randperm(n, generator=generator)[:m].to(self.values.device)
         fresh = torch.empty(cells.shape[0], device=self.values.device)
         for s in range(0, cells.shape[0], EVAL_CHUNK):
             part = cells[s:s + EVAL_CHUNK]

@@ -1,0 +1,112 @@
+#!/usr/bin/env python
+"""Hash-grid NeRF benchmark (issue 20), printed as JSON.
+
+1. ``hash_encoding``: the instant-ngp grid (16 levels x 2 features, table 2^19) on ``--points`` (default
+   2^18) uniform random points: median wall seconds of the Numba forward and backward over ``--repeats``
+   runs (after one warm-up), and of the PyTorch reference (fewer repeats: it is slow); also the Numba
+   forward + backward at one training step's sample count (``nerf.target_samples``).
+2. ``train`` (unless ``--no-train``): ``splatforge train --method nerf`` (the ``nerf`` preset) on ``--data``
+   at ``--data-factor`` for ``--steps`` steps (no outputs written), then the test PSNR over all test views;
+   train seconds, the median seconds of a step over the last ``--window`` steps, and the hash encoding's
+   share of such a step.
+
+The machine (CPU count, torch threads, load average before and after) is in the output: timings on a
+shared machine are only comparable within one run.
+"""
+
+from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from recon.nerf.hash_encoding import HashGridConfig, hash_encode_numba, hash_encode_reference, init_table, level_layout  # noqa: E402
+
+
+def time_encoding(fn, x, table, res, offsets, repeats: int) -> dict:
+    """Median forward / backward seconds of ``fn`` over ``repeats`` runs (one warm-up run first)."""
+    fwd, bwd = [], []
+    for i in range(repeats + 1):
+        table.grad = None
+        t0 = time.perf_counter()
+        out = fn(x, table, res, offsets)
+        t1 = time.perf_counter()
+        out.backward(torch.ones_like(out))
+        t2 = time.perf_counter()
+        if i:
+            fwd.append(t1 - t0)
+            bwd.append(t2 - t1)
+    return {"forward_s": statistics.median(fwd), "backward_s": statistics.median(bwd),
+            "total_s": statistics.median(f + b for f, b in zip(fwd, bwd)), "repeats": repeats}
+
+
+def bench_encoding(points: int, repeats: int, step_points: int) -> dict:
+    cfg = HashGridConfig()
+    res, offsets = level_layout(cfg)
+    gen = torch.Generator().manual_seed(0)
+    table = init_table(offsets, cfg.features, gen).requires_grad_()
+    x = torch.rand(points, 3, generator=gen)
+    return {"config": dataclasses.asdict(cfg), "table_rows": int(offsets[-1]), "points": points,
+            "numba": time_encoding(hash_encode_numba, x, table, res, offsets, repeats),
+            "torch_reference": time_encoding(hash_encode_reference, x, table, res, offsets, max(1, repeats // 3)),
+            "numba_at_step_samples": {"points": step_points, **time_encoding(
+                hash_encode_numba, x[:step_points], table, res, offsets, repeats)}}
+
+
+def bench_train(data: str, data_factor: int, steps: int, window: int) -> dict:
+    from recon.commands.train import preset_config
+    from recon.trainer import Trainer
+
+    cfg = preset_config("nerf", data=Path(data), data_factor=data_factor, steps=steps, progress=False,
+                        device="cpu", out=Path("unused"))
+    trainer = Trainer(cfg, log=lambda s: None, writes_outputs=False)
+    start = time.perf_counter()
+    metrics = trainer.train_and_finish()
+    wall = time.perf_counter() - start
+    return {"data": data, "data_factor": data_factor, "steps": steps, "test_psnr": metrics["test"]["psnr"],
+            "test_ssim": metrics["test"]["ssim"], "test_views": metrics["test"]["num_views"],
+            "train_seconds": metrics["train_seconds"], "wall_seconds_with_eval": round(wall, 1),
+            "median_step_s": statistics.median(trainer.history.step_seconds[-window:]),
+            "occupied_cells": len(trainer.model), "samples_per_ray": round(trainer.model.samples_per_ray, 1),
+            "psnr_target_28_met_within_1200s": bool(metrics["test"]["psnr"] >= 28.0 and metrics["train_seconds"] <= 1200)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--points", type=int, default=1 << 18)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "lego_400"))
+    ap.add_argument("--data-factor", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--window", type=int, default=100)
+    ap.add_argument("--no-train", action="store_true")
+    args = ap.parse_args()
+    from recon.nerf.config import NerfConfig
+
+    report = {"machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                          "processor": platform.processor() or platform.machine(),
+                          "load_before": os.getloadavg()}}
+    report["hash_encoding"] = bench_encoding(args.points, args.repeats, NerfConfig().target_samples)
+    if not args.no_train:
+        report["train"] = bench_train(args.data, args.data_factor, args.steps, args.window)
+        enc = report["hash_encoding"]["numba_at_step_samples"]["total_s"]
+        report["train"]["hash_share_of_step"] = round(enc / report["train"]["median_step_s"], 3)
+    report["machine"]["load_after"] = os.getloadavg()
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
