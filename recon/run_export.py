@@ -18,8 +18,8 @@ def export_psnr(run: Run, exported, original=None, device: str = "cpu") -> tuple
     from recon.evaluation import evaluate_on_scene
 
     if getattr(run.model_class, "SPLAT_FILE_IS_SLICE", False):
-        return None, (f"test PSNR not evaluated (a {run.config.method} run's splat file is its 3D slice at one "
-                      f"time, and its test views are at many)")
+        why = getattr(run.model_class, "SPLAT_FILE_NOTE", "is its 3D slice at one time, and its test views are at many")
+        return None, f"test PSNR not evaluated (a {run.config.method} run's splat file {why})"
     try:
         scene = run.scene
         background = run.background().tolist()

@@ -148,6 +148,7 @@ class NerfModel(SceneModel):
 
     RAY_BATCHES: ClassVar[bool] = True  # trained on rays across images (Trainer.train_step)
     SPLAT_FILE_IS_SLICE: ClassVar[bool] = True  # splats.ply is a baked approximation; the model is in checkpoints
+    SPLAT_FILE_NOTE: ClassVar[str] = "is a baked Gaussian approximation of its field, not the field"
     config_sections = ("nerf",)
 
     def __init__(self, cfg: NerfConfig, space: FieldSpace, extent: float = 1.0,
