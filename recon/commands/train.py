@@ -132,7 +132,10 @@ def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
         raise
     test = metrics["test"]
     psnr = "n/a" if test["psnr"] is None else f"{test['psnr']:.2f} dB"
-    print(f"done: {metrics['steps']} steps, {metrics['num_gaussians']:,} Gaussians, test PSNR {psnr} "
+    from recon.models.base import model_class
+
+    counted = getattr(model_class(cfg.method), "COUNT_NAME", "Gaussians")  # nerf: occupied grid cells
+    print(f"done: {metrics['steps']} steps, {metrics['num_gaussians']:,} {counted}, test PSNR {psnr} "
           f"over {test['num_views']} views; outputs in {cfg.out}")
     for hook in viewers:
         if cfg.viewer_keep_open:

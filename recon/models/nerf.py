@@ -149,6 +149,7 @@ class NerfModel(SceneModel):
     RAY_BATCHES: ClassVar[bool] = True  # trained on rays across images (Trainer.train_step)
     SPLAT_FILE_IS_SLICE: ClassVar[bool] = True  # splats.ply is a baked approximation; the model is in checkpoints
     SPLAT_FILE_NOTE: ClassVar[str] = "is a baked Gaussian approximation of its field, not the field"
+    COUNT_NAME: ClassVar[str] = "occupied grid cells"  # what len(model) counts (the CLI's summary line)
     config_sections = ("nerf",)
 
     def __init__(self, cfg: NerfConfig, space: FieldSpace, extent: float = 1.0,
