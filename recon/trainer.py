@@ -24,7 +24,8 @@ import torch
 from recon.data import load_scene
 from recon.data.scene import DataFormatError, Scene
 from recon.data_arg import PROCEDURAL, PROCEDURAL_4D, names_procedural_scene, resolved_data, saved_data_path
-from recon.errors import CheckpointError, ConfigValueError, DeviceError, RunFolderError
+from recon.devices import resolve_device
+from recon.errors import CheckpointError, ConfigValueError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_splats
 from recon.frame_images import FrameImages
@@ -206,14 +207,6 @@ def stored_config(cfg: TrainConfig) -> TrainConfig:
 def schedule_scaler(cfg: TrainConfig) -> float:
     """``cfg.steps_scaler`` or ``steps / 30000``."""
     return cfg.steps_scaler if cfg.steps_scaler is not None else cfg.steps / REFERENCE_STEPS
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("--device cuda: no CUDA device is available; use --device cpu (or auto)")
-    return torch.device(name)
 
 
 def load_training_scene(cfg: TrainConfig) -> Scene:

@@ -53,7 +53,7 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
     existing --out without ``force``, a folder, an unwritable place) are refused before any work."""
     from recon.camera_paths import PATHS, camera_path
     from recon.run import Run
-    from recon.trainer import resolve_device
+    from recon.devices import resolve_device
 
     check_render_arguments(out, frames, fps, force)
     opened = Run.open(run, data=data)
