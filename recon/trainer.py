@@ -70,6 +70,10 @@ class TrainConfig:
     steps: int = 30_000
     data_factor: int = 1
     """downscale images by this integer factor"""
+    frame_stride: int = 1
+    """videos (Neural 3D Video): keep every n-th frame"""
+    time_range: str | None = None
+    """videos (Neural 3D Video): "START:END" in seconds of the clip to train on (default: all of it)"""
     strategy: Literal["adc", "mcmc"] = "adc"
     """densification: adaptive density control (3DGS) or MCMC relocation"""
     sh_degree: int = 3
@@ -138,6 +142,7 @@ _START = (lambda v: v >= 0, ">= 0")
 FIELD_RANGES = {
     "steps": (lambda v: v >= 0, ">= 0"),
     "data_factor": (lambda v: v >= 1, ">= 1"),
+    "frame_stride": (lambda v: v >= 1, ">= 1"),
     "sh_degree": (lambda v: 0 <= v <= 3, "0..3"),
     "sh_degree_interval": (lambda v: v >= 1, ">= 1"),
     "eval_every": (lambda v: v >= 0, ">= 0 (0: only at the end)"),
@@ -219,7 +224,8 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
         from recon.data.procedural_scene import procedural_scene
 
         return procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed)
-    scene = load_scene(cfg.data, data_factor=cfg.data_factor)
+    scene = load_scene(cfg.data, data_factor=cfg.data_factor, frame_stride=cfg.frame_stride,
+                       time_range=cfg.time_range)
     if not scene.frames_train:
         raise DataFormatError(f"{cfg.data}: the dataset has no training images")
     return scene
