@@ -93,7 +93,13 @@ def _rotation_parts(quats_left: Tensor, quats_right: Tensor, scales4: Tensor, fi
 
 
 def time_variances(quats_left: Tensor, quats_right: Tensor, scales4: Tensor) -> Tensor:
-    """Sigma_tt [N] alone (what culling needs): the squared norm of row t of M = R S."""
+    """Sigma_tt [N] alone (what culling needs): the squared norm of row t of M = R S. CPU float tensors
+    without gradient go through the fused kernel (:func:`.cpu_kernels.time_variances_cpu`)."""
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (quats_left, quats_right, scales4))
+    if quats_left.device.type == "cpu" and scales4.dtype in (torch.float32, torch.float64) and not needs_grad:
+        from .cpu_kernels import time_variances_cpu
+
+        return time_variances_cpu(quats_left, quats_right, scales4)
     m_t = _rotation_parts(quats_left, quats_right, scales4, first_row=3).m[0]  # [4, N]
     return (m_t * m_t).sum(0)
 

@@ -190,6 +190,45 @@ def condition_backward_kernel(ql, qr, s4, g_cov, g_vel, g_tv, term_a, term_p, te
                 grad_s4[start + b, c] = x[GSC + c, b] * x[INV, b]
 
 
+@njit(parallel=True, cache=True, fastmath=True)
+def time_variances_kernel(ql, qr, s4, term_a, term_p, term_sign, out):
+    """out [N] = Sigma_tt = |row t of M|^2 (what culling needs; no gradient)."""
+    N = ql.shape[0]
+    for blk in prange((N + BLOCK - 1) // BLOCK):
+        x = np.empty((S + 4 + 5, BLOCK))  # A, P, S rows, then m_t [4] and the normalisation
+        start = blk * BLOCK
+        n = min(N, start + BLOCK) - start
+        _load_block(ql, qr, s4, start, n, x)
+        inv = S + 8
+        for b in range(n):
+            na2 = x[A, b] ** 2 + x[A + 1, b] ** 2 + x[A + 2, b] ** 2 + x[A + 3, b] ** 2
+            np2 = x[P, b] ** 2 + x[P + 1, b] ** 2 + x[P + 2, b] ** 2 + x[P + 3, b] ** 2
+            x[inv, b] = 1.0 / np.sqrt(max(na2, NORM2_MIN)) / np.sqrt(max(np2, NORM2_MIN))
+        for c in range(4):
+            e = 12 + c  # row t of rot
+            row = S + 4 + c
+            for b in range(n):
+                x[row, b] = 0.0
+            for t in range(4):
+                ra, rp, sg = A + term_a[e, t], P + term_p[e, t], term_sign[e, t]
+                for b in range(n):
+                    x[row, b] += sg * x[ra, b] * x[rp, b]
+        for b in range(n):
+            acc = 0.0
+            for c in range(4):
+                m = x[S + 4 + c, b] * x[S + c, b] * x[inv, b]
+                acc += m * m
+            out[start + b] = acc
+
+
+def time_variances_cpu(quats_left: Tensor, quats_right: Tensor, scales4: Tensor) -> Tensor:
+    """Sigma_tt [N] of CPU float tensors [N, 4], without gradient (the kernel above)."""
+    out = torch.empty(scales4.shape[0], dtype=scales4.dtype)
+    with KERNEL_LOCK:
+        time_variances_kernel(*_arrays(quats_left, quats_right, scales4), TERM_A, TERM_P, TERM_SIGN, out.numpy())
+    return out
+
+
 def _arrays(*tensors: Tensor) -> list[np.ndarray]:
     return [t.detach().contiguous().numpy() for t in tensors]
 

@@ -581,3 +581,18 @@ def test_fused_cpu_conditioning_blocks_and_float32():
         torch.testing.assert_close(b, a, rtol=2e-4, atol=2e-5 * float(a.abs().max()))
     with pytest.raises(ValueError, match="backend must be one of"):
         condition_on_time(ql, qr, s, backend="cuda")
+
+
+def test_fused_time_variances_match_the_conditioning():
+    from rasterizer.spacetime.covariance import time_variances
+
+    g = torch.Generator().manual_seed(32)
+    ql, qr = torch.randn(2, 600, 4, generator=g, dtype=F64)
+    ql[3] *= 1e-13  # below the normalisation floor
+    s = torch.exp(torch.randn(600, 4, generator=g, dtype=F64) - 2)
+    with torch.no_grad():
+        fused = time_variances(ql, qr, s)
+    exact = condition_on_time_reference(ql, qr, s).time_variances
+    torch.testing.assert_close(fused, exact, rtol=1e-12, atol=0)
+    leaves = [x.clone().requires_grad_(True) for x in (ql, qr, s)]
+    assert time_variances(*leaves).requires_grad  # with gradients: the PyTorch rows
