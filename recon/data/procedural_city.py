@@ -8,7 +8,7 @@ centre lines, lighter sidewalks). Cameras stand along every street line at each 
 which do not look out of the city), pitched
 down by ``pitch_deg``. Ground-truth Gaussians are flat discs on the surfaces (as
 :mod:`recon.data.procedural_scene`); images are rendered with :func:`rasterizer.rasterize_gaussians` on a
-sky background and written with COLMAP's binary model (PINHOLE cameras, ``points3D`` = jittered surface
+transparent sky (RGBA PNGs: the trainer composites them on its background) and written with COLMAP's binary model (PINHOLE cameras, ``points3D`` = jittered surface
 samples with colours). ``exposure`` > 0 multiplies each image by its own gain ``exp(U(-e, e))`` (the
 per-image appearance changes that decoupled appearance modelling targets).
 
@@ -31,7 +31,6 @@ from recon.data.colmap import ColmapCamera, ColmapImage, ColmapModel, ColmapPoin
 from recon.data.procedural_scene import Surfels, _discs
 from recon.errors import UsageError
 
-SKY = (0.62, 0.76, 0.92)
 OPAQUE = 0.97
 
 
@@ -196,15 +195,15 @@ def intrinsics(cfg: CityConfig) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ images
 
 
-def render_view(s: dict, w2c: np.ndarray, K: np.ndarray, cfg: CityConfig) -> np.ndarray:
-    """float32 [H, W, 3] render of the discs ``s`` (torch tensors) on the sky background."""
+def render_view(s: dict, w2c: np.ndarray, K: np.ndarray, cfg: CityConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(straight RGB [H, W, 3], alpha [H, W, 1]) float32 render of the discs ``s`` (torch tensors)."""
     viewmat = torch.as_tensor(w2c, dtype=torch.float32)[None]
     Ks = torch.as_tensor(K, dtype=torch.float32)[None]
     with torch.no_grad():
-        rgb, _, _ = rasterize_gaussians(s["means"], s["quats"], s["scales"], s["opacities"], s["colors"],
-                                        viewmat, Ks, cfg.width, cfg.height, near_plane=0.05,
-                                        backgrounds=torch.tensor([SKY], dtype=torch.float32))
-    return rgb[0].clamp(0, 1).numpy()
+        rgb, alpha, _ = rasterize_gaussians(s["means"], s["quats"], s["scales"], s["opacities"], s["colors"],
+                                            viewmat, Ks, cfg.width, cfg.height, near_plane=0.05)
+    straight = torch.where(alpha > 1e-6, rgb / alpha.clamp(min=1e-6), torch.zeros_like(rgb)).clamp(0, 1)
+    return straight[0].numpy(), alpha[0].clamp(0, 1).numpy()
 
 
 def make_city(out: Path, cfg: CityConfig, progress: bool = True) -> dict:
@@ -229,9 +228,10 @@ def make_city(out: Path, cfg: CityConfig, progress: bool = True) -> dict:
 
         iterator = tqdm(iterator, desc="rendering city", unit="image")
     for i in iterator:
-        rgb = np.clip(render_view(s, poses[i], K, cfg) * gains[i], 0, 1)
+        rgb, alpha = render_view(s, poses[i], K, cfg)
+        rgba = np.concatenate([np.clip(rgb * gains[i], 0, 1), alpha], axis=-1)
         name = f"img_{i:05d}.png"
-        Image.fromarray((rgb * 255 + 0.5).astype(np.uint8)).save(out / "images" / name)
+        Image.fromarray((rgba * 255 + 0.5).astype(np.uint8), "RGBA").save(out / "images" / name)
         R, t = poses[i][:3, :3], poses[i][:3, 3]
         images[i + 1] = ColmapImage(i + 1, rotmat_to_quat(R).astype(np.float64), t.astype(np.float64), 1, name)
     camera = ColmapCamera(1, "PINHOLE", cfg.width, cfg.height, np.array([K[0, 0], K[1, 1], K[0, 2], K[1, 2]]))

@@ -2,8 +2,8 @@
 
 Steps (one function each):
 
-1. :func:`up_axis`: the scene's up direction from the cameras (mean of their "up" vectors, ``-R^T e_y`` in
-   OpenCV axes; when they disagree, the normal of the plane of the camera centres), and a ground-plane
+1. :func:`up_axis`: the scene's up direction from the cameras (the normal of their x axes, which have
+   no roll in street / drone / orbit captures; else the mean of their "up" vectors ``-R^T e_y``), and a ground-plane
    basis ``e1, e2`` (:func:`ground_frame`). Ground coordinates of a world point ``x`` are
    ``(x . e1, x . e2)``, its height ``x . up``.
 2. :func:`robust_box`: a bounding rectangle on the ground from percentiles of the points and camera
@@ -68,18 +68,22 @@ def dataset_fingerprint(scene: Scene) -> str:
 # ------------------------------------------------------------------------------------------ frame
 
 
-def camera_up_vectors(frames: Sequence[Frame]) -> np.ndarray:
-    """[N, 3] world directions of each camera's up (-y in OpenCV camera axes): ``-R^T e_y``."""
-    w2c = np.stack([f.camera.world_to_cam.detach().cpu().double().numpy() for f in frames])
-    return -w2c[:, 1, :3]
-
-
 def up_axis(frames: Sequence[Frame]) -> np.ndarray:
-    """[3] unit up direction of the scene: the normalised mean camera up when the cameras agree (mean
-    length >= 0.5); else the normal of the best plane through the camera centres, turned toward the mean
-    camera up."""
-    ups = camera_up_vectors(frames)
+    """[3] unit up direction of the scene, turned toward the mean camera up (``-R^T e_y``):
+
+    - cameras without roll (street, drone and orbit captures) have horizontal x axes: up is the normal of
+      the plane of their x axes (smallest singular vector; used when that plane is clear, singular values
+      s3 < 0.2 s2), exact even when every camera looks down;
+    - else the normalised mean camera up when the cameras agree (mean length >= 0.5);
+    - else the normal of the best plane through the camera centres."""
+    w2c = np.stack([f.camera.world_to_cam.detach().cpu().double().numpy() for f in frames])
+    ups = -w2c[:, 1, :3]
     mean = ups.mean(axis=0)
+    rights = w2c[:, 0, :3]
+    if len(frames) >= 2:
+        _, s, vt = np.linalg.svd(rights, full_matrices=True)
+        if len(s) >= 2 and (len(s) < 3 or s[2] < 0.2 * s[1]) and abs(vt[2] @ mean) > 1e-6:
+            return vt[2] if vt[2] @ mean > 0 else -vt[2]
     if np.linalg.norm(mean) >= 0.5 or len(frames) < 3:
         return mean / max(np.linalg.norm(mean), 1e-12)
     centres = camera_centers(frames)
@@ -137,6 +141,13 @@ def _split_value(values: np.ndarray, fraction: float, lo: float, hi: float) -> f
     return min(max(v, lo + eps), hi - eps)
 
 
+def _check_cuts(cuts: np.ndarray, n: int, what: str) -> None:
+    """PartitionError when balanced cuts coincide (many cameras share one position: empty cells)."""
+    if np.any(np.diff(cuts) <= 1e-9 * max(cuts[-1] - cuts[0], 1e-9)):
+        raise PartitionError(f"--blocks-xy: the camera centres cannot be split into {n} {what} of equal counts "
+                             f"(too many share a position); ask for fewer blocks")
+
+
 def grid_cells(cams2d: np.ndarray, box: RobustBox, a: int, b: int) -> list[tuple[list, list]]:
     """``a x b`` balanced cells as (core [[xlo, ylo], [xhi, yhi]] with None = unbounded, bounded core):
     ``a`` columns along e1 holding equal shares of the camera centres, each split into ``b`` rows along e2
@@ -144,11 +155,13 @@ def grid_cells(cams2d: np.ndarray, box: RobustBox, a: int, b: int) -> list[tuple
     c = np.clip(cams2d, box.lo, box.hi)
     xs = [box.lo[0]] + [_split_value(c[:, 0], k / a, box.lo[0], box.hi[0]) for k in range(1, a)] + [box.hi[0]]
     xs = np.maximum.accumulate(np.asarray(xs))
+    _check_cuts(xs, a, "columns")
     cells = []
     for i in range(a):
         col = c[(c[:, 0] >= xs[i]) & (c[:, 0] < xs[i + 1])] if i < a - 1 else c[c[:, 0] >= xs[i]]
         ys = [box.lo[1]] + [_split_value(col[:, 1], k / b, box.lo[1], box.hi[1]) for k in range(1, b)] + [box.hi[1]]
         ys = np.maximum.accumulate(np.asarray(ys))
+        _check_cuts(ys, b, "rows")
         for j in range(b):
             bounded = [[float(xs[i]), float(ys[j])], [float(xs[i + 1]), float(ys[j + 1])]]
             core = [[None if i == 0 else bounded[0][0], None if j == 0 else bounded[0][1]],
