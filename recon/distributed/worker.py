@@ -121,7 +121,7 @@ def backend_for(device: torch.device) -> str:
 
 def init_group(device: torch.device, timeout: datetime.timedelta):
     """Join torchrun's process group (env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; a single process
-    without them); returns (store, rank, world_size)."""
+    without them); returns (this restart round's store, rank, world_size)."""
     import torch.distributed as dist
 
     if "RANK" not in os.environ:  # started by hand, not by torchrun: a group of one
@@ -129,6 +129,9 @@ def init_group(device: torch.device, timeout: datetime.timedelta):
                           MASTER_PORT=str(free_port()))
     store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
     store.set_timeout(timeout)
+    # torchrun keeps its store over restarts (--max-restarts): each round's keys get their own prefix, else
+    # the new round's gloo ranks would read the dead round's addresses
+    store = dist.PrefixStore(f"splatforge/round{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
     dist.init_process_group(backend_for(device), store=store, rank=rank, world_size=world, timeout=timeout)
     return store, rank, world
 
@@ -254,8 +257,7 @@ class Job:
         signal.signal(signal.SIGTERM, lambda *_: self.stop.__setitem__("signal", True))
         try:
             check_same_config(config_digest(self.opts, self.cfg), self.rank, self.world, self.device)
-            prefix = f"splatforge/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-            self.store = dist.PrefixStore(prefix, store)
+            self.store = dist.PrefixStore("queue/", store)
             self.scene = load_training_scene(self.cfg)
             self.setup_folder()
             self.part = Partition.read(self.out / BLOCKS_FILE)
