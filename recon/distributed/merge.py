@@ -3,7 +3,7 @@
 Core boxes are half-open on the ground plane (``lo <= x < hi``, unbounded on the scene's outer sides;
 :func:`recon.distributed.partition.in_core`), so every Gaussian comes from exactly one block. The merged
 model is evaluated on the whole scene's test views; metrics.json adds each block's own metrics (its test
-views, before merging) and counts.
+views, before merging) and counts, and the seam metric (:mod:`recon.distributed.seams`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 
 from recon import run_files as rf
 from recon.distributed.partition import Partition, in_core
+from recon.distributed.seams import seam_metric
 from recon.export import read_splats, write_splats
 from recon.splat_data import FIELDS, SplatData
 
@@ -63,8 +64,9 @@ def merge_run(out: Path, part: Partition, scene, cfg, device: torch.device, log=
     write_splats(Path(out) / rf.SPLATS_FILE, merged, force=True)
     model = model_class(cfg.method).from_splat_data(merged, extent=scene.extent).to(device)
     bg = background_color(cfg, scene)
-    test = evaluate_model(model, scene.frames_test, FrameImages(scene.frames_test, device), bg, cfg.sh_degree,
-                          Path(out) / rf.RENDERS_DIR)
+    images = FrameImages(scene.frames_test, device)
+    test = evaluate_model(model, scene.frames_test, images, bg, cfg.sh_degree, Path(out) / rf.RENDERS_DIR)
+    seams = seam_metric(model, scene.frames_test, images, bg, part) if cfg.method == "3dgs" else None
     blocks = []
     for c in counts:
         m = rf_json(block_dir(out, c["id"]) / rf.METRICS_FILE)
@@ -75,8 +77,10 @@ def merge_run(out: Path, part: Partition, scene, cfg, device: torch.device, log=
         "steps": cfg.steps,
         "num_gaussians": int(len(merged.means)),
         "train_seconds": round(sum(b["train_seconds"] or 0.0 for b in blocks), 3),
+        "seams": seams,
         "num_blocks": len(blocks),
         "blocks": blocks,
+        "workers": [rf_json(p) for p in sorted((Path(out) / "workers").glob("rank_*.json"))],
     }
     rf.write_json(Path(out) / rf.METRICS_FILE, metrics)
     log(f"merged {len(blocks)} blocks: {len(merged.means):,} Gaussians, test PSNR "

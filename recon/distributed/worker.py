@@ -229,6 +229,7 @@ class Job:
         self.timeout = datetime.timedelta(seconds=opts.timeout_seconds)
         self.stop = {}
         self.lock = None
+        self.block_seconds: dict[int, float] = {}
         self.rank = int(os.environ.get("RANK", 0))
 
     def log(self, line: str) -> None:
@@ -265,6 +266,7 @@ class Job:
             queue = BlockQueue(self.store, pending, f"rank{self.rank}@{socket.gethostname()}:{os.getpid()}",
                                self.opts.lease_seconds)
             self.train_blocks(queue)
+            self.write_stats()
             barrier(self.timeout, self.device)
             if self.rank == 0:
                 return self.merge(bool(pending))
@@ -371,8 +373,23 @@ class Job:
                           hooks=[LeaseHook(queue, block_id, self.stop)], scene=scene, device=self.device)
         metrics = trainer.run()
         psnr = metrics["test"]["psnr"]
+        self.block_seconds[block_id] = round(time.perf_counter() - t0, 3)
         self.log(f"block {block_id}: done in {time.perf_counter() - t0:.1f} s, {metrics['num_gaussians']:,} "
                  f"Gaussians, block test PSNR {'n/a' if psnr is None else format(psnr, '.2f')}")
+
+    def write_stats(self) -> None:
+        """``OUT/workers/rank_R.json``: the blocks this worker trained (seconds each, set-up and evaluation
+        included), its peak resident memory and device."""
+        import resource
+
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        stats = {"rank": self.rank, "world_size": self.world, "host": socket.gethostname(), "pid": os.getpid(),
+                 "device": str(self.device), "backend": backend_for(self.device), "threads": self.opts.threads,
+                 "blocks": self.block_seconds, "peak_rss_mib": round(peak_kib / 1024, 1),
+                 "peak_cuda_mib": round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+                 if self.device.type == "cuda" else None}
+        (self.out / "workers").mkdir(exist_ok=True)
+        rf.write_json(self.out / "workers" / f"rank_{self.rank}.json", stats)
 
     def merge(self, trained_now: bool) -> dict:
         """Rank 0: merge (again only when blocks were trained now or the merged files are missing)."""
