@@ -4,7 +4,7 @@ against one process trained on the whole scene with the same total steps. Prints
     python scripts/bench_blocks.py --data /tmp/city --blocks-xy 2x2 --steps-per-block 500 --repeats 3
 
 ``--data`` is a COLMAP folder (made with scripts/make_city.py when it does not exist: the default city,
-416 images at 96 x 64). Every worker and the single process run with one thread (OMP/Numba), as
+402 images at 96 x 64). Every worker and the single process run with one thread (OMP/Numba), as
 torchrun's workers do. Timings are wall-clock seconds of the whole command (start-up, data loading and
 the merge's evaluation included), median over ``--repeats`` runs; each run starts from an empty folder.
 """

@@ -19,6 +19,8 @@ from recon.distributed.seams import seam_metric
 from recon.export import read_splats, write_splats
 from recon.splat_data import FIELDS, SplatData
 
+FINETUNE_DIR = "finetune"
+
 
 def block_dir(out: Path, block: int) -> Path:
     """The run folder of block ``block`` inside the job's run folder."""
@@ -52,19 +54,56 @@ def merge_blocks(part: Partition, out: Path) -> tuple[SplatData, list[dict]]:
     return concatenate(parts), counts
 
 
-def merge_run(out: Path, part: Partition, scene, cfg, device: torch.device, log=print) -> dict:
+def finetune_config(cfg, out: Path, steps: int):
+    """The global fine-tune's config: ``steps`` steps on the whole scene in ``out/finetune``, no
+    densification (ADC / MCMC refinement off, no MCMC noise), means learning rate starting where the blocks'
+    schedule ended (``means x means_final_ratio``), started over whenever the merge is redone."""
+    import dataclasses
+
+    return dataclasses.replace(
+        cfg, out=Path(out) / FINETUNE_DIR, steps=steps, progress=False, viewer=False, overwrite=True,
+        save_every=0, eval_every=0,
+        lr=dataclasses.replace(cfg.lr, means=cfg.lr.means * cfg.lr.means_final_ratio, means_final_ratio=1.0),
+        adc=dataclasses.replace(cfg.adc, refine_stop_iter=0),
+        mcmc=dataclasses.replace(cfg.mcmc, refine_stop_iter=0, noise_lr=0.0))
+
+
+def finetune(merged: SplatData, scene, cfg, out: Path, steps: int, device: torch.device, log=print):
+    """Train the merged model ``steps`` more steps on the whole scene (:func:`finetune_config`); returns
+    (the fine-tuned model, its metrics.json)."""
+    from recon.models.base import model_class
+    from recon.trainer import Trainer
+
+    ft_cfg = finetune_config(cfg, out, steps)
+    model = model_class(cfg.method).from_splat_data(merged, extent=scene.extent, lrs=ft_cfg.lr)
+    trainer = Trainer(ft_cfg, log=log, scene=scene, model=model, device=device)
+    metrics = trainer.run()
+    return trainer.model, metrics
+
+
+def merge_run(out: Path, part: Partition, scene, cfg, device: torch.device, log=print,
+              finetune_steps: int = 0) -> dict:
     """Merge the blocks of job folder ``out``; write splats.ply, renders/ and metrics.json (whole-scene test
-    views, per-block metrics, counts, summed training time). Returns the metrics."""
+    views, per-block metrics, counts, summed training time, seam metric). With ``finetune_steps`` > 0 the
+    merged model is fine-tuned on the whole scene first (``out/finetune/``; metrics.json then also holds the
+    merged model's test metrics before it, ``merged_test``). Returns the metrics."""
     from recon.evaluation import evaluate_model
     from recon.frame_images import FrameImages
     from recon.models.base import model_class
     from recon.trainer import background_color
 
     merged, counts = merge_blocks(part, out)
-    write_splats(Path(out) / rf.SPLATS_FILE, merged, force=True)
     model = model_class(cfg.method).from_splat_data(merged, extent=scene.extent).to(device)
     bg = background_color(cfg, scene)
     images = FrameImages(scene.frames_test, device)
+    before = None
+    if finetune_steps > 0:
+        before = evaluate_model(model, scene.frames_test, images, bg, cfg.sh_degree)
+        log(f"merged model before the fine-tune: test PSNR {before['psnr']:.2f}; fine-tuning {finetune_steps} steps")
+        model, _ = finetune(merged, scene, cfg, out, finetune_steps, device, log)
+        model = model.to(device)
+        merged = model.to_splat_data()
+    write_splats(Path(out) / rf.SPLATS_FILE, merged, force=True)
     test = evaluate_model(model, scene.frames_test, images, bg, cfg.sh_degree, Path(out) / rf.RENDERS_DIR)
     seams = seam_metric(model, scene.frames_test, images, bg, part) if cfg.method == "3dgs" else None
     blocks = []
@@ -78,6 +117,8 @@ def merge_run(out: Path, part: Partition, scene, cfg, device: torch.device, log=
         "num_gaussians": int(len(merged.means)),
         "train_seconds": round(sum(b["train_seconds"] or 0.0 for b in blocks), 3),
         "seams": seams,
+        "finetune_steps": finetune_steps,
+        "merged_test": None if before is None else {k: before[k] for k in ("psnr", "ssim", "lpips", "num_views")},
         "num_blocks": len(blocks),
         "blocks": blocks,
         "workers": [rf_json(p) for p in sorted((Path(out) / "workers").glob("rank_*.json"))],

@@ -67,11 +67,13 @@ class BlockOptions:
     """PyTorch and Numba threads per worker"""
     poll_seconds: float = 0.5
     """how often an idle worker looks at the queue"""
+    finetune_steps: int = 0
+    """after the merge, train the merged model this many steps on the whole scene (rank 0; no densification)"""
     split: PartitionConfig = field(default_factory=PartitionConfig)
 
 
 # flags that take one value each and belong to BlockOptions (the rest are TrainConfig's)
-BLOCK_FLAGS = ("--blocks", "--lease-seconds", "--timeout-seconds", "--threads", "--poll-seconds",
+BLOCK_FLAGS = ("--blocks", "--lease-seconds", "--timeout-seconds", "--threads", "--poll-seconds", "--finetune-steps",
                "--blocks-xy", "--overlap", "--max-images-per-block", "--max-points-per-block",
                "--min-images-per-block", "--visibility", "--percentile")
 
@@ -243,6 +245,8 @@ class Job:
                              f"time of this method; train it without --blocks")
         if self.opts.threads < 1 or self.opts.lease_seconds <= 0 or self.opts.timeout_seconds <= 0:
             raise UsageError("--threads must be >= 1, --lease-seconds and --timeout-seconds > 0")
+        if self.opts.finetune_steps < 0:
+            raise UsageError(f"--finetune-steps {self.opts.finetune_steps}: must be >= 0")
         self.opts.split.check()
 
     def run(self) -> dict | None:
@@ -396,7 +400,7 @@ class Job:
         if not trained_now and (self.out / rf.METRICS_FILE).is_file() and (self.out / rf.SPLATS_FILE).is_file():
             self.log("every block was finished before; the merged model is up to date")
             return json.loads((self.out / rf.METRICS_FILE).read_text())
-        return merge_run(self.out, self.part, self.scene, self.cfg, self.device, self.log)
+        return merge_run(self.out, self.part, self.scene, self.cfg, self.device, self.log, self.opts.finetune_steps)
 
 
 def set_threads(n: int) -> None:

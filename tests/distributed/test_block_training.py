@@ -150,3 +150,20 @@ def test_workers_with_different_configs_are_refused(tiny_city, tiny_blocks, tmp_
         _, err = p.communicate(timeout=120)
         assert p.returncode == 2, err
         assert "workers [1] were started with another configuration" in err
+
+
+def test_train_blocks_auto_with_finetune_through_the_cli(tiny_city, tmp_path):
+    out = tmp_path / "run"
+    r = run_cli(["recon.cli", "train", "--data", str(tiny_city), "--blocks", "auto", "--blocks-xy", "2x1",
+                 "--workers", "2", "--out", str(out), "--steps", "20", "--sh-degree", "0", "--finetune-steps", "10"],
+                timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (out / "blocks.json").is_file() and (out / "blocks.png").is_file()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["num_blocks"] == 2 and len(metrics["workers"]) == 2
+    assert metrics["seams"]["seam_pixels"] > 0 and metrics["seams"]["interior_pixels"] > 0
+    assert all(w["peak_rss_mib"] > 0 for w in metrics["workers"])
+    # the global fine-tune ran on the merged model (no densification: same count) and was measured before
+    assert metrics["finetune_steps"] == 10 and metrics["merged_test"]["num_views"] == metrics["test"]["num_views"]
+    ft = json.loads((out / "finetune" / "metrics.json").read_text())
+    assert ft["steps"] == 10 and ft["num_gaussians"] == metrics["num_gaussians"]
