@@ -361,7 +361,7 @@ class Partition:
             raise PartitionError(
                 f"{source}: this partition was made from another dataset ({self.dataset.get('path')}, "
                 f"{self.dataset.get('num_train')} train images) than --data ({len(scene.frames_train)} train "
-                f"images; its cameras or image names differ); run `splatforge partition` on this dataset")
+                f"images; its image names, cameras or image sizes (--data-factor) differ); run `splatforge partition` on this dataset")
 
 
 def block_points(partition: Partition, scene: Scene, block: Block) -> np.ndarray:
