@@ -82,7 +82,7 @@ def finetune(merged: SplatData, scene, cfg, out: Path, steps: int, device: torch
 
 
 def merge_run(out: Path, part: Partition, scene, cfg, device: torch.device, log=print,
-              finetune_steps: int = 0) -> dict:
+              finetune_steps: int = 0, consistency: str = "independent") -> dict:
     """Merge the blocks of job folder ``out``; write splats.ply, renders/ and metrics.json (whole-scene test
     views, per-block metrics, counts, summed training time, seam metric). With ``finetune_steps`` > 0 the
     merged model is fine-tuned on the whole scene first (``out/finetune/``; metrics.json then also holds the
@@ -119,6 +119,7 @@ def merge_run(out: Path, part: Partition, scene, cfg, device: torch.device, log=
         "seams": seams,
         "finetune_steps": finetune_steps,
         "merged_test": None if before is None else {k: before[k] for k in ("psnr", "ssim", "lpips", "num_views")},
+        "consistency": consistency,
         "num_blocks": len(blocks),
         "blocks": blocks,
         "workers": [rf_json(p) for p in sorted((Path(out) / "workers").glob("rank_*.json"))],

@@ -30,6 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -67,6 +68,13 @@ class BlockOptions:
     """PyTorch and Numba threads per worker"""
     poll_seconds: float = 0.5
     """how often an idle worker looks at the queue"""
+    consistency: Literal["independent", "momentum"] = "independent"
+    """independent blocks (dynamic queue), or Momentum-GS mode: all workers in lock-step with a shared
+    appearance module, gradient all-reduce, EMA teacher and block weighting (recon/distributed/momentum.py)"""
+    consistency_weight: float = 1.0
+    """momentum mode: weight of the teacher consistency loss"""
+    momentum: float = 0.9
+    """momentum mode: EMA factor of the teacher"""
     finetune_steps: int = 0
     """after the merge, train the merged model this many steps on the whole scene (rank 0; no densification)"""
     split: PartitionConfig = field(default_factory=PartitionConfig)
@@ -74,6 +82,7 @@ class BlockOptions:
 
 # flags that take one value each and belong to BlockOptions (the rest are TrainConfig's)
 BLOCK_FLAGS = ("--blocks", "--lease-seconds", "--timeout-seconds", "--threads", "--poll-seconds", "--finetune-steps",
+               "--consistency", "--consistency-weight", "--momentum",
                "--blocks-xy", "--overlap", "--max-images-per-block", "--max-points-per-block",
                "--min-images-per-block", "--visibility", "--percentile")
 
@@ -204,6 +213,17 @@ class LeaseHook(TrainingHook):
             self.last = now
 
 
+class StopHook(TrainingHook):
+    """Stops at a step boundary after SIGTERM (momentum mode: no leases)."""
+
+    def __init__(self, stop_flag: dict):
+        self.stop = stop_flag
+
+    def on_step(self, trainer, result) -> None:
+        if self.stop.get("signal"):
+            raise KeyboardInterrupt
+
+
 def block_finished(out: Path, block: int, steps: int) -> bool:
     """Whether block ``block`` of job folder ``out`` finished training ``steps`` steps (its metrics.json,
     written last)."""
@@ -245,6 +265,10 @@ class Job:
                              f"time of this method; train it without --blocks")
         if self.opts.threads < 1 or self.opts.lease_seconds <= 0 or self.opts.timeout_seconds <= 0:
             raise UsageError("--threads must be >= 1, --lease-seconds and --timeout-seconds > 0")
+        if self.opts.consistency == "momentum" and not 0 <= self.opts.momentum < 1:
+            raise UsageError(f"--momentum {self.opts.momentum}: must be in [0, 1)")
+        if self.opts.consistency_weight < 0:
+            raise UsageError(f"--consistency-weight {self.opts.consistency_weight}: must be >= 0")
         if self.opts.finetune_steps < 0:
             raise UsageError(f"--finetune-steps {self.opts.finetune_steps}: must be >= 0")
         self.opts.split.check()
@@ -269,7 +293,10 @@ class Job:
             pending = json.loads(self.store.get("pending"))
             queue = BlockQueue(self.store, pending, f"rank{self.rank}@{socket.gethostname()}:{os.getpid()}",
                                self.opts.lease_seconds)
-            self.train_blocks(queue)
+            if self.opts.consistency == "momentum":
+                self.train_rounds(pending)
+            else:
+                self.train_blocks(queue)
             self.write_stats()
             barrier(self.timeout, self.device)
             if self.rank == 0:
@@ -366,15 +393,47 @@ class Job:
                 continue
             queue.finish(block)
 
-    def train_block(self, queue: BlockQueue, block_id: int) -> None:
+    def train_rounds(self, pending: list[int]) -> None:
+        """Momentum mode: lock-step rounds over the unfinished blocks with the shared appearance module
+        (see :mod:`recon.distributed.momentum`); rank 0 saves the module after each round."""
+        from recon.distributed.momentum import APPEARANCE_FILE, SharedAppearance
+
+        names = {f.name: i for i, f in enumerate(self.scene.frames_train)}
+        self.shared = SharedAppearance(len(names), self.rank, self.world, self.device, self.cfg.seed,
+                                       momentum=self.opts.momentum, weight=self.opts.consistency_weight)
+        saved = self.out / APPEARANCE_FILE
+        if saved.is_file():
+            self.shared.load_state_dict(torch.load(saved, map_location=self.device, weights_only=True))
+        rounds = -(-len(pending) // self.world)
+        for r in range(rounds):
+            k = r * self.world + self.rank
+            if k < len(pending):
+                self.train_block(None, pending[k], names)
+            else:
+                self.log(f"round {r + 1}/{rounds}: no block left for this worker; joining the exchange")
+                for _ in range(self.cfg.steps):
+                    self.shared.exchange(False, None)
+            if self.rank == 0:
+                self.shared.save(saved)
+        self.appearance_digest = self.shared.digest()
+
+    def train_block(self, queue: BlockQueue | None, block_id: int, image_index: dict | None = None) -> None:
         block = next(b for b in self.part.blocks if b.id == block_id)
         cfg = block_config(self.cfg, self.out, block_id)
         scene = block_scene(self.part, self.scene, block)
         t0 = time.perf_counter()
         self.log(f"block {block_id}: {len(scene.frames_train)} images, "
                  f"{0 if scene.points is None else len(scene.points):,} points")
-        trainer = Trainer(cfg, log=lambda line: self.log(f"block {block_id}: {line}"),
-                          hooks=[LeaseHook(queue, block_id, self.stop)], scene=scene, device=self.device)
+        log = lambda line: self.log(f"block {block_id}: {line}")  # noqa: E731
+        if queue is None:  # momentum mode: lock-step, so an unfinished block starts over
+            from recon.distributed.momentum import MomentumTrainer
+
+            trainer = MomentumTrainer(dataclasses.replace(cfg, overwrite=True), log=log, scene=scene,
+                                      device=self.device, hooks=[StopHook(self.stop)])
+            trainer.shared, trainer.image_index = self.shared, image_index
+        else:
+            trainer = Trainer(cfg, log=log, hooks=[LeaseHook(queue, block_id, self.stop)], scene=scene,
+                              device=self.device)
         metrics = trainer.run()
         psnr = metrics["test"]["psnr"]
         self.block_seconds[block_id] = round(time.perf_counter() - t0, 3)
@@ -388,6 +447,7 @@ class Job:
 
         peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
         stats = {"rank": self.rank, "world_size": self.world, "host": socket.gethostname(), "pid": os.getpid(),
+                 "consistency": self.opts.consistency, "appearance_digest": getattr(self, "appearance_digest", None),
                  "device": str(self.device), "backend": backend_for(self.device), "threads": self.opts.threads,
                  "blocks": self.block_seconds, "peak_rss_mib": round(peak_kib / 1024, 1),
                  "peak_cuda_mib": round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
@@ -400,7 +460,8 @@ class Job:
         if not trained_now and (self.out / rf.METRICS_FILE).is_file() and (self.out / rf.SPLATS_FILE).is_file():
             self.log("every block was finished before; the merged model is up to date")
             return json.loads((self.out / rf.METRICS_FILE).read_text())
-        return merge_run(self.out, self.part, self.scene, self.cfg, self.device, self.log, self.opts.finetune_steps)
+        return merge_run(self.out, self.part, self.scene, self.cfg, self.device, self.log, self.opts.finetune_steps,
+                         self.opts.consistency)
 
 
 def set_threads(n: int) -> None:
