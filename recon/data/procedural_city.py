@@ -9,8 +9,9 @@ which do not look out of the city; views covering < 5 % of their image, at the s
 down by ``pitch_deg``. Ground-truth Gaussians are flat discs on the surfaces (as
 :mod:`recon.data.procedural_scene`); images are rendered with :func:`rasterizer.rasterize_gaussians` on a
 transparent sky (RGBA PNGs: the trainer composites them on its background) and written with COLMAP's binary model (PINHOLE cameras, ``points3D`` = jittered surface
-samples with colours). ``exposure`` > 0 multiplies each image by its own gain ``exp(U(-e, e))`` (the
-per-image appearance changes that decoupled appearance modelling targets).
+samples with colours). ``exposure`` > 0 multiplies each training image by its own gain ``exp(U(-e, e))``
+(the per-image appearance changes that decoupled appearance modelling targets); the test images (every
+8th by name, the loaders' split) keep the true colours, which a model should recover.
 
 Size: images = about 4 x len(heights) x (camera positions along ``nx + 1`` + ``ny + 1`` street lines); the
 defaults (3 x 2 buildings, spacing 1.0, 2 heights, 96 x 64) give 402 images in about 8 s on the 2-core VM.
@@ -29,6 +30,7 @@ from rasterizer import Camera, rasterize_gaussians
 from rasterizer.quaternions import rotmat_to_quat
 from recon.data.colmap import ColmapCamera, ColmapImage, ColmapModel, ColmapPoints, write_model
 from recon.data.procedural_scene import Surfels, _discs
+from recon.data.scene import TEST_EVERY
 from recon.errors import UsageError
 
 OPAQUE = 0.97
@@ -64,7 +66,7 @@ class CityConfig:
     num_points: int = 6000
     """points in points3D.bin"""
     exposure: float = 0.0
-    """per-image gain exp(U(-e, e)); 0: none"""
+    """per-image gain exp(U(-e, e)) of the training images (test images keep gain 1); 0: none"""
     seed: int = 0
 
     def check(self) -> None:
@@ -228,18 +230,19 @@ def make_city(out: Path, cfg: CityConfig, progress: bool = True) -> dict:
         from tqdm import tqdm
 
         iterator = tqdm(iterator, desc="rendering city", unit="image")
-    skipped = 0
+    kept = []
     for i in iterator:
         rgb, alpha = render_view(s, poses[i], K, cfg)
-        if alpha.mean() < MIN_COVERAGE:  # looks out of the city at a street's end: (almost) nothing to see
-            skipped += 1
-            continue
-        rgba = np.concatenate([np.clip(rgb * gains[i], 0, 1), alpha], axis=-1)
+        if alpha.mean() >= MIN_COVERAGE:  # else it looks out of the city at a street's end: (almost) nothing
+            kept.append((i, rgb, alpha))
+    for p, (i, rgb, alpha) in enumerate(kept):
+        gain = 1.0 if p % TEST_EVERY == 0 else gains[i]  # test views (every 8th by name) keep the true colours
+        rgba = np.concatenate([np.clip(rgb * gain, 0, 1), alpha], axis=-1)
         name = f"img_{i:05d}.png"
         Image.fromarray((rgba * 255 + 0.5).astype(np.uint8), "RGBA").save(out / "images" / name)
         R, t = poses[i][:3, :3], poses[i][:3, 3]
-        images[len(images) + 1] = ColmapImage(len(images) + 1, rotmat_to_quat(R).astype(np.float64),
-                                              t.astype(np.float64), 1, name)
+        images[p + 1] = ColmapImage(p + 1, rotmat_to_quat(R).astype(np.float64), t.astype(np.float64), 1, name)
+    skipped = len(poses) - len(kept)
     camera = ColmapCamera(1, "PINHOLE", cfg.width, cfg.height, np.array([K[0, 0], K[1, 1], K[0, 2], K[1, 2]]))
     pick = rng.choice(len(surf.means), size=min(cfg.num_points, len(surf.means)), replace=False)
     xyz = surf.means[pick] + rng.normal(0.0, 0.01, size=(len(pick), 3))

@@ -167,3 +167,16 @@ def test_train_blocks_auto_with_finetune_through_the_cli(tiny_city, tmp_path):
     assert metrics["finetune_steps"] == 10 and metrics["merged_test"]["num_views"] == metrics["test"]["num_views"]
     ft = json.loads((out / "finetune" / "metrics.json").read_text())
     assert ft["steps"] == 10 and ft["num_gaussians"] == metrics["num_gaussians"]
+
+
+def test_momentum_mode_keeps_replicas_identical_with_an_idle_worker(tiny_city, tmp_path):
+    out = tmp_path / "run"
+    rc, output = run_job(2, ["--data", str(tiny_city), "--blocks", "auto", "--blocks-xy", "3x1", "--out", str(out),
+                             "--steps", "20", "--sh-degree", "0", "--consistency", "momentum"])
+    assert rc == 0, output
+    assert "round 2/2: no block left for this worker; joining the exchange" in output, output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["consistency"] == "momentum" and metrics["num_blocks"] == 3
+    digests = {w["appearance_digest"] for w in metrics["workers"]}
+    assert len(digests) == 1 and None not in digests  # one flattened all-reduce per step kept them equal
+    assert (out / "appearance.pt").is_file()
