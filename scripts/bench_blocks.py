@@ -2,6 +2,8 @@
 against one process trained on the whole scene with the same total steps. Prints JSON.
 
     python scripts/bench_blocks.py --data /tmp/city --blocks-xy 2x2 --steps-per-block 500 --repeats 3
+    python scripts/make_city.py --out /tmp/city_exp --exposure 0.4
+    python scripts/bench_blocks.py --data /tmp/city_exp --repeats 0 --workers 2 --consistency independent momentum
 
 ``--data`` is a COLMAP folder (made with scripts/make_city.py when it does not exist: the default city,
 402 images at 96 x 64). Every worker and the single process run with one thread (OMP/Numba), as
@@ -49,8 +51,10 @@ def load() -> list[float]:
 
 
 def main(data: Path = Path("/tmp/city"), blocks_xy: str = "2x2", steps_per_block: int = 500, repeats: int = 3,
-         workers: tuple[int, ...] = (1, 2), sh_degree: int = 1, single: bool = True, work: Path | None = None) -> None:
-    """Run the benchmark and print one JSON object."""
+         workers: tuple[int, ...] = (1, 2), sh_degree: int = 1, single: bool = True, work: Path | None = None,
+         consistency: tuple[str, ...] = ()) -> None:
+    """Run the benchmark and print one JSON object. ``--consistency independent momentum``: also one run of
+    each mode with the largest worker count (test PSNR, seam metric), e.g. on a city made with --exposure."""
     py = sys.executable
     if not data.exists():
         subprocess.run([py, "scripts/make_city.py", "--out", str(data), "--no-progress"], env=env(), cwd=ROOT, check=True)
@@ -63,7 +67,7 @@ def main(data: Path = Path("/tmp/city"), blocks_xy: str = "2x2", steps_per_block
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
               "data": str(data), "blocks": nblocks, "blocks_xy": blocks_xy, "steps_per_block": steps_per_block,
               "repeats": repeats, "runs": {}}
-    for n in workers:
+    for n in (workers if repeats > 0 else ()):
         times, loads = [], []
         for _ in range(repeats):
             out = work / f"w{n}"
@@ -78,10 +82,23 @@ def main(data: Path = Path("/tmp/city"), blocks_xy: str = "2x2", steps_per_block
             "load_before": loads, "test_psnr": metrics["test"]["psnr"], "num_gaussians": metrics["num_gaussians"],
             "block_psnr": [b["test_psnr"] for b in metrics["blocks"]],
             "peak_rss_mib": [w["peak_rss_mib"] for w in metrics["workers"]]}
-    if len(workers) >= 2:
+    if len(workers) >= 2 and repeats > 0:
         base = result["runs"][f"{workers[0]}_workers"]["median_wall_s"]
         result["wall_ratio"] = {f"{n}_vs_{workers[0]}": round(result["runs"][f"{n}_workers"]["median_wall_s"] / base, 3)
                                 for n in workers[1:]}
+    for mode in consistency:
+        n = max(workers)
+        out = work / f"mode_{mode}"
+        shutil.rmtree(out, ignore_errors=True)
+        loads = load()
+        t = timed([py, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", "-m",
+                   "recon.distributed", "--blocks", str(blocks), "--out", str(out), "--steps", str(steps_per_block),
+                   "--consistency", mode, *common])
+        metrics = json.loads((out / "metrics.json").read_text())
+        result.setdefault("consistency", {})[mode] = {
+            "workers": n, "wall_s": round(t, 2), "load_before": loads, "test_psnr": metrics["test"]["psnr"],
+            "test_ssim": metrics["test"]["ssim"], "seams": metrics.get("seams"),
+            "block_psnr": [b["test_psnr"] for b in metrics["blocks"]]}
     if single:
         out = work / "single"
         shutil.rmtree(out, ignore_errors=True)
@@ -91,8 +108,9 @@ def main(data: Path = Path("/tmp/city"), blocks_xy: str = "2x2", steps_per_block
         metrics = json.loads((out / "metrics.json").read_text())
         result["single_process"] = {"steps": steps_per_block * nblocks, "wall_s": round(t, 2), "load_before": loads,
                                     "test_psnr": metrics["test"]["psnr"], "num_gaussians": metrics["num_gaussians"]}
-        merged = result["runs"][f"{workers[0]}_workers"]["test_psnr"]
-        result["psnr_blocks_minus_single"] = round(merged - metrics["test"]["psnr"], 3)
+        if repeats > 0:
+            merged = result["runs"][f"{workers[0]}_workers"]["test_psnr"]
+            result["psnr_blocks_minus_single"] = round(merged - metrics["test"]["psnr"], 3)
     result["load_after"] = load()
     print(json.dumps(result, indent=1))
 
