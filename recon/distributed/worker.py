@@ -316,17 +316,20 @@ class Job:
             try:
                 self.prepare_folder()
                 self.store.set("setup", "ok")
-            except SplatforgeError as err:
-                self.store.set("setup", json.dumps({"type": type(err).__name__, "message": str(err)}))
+            except Exception as err:  # noqa: BLE001 - every failure is told to the waiting ranks, then raised here
+                from recon.errors import describe
+
+                self.store.set("setup", json.dumps({"type": type(err).__name__, "message": describe(err)}))
                 raise
         else:
             self.store.wait(["setup"], self.timeout)
             status = self.store.get("setup").decode()
             if status != "ok":
                 err = json.loads(status)
-                cls = {"RunLockedError": RunLockedError, "ConfigMismatchError": ConfigMismatchError}.get(
-                    err["type"], RunFolderError)
-                raise cls(err["message"])
+                known = {"RunLockedError": RunLockedError, "ConfigMismatchError": ConfigMismatchError}
+                if err["type"] in known:
+                    raise known[err["type"]](err["message"])
+                raise RunFolderError(f"worker 0 could not prepare {self.out} ({err['type']}: {err['message']})")
 
     def prepare_folder(self) -> None:
         from recon.outputs import ensure_writable_folder
