@@ -228,6 +228,17 @@ def text_file(tmp: Path, name: str) -> Path:
     return path
 
 
+def procedural_blocks(tmp: Path) -> Path:
+    """blocks.json of the procedural scene at full size (TINY trains it at data factor 4: another dataset)."""
+    from recon.distributed.partition import PartitionConfig, partition_scene, write_partition
+    from recon.trainer import load_training_scene
+
+    scene = load_training_scene(TrainConfig(data=Path("procedural")))
+    path = tmp / "blocks.json"
+    write_partition(partition_scene(scene, PartitionConfig(blocks_xy="1x1"), "procedural"), path, scene, plot=False)
+    return path
+
+
 # ------------------------------------------------------------------------------------------ cases
 
 CASES = [
@@ -373,4 +384,23 @@ CASES = [
                 2, r"--host no-such-host\.invalid: cannot resolve this name"),
     BadFlagCase("view-all-splats-nonfinite", lambda t: ["view", nonfinite_splats(t), "--exit-after", 1], 2,
                 r"nan\.ply: all 50 splats hold NaN/Inf values; there is nothing to show"),
+    # block training (recon/distributed): partition flags, blocks files, launcher flags (refused before torchrun)
+    BadFlagCase("partition-blocks-xy-malformed",
+                lambda t: ["partition", "--data", "procedural", "--blocks-xy", "3by2", "--out", t / "b.json"], 2,
+                r"^splatforge partition: error: --blocks-xy 3by2: write AxB, e\.g\. 3x2$"),
+    BadFlagCase("partition-too-few-images",
+                lambda t: ["partition", "--data", "procedural", "--blocks-xy", "1x1", "--min-images-per-block", 1000,
+                           "--out", t / "b.json"], 2,
+                r"block 0 has 40 images \(at least 1000 needed: --min-images-per-block\)", after=absent("b.json")),
+    BadFlagCase("train-blocks-missing-file",
+                lambda t: ["train", *TINY, "--blocks", t / "nope.json", "--out", t / "run", "--workers", 2], 2,
+                r"--blocks .*nope\.json: no such file; make one with `splatforge partition"),
+    BadFlagCase("train-blocks-other-dataset",
+                lambda t: ["train", *TINY, "--blocks", procedural_blocks(t), "--out", t / "run"], 2,
+                r"blocks\.json: this partition was made from another dataset"),
+    BadFlagCase("train-blocks-workers-zero", lambda t: ["train", *TINY, "--blocks", "auto", "--workers", 0], 2,
+                r"--workers 0: must be >= 1"),
+    BadFlagCase("train-blocks-finetune-negative",
+                lambda t: ["train", *TINY, "--blocks", "auto", "--finetune-steps", -1, "--out", t / "run"], 2,
+                r"--finetune-steps -1: must be >= 0"),
 ]
