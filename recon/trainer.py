@@ -37,6 +37,7 @@ from recon import run_files as rf
 from recon.run_history import RunHistory
 from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCStrategy
 from recon.surfel_losses import SurfelConfig
+from recon.spacetime_losses import SpaceTimeConfig
 
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
 # fields that may differ when resuming (everything else must match the saved config.yaml); ``out`` is the
@@ -129,6 +130,9 @@ class TrainConfig:
     surfels: SurfelConfig = field(default_factory=SurfelConfig)
     """2DGS options (--method 2dgs): surfel depth, distortion and normal-consistency losses (weights, start
     steps x steps_scaler); defaults and sources in recon/surfel_losses.py"""
+    spacetime: SpaceTimeConfig = field(default_factory=SpaceTimeConfig)
+    """4D options (--method 4dgs): 4D-Rotor's opacity-entropy and velocity-consistency regularisers (off by
+    default); recon/spacetime_losses.py"""
 
 
 _FINITE_NONNEG = (lambda v: math.isfinite(v) and v >= 0, ">= 0")
@@ -180,6 +184,11 @@ FIELD_RANGES = {
     "surfels.dist_start_iter": _START,
     "surfels.normal_lambda": _FINITE_NONNEG,
     "surfels.normal_start_iter": _START,
+    "spacetime.entropy_lambda": _FINITE_NONNEG,
+    "spacetime.velocity_lambda": _FINITE_NONNEG,
+    "spacetime.velocity_neighbors": (lambda v: v >= 1, ">= 1"),
+    "spacetime.velocity_time_scale": _FINITE_NONNEG,
+    "spacetime.knn_every": _PERIOD,
 }
 
 

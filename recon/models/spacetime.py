@@ -42,6 +42,7 @@ from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from rasterizer.spacetime import slice_gaussians_4d
 from recon.errors import UsageError
 from recon.models.base import SceneModel, register_model
+from recon.spacetime_losses import NeighborLists
 from recon.models.gaussians import LearningRates, knn_mean_distance, resize_optimizer_state, rgb_to_sh0
 from recon.splat_data import SplatData
 
@@ -112,6 +113,7 @@ class SpaceTimeGaussians(SceneModel):
     """
 
     SPLAT_FILE_IS_SLICE: ClassVar[bool] = True  # splats.ply holds one time's slice; the model is in checkpoints
+    config_sections = ("spacetime",)
 
     def __init__(self, params: dict[str, Tensor], sh_degree: int, extent: float, antialiased: bool = False,
                  lrs: LearningRates | None = None):
@@ -125,6 +127,7 @@ class SpaceTimeGaussians(SceneModel):
         self.params = {n: torch.nn.Parameter(params[n].detach().float().contiguous()) for n in PARAM_NAMES}
         self._check_shapes()
         self.optimizer = self._make_optimizer()
+        self._neighbors = NeighborLists()  # the velocity consistency's (recomputed when due)
 
     @classmethod
     def strategies(cls) -> dict:
@@ -133,6 +136,22 @@ class SpaceTimeGaussians(SceneModel):
         from recon.strategy.mcmc4d import MCMC4DStrategy
 
         return {"adc": ADC4DStrategy, "mcmc": MCMC4DStrategy}
+
+    def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
+        """The optional 4D-Rotor regularisers of ``cfg.spacetime`` (recon/spacetime_losses.py): opacity entropy
+        and velocity consistency with nearest neighbours in space-time (weights 0: none)."""
+        from rasterizer.spacetime import condition_on_time
+        from recon.spacetime_losses import opacity_entropy, velocity_consistency
+
+        sc = cfg.spacetime
+        terms = {}
+        if sc.entropy_lambda > 0:
+            terms["opacity_entropy"] = sc.entropy_lambda * opacity_entropy(self.opacities)
+        if sc.velocity_lambda > 0 and len(self) > 1:
+            neighbors = self._neighbors.get(self.params["means4"], step, sc)
+            velocities = condition_on_time(self.params["quats_left"], self.params["quats_right"], self.scales).velocities
+            terms["velocity_consistency"] = sc.velocity_lambda * velocity_consistency(velocities, neighbors)
+        return terms
 
     def _make_optimizer(self) -> torch.optim.Adam:
         return torch.optim.Adam([{"params": [self.params[n]], "lr": self._base_lr(n), "name": n} for n in PARAM_NAMES],
