@@ -26,7 +26,7 @@ from recon.data.scene import DataFormatError, Scene
 from recon.data_arg import PROCEDURAL, PROCEDURAL_4D, names_procedural_scene, resolved_data, saved_data_path
 from recon.errors import CheckpointError, ConfigValueError, DeviceError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
-from recon.export import write_splats
+from recon.export import write_ply4d, write_splats
 from recon.frame_images import FrameImages
 from recon.init_region import parse_init_box, random_init_region
 from recon.losses import masked_render, photometric_loss, quick_psnr
@@ -566,10 +566,12 @@ class Trainer:
         return test
 
     def finish(self, trained: int) -> dict:
-        """Evaluate; write splats.ply, renders/, history.json, loss.png and metrics.json (only the
+        """Evaluate; write splats.ply (and splats4d.ply for a 4D method), renders/, history.json, loss.png and metrics.json (only the
         evaluation when not ``writes_outputs``). Returns the metrics."""
         if self.writes_outputs:
             write_splats(self.out / rf.SPLATS_FILE, self.model.to_splat_data(), force=True)
+            if hasattr(self.model, "to_spacetime_data"):  # a 4D method: its 4D model too
+                write_ply4d(self.out / rf.SPLATS4D_FILE, self.model.to_spacetime_data(), force=True)
         test = self.evaluate(self.out / rf.RENDERS_DIR if self.writes_outputs else None)
         if test["lpips"] is None:
             self.log(LPIPS_NOTE)
