@@ -138,10 +138,3 @@ def read_ply4d(path: str | os.PathLike) -> SpaceTimeData:
         logit_opacities=np.array(v["opacity"], dtype=np.float32),
         sh=sh, antialiased=_is_mip(ply))
 
-
-def refuse_4d_file(path: str | os.PathLike, where: str = "here") -> None:
-    """ModelKindError when ``path`` is a ply4d file (a 3D reader's first check)."""
-    if is_ply4d(path):
-        raise ModelKindError(path, f"a 4D Gaussian (ply4d) file cannot be used {where}: 3D Gaussians are needed; "
-                                   f"make a 3D slice with `splatforge export {os.fspath(path)} --time T --out "
-                                   f"slice.ply` (T in [0, 1])")
