@@ -6,6 +6,7 @@ be one PNG or a folder of PNG frames."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Literal
@@ -19,6 +20,7 @@ from recon.errors import OutputError, SplatforgeError, UsageError
 
 VIDEO_SUFFIXES = (".mp4",)
 IMAGE_SUFFIXES = (".png",)
+FRAME_NAME = re.compile(r"frame_\d{5}\.png")  # the files of a frame folder (only such a folder is replaced)
 
 
 def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames: int = 120, fps: int = 30,
@@ -138,6 +140,9 @@ def check_render_arguments(out: Path, frames: int, fps: float, force: bool) -> s
     if out.suffix == "":
         if out.exists() and not out.is_dir():
             raise OutputError(f"--out {out}: is a file; an --out without a suffix is a folder of PNG frames")
+        if out.exists() and any(not FRAME_NAME.fullmatch(p.name) for p in out.iterdir()):
+            raise OutputError(f"--out {out}: is a folder holding other files than frame_NNNNN.png; give a new "
+                              f"folder name for the frames (or a file path ending in .mp4 or .png)")
         if out.exists() and not force:
             raise OutputError(f"--out {out}: already exists; pass --force to replace it")
         ensure_writable_folder(out.parent if str(out.parent) else Path("."), f"--out {out}: folder")
