@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 
 pytest.importorskip("viser")
@@ -156,3 +157,33 @@ def test_time_slider_changes_the_picture(live4d):
     wait_for(lambda: v.scene.time > 0.9, what="the slider's time on the server")
     render_until(client, cam, lambda img: left_right(img)[1] > 0.05 and left_right(img)[0] < 0.01,
                  "the t = 1 Gaussians (right only)")
+
+
+def test_train_viewer_on_a_4d_run_shows_the_model_at_the_slider_time(tmp_path):
+    from recon.trainer import TrainConfig, Trainer
+    from viewer.training import TrainingViewer
+
+    cfg = TrainConfig(data=Path("procedural-4d"), out=tmp_path / "run", method="4dgs", steps=1000, sh_degree=0,
+                      progress=False, data_factor=4, save_every=0)
+    trainer = Trainer(cfg, log=lambda *a: None, device="cpu")
+    trainer.prepare_out()
+    hook = TrainingViewer(every=2, port=0, verbose=False)
+    trainer.hooks.append(hook)
+    hook.start(trainer)
+    try:
+        v = hook.viewer
+        assert isinstance(v.scene, SpaceTimeScene) and "time" in v.gui
+        v.gui["time"].value = 0.8
+        shown = v.scene.model
+        for _ in range(4):
+            trainer.advance(trainer.step)
+        assert hook.updates >= 1 and v.scene.model is not shown and v.scene.time == 0.8
+        want = trainer.model.slice(0.8)  # the snapshot is the trained model, sliced at the slider's time
+        np.testing.assert_allclose(v.scene.browser().centers,
+                                   want.means.detach().numpy(), rtol=1e-6, atol=1e-7)
+        before = trainer.model.params["means4"].detach().clone()
+        trainer.advance(trainer.step)  # the optimiser moves the model, not the viewer's copy
+        assert not torch.equal(before, trainer.model.params["means4"].detach())
+        np.testing.assert_array_equal(v.scene.model.params["means4"].detach().numpy(), before.numpy())
+    finally:
+        hook.stop()
