@@ -1,8 +1,8 @@
 """A 4D (space-time) model in the viewer: :class:`SpaceTimeScene`, sliced on the server at the GUI's time.
 
 The browser draws 3D Gaussians only, so each time the slider (or playback) moves, the server slices the
-4D model (:func:`rasterizer.spacetime.slice_gaussians_4d`, through the model's ``slice``) and re-sends the
-slice: centres and conditional covariances come straight from the slice (no eigen-decomposition), the
+4D model (the steps of :func:`rasterizer.spacetime.slice_gaussians_4d`, with the time-independent part
+computed once per model) and re-sends the slice: centres and conditional covariances come straight from the slice (no eigen-decomposition), the
 colour from the SH DC term, opacities with the temporal factor applied (Gaussians whose factor is below
 1/255 are culled by the slice). The full-quality "render" button renders the 4D model at the current time.
 """
@@ -29,25 +29,51 @@ class SpaceTimeScene(SplatScene):
 
     model: Any = None
     time: float = 0.0
-    _slice: Any = field(default=None, repr=False)
+    _slice: Any = field(default=None, repr=False)  # (SlicedGaussians, the cache it came from)
+    _cache: Any = field(default=None, repr=False)
     _lock: Any = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def from_model(cls, model, source: Path, run_dir: Path | None = None, time: float = 0.0) -> "SpaceTimeScene":
         """The scene of a 4D ``model`` read from ``source``, showing normalised ``time`` first."""
         scene = cls(model.to_splat_data(time), Path(source), run_dir, dynamic=True, model=model, time=float(time))
-        scene.set_time(time)
+        scene.set_model(model)
         return scene
+
+    def set_model(self, model) -> None:
+        """Show ``model`` (a new snapshot while training) at the current time. Its time-independent part
+        (conditional covariances, velocities, temporal variances: :func:`rasterizer.spacetime.condition_on_time`),
+        activated opacities and DC colours are computed here once, so each new time costs only the O(N)
+        temporal step (:func:`rasterizer.spacetime.slicing.slice_at`)."""
+        import torch
+
+        from rasterizer.spacetime import condition_on_time
+
+        with torch.no_grad():
+            p = model.params
+            cache = {"means4": p["means4"].detach(), "opacities": model.opacities.detach(),
+                     "conditioned": condition_on_time(p["quats_left"].detach(), p["quats_right"].detach(),
+                                                      model.scales.detach()),
+                     "rgb": (0.5 + SH_C0 * p["sh0"].detach()[:, 0]).clamp(0.0, 1.0)}
+        with self._lock:
+            self.model, self._cache = model, cache
+        self.set_time(self.time)
 
     def set_time(self, t: float) -> bool:
         """Slice the model at normalised time ``t`` (clamped into [0, 1]); True (the splats changed)."""
         import torch
 
+        from rasterizer.spacetime import CULL_THRESHOLD
+        from rasterizer.spacetime.slicing import slice_at
+
         t = min(max(float(t), 0.0), 1.0)
-        with torch.no_grad():
-            sliced = self.model.slice(t)
         with self._lock:
-            self._slice, self.time = sliced, t
+            cache = self._cache
+        with torch.no_grad():
+            sliced = slice_at(cache["means4"], cache["opacities"], cache["conditioned"], t, CULL_THRESHOLD)
+        with self._lock:
+            if cache is self._cache:  # not replaced by set_model meanwhile (which slices again itself)
+                self._slice, self.time = (sliced, cache), t
         return True
 
     def total(self) -> int:
@@ -59,16 +85,15 @@ class SpaceTimeScene(SplatScene):
         import torch
 
         with self._lock:
-            s = self._slice
+            s, cache = self._slice
         with torch.no_grad():
             opac = s.opacities
-            keep = (opac >= min_opacity).nonzero()[:, 0]
-            dc = self.model.params["sh0"][s.indices.index_select(0, keep), 0]
-            rgb = (0.5 + SH_C0 * dc).clamp(0.0, 1.0)
-            cov = s.covars.index_select(0, keep) * float(scale_factor) ** 2
-            as_np = lambda x: np.ascontiguousarray(x.detach().float().cpu().numpy())  # noqa: E731
-            return BrowserSplats(as_np(s.means.index_select(0, keep)), as_np(cov), as_np(rgb),
-                                 as_np(opac.index_select(0, keep))[:, None])
+            keep = None if min_opacity <= 0.0 else (opac >= min_opacity).nonzero()[:, 0]
+            pick = (lambda x: x) if keep is None else (lambda x: x.index_select(0, keep))  # noqa: E731
+            rgb = cache["rgb"].index_select(0, pick(s.indices))
+            cov = pick(s.covars) * float(scale_factor) ** 2
+            as_np = lambda x: np.ascontiguousarray(x.float().cpu().numpy())  # noqa: E731
+            return BrowserSplats(as_np(pick(s.means)), as_np(cov), as_np(rgb), as_np(pick(opac))[:, None])
 
     def render_image(self, frame, background, device) -> np.ndarray:
         """[H, W, 3] float32 render of the 4D model at the current time into ``frame`` (a Camera)."""

@@ -208,8 +208,7 @@ class TrainingViewer:
         """Snapshot the model and re-send it (trainer thread)."""
         v = self.viewer
         if v.scene.dynamic:  # a 4D model: slice the new snapshot at the slider's time
-            v.scene.model = model_snapshot_4d(trainer.model)
-            v.scene.set_time(v.scene.time)
+            v.scene.set_model(model_snapshot_4d(trainer.model))
         else:
             v.scene.splats = model_snapshot(trainer.model)
         v.refresh_splats()
