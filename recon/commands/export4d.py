@@ -115,7 +115,7 @@ def export_sequence(config, times: list[float]) -> ExportReport:
     from rich.progress import track
 
     from recon.commands.export import run_cameras
-    from recon.export.sequence import SequenceWriter
+    from recon.export.sequence import MANIFEST_NAME, SequenceWriter
 
     src, out = Path(config.input), Path(config.out)
     fmt = (config.format or "ply").lower()
@@ -128,6 +128,9 @@ def export_sequence(config, times: list[float]) -> ExportReport:
         raise UsageError(f"--duration {config.duration}: must be a positive number of seconds")
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out}: is a file; --times writes a folder (frames and manifest.json)")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
+        raise OutputError(f"--out {out}: is a folder holding other files than a sequence (no {MANIFEST_NAME}); give "
+                          f"a new folder name (only an earlier sequence is replaced, with --force)")
     refuse_overwrite(out, config.force)
     ensure_writable_folder(out.parent if str(out.parent) else Path("."), f"--out {out}: folder")
     max_splats, sh_degree = resolve_budget(config.target, config.max_splats, config.sh_degree)

@@ -104,6 +104,20 @@ def test_sequence_export_writes_slices_and_manifest(run4d, tmp_path):
     assert json.loads((tmp_path / "seq" / "manifest.json").read_text())["version"] == 1
 
 
+def test_sequence_export_replaces_only_a_sequence(run4d, tmp_path):
+    keep = tmp_path / "mine"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("precious")
+    with pytest.raises(OutputError, match="holding other files than a sequence"):
+        run_export(ExportConfig(input=run4d, out=keep, times="0:1:2", force=True, quiet=True))
+    assert (keep / "notes.txt").read_text() == "precious"
+    run_export(ExportConfig(input=run4d, out=tmp_path / "seq", times="0:1:2", quiet=True))
+    with pytest.raises(FileExistsError):
+        run_export(ExportConfig(input=run4d, out=tmp_path / "seq", times="0:1:3", quiet=True))
+    run_export(ExportConfig(input=run4d, out=tmp_path / "seq", times="0:1:3", force=True, quiet=True))
+    assert len(read_sequence(tmp_path / "seq")) == 3
+
+
 def test_sequence_export_failing_midway_leaves_nothing(run4d, tmp_path, monkeypatch):
     from recon.commands import export4d
 
