@@ -593,8 +593,8 @@ class Trainer:
         return test
 
     def finish(self, trained: int) -> dict:
-        """Evaluate; write splats.ply (and splats4d.ply for a 4D method), renders/, history.json, loss.png and metrics.json (only the
-        evaluation when not ``writes_outputs``). Returns the metrics."""
+        """Evaluate; write splats.ply (and splats4d.ply for a 4D method), renders/, history.json, loss.png and
+        metrics.json (only the evaluation when not ``writes_outputs``). Returns the metrics."""
         if self.writes_outputs:
             write_splats(self.out / rf.SPLATS_FILE, self.model.to_splat_data(), force=True)
             if hasattr(self.model, "to_spacetime_data"):  # a 4D method: its 4D model too

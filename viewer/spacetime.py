@@ -2,9 +2,10 @@
 
 The browser draws 3D Gaussians only, so each time the slider (or playback) moves, the server slices the
 4D model (the steps of :func:`rasterizer.spacetime.slice_gaussians_4d`, with the time-independent part
-computed once per model) and re-sends the slice: centres and conditional covariances come straight from the slice (no eigen-decomposition), the
-colour from the SH DC term, opacities with the temporal factor applied (Gaussians whose factor is below
-1/255 are culled by the slice). The full-quality "render" button renders the 4D model at the current time.
+computed once per model) and re-sends the slice: centres and conditional covariances come straight from
+the slice (no eigen-decomposition), the colour from the SH DC term, opacities with the temporal factor
+applied (Gaussians whose factor is below 1/255 are culled by the slice). The full-quality "render"
+button renders the 4D model at the current time.
 """
 
 from __future__ import annotations

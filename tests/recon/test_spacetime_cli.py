@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from recon.commands.export import ExportConfig, run_export
 from recon.commands.render import render_video
