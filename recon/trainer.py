@@ -24,7 +24,8 @@ import torch
 from recon.data import load_scene
 from recon.data.scene import DataFormatError, Scene
 from recon.data_arg import PROCEDURAL, PROCEDURAL_4D, names_procedural_scene, resolved_data, saved_data_path
-from recon.errors import CheckpointError, ConfigValueError, DeviceError, RunFolderError
+from recon.devices import resolve_device
+from recon.errors import CheckpointError, ConfigValueError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_ply4d, write_splats
 from recon.frame_images import FrameImages
@@ -69,6 +70,10 @@ class TrainConfig:
     steps: int = 30_000
     data_factor: int = 1
     """downscale images by this integer factor"""
+    frame_stride: int = 1
+    """videos (Neural 3D Video): keep every n-th frame"""
+    time_range: str | None = None
+    """videos (Neural 3D Video): "START:END" in seconds of the clip to train on (default: all of it)"""
     strategy: Literal["adc", "mcmc"] = "adc"
     """densification: adaptive density control (3DGS) or MCMC relocation"""
     sh_degree: int = 3
@@ -140,6 +145,7 @@ _START = (lambda v: v >= 0, ">= 0")
 FIELD_RANGES = {
     "steps": (lambda v: v >= 0, ">= 0"),
     "data_factor": (lambda v: v >= 1, ">= 1"),
+    "frame_stride": (lambda v: v >= 1, ">= 1"),
     "sh_degree": (lambda v: 0 <= v <= 3, "0..3"),
     "sh_degree_interval": (lambda v: v >= 1, ">= 1"),
     "eval_every": (lambda v: v >= 0, ">= 0 (0: only at the end)"),
@@ -212,14 +218,6 @@ def schedule_scaler(cfg: TrainConfig) -> float:
     return cfg.steps_scaler if cfg.steps_scaler is not None else cfg.steps / REFERENCE_STEPS
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("--device cuda: no CUDA device is available; use --device cpu (or auto)")
-    return torch.device(name)
-
-
 def load_training_scene(cfg: TrainConfig) -> Scene:
     """The scene named by ``cfg.data`` ("procedural", "procedural-4d" or a dataset folder), with ``data_factor``."""
     if names_procedural_scene(cfg.data) and str(cfg.data) == PROCEDURAL_4D:
@@ -230,7 +228,8 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
         from recon.data.procedural_scene import procedural_scene
 
         return procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed)
-    scene = load_scene(cfg.data, data_factor=cfg.data_factor)
+    scene = load_scene(cfg.data, data_factor=cfg.data_factor, frame_stride=cfg.frame_stride,
+                       time_range=cfg.time_range)
     if not scene.frames_train:
         raise DataFormatError(f"{cfg.data}: the dataset has no training images")
     return scene

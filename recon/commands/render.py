@@ -67,8 +67,8 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
     are refused before any rendering."""
     from recon.camera_paths import PATHS, camera_path
     from recon.run import Run
+    from recon.devices import resolve_device
     from recon.time_args import resolve_times
-    from recon.trainer import resolve_device
 
     kind = check_render_arguments(out, frames, fps, force)
     asked = resolve_times(time, times)
