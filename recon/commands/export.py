@@ -63,8 +63,9 @@ class ExportConfig:
     """4D models: export the 3D slice at this normalised time in [0, 1] (0 = first frame, 1 = last)."""
     times: Optional[str] = None
     """4D models: START:END:COUNT, a sequence: --out becomes a folder of COUNT 3D slices and manifest.json."""
-    duration: float = 1.0
-    """4D sequences: seconds that the normalised span [0, 1] lasts (manifest.json times are seconds)."""
+    duration: Optional[float] = None
+    """4D sequences: seconds that the normalised span [0, 1] lasts (manifest.json times are seconds); default:
+    the run's dataset's duration (captured videos), else 1."""
     sh_degree: Optional[int] = None
     """Truncate spherical harmonics to this degree (0-3)."""
     max_splats: Optional[int] = None

@@ -12,7 +12,7 @@ import math
 import os
 from pathlib import Path
 
-from recon.errors import OutputError, UsageError
+from recon.errors import OutputError, SplatforgeError, UsageError
 from recon.export import ModelKindError, SplatFileError, is_ply4d, read_ply4d, write_ply4d
 from recon.export.atomic import refuse_overwrite
 from recon.export.budget import apply_budget, resolve_budget
@@ -78,6 +78,21 @@ def _check_out_file(config) -> None:
     ensure_writable_folder(Path(config.out).parent, f"--out {config.out}: folder")
 
 
+def sequence_duration(duration: float | None, run) -> tuple[float, str]:
+    """(seconds the normalised span [0, 1] lasts, a note saying where that came from): ``--duration``, else
+    the run's dataset's ``Scene.duration`` (captured videos), else 1."""
+    if duration is not None:
+        return float(duration), f"time span {duration:g} s (--duration)"
+    if run is not None and run.dataset_known:
+        try:
+            known = run.scene.duration
+        except (SplatforgeError, OSError):  # the dataset is not here or does not load: the default
+            known = None
+        if known:
+            return float(known), f"time span {known:g} s (the dataset's; --duration overrides)"
+    return 1.0, "time span 1 s (the model's times are normalised and no duration is known; give --duration)"
+
+
 def export_ply4d(config) -> ExportReport:
     """``--format ply4d``: the whole 4D model of a 4D run or file (SH truncated by --sh-degree)."""
     src, out = Path(config.input), Path(config.out)
@@ -124,7 +139,7 @@ def export_sequence(config, times: list[float]) -> ExportReport:
                          "--times out)")
     if fmt not in all_formats():
         raise UsageError(f"--format {fmt}: unknown (sequences take ply, splat, spz or glb)")
-    if not (math.isfinite(config.duration) and config.duration > 0):
+    if config.duration is not None and not (math.isfinite(config.duration) and config.duration > 0):
         raise UsageError(f"--duration {config.duration}: must be a positive number of seconds")
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out}: is a file; --times writes a folder (frames and manifest.json)")
@@ -142,7 +157,9 @@ def export_sequence(config, times: list[float]) -> ExportReport:
         cameras, why = run_cameras(run)
         if why:
             notes.append(why)
-    span = abs(times[-1] - times[0]) * config.duration
+    duration, why = sequence_duration(config.duration, run)
+    notes.append(why)
+    span = abs(times[-1] - times[0]) * duration
     fps = (len(times) - 1) / span if len(times) > 1 and span > 0 else 1.0
     written = sliced = dropped = budget_dropped = 0
     degree = model.sh_degree
@@ -150,13 +167,13 @@ def export_sequence(config, times: list[float]) -> ExportReport:
         for t in track(times, description="slicing", disable=config.quiet):
             clean, bad = slice_model(model, t, path).drop_nonfinite()
             budgeted, info = apply_budget(clean, max_splats, sh_degree, cameras=cameras)
-            writer.add(budgeted, time=abs(t - times[0]) * config.duration)
+            writer.add(budgeted, time=abs(t - times[0]) * duration)
             sliced, dropped, budget_dropped = sliced + len(clean) + bad, dropped + bad, budget_dropped + info.dropped
             written, degree = written + len(budgeted), budgeted.sh_degree
         manifest = writer.manifest()
     size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
     notes.append(f"a sequence of {len(manifest)} 3D slices at normalised times {times[0]:g}..{times[-1]:g} "
-                 f"({span:g} s at --duration {config.duration:g}); counts are summed over the frames")
+                 f"({span:g} s); counts are summed over the frames")
     return ExportReport(path=out, format=fmt, splats=written, bytes=size, sh_degree=degree, input_splats=sliced,
                         dropped_nonfinite=dropped, dropped_budget=budget_dropped, target=config.target,
                         importance="per frame" if budget_dropped else "none", notes=notes)

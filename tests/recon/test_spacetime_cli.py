@@ -103,6 +103,18 @@ def test_sequence_export_writes_slices_and_manifest(run4d, tmp_path):
     assert json.loads((tmp_path / "seq" / "manifest.json").read_text())["version"] == 1
 
 
+def test_sequence_duration_from_the_flag_the_dataset_or_one_second():
+    from types import SimpleNamespace
+
+    from recon.commands.export4d import sequence_duration
+
+    video = SimpleNamespace(dataset_known=True, scene=SimpleNamespace(duration=3.5))
+    assert sequence_duration(2.0, video)[0] == 2.0
+    assert sequence_duration(None, video) == (3.5, "time span 3.5 s (the dataset's; --duration overrides)")
+    synthetic = SimpleNamespace(dataset_known=True, scene=SimpleNamespace(duration=None))
+    assert sequence_duration(None, synthetic)[0] == 1.0 and sequence_duration(None, None)[0] == 1.0
+
+
 def test_sequence_export_replaces_only_a_sequence(run4d, tmp_path):
     keep = tmp_path / "mine"
     keep.mkdir()
