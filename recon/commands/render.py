@@ -48,7 +48,8 @@ def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames
         force: overwrite an existing --out.
         time: 4D models: render every frame at this normalised time in [0, 1].
         times: 4D models: START:END:COUNT, COUNT frames with time moving from START to END along the camera
-            path (e.g. 0:1:120). A 4D model given neither moves through 0..1 over --frames frames.
+            path (e.g. 0:1:120). A 4D model given neither moves through 0..1 over --frames frames (along
+            --path dataset: each training view at its own time).
     """
     try:
         written = render_video(run, path, out, frames, fps, splats, progress, max_side=max_side, device=device,
@@ -87,6 +88,9 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
     scene = opened.scene
     if str(path) in PATHS:
         cams = camera_path(str(path), opened.cameras, n)
+    if str(path) == "dataset" and asked is None and frame_times != [None] and kind != "image":
+        # a 4D model along the dataset's cameras without time flags: each frame at its own time
+        frame_times = [0.5 if f.time is None else float(f.time) for f in scene.frames_train]
     cams, frame_times = pair_frames(cams[:1] if kind == "image" else cams, frame_times)
     dev = resolve_device(device)
     model = opened.load_model(splats, dev, extent=scene.extent)

@@ -179,6 +179,20 @@ def test_render_one_time_and_a_time_sequence(run4d, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "frames"]
 
 
+def test_render_along_the_dataset_replays_each_view_at_its_time(run4d, tmp_path):
+    from PIL import Image
+
+    opened = Run.open(run4d)
+    model, bg = opened.load_model(), opened.background()
+    render_video(run4d, "dataset", tmp_path / "replay", progress=False)
+    frames = opened.scene.frames_train
+    assert len(list((tmp_path / "replay").iterdir())) == len(frames)
+    for i in (0, len(frames) // 2, len(frames) - 1):
+        want = model.render([frames[i].camera], None, bg, t=frames[i].time)[0][0].detach()
+        got = np.asarray(Image.open(tmp_path / "replay" / f"frame_{i:05d}.png"))
+        np.testing.assert_array_equal(got, (want.clamp(0, 1).numpy() * 255 + 0.5).astype(np.uint8))
+
+
 def test_render_refusals_write_nothing(run4d, run3d, tmp_path):
     with pytest.raises(UsageError, match="outside"):
         render_video(run4d, "orbit", tmp_path / "a.png", progress=False, time=1.5)
