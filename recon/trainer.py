@@ -27,7 +27,7 @@ from recon.data_arg import PROCEDURAL, PROCEDURAL_4D, names_procedural_scene, re
 from recon.devices import resolve_device
 from recon.errors import CheckpointError, ConfigValueError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
-from recon.export import write_splats
+from recon.export import write_ply4d, write_splats
 from recon.frame_images import FrameImages
 from recon.init_region import parse_init_box, random_init_region
 from recon.losses import masked_render, photometric_loss, quick_psnr
@@ -104,6 +104,9 @@ class TrainConfig:
     init_scale: float | None = None
     """initial scale factor on the 3-NN distance; default 1.0 (adc) or 0.1 (mcmc)"""
     ssim_lambda: float = 0.2
+    batch: int = 1
+    """training views rendered per step (for dynamic scenes (camera, time) samples), their losses averaged;
+    > 1 needs training images of one size"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
     """show a rich progress bar"""
@@ -158,6 +161,7 @@ FIELD_RANGES = {
     "init_opacity": (lambda v: v is None or 0 < v < 1, "between 0 and 1"),
     "init_scale": (lambda v: v is None or (math.isfinite(v) and v > 0), "> 0"),
     "ssim_lambda": (lambda v: 0 <= v <= 1, "0..1"),
+    "batch": (lambda v: v >= 1, ">= 1"),
     "viewer_port": (lambda v: 0 <= v <= 65535, "0..65535"),
     "viewer_every": (lambda v: v >= 1, ">= 1"),
     "logger_every": (lambda v: v >= 1, ">= 1"),
@@ -278,6 +282,17 @@ def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator 
     return torch.tensor(scene.background, dtype=torch.float32)
 
 
+def check_batch(batch: int, frames) -> None:
+    """ConfigValueError when ``--batch`` > 1 and the training images differ in size (views rendered together
+    share one image size)."""
+    if batch > 1:
+        sizes = sorted({(f.camera.width, f.camera.height) for f in frames})
+        if len(sizes) > 1:
+            shown = ", ".join(f"{w}x{h}" for w, h in sizes[:4]) + (" ..." if len(sizes) > 4 else "")
+            raise ConfigValueError(f"--batch {batch}: the training images have {len(sizes)} sizes ({shown}), and the "
+                                   f"views of one step are rendered together at one size; use --batch 1")
+
+
 def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
     """ConfigMismatchError listing the fields that differ from ``out/config.yaml`` (except resumable ones);
     section fields are named by dotted keys (``adc.grow_grad2d``)."""
@@ -373,6 +388,7 @@ class Trainer:
         if self.scene is None:
             self.scene = load_training_scene(cfg)
         self.images = FrameImages(self.scene.frames_train, self.device)
+        check_batch(cfg.batch, self.scene.frames_train)
         torch.manual_seed(cfg.seed)
         self.init_gen = torch.Generator().manual_seed(cfg.seed)
         self.view_gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -466,17 +482,26 @@ class Trainer:
         return min(step // self.sh_interval, self.cfg.sh_degree)
 
     def train_step(self, step: int) -> StepResult:
-        """One optimisation step on a random training view (``step`` is 0-based)."""
-        i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
-        bg = background_color(self.cfg, self.scene, self.view_gen).to(self.device)
-        gt = self.images.rgb(i, bg)
+        """One optimisation step on ``cfg.batch`` random training views (``step`` is 0-based), each at its
+        own time (dynamic scenes; static methods ignore it); the views' photometric losses are averaged."""
+        picks = []
+        for _ in range(self.cfg.batch):  # per view its index, then its background (batch 1: as ever)
+            i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
+            picks.append((i, background_color(self.cfg, self.scene, self.view_gen).to(self.device)))
+        gts = [self.images.rgb(i, bg) for i, bg in picks]
         self.model.set_step(step, self.cfg.steps)
         absgrad = getattr(self.strategy, "absgrad", False)
-        frame = self.scene.frames_train[i]  # its time (dynamic scenes) is rendered; static methods ignore it
-        render, _, meta = self.model.render([frame.camera], self.active_sh_degree(step), bg, t=frame.time,
+        frames = [self.scene.frames_train[i] for i, _ in picks]
+        if len(picks) == 1:
+            bg, t = picks[0][1], frames[0].time
+        else:
+            bg, t = torch.stack([b for _, b in picks]), [f.time for f in frames]
+        render, _, meta = self.model.render([f.camera for f in frames], self.active_sh_degree(step), bg, t=t,
                                             absgrad=absgrad)
-        pred = masked_render(render[0], gt, self.images.mask(i))  # dataset masks: loss only where 1
-        loss = photometric_loss(pred, gt, self.cfg.ssim_lambda) + self.strategy.regularization(self.model)
+        preds = [masked_render(render[k], gts[k], self.images.mask(i))  # dataset masks: loss only where 1
+                 for k, (i, _) in enumerate(picks)]
+        loss = sum(photometric_loss(p, g, self.cfg.ssim_lambda) for p, g in zip(preds, gts)) / len(picks)
+        loss = loss + self.strategy.regularization(self.model)
         for term in self.model.loss_terms(meta, step, self.cfg).values():  # the method's own (2dgs: geometry)
             loss = loss + term
         self.strategy.step_pre_backward(self.model, meta, self.strategy_state, step)
@@ -488,7 +513,9 @@ class Trainer:
         value = float(loss.detach())
         if not math.isfinite(value):
             raise FloatingPointError(f"step {step}: loss is {value} (NaN/Inf); last checkpoint is kept")
-        return StepResult(value, quick_psnr(pred.detach(), gt))
+        if len(preds) == 1:
+            return StepResult(value, quick_psnr(preds[0].detach(), gts[0]))
+        return StepResult(value, quick_psnr(torch.stack(preds).detach(), torch.stack(gts)))
 
     # ---------------------------------------------------------------------------- loop
 
@@ -574,10 +601,12 @@ class Trainer:
         return test
 
     def finish(self, trained: int) -> dict:
-        """Evaluate; write splats.ply, renders/, history.json, loss.png and metrics.json (only the
-        evaluation when not ``writes_outputs``). Returns the metrics."""
+        """Evaluate; write splats.ply (and splats4d.ply for a 4D method), renders/, history.json, loss.png and
+        metrics.json (only the evaluation when not ``writes_outputs``). Returns the metrics."""
         if self.writes_outputs:
             write_splats(self.out / rf.SPLATS_FILE, self.model.to_splat_data(), force=True)
+            if hasattr(self.model, "to_spacetime_data"):  # a 4D method: its 4D model too
+                write_ply4d(self.out / rf.SPLATS4D_FILE, self.model.to_spacetime_data(), force=True)
         test = self.evaluate(self.out / rf.RENDERS_DIR if self.writes_outputs else None)
         if test["lpips"] is None:
             self.log(LPIPS_NOTE)

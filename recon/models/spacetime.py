@@ -24,8 +24,10 @@ the sliced screen-space gradients through the kept indices ([C, N, 2], zero for 
 (ADC in 4D, :mod:`recon.strategy.adc4d`; MCMC in 4D, :mod:`recon.strategy.mcmc4d`).
 
 The export record (:meth:`SpaceTimeGaussians.to_splat_data`) is the 3D slice at one time (default the
-middle, 0.5): what splats.ply holds for a 4D run; the 4D model itself lives in the run's checkpoints,
-which :class:`recon.run.Run` reads for ``eval`` and ``render`` (``SPLAT_FILE_IS_SLICE``).
+middle, 0.5): what splats.ply holds for a 4D run (``SPLAT_FILE_IS_SLICE``). The 4D model itself is
+:meth:`SpaceTimeGaussians.to_spacetime_data`, written as splats4d.ply (a ply4d file,
+recon/export/PLY4D.md) when a run ends and kept in its checkpoints; :class:`recon.run.Run` reads it for
+``eval``, ``render``, ``export`` and the viewer.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from recon.errors import UsageError
 from recon.models.base import SceneModel, register_model
 from recon.spacetime_losses import NeighborLists
 from recon.models.gaussians import LearningRates, knn_mean_distance, resize_optimizer_state, rgb_to_sh0
+from recon.spacetime_data import SpaceTimeData
 from recon.splat_data import SplatData
 
 PARAM_NAMES = ("means4", "log_scales4", "quats_left", "quats_right", "logit_opacities", "sh0", "shN")
@@ -219,9 +222,25 @@ class SpaceTimeGaussians(SceneModel):
     @classmethod
     def from_splat_data(cls, data, extent: float = 1.0) -> "SpaceTimeGaussians":
         """Not possible: a splat file holds 3D Gaussians (one time's slice of a 4D run)."""
-        raise UsageError("a splat file holds 3D Gaussians, not a 4dgs model (a 4dgs run's splats.ply is its 3D "
-                         "slice at t = 0.5): `splatforge eval --run RUN` reads the 4D model from the run's "
-                         "checkpoints; rendering or exporting a 4D run over time is not available yet")
+        raise UsageError("a 3D splat file cannot hold a 4dgs model (a 4dgs run's splats.ply is its 3D slice at "
+                         "t = 0.5): give the run's 4D file (RUN/splats4d.ply, or a file written by `splatforge "
+                         "export RUN --format ply4d`), or leave --splats out to use the run's own 4D model")
+
+    @classmethod
+    def from_spacetime_data(cls, data: SpaceTimeData, extent: float = 1.0) -> "SpaceTimeGaussians":
+        """The model of a :class:`SpaceTimeData` record (a ply4d file read back); ``extent`` scales the
+        learning rates only."""
+        params = {"means4": data.means4, "log_scales4": data.log_scales4, "quats_left": data.quats_left,
+                  "quats_right": data.quats_right, "logit_opacities": data.logit_opacities,
+                  "sh0": data.sh[:, :1], "shN": data.sh[:, 1:]}
+        return cls({n: torch.as_tensor(np.ascontiguousarray(v)) for n, v in params.items()}, data.sh_degree,
+                   extent, data.antialiased)
+
+    def to_spacetime_data(self) -> SpaceTimeData:
+        """The 4D model as a :class:`SpaceTimeData` record (what splats4d.ply / a ply4d export holds)."""
+        p = {n: v.detach().float().cpu().numpy() for n, v in self.params.items()}
+        return SpaceTimeData(p["means4"], p["log_scales4"], p["quats_left"], p["quats_right"],
+                             p["logit_opacities"], np.concatenate([p["sh0"], p["shN"]], axis=1), self.antialiased)
 
     # ---------------------------------------------------------------------------- views
 
