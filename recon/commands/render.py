@@ -213,7 +213,7 @@ def write_frame_folder(out: Path, images: list[np.ndarray], force: bool = False)
 
     from PIL import Image
 
-    from recon.export.atomic import refuse_overwrite
+    from recon.atomic import publish_finished, refuse_overwrite
 
     if not images:
         raise UsageError(f"{out}: no frames to write")
@@ -257,7 +257,7 @@ def write_video(out: Path, images: list[np.ndarray], fps: int, force: bool = Tru
     refused unless ``force`` (checked again here: it may have appeared while rendering)."""
     import imageio.v2 as imageio
 
-    from recon.export.atomic import refuse_overwrite
+    from recon.atomic import publish_finished, refuse_overwrite
 
     if not images:
         raise UsageError(f"{out}: no frames to write")
@@ -271,7 +271,7 @@ def write_video(out: Path, images: list[np.ndarray], fps: int, force: bool = Tru
             for im in images:
                 h, w = im.shape[:2]
                 writer.append_data(np.pad(im, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge"))
-        os.replace(tmp, out)
+        publish_finished(tmp, out, force)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
