@@ -158,15 +158,32 @@ def rasterize_gaussians(
                 "rasterize_gaussians: `depth_limit` is not supported by the cuda backend (gsplat's kernels have "
                 "no per-pixel depth limit); render with backend='reference' (any device, slow) or move the "
                 "tensors to the CPU for backend='cpu'")
-        colors = join_sh(colors) if sh_degree is not None else colors
-        return _backend_module("cuda").rasterize(
-            means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree=sh_degree,
-            near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, backgrounds=backgrounds,
-            render_mode=render_mode, rasterize_mode=rasterize_mode, covars=covars, absgrad=absgrad,
-            tile_size=tile_size)
+        cuda = _backend_module("cuda")
+        if cuda.PIPELINE == "fused":
+            colors = join_sh(colors) if sh_degree is not None else colors
+            return cuda.rasterize(
+                means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree=sh_degree,
+                near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, backgrounds=backgrounds,
+                render_mode=render_mode, rasterize_mode=rasterize_mode, covars=covars, absgrad=absgrad,
+                tile_size=tile_size)
     if name == "cpu":
         warn_if_spin_set_too_late()
-    impl = _backend_module(name)
+    return rasterize_through_seam(
+        _backend_module("cuda.seam" if name == "cuda" else name), means, quats, scales, opacities, colors, viewmats, Ks, width, height,
+        sh_degree=sh_degree, near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, backgrounds=backgrounds,
+        render_mode=render_mode, rasterize_mode=rasterize_mode, covars=covars, absgrad=absgrad,
+        tile_size=tile_size, depth_limit=depth_limit, n_color=n_color)
+
+
+def rasterize_through_seam(impl, means, quats, scales, opacities, colors, viewmats, Ks, width, height, *,
+                           sh_degree, near_plane, far_plane, eps2d, backgrounds, render_mode, rasterize_mode,
+                           covars, absgrad, tile_size, depth_limit, n_color) -> RenderOutput:
+    """The pipeline as separate steps of a backend module ``impl``: ``project`` -> colours (``sh_to_color``)
+    -> :class:`Splats` -> ``composite``. Arguments as :func:`rasterize_gaussians`, already validated
+    (N > 0; n_color: the colour channel count that check_colors returned). The reference and cpu backends
+    render this way; ``rasterizer.cuda.seam`` offers gsplat's kernels as the same steps (measured against
+    the fused cuda call by scripts/bench_cuda_seam.py)."""
+    C, N = viewmats.shape[0], means.shape[0]
     antialiased = rasterize_mode == "antialiased"
     proj = impl.project(means, quats, scales, covars, viewmats, Ks, width, height, eps2d=eps2d,
                         near_plane=near_plane, far_plane=far_plane, opacities=opacities, antialiased=antialiased)

@@ -49,6 +49,14 @@ def _publish(tmp: str, path: Path, force: bool) -> None:
     os.unlink(tmp)
 
 
+def publish_finished(tmp: str | os.PathLike, path: str | os.PathLike, force: bool) -> None:
+    """Give a finished temporary file (written by another library, e.g. a video encoder, into a ``mkstemp``
+    name beside ``path``) the permissions a plain ``open`` would, and move it onto ``path`` (refusing an
+    existing ``path`` unless ``force``)."""
+    os.chmod(tmp, _default_mode())  # mkstemp creates 0600
+    _publish(os.fspath(tmp), Path(path), force)
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, force: bool = False) -> Iterator[BinaryIO]:
     """Context manager yielding a binary file object; its contents appear at ``path`` on success.

@@ -18,7 +18,7 @@ from rasterizer.quaternions import quat_to_rotmat_np, rotmat_to_quat
 from recon.data.procedural import look_at_world_to_cam, orbit_basis
 from recon.errors import UsageError
 
-PATHS = ("orbit", "spiral", "dataset")
+PATHS = ("orbit", "spiral", "dataset", "fixed")
 
 
 def scene_rig(cameras: Sequence[Camera]) -> dict:
@@ -50,13 +50,16 @@ def _ring_camera(rig: dict, template: Camera, azimuth: float, elevation: float, 
 
 
 def camera_path(kind: str, cameras: Sequence[Camera], n_frames: int = 120) -> list[Camera]:
-    """``n_frames`` cameras (intrinsics and size of ``cameras[0]``); "dataset" returns ``cameras`` as given."""
+    """``n_frames`` cameras (intrinsics and size of ``cameras[0]``); "dataset" returns ``cameras`` as given,
+    "fixed" ``cameras[0]`` ``n_frames`` times (a still view, for a 4D model moving in time)."""
     if kind not in PATHS:
         raise UsageError(f"unknown camera path {kind!r} (have {PATHS})")
     if not cameras:
         raise ValueError("camera_path: the scene has no cameras to derive a path from")
     if kind == "dataset":
         return list(cameras)
+    if kind == "fixed":
+        return [cameras[0]] * n_frames
     rig = scene_rig(cameras)
     out = []
     for i in range(n_frames):

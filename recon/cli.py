@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "compare": "recon.commands.compare:compare",
     "image": "recon.commands.image:image",
     "mesh": "recon.commands.mesh:mesh",
+    "partition": "recon.commands.partition:partition",
     "view": "viewer.commands:view",
 }
 
@@ -105,6 +106,10 @@ def run_subcommand(argv: list[str]) -> None:
         from recon.commands.train import train_from_config_file
 
         return train_from_config_file(argv[1:])
+    if argv[:1] == ["train"] and any(a == "--blocks" or a.startswith("--blocks=") for a in argv[1:]):
+        from recon.distributed.launch import train_blocks  # block training on torchrun workers
+
+        return train_blocks(argv[1:])
     argv = with_default_preset(argv)
     commands = load_subcommands()
     if not commands:

@@ -178,13 +178,50 @@ class Run:
 
         return read_splats(self.require_splats(splats))
 
+    @property
+    def splats4d_path(self) -> Path:
+        """The final 4D model (ply4d) of a 4D method, written when training ends."""
+        return self.dir / rf.SPLATS4D_FILE
+
+    @property
+    def is_4d(self) -> bool:
+        """Whether the run's method is a 4D one (its splats.ply is one time's slice: ``SPLAT_FILE_IS_SLICE``)."""
+        return bool(getattr(self.model_class, "SPLAT_FILE_IS_SLICE", False))
+
+    def model_is_4d(self, splats: str | Path | None = None) -> bool:
+        """Whether :meth:`load_model` with ``splats`` gives a 4D model: ``splats`` is a ply4d file, or it
+        is None and the run's method is 4D."""
+        from recon.export import is_ply4d
+
+        if splats is not None:
+            return is_ply4d(self.require_splats(splats))
+        return self.is_4d
+
     def load_model(self, splats: str | Path | None = None, device: torch.device | str = "cpu",
                    extent: float = 1.0):
         """The run's method holding ``splats`` (default: the run's splats.ply), on ``device``.
         ``extent`` only scales learning rates (pass ``scene.extent`` to go on training it).
-        A method whose splat file holds only one time's slice (``SPLAT_FILE_IS_SLICE``, 4D Gaussians)
-        is read from the run's newest checkpoint instead when no ``splats`` is given."""
-        if splats is None and getattr(self.model_class, "SPLAT_FILE_IS_SLICE", False):
+
+        4D models: a ply4d ``splats`` file is read as 4D Gaussians (ModelKindError when the run's config
+        names a 3D method); without ``splats`` a 4D method's model is its splats4d.ply, else (a run that has
+        not finished) its newest checkpoint. A 3D ``splats`` file for a 4D run: UsageError (a 3D file holds
+        no 4D model)."""
+        from recon.export import ModelKindError, is_ply4d, read_ply4d
+        from recon.models.base import model_class
+
+        if splats is not None and is_ply4d(self.require_splats(splats)):
+            if self.has_config and not self.is_4d:
+                raise ModelKindError(splats, f"a 4D Gaussian (ply4d) file cannot stand for the {self.config.method} "
+                                             f"run {self.dir} (3D Gaussians); evaluate it on its own with --splats "
+                                             f"FILE --data DIR, or slice it with `splatforge export {splats} "
+                                             f"--time T --out slice.ply`")
+            cls = self.model_class if self.is_4d else model_class("4dgs")
+            return cls.from_spacetime_data(read_ply4d(splats), extent=extent).to(device)
+        if splats is None and getattr(self.model_class, "MODEL_IN_CHECKPOINTS", False):
+            return self.checkpoint_model(device)  # nerf: splats.ply is a baked approximation, not the model
+        if splats is None and self.is_4d:
+            if self.splats4d_path.is_file():
+                return self.model_class.from_spacetime_data(read_ply4d(self.splats4d_path), extent=extent).to(device)
             return self.checkpoint_model(device)
         return self.model_of(self.read_splats(splats), device, extent)
 

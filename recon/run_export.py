@@ -18,8 +18,11 @@ def export_psnr(run: Run, exported, original=None, device: str = "cpu") -> tuple
     from recon.evaluation import evaluate_on_scene
 
     if getattr(run.model_class, "SPLAT_FILE_IS_SLICE", False):
-        why = getattr(run.model_class, "SPLAT_FILE_NOTE", "is its 3D slice at one time, and its test views are at many")
-        return None, f"test PSNR not evaluated (a {run.config.method} run's splat file {why})"
+        return None, (f"test PSNR not evaluated (a {run.config.method} run's splat file is its 3D slice at one "
+                      f"time, and its test views are at many)")
+    if getattr(run.model_class, "MODEL_IN_CHECKPOINTS", False):
+        return None, (f"test PSNR not evaluated (a {run.config.method} run's splat file is a baked Gaussian "
+                      f"approximation of its field, not the field)")
     try:
         scene = run.scene
         background = run.background().tolist()

@@ -8,7 +8,8 @@ Layout::
     OUT/checkpoints/ckpt_XXXXX.pt   torch.save'd plain dicts (tensors, numbers, lists), XXXXX = step;
                                     loaded with weights_only=True (a file holding anything else is refused)
     OUT/.lock                       pid and host of the training writing the folder (RunLock)
-    OUT/splats.ply                  final model (3DGS PLY)
+    OUT/splats.ply                  final model (3DGS PLY; for a 4D method its 3D slice at t = 0.5)
+    OUT/splats4d.ply                final 4D model of a 4D method (ply4d, recon/export/PLY4D.md)
     OUT/metrics.json                test metrics and timings
     OUT/history.json                per step: loss, Gaussian count, seconds; per evaluation: test PSNR, SSIM
                                     (recon.run_history.RunHistory)
@@ -41,6 +42,7 @@ from recon.run_history import RunHistory
 
 CONFIG_FILE = "config.yaml"
 SPLATS_FILE = "splats.ply"
+SPLATS4D_FILE = "splats4d.ply"
 RENDERS_DIR = "renders"
 EVAL_DIR = "eval"
 CHECKPOINT_DIR = "checkpoints"

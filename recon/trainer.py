@@ -24,9 +24,10 @@ import torch
 from recon.data import load_scene
 from recon.data.scene import DataFormatError, Scene
 from recon.data_arg import PROCEDURAL, PROCEDURAL_4D, names_procedural_scene, resolved_data, saved_data_path
-from recon.errors import CheckpointError, ConfigValueError, DeviceError, RunFolderError
+from recon.devices import resolve_device
+from recon.errors import CheckpointError, ConfigValueError, RunFolderError
 from recon.evaluation import LPIPS_NOTE, evaluate_model
-from recon.export import write_splats
+from recon.export import write_ply4d, write_splats
 from recon.frame_images import FrameImages
 from recon.init_region import parse_init_box, random_init_region
 from recon.losses import masked_render, photometric_loss, quick_psnr
@@ -38,6 +39,7 @@ from recon import run_files as rf
 from recon.run_history import RunHistory
 from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCStrategy, OccupancyConfig
 from recon.surfel_losses import SurfelConfig
+from recon.spacetime_losses import SpaceTimeConfig
 
 REFERENCE_STEPS = 30_000  # the schedule below is the 3DGS recipe for this many steps
 # fields that may differ when resuming (everything else must match the saved config.yaml); ``out`` is the
@@ -71,6 +73,10 @@ class TrainConfig:
     steps: int = 30_000
     data_factor: int = 1
     """downscale images by this integer factor"""
+    frame_stride: int = 1
+    """videos (Neural 3D Video): keep every n-th frame"""
+    time_range: str | None = None
+    """videos (Neural 3D Video): "START:END" in seconds of the clip to train on (default: all of it)"""
     strategy: Literal["adc", "mcmc", "occupancy"] = "adc"
     """densification: adaptive density control (3DGS) or MCMC relocation; occupancy: the occupancy-grid
     updates of --method nerf (its only strategy)"""
@@ -101,6 +107,9 @@ class TrainConfig:
     init_scale: float | None = None
     """initial scale factor on the 3-NN distance; default 1.0 (adc) or 0.1 (mcmc)"""
     ssim_lambda: float = 0.2
+    batch: int = 1
+    """training views rendered per step (for dynamic scenes (camera, time) samples), their losses averaged;
+    > 1 needs training images of one size"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
     """show a rich progress bar"""
@@ -127,6 +136,9 @@ class TrainConfig:
     surfels: SurfelConfig = field(default_factory=SurfelConfig)
     """2DGS options (--method 2dgs): surfel depth, distortion and normal-consistency losses (weights, start
     steps x steps_scaler); defaults and sources in recon/surfel_losses.py"""
+    spacetime: SpaceTimeConfig = field(default_factory=SpaceTimeConfig)
+    """4D options (--method 4dgs): 4D-Rotor's opacity-entropy and velocity-consistency regularisers (off by
+    default); recon/spacetime_losses.py"""
     occupancy: OccupancyConfig = field(default_factory=OccupancyConfig)
     """occupancy-grid updates (--method nerf, --strategy occupancy; recon/strategy/occupancy.py)"""
     nerf: NerfConfig = field(default_factory=NerfConfig)
@@ -144,6 +156,7 @@ _START = (lambda v: v >= 0, ">= 0")
 FIELD_RANGES = {
     "steps": (lambda v: v >= 0, ">= 0"),
     "data_factor": (lambda v: v >= 1, ">= 1"),
+    "frame_stride": (lambda v: v >= 1, ">= 1"),
     "sh_degree": (lambda v: 0 <= v <= 3, "0..3"),
     "sh_degree_interval": (lambda v: v >= 1, ">= 1"),
     "eval_every": (lambda v: v >= 0, ">= 0 (0: only at the end)"),
@@ -155,6 +168,7 @@ FIELD_RANGES = {
     "init_opacity": (lambda v: v is None or 0 < v < 1, "between 0 and 1"),
     "init_scale": (lambda v: v is None or (math.isfinite(v) and v > 0), "> 0"),
     "ssim_lambda": (lambda v: 0 <= v <= 1, "0..1"),
+    "batch": (lambda v: v >= 1, ">= 1"),
     "viewer_port": (lambda v: 0 <= v <= 65535, "0..65535"),
     "viewer_every": (lambda v: v >= 1, ">= 1"),
     "logger_every": (lambda v: v >= 1, ">= 1"),
@@ -181,6 +195,11 @@ FIELD_RANGES = {
     "surfels.dist_start_iter": _START,
     "surfels.normal_lambda": _FINITE_NONNEG,
     "surfels.normal_start_iter": _START,
+    "spacetime.entropy_lambda": _FINITE_NONNEG,
+    "spacetime.velocity_lambda": _FINITE_NONNEG,
+    "spacetime.velocity_neighbors": (lambda v: v >= 1, ">= 1"),
+    "spacetime.velocity_time_scale": _FINITE_NONNEG,
+    "spacetime.knn_every": _PERIOD,
     **NERF_FIELD_RANGES,  # nerf.* and occupancy.*
 }
 
@@ -216,14 +235,6 @@ def schedule_scaler(cfg: TrainConfig) -> float:
     return cfg.steps_scaler if cfg.steps_scaler is not None else cfg.steps / REFERENCE_STEPS
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("--device cuda: no CUDA device is available; use --device cpu (or auto)")
-    return torch.device(name)
-
-
 def load_training_scene(cfg: TrainConfig) -> Scene:
     """The scene named by ``cfg.data`` ("procedural", "procedural-4d" or a dataset folder), with ``data_factor``."""
     if names_procedural_scene(cfg.data) and str(cfg.data) == PROCEDURAL_4D:
@@ -234,7 +245,8 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
         from recon.data.procedural_scene import procedural_scene
 
         return procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed)
-    scene = load_scene(cfg.data, data_factor=cfg.data_factor)
+    scene = load_scene(cfg.data, data_factor=cfg.data_factor, frame_stride=cfg.frame_stride,
+                       time_range=cfg.time_range)
     if not scene.frames_train:
         raise DataFormatError(f"{cfg.data}: the dataset has no training images")
     return scene
@@ -277,6 +289,17 @@ def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator 
     if cfg.background == "random" and generator is not None:
         return torch.rand(3, generator=generator)
     return torch.tensor(scene.background, dtype=torch.float32)
+
+
+def check_batch(batch: int, frames) -> None:
+    """ConfigValueError when ``--batch`` > 1 and the training images differ in size (views rendered together
+    share one image size)."""
+    if batch > 1:
+        sizes = sorted({(f.camera.width, f.camera.height) for f in frames})
+        if len(sizes) > 1:
+            shown = ", ".join(f"{w}x{h}" for w, h in sizes[:4]) + (" ..." if len(sizes) > 4 else "")
+            raise ConfigValueError(f"--batch {batch}: the training images have {len(sizes)} sizes ({shown}), and the "
+                                   f"views of one step are rendered together at one size; use --batch 1")
 
 
 def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
@@ -374,6 +397,7 @@ class Trainer:
         if self.scene is None:
             self.scene = load_training_scene(cfg)
         self.images = FrameImages(self.scene.frames_train, self.device)
+        check_batch(cfg.batch, self.scene.frames_train)
         torch.manual_seed(cfg.seed)
         self.init_gen = torch.Generator().manual_seed(cfg.seed)
         self.view_gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -467,8 +491,9 @@ class Trainer:
         return min(step // self.sh_interval, self.cfg.sh_degree)
 
     def train_step(self, step: int) -> StepResult:
-        """One optimisation step (``step`` is 0-based): on a random training view, or on rays drawn across
-        the training views for methods with ``RAY_BATCHES`` (nerf: :meth:`ray_batch_loss`)."""
+        """One optimisation step (``step`` is 0-based): on ``cfg.batch`` random training views
+        (:meth:`view_loss`), or on rays drawn across the training views for methods with ``RAY_BATCHES``
+        (nerf: :meth:`ray_batch_loss`)."""
         if getattr(self.model, "RAY_BATCHES", False):
             pred, gt, meta, loss = self.ray_batch_loss(step)
         else:
@@ -496,19 +521,30 @@ class Trainer:
         return pred, gt, meta, self.model.ray_loss(pred, gt) + self.strategy.regularization(self.model)
 
     def view_loss(self, step: int):
-        """(render [H, W, 3], target [H, W, 3], meta, loss) of a random training view: photometric loss plus
-        the strategy's regulariser."""
-        i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
-        bg = background_color(self.cfg, self.scene, self.view_gen).to(self.device)
-        gt = self.images.rgb(i, bg)
+        """(render, target, meta, loss) of ``cfg.batch`` random training views, each at its own time (dynamic
+        scenes; static methods ignore it): the views' photometric losses averaged, plus the strategy's
+        regulariser; render / target are [H, W, 3] for one view, else stacked [B, H, W, 3]."""
+        picks = []
+        for _ in range(self.cfg.batch):  # per view its index, then its background (batch 1: as ever)
+            i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
+            picks.append((i, background_color(self.cfg, self.scene, self.view_gen).to(self.device)))
+        gts = [self.images.rgb(i, bg) for i, bg in picks]
         self.model.set_step(step, self.cfg.steps)
         absgrad = getattr(self.strategy, "absgrad", False)
-        frame = self.scene.frames_train[i]  # its time (dynamic scenes) is rendered; static methods ignore it
-        render, _, meta = self.model.render([frame.camera], self.active_sh_degree(step), bg, t=frame.time,
+        frames = [self.scene.frames_train[i] for i, _ in picks]
+        if len(picks) == 1:
+            bg, t = picks[0][1], frames[0].time
+        else:
+            bg, t = torch.stack([b for _, b in picks]), [f.time for f in frames]
+        render, _, meta = self.model.render([f.camera for f in frames], self.active_sh_degree(step), bg, t=t,
                                             absgrad=absgrad)
-        pred = masked_render(render[0], gt, self.images.mask(i))  # dataset masks: loss only where 1
-        loss = photometric_loss(pred, gt, self.cfg.ssim_lambda) + self.strategy.regularization(self.model)
-        return pred, gt, meta, loss
+        preds = [masked_render(render[k], gts[k], self.images.mask(i))  # dataset masks: loss only where 1
+                 for k, (i, _) in enumerate(picks)]
+        loss = sum(photometric_loss(p, g, self.cfg.ssim_lambda) for p, g in zip(preds, gts)) / len(picks)
+        loss = loss + self.strategy.regularization(self.model)
+        if len(preds) == 1:
+            return preds[0], gts[0], meta, loss
+        return torch.stack(preds), torch.stack(gts), meta, loss
 
     # ---------------------------------------------------------------------------- loop
 
@@ -594,10 +630,12 @@ class Trainer:
         return test
 
     def finish(self, trained: int) -> dict:
-        """Evaluate; write splats.ply, renders/, history.json, loss.png and metrics.json (only the
-        evaluation when not ``writes_outputs``). Returns the metrics."""
+        """Evaluate; write splats.ply (and splats4d.ply for a 4D method), renders/, history.json, loss.png and
+        metrics.json (only the evaluation when not ``writes_outputs``). Returns the metrics."""
         if self.writes_outputs:
             write_splats(self.out / rf.SPLATS_FILE, self.model.to_splat_data(), force=True)
+            if hasattr(self.model, "to_spacetime_data"):  # a 4D method: its 4D model too
+                write_ply4d(self.out / rf.SPLATS4D_FILE, self.model.to_spacetime_data(), force=True)
         test = self.evaluate(self.out / rf.RENDERS_DIR if self.writes_outputs else None)
         if test["lpips"] is None:
             self.log(LPIPS_NOTE)

@@ -24,7 +24,8 @@ class ViewConfig:
     """Browser viewer configuration."""
 
     path: Annotated[Path, _Positional] if _Positional else Path
-    """splat file (.ply, .splat, .spz) or a training run folder holding splats.ply"""
+    """splat file (.ply, .splat, .spz), a ply4d 4D model, or a training run folder (a 4dgs run shows its 4D
+    model with a time slider)"""
     host: str = "127.0.0.1"
     """address to listen on (0.0.0.0 exposes the viewer to the network)"""
     port: int = 8080
@@ -37,6 +38,10 @@ class ViewConfig:
     """show the training cameras of a run folder (when recon can load them)"""
     output: Path | None = None
     """folder for render PNGs and camera_path.json (default: RUN_DIR/viewer or FILE's folder/viewer)"""
+    time: float | None = None
+    """4D models: the normalised time in [0, 1] shown first (default 0)"""
+    play: bool = False
+    """4D models: start playing at once"""
     exit_after: float | None = None
     """stop the server after this many seconds (tests, scripted screenshots)"""
 
@@ -47,6 +52,8 @@ def build_viewer(cfg: ViewConfig, verbose: bool = True):
     from viewer.server import ViewerServer
 
     scene = load_scene(cfg.path, cameras=cfg.cameras)
+    if cfg.time is not None or cfg.play:
+        check_time_flags(cfg, scene)
     meshes = load_meshes(cfg.mesh)
     base = scene.run_dir if scene.run_dir is not None else scene.source.parent
     output = cfg.output if cfg.output is not None else base / "viewer"
@@ -54,11 +61,29 @@ def build_viewer(cfg: ViewConfig, verbose: bool = True):
                         strict_port=cfg.strict_port, verbose=verbose)
 
 
+def check_time_flags(cfg: ViewConfig, scene) -> None:
+    """ViewerInputError for --time outside [0, 1] and for --time / --play with a 3D model; sets the 4D
+    scene's first time."""
+    from recon.errors import UsageError
+    from recon.time_args import check_time
+
+    if not scene.dynamic:
+        raise ViewerInputError(f"--time / --play: {cfg.path} holds 3D Gaussians, which do not change with time "
+                               f"(they apply to 4D models: a --method 4dgs run or a ply4d file)")
+    if cfg.time is not None:
+        try:
+            scene.set_time(check_time(cfg.time))
+        except UsageError as err:
+            raise ViewerInputError(str(err)) from None
+
+
 def view(cfg: Annotated[ViewConfig, _NoPrefix] if _NoPrefix else ViewConfig) -> None:
     """Serve the splats until Ctrl-C (or ``exit_after`` seconds)."""
     try:
         viewer = build_viewer(cfg)
         viewer.start()
+        if cfg.play:
+            viewer.set_playing(True)
     except (ViewerInputError, OSError) as e:
         fail("view", e)
     try:

@@ -7,8 +7,8 @@ SH DC term) only; full-quality renders go through :mod:`rasterizer`.
 
 Time hook: :meth:`SplatScene.set_time` is a no-op for static scenes; a dynamic (4D) scene subclasses
 :class:`SplatScene`, sets ``dynamic = True`` and overrides ``set_time(t)`` (t in [0, 1], see
-rasterizer/CONVENTIONS.md) to replace ``self.splats`` and return True, after which the viewer re-sends the
-splats.
+rasterizer/CONVENTIONS.md) to change what :meth:`SplatScene.browser` returns and return True, after which
+the viewer re-sends the splats. 4D runs and ply4d files load as :class:`viewer.spacetime.SpaceTimeScene`.
 """
 
 from __future__ import annotations
@@ -106,6 +106,33 @@ class SplatScene:
         del t
         return False
 
+    def total(self) -> int:
+        """How many splats the model holds (before filters)."""
+        return len(self.splats.means)
+
+    def browser(self, scale_factor: float = 1.0, min_opacity: float = 0.0) -> BrowserSplats:
+        """What the browser draws now (:func:`browser_splats` of ``splats``)."""
+        return browser_splats(self.splats, scale_factor, min_opacity)
+
+    def render_image(self, frame, background, device) -> np.ndarray:
+        """[H, W, 3] float32 sRGB render of ``splats`` (all SH degrees) into ``frame`` (a Camera) over
+        ``background`` (RGB), with :mod:`rasterizer` on ``device``."""
+        import torch
+
+        from rasterizer import rasterize_gaussians
+
+        s = self.splats
+        degree = int(round(np.sqrt(s.sh.shape[1]))) - 1
+        t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=device)  # noqa: E731
+        cam = frame.to(device=device, dtype=torch.float32)
+        with torch.no_grad():
+            render, _, _ = rasterize_gaussians(
+                t(s.means), t(s.quats), torch.exp(t(s.log_scales)), torch.sigmoid(t(s.logit_opacities)),
+                t(s.sh), cam.world_to_cam[None], cam.K[None], cam.width, cam.height,
+                sh_degree=degree, backgrounds=t([background]),
+                rasterize_mode="antialiased" if s.antialiased else "classic")  # backend auto: cuda on a GPU
+        return render[0].clamp(0, 1).cpu().numpy()
+
     def facts(self) -> dict[str, str]:
         """Human-readable facts for the GUI panel."""
         s = self.splats
@@ -165,6 +192,54 @@ def up_from_cameras(cameras: list[TrainingCamera], max_angle_deg: float = 45.0) 
 def load_scene(path: str | os.PathLike, cameras: bool = True) -> SplatScene:
     """Load and validate a splat FILE (.ply/.splat/.spz) or RUN_DIR; raises ViewerInputError naming the
     file on missing, corrupt or empty input (before anything is served)."""
+    four = spacetime_source(path)
+    if four is not None:
+        scene = _load_4d(*four)
+    else:
+        scene = _load_3d(path)
+    if scene.run_dir is not None and cameras:
+        scene.cameras = load_run_cameras(scene.run_dir)
+        up = up_from_cameras(scene.cameras)
+        if up is not None:
+            scene.up = up
+    return scene
+
+
+def spacetime_source(path: str | os.PathLike) -> tuple[Path, Path | None] | None:
+    """(source, run folder or None) when ``path`` is a 4D model: a run of a 4D method (source: its
+    splats4d.ply, or the folder when the model is still in a checkpoint) or a ply4d file; else None."""
+    from recon.export import is_ply4d
+
+    path = Path(path)
+    if path.is_dir():
+        from recon.run import Run
+
+        try:
+            run = Run.open(path)
+            if not run.is_4d:
+                return None
+        except (SplatforgeError, OSError, ValueError) as err:
+            raise ViewerInputError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
+        return (run.splats4d_path if run.splats4d_path.is_file() else path), path
+    try:
+        return (path, None) if path.is_file() and is_ply4d(path) else None
+    except (SplatFileError, OSError) as err:
+        raise ViewerInputError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
+
+
+def _load_4d(source: Path, run_dir: Path | None) -> SplatScene:
+    from viewer.spacetime import load_spacetime_scene
+
+    try:
+        scene = load_spacetime_scene(source, run_dir)
+    except (SplatforgeError, OSError, ValueError) as e:
+        raise ViewerInputError(str(e) if str(source) in str(e) else f"{source}: {e}") from e
+    if len(scene.model) == 0:
+        raise ViewerInputError(f"{source}: holds no 4D Gaussians")
+    return scene
+
+
+def _load_3d(path) -> SplatScene:
     file, run_dir = resolve_splat_file(path)
     try:
         data = read_splats(file)
@@ -178,13 +253,7 @@ def load_scene(path: str | os.PathLike, cameras: bool = True) -> SplatScene:
     data, dropped = data.drop_nonfinite()  # splats with NaN/Inf in any field cannot be drawn
     if len(data) == 0:
         raise ViewerInputError(f"{file}: all {dropped} splats hold NaN/Inf values; there is nothing to show")
-    scene = SplatScene(data, file, run_dir)
-    if run_dir is not None and cameras:
-        scene.cameras = load_run_cameras(run_dir)
-        up = up_from_cameras(scene.cameras)
-        if up is not None:
-            scene.up = up
-    return scene
+    return SplatScene(data, file, run_dir)
 
 
 def load_meshes(paths) -> list[tuple[Path, object]]:

@@ -3,8 +3,9 @@
 The browser draws the splats with viser's WebGL2 Gaussian renderer (DC colour only, no SH). The GUI
 panel offers: file facts, a splat-scale slider and an opacity filter (both re-send the splats), a
 "render" button (the current browser camera rendered at full quality with :mod:`rasterizer`, saved as a
-PNG), keyframe buttons building a camera-path JSON (:mod:`viewer.camera_path`), and a time slider for
-dynamic scenes (:meth:`SplatScene.set_time`).
+PNG), keyframe buttons building a camera-path JSON (:mod:`viewer.camera_path`), and for dynamic scenes (4D
+runs and ply4d files, :mod:`viewer.spacetime`) a "Time" folder: a time slider (the server slices the
+model at that time and re-sends it), play/pause, a playback speed and the slice rate reached.
 
 Frames: everything is in the model's OpenCV world; viser is told the scene's up direction (``-y`` by
 default). viser cameras use OpenCV camera axes too (+z forward, -y up); conversion to
@@ -17,17 +18,21 @@ import errno
 import math
 import socket
 import threading
+import time as time_module
 from pathlib import Path
 
 import numpy as np
 
 from viewer.camera_path import CameraPath, save_camera_path, viser_camera_to_frame, world_to_cam_to_viser
-from viewer.scene import SplatScene, browser_splats, robust_bounds
+from viewer.scene import SplatScene, robust_bounds
 
 SPLAT_NODE = "/splats"
 DEFAULT_FOV = math.radians(50.0)
 MAX_RENDER_SIDE = 2048
 BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
+TIME_STEP = 0.001  # the time slider's resolution (normalised time)
+DEFAULT_SPEED = 0.1  # playback: normalised time per second (the whole span in 10 s)
+MAX_PLAY_RATE = 30.0  # playback slices at most this many times per second
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -99,6 +104,9 @@ class ViewerServer:
         self._scale = 1.0
         self._min_opacity = 0.0
         self.gui: dict[str, object] = {}
+        self._player: threading.Thread | None = None
+        self._stop_play = threading.Event()
+        self.slice_rate: float | None = None  # slices / s reached during the last second of playback
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -131,6 +139,7 @@ class ViewerServer:
         return f"http://{self.host}:{self.port}"
 
     def stop(self) -> None:
+        self.set_playing(False)
         if self.server is not None:
             self.server.stop()
             self.server = None
@@ -159,7 +168,7 @@ class ViewerServer:
 
     def refresh_splats(self) -> None:
         """(Re-)send the scene's splats with the current scale factor and opacity threshold."""
-        b = browser_splats(self.scene.splats, self._scale, self._min_opacity)
+        b = self.scene.browser(self._scale, self._min_opacity)
         with self._lock:
             if len(b) == 0:  # nothing passes the filter: hide instead of sending an empty buffer
                 if self.splat_handle is not None:
@@ -173,7 +182,7 @@ class ViewerServer:
                 self.splat_handle.set_gaussians(b.centers, b.covariances, b.rgbs, b.opacities)
                 self.splat_handle.visible = True
         if "shown" in self.gui:
-            self.gui["shown"].value = f"{len(b):,} of {len(self.scene.splats.means):,}"
+            self.gui["shown"].value = f"{len(b):,} of {self.scene.total():,}"
 
     def set_scale(self, factor: float) -> None:
         self._scale = float(factor)
@@ -205,10 +214,8 @@ class ViewerServer:
             scale.on_update(lambda _: self.set_scale(scale.value))
             opacity.on_update(lambda _: self.set_min_opacity(opacity.value))
             self.gui.update(scale=scale, opacity=opacity)
-            if self.scene.dynamic:
-                time = gui.add_slider("time", min=0.0, max=1.0, step=0.005, initial_value=0.0)
-                time.on_update(lambda _: self.set_time(time.value))
-                self.gui["time"] = time
+        if self.scene.dynamic:
+            self._build_time_gui(gui)
         with gui.add_folder("Render"):
             bg = gui.add_dropdown("background", tuple(BACKGROUNDS), initial_value="white")
             render = gui.add_button("render")
@@ -242,6 +249,54 @@ class ViewerServer:
             self.camera_path.frames.clear()
             info.value = "0 keyframes"
 
+    def _build_time_gui(self, gui) -> None:
+        """The "Time" folder of a dynamic scene: time slider, play/pause, speed, and the slice rate reached."""
+        with gui.add_folder("Time"):
+            start = float(getattr(self.scene, "time", 0.0))
+            time = gui.add_slider("time", min=0.0, max=1.0, step=TIME_STEP, initial_value=start)
+            play = gui.add_button("play")
+            speed = gui.add_slider("speed", min=0.01, max=1.0, step=0.01, initial_value=DEFAULT_SPEED,
+                                   hint="normalised time per second of playback (1: the whole span in 1 s)")
+            rate = gui.add_text("slices / s", initial_value="-", disabled=True,
+                                hint="new time slices the server sliced and sent per second while playing")
+            time.on_update(lambda _: self.set_time(time.value))
+            play.on_click(lambda _: self.set_playing(not self.playing))
+            self.gui.update(time=time, play=play, speed=speed, rate=rate)
+
+    @property
+    def playing(self) -> bool:
+        return self._player is not None and self._player.is_alive() and not self._stop_play.is_set()
+
+    def set_playing(self, on: bool) -> None:
+        """Start or stop playback (the time advances by ``speed`` per second and wraps from 1 to 0)."""
+        if on and not self.playing:
+            self._stop_play.clear()
+            self._player = threading.Thread(target=self._play_loop, name="splatforge-playback", daemon=True)
+            self._player.start()
+        elif not on and self._player is not None:
+            self._stop_play.set()
+            if self._player is not threading.current_thread():
+                self._player.join(timeout=10.0)
+            self._player = None
+        if "play" in self.gui:
+            self.gui["play"].label = "pause" if on else "play"
+
+    def _play_loop(self) -> None:
+        """Advance the time slider (whose callback slices and re-sends) until stopped; report slices / s."""
+        last = counted_since = time_module.monotonic()
+        count = 0
+        while not self._stop_play.is_set() and self.server is not None:
+            now = time_module.monotonic()
+            t = (self.gui["time"].value + self.gui["speed"].value * (now - last)) % 1.0
+            last = now
+            self.gui["time"].value = t  # runs set_time (slice + send) synchronously
+            count += 1
+            if now - counted_since >= 1.0:
+                self.slice_rate = count / (now - counted_since)
+                self.gui["rate"].value = f"{self.slice_rate:.1f}"
+                count, counted_since = 0, now
+            self._stop_play.wait(max(0.0, 1.0 / MAX_PLAY_RATE - (time_module.monotonic() - now)))
+
     # -------------------------------------------------------------------------- render / keyframes
 
     def client_frame(self, client, width: int | None = None, height: int | None = None):
@@ -257,25 +312,11 @@ class ViewerServer:
         return viser_camera_to_frame(cam.wxyz, cam.position, cam.fov, width, height)
 
     def render_frame(self, frame, background=None) -> np.ndarray:
-        """[H, W, 3] float32 sRGB render of the scene's splats (all SH degrees) at ``frame`` (a Camera)."""
-        import torch
-
-        from rasterizer import rasterize_gaussians
-
-        s = self.scene.splats
+        """[H, W, 3] float32 sRGB render of the scene (all SH degrees; a 4D scene at its time) at ``frame``
+        (a Camera)."""
         bg = BACKGROUNDS[self.gui["background"].value] if background is None and "background" in self.gui \
             else (background if background is not None else BACKGROUNDS["white"])
-        degree = int(round(math.sqrt(s.sh.shape[1]))) - 1
-        dev = self.render_device()
-        t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=dev)  # noqa: E731
-        cam = frame.to(device=dev, dtype=torch.float32)
-        with torch.no_grad():
-            render, _, _ = rasterize_gaussians(
-                t(s.means), t(s.quats), torch.exp(t(s.log_scales)), torch.sigmoid(t(s.logit_opacities)),
-                t(s.sh), cam.world_to_cam[None], cam.K[None], cam.width, cam.height,
-                sh_degree=degree, backgrounds=t([bg]),
-                rasterize_mode="antialiased" if s.antialiased else "classic")  # backend auto: cuda on a GPU
-        return render[0].clamp(0, 1).cpu().numpy()
+        return self.scene.render_image(frame, bg, self.render_device())
 
     @staticmethod
     def render_device():

@@ -2,8 +2,9 @@
 
 ``splatforge train ... --viewer`` creates a :class:`TrainingViewer` (imported lazily, only then) and passes
 it to the trainer. On the trainer thread, every ``every`` steps, the current Gaussians are copied to numpy
-(a :class:`recon.export.SplatData` snapshot, so the optimiser keeps writing its own tensors) and re-sent
-with :meth:`viewer.server.ViewerServer.refresh_splats`. A "Training" GUI folder shows step, loss, PSNR,
+(a :class:`recon.export.SplatData` snapshot, so the optimiser keeps writing its own tensors; for a 4D model
+a copy of the 4D model, sliced at the time slider's time) and re-sent with
+:meth:`viewer.server.ViewerServer.refresh_splats`. A "Training" GUI folder shows step, loss, PSNR,
 Gaussian count and steps/s (updated about once a second, and at every splat update) and a pause/resume
 button: while paused the trainer blocks in :meth:`TrainingViewer.on_step` on a :class:`threading.Event`.
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from recon.export import SplatData
 from recon.export.splats import FIELDS
-from recon.run_files import SPLATS_FILE
+from recon.run_files import SPLATS4D_FILE, SPLATS_FILE
 from viewer.scene import SplatScene, training_cameras, up_from_cameras
 
 STATS_INTERVAL = 1.0  # seconds between stats panel updates (besides the splat updates)
@@ -37,6 +38,31 @@ def model_snapshot(model) -> SplatData:
     with torch.no_grad():
         data = model.to_splat_data()
     return dataclasses.replace(data, **{k: np.array(getattr(data, k), dtype=np.float32, copy=True) for k in FIELDS})
+
+
+def model_snapshot_4d(model):
+    """A CPU copy of a 4D model (:class:`recon.models.SpaceTimeGaussians`) that shares no memory with it, for
+    slicing in the viewer while the optimiser goes on updating the original in place."""
+    import torch
+
+    with torch.no_grad():
+        data = model.to_spacetime_data()
+    copied = dataclasses.replace(data, **{k: np.array(getattr(data, k), dtype=np.float32, copy=True)
+                                          for k in ("means4", "log_scales4", "quats_left", "quats_right",
+                                                    "logit_opacities", "sh")})
+    return type(model).from_spacetime_data(copied)
+
+
+def training_scene(model, out: Path, cameras) -> SplatScene:
+    """The viewer's scene of a model being trained: a :class:`viewer.spacetime.SpaceTimeScene` (time slider)
+    for a 4D model, else a static :class:`SplatScene` of its export record."""
+    if hasattr(model, "to_spacetime_data"):
+        from viewer.spacetime import SpaceTimeScene
+
+        scene = SpaceTimeScene.from_model(model_snapshot_4d(model), out / SPLATS4D_FILE, run_dir=out)
+        scene.cameras = cameras
+        return scene
+    return SplatScene(model_snapshot(model), out / SPLATS_FILE, run_dir=out, cameras=cameras)
 
 
 class TrainingViewer:
@@ -116,7 +142,7 @@ class TrainingViewer:
 
         out = Path(getattr(trainer, "out", "."))
         cameras = training_cameras(trainer.scene)
-        scene = SplatScene(model_snapshot(trainer.model), out / SPLATS_FILE, run_dir=out, cameras=cameras)
+        scene = training_scene(trainer.model, out, cameras)
         up = up_from_cameras(cameras)
         if up is not None:
             scene.up = up
@@ -181,7 +207,10 @@ class TrainingViewer:
     def push_model(self, trainer) -> None:
         """Snapshot the model and re-send it (trainer thread)."""
         v = self.viewer
-        v.scene.splats = model_snapshot(trainer.model)
+        if v.scene.dynamic:  # a 4D model: slice the new snapshot at the slider's time
+            v.scene.set_model(model_snapshot_4d(trainer.model))
+        else:
+            v.scene.splats = model_snapshot(trainer.model)
         v.refresh_splats()
         self.updates += 1
         self.last_update_step = trainer.step

@@ -2,10 +2,16 @@
 
 Only ever called with CUDA tensors (``resolve_backend`` guarantees it): calling a gsplat CUDA wrapper
 with CPU tensors starts a JIT build that fails on machines without nvcc. gsplat is imported lazily.
-It wraps gsplat's fused ``rasterization`` (projection, SH, binning and compositing in one call), not
-``project`` / ``composite`` separately, and has no per-pixel depth limit (``rasterize_gaussians``
-rejects ``depth_limit`` with the cuda backend). The final transmittance is 1 - alpha (gsplat returns
-no separate transmittance).
+Two shapes, chosen by ``PIPELINE``:
+- "seam" (default): gsplat's kernels as the pipeline's separate steps (``rasterizer.cuda.seam``:
+  ``fully_fused_projection`` -> ``spherical_harmonics`` -> ``Splats`` -> ``isect_tiles`` +
+  ``rasterize_to_pixels``), the seam the cpu and reference backends render through;
+- "fused": gsplat's ``rasterization`` in one call (:func:`rasterize`), whose meta also carries gsplat's
+  own entries (``isect_ids``, ``flatten_ids``, ... in ``meta.backend_extras``).
+They render identically (scripts/bench_cuda_seam.py prints the largest difference: 0.0 on an H100); the
+seam measured faster there (rasterizer/DESIGN.md has the numbers). Neither has a per-pixel depth limit
+(``rasterize_gaussians`` rejects ``depth_limit`` with the cuda backend). The final transmittance is
+1 - alpha (gsplat returns no separate transmittance).
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..records import RenderMeta, RenderOutput
+
+PIPELINE = "seam"  # or "fused": see the module docstring
 
 
 def rasterize(means, quats, scales, opacities, colors, viewmats, Ks, width, height, *, sh_degree, near_plane,

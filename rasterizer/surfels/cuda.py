@@ -5,7 +5,8 @@ called with CPU tensors starts a JIT build that fails without nvcc). gsplat is i
 gsplat is asked for "RGB+ED" with ``distloss=True`` so that the depth channel exists (its median depth
 and distortion read the last composited channel, which is only a depth in the +D modes); the depth
 channel is split off. gsplat takes three scales and ignores the third (its kernel builds the surfel
-frame with 1 there); a column of ones is appended. gsplat returns world-frame normals; the camera-frame
+frame with 1 there); a column of ones is appended. Colours [N, D] are broadcast to [C, N, D] (gsplat's
+2DGS wrapper, unlike its 3D one, concatenates the depth channel without broadcasting). gsplat returns world-frame normals; the camera-frame
 ones are R_c n. Transmittance is 1 - alpha (gsplat has no separate output).
 """
 
@@ -29,6 +30,8 @@ def rasterize(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
     from gsplat import rasterization_2dgs
 
     scales3 = torch.cat([scales, torch.ones_like(scales[:, :1])], dim=-1)
+    if sh_degree is None and colors.dim() == 2:  # gsplat's 2DGS path appends the depth channel to [C, N, D] only
+        colors = colors[None].expand(viewmats.shape[0], -1, -1)
     colours, alpha, normals_world, _, distort, median, meta = rasterization_2dgs(
         means, quats, scales3, opacities, colors, viewmats, Ks, width, height, near_plane=near_plane,
         far_plane=far_plane, sh_degree=sh_degree, packed=False, tile_size=tile_size, backgrounds=backgrounds,

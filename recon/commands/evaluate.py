@@ -41,7 +41,7 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     from recon.evaluation import evaluate_on_scene
     from recon.outputs import ensure_writable_folder
     from recon.run import Run
-    from recon.trainer import resolve_device
+    from recon.devices import resolve_device
 
     if run is None and splats is None:
         raise UsageError("give --run DIR or --splats FILE")

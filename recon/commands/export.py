@@ -1,5 +1,6 @@
-"""``splatforge export (RUN_DIR | FILE) --out PATH [--format ply|splat|spz|glb] [--sh-degree D]
-[--max-splats N] [--target desktop|web|android|iphone|quest3|visionpro] [--force]``
+"""``splatforge export (RUN_DIR | FILE) --out PATH [--format ply|splat|spz|glb|ply4d] [--sh-degree D]
+[--max-splats N] [--target desktop|web|android|iphone|quest3|visionpro] [--time T | --times A:B:N
+[--duration S]] [--force]``
 
 Input: a run folder (opened with :meth:`recon.run.Run.open`; its ``config.yaml`` names the dataset) or a
 model file (``.ply``, ``.splat``, ``.spz``, ``.glb``, by suffix). The format defaults to the suffix of
@@ -8,6 +9,11 @@ model file (``.ply``, ``.splat``, ``.spz``, ``.glb``, by suffix). The format def
 dataset is available, else opacity x volume); then the model is written atomically. An existing
 output is refused without ``--force``. A short report follows (:mod:`recon.export.report`; test PSNR
 before and after from :mod:`recon.run_export`).
+
+4D models (a ``--method 4dgs`` run, a ply4d file): ``--format ply4d`` writes the whole 4D model;
+``--time T`` exports its 3D slice at T like any 3D model; ``--times A:B:N`` writes a sequence folder of
+N slices with manifest.json (:mod:`recon.commands.export4d`). Without one of those a 4D source is
+refused, as are the time flags for a 3D source.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from recon.export.budget import apply_budget, resolve_budget
 from recon.export.glb import format_key, read_any, write_any
 from recon.export.report import ExportReport, print_report
 from recon.outputs import ensure_writable_folder
+from recon.time_args import resolve_times
 from recon import run_files as rf
 
 try:
@@ -36,20 +43,29 @@ except ImportError:  # pragma: no cover - tyro is a dependency; keeps the module
     _Positional = None
     _NoPrefix = None
 
-Format = Literal["ply", "splat", "spz", "glb"]
+Format = Literal["ply", "splat", "spz", "glb", "ply4d"]
 Target = Literal["desktop", "web", "android", "iphone", "quest3", "visionpro"]
 
 
 @dataclass
 class ExportConfig:
-    """Export a trained model (run folder) or a splat file to PLY, .splat, SPZ or GLB."""
+    """Export a trained model (run folder) or a splat file to PLY, .splat, SPZ or GLB; a 4D model to ply4d,
+    or its 3D slices at --time / --times."""
 
     input: Annotated[Path, _Positional] if _Positional else Path
-    """Run folder (holding splats.ply and config.yaml) or a .ply/.splat/.spz/.glb file."""
+    """Run folder (holding splats.ply and config.yaml) or a .ply/.splat/.spz/.glb file, or a ply4d file."""
     out: Path
-    """Output file."""
+    """Output file (with --times: a folder, written with manifest.json)."""
     format: Optional[Format] = None
-    """Output format; default: from the suffix of --out."""
+    """Output format; default: from the suffix of --out (ply with --times). ply4d: the whole 4D model of a
+    4D run or file (recon/export/PLY4D.md)."""
+    time: Optional[float] = None
+    """4D models: export the 3D slice at this normalised time in [0, 1] (0 = first frame, 1 = last)."""
+    times: Optional[str] = None
+    """4D models: START:END:COUNT, a sequence: --out becomes a folder of COUNT 3D slices and manifest.json."""
+    duration: Optional[float] = None
+    """4D sequences: seconds that the normalised span [0, 1] lasts (manifest.json times are seconds); default:
+    the run's dataset's duration (captured videos), else 1."""
     sh_degree: Optional[int] = None
     """Truncate spherical harmonics to this degree (0-3)."""
     max_splats: Optional[int] = None
@@ -81,8 +97,16 @@ def run_cameras(run: "Run") -> tuple[list[Camera] | None, str]:
 
 def run_export(config: ExportConfig) -> ExportReport:
     """Do the export (raises on errors: FileExistsError, FileNotFoundError, SplatFileError,
-    ValueError). Returns the report without printing it."""
+    ValueError). Returns the report without printing it. 4D sources (a 4dgs run, a ply4d file) need
+    --format ply4d, --time or --times (:mod:`recon.commands.export4d`); 3D sources refuse those."""
+    from recon.commands import export4d
+
     src = Path(config.input)
+    times = resolve_times(config.time, config.times)
+    if config.times is not None:
+        return export4d.export_sequence(config, times)
+    if config.format == "ply4d":
+        return export4d.export_ply4d(config)
     fmt = format_key(config.out, config.format)
     suffix = config.out.suffix.lower().lstrip(".")
     if config.format and suffix and suffix != fmt and suffix in ("ply", "splat", "spz", "glb"):
@@ -93,17 +117,9 @@ def run_export(config: ExportConfig) -> ExportReport:
     ensure_writable_folder(Path(config.out).parent, f"--out {config.out}: folder")
     max_splats, sh_degree = resolve_budget(config.target, config.max_splats, config.sh_degree)
 
-    from recon.run import Run  # torch and the trainer's modules: only for run folders
-
-    run = Run.open(src) if src.is_dir() else None
-    if run is not None:
-        model_path = run.require_splats()
-    elif src.is_file():
-        model_path = src
-    else:
-        raise FileNotFoundError(f"{src} does not exist")
-
-    data = read_any(model_path)
+    run, model_path, is_4d = export4d.open_source(src)
+    export4d.check_times_fit(src, is_4d, times, fmt)
+    data = export4d.slice_source(run, model_path, times[0]) if is_4d else read_any(model_path)
     clean, dropped_nan = data.drop_nonfinite()
     if len(clean) == 0:
         raise SplatFileError(model_path, f"all {dropped_nan} splats hold NaN/Inf values")
@@ -121,6 +137,8 @@ def run_export(config: ExportConfig) -> ExportReport:
         input_splats=len(data), dropped_nonfinite=dropped_nan + result.dropped,
         dropped_budget=info.dropped, importance=info.importance, target=config.target,
         notes=notes)
+    if is_4d:
+        notes.append(f"the 3D slice of the 4D model at time {times[0]:g}")
     if run is not None and config.evaluate:
         from recon.run_export import export_psnr
 

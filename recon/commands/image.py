@@ -55,6 +55,8 @@ class FitArgs:
     """initialisation (default: the preset's)."""
     seed: int = 0
     backend: Literal["auto", "reference", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "cpu"
+    """where the fit runs ("auto": the GPU when there is one)."""
     progress: bool = True
     """show a progress bar with the PSNR."""
     force: bool = False
@@ -184,7 +186,7 @@ def fit_one(args: FitArgs, loaded, out: Path, label: str = ""):
         print(f"{loaded.source.get('name', '')}: {loaded.source['note']}")
     preset = PRESETS[args.preset]
     cfg = dataclasses.replace(preset, gaussians=n, steps=args.steps or preset.steps, init=args.init or preset.init,
-                              loss=args.loss, seed=args.seed, backend=args.backend)
+                              loss=args.loss, seed=args.seed, backend=args.backend, device=args.device)
     started = time.perf_counter()
     with FitProgress(args.progress, cfg.steps, label or loaded.source.get("name", "")) as on_step:
         result = fit_image(loaded.pixels, cfg, layout=loaded.layout, source=loaded.source, progress=on_step)

@@ -1,8 +1,10 @@
 """Detect a dataset's format from its folder and load it as a :class:`Scene`.
 
 Rules, in order: ``transforms_train.json`` -> Blender / D-NeRF; ``transforms.json`` -> nerfstudio /
-instant-ngp; a COLMAP model in ``sparse/0/``, ``sparse/`` or the folder -> COLMAP.
-Splits: the dataset's own test split where it has one (Blender), else every 8th image sorted by name.
+instant-ngp; ``train_meta.json`` -> CMU Panoptic (Dynamic 3D Gaussians' layout); ``poses_bounds.npy`` with
+``camNN.mp4`` videos -> Neural 3D Video; a COLMAP model in ``sparse/0/``, ``sparse/`` or the folder -> COLMAP.
+Splits: the dataset's own test split where it has one (Blender, Panoptic; N3DV: cam00), else every 8th image
+sorted by name.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ from pathlib import Path
 
 from recon.data.blender import load_blender
 from recon.data.colmap import ColmapFormatError, find_sparse_dir, load_colmap
+from recon.data.n3dv import is_n3dv, load_n3dv
 from recon.data.nerfstudio import load_nerfstudio
+from recon.data.panoptic import is_panoptic, load_panoptic
 from recon.data.scene import TEST_EVERY, WHITE, DataFormatError, Scene
 
-FORMATS = ("blender", "nerfstudio", "colmap")
+FORMATS = ("blender", "nerfstudio", "panoptic", "n3dv", "colmap")
 
 
 def detect_format(path: Path) -> str:
-    """"blender", "nerfstudio" or "colmap"; DataFormatError naming the folder and what was looked for."""
+    """One of FORMATS; DataFormatError naming the folder and what was looked for."""
     path = Path(path)
     if not path.is_dir():
         raise DataFormatError(f"dataset folder not found: {path}")
@@ -26,6 +30,10 @@ def detect_format(path: Path) -> str:
         return "blender"
     if (path / "transforms.json").is_file():
         return "nerfstudio"
+    if is_panoptic(path):
+        return "panoptic"
+    if is_n3dv(path):
+        return "n3dv"
     try:
         find_sparse_dir(path)
         return "colmap"
@@ -33,7 +41,8 @@ def detect_format(path: Path) -> str:
         pass
     raise DataFormatError(
         f"{path}: unknown dataset format: found no transforms_train.json (Blender), no transforms.json "
-        "(nerfstudio / instant-ngp) and no COLMAP model (sparse/0/, sparse/ with cameras, images and "
+        "(nerfstudio / instant-ngp), no train_meta.json (Panoptic), no poses_bounds.npy with camNN.mp4 videos "
+        "(Neural 3D Video) and no COLMAP model (sparse/0/, sparse/ with cameras, images and "
         "points3D as .bin or .txt)"
     )
 
@@ -45,6 +54,8 @@ def load_scene(
     format: str | None = None,
     test_every: int = TEST_EVERY,
     background: tuple[float, float, float] | None = None,
+    frame_stride: int = 1,
+    time_range: str | None = None,
 ) -> Scene:
     """Load any supported dataset folder.
 
@@ -55,15 +66,23 @@ def load_scene(
         cache_dir: override where derived (downscaled, undistorted) images are written.
         format: force "blender", "nerfstudio" or "colmap" instead of detecting.
         test_every: every n-th image (sorted by name) is a test image for formats without a test split.
-        background: RGB in [0, 1] for RGBA compositing (default white; COLMAP scenes default black).
+        background: RGB in [0, 1] for RGBA compositing (default white; COLMAP, Panoptic and N3DV: black).
+        frame_stride, time_range: videos (N3DV) only: keep every n-th frame, within "START:END" seconds.
     """
     path = Path(path)
     fmt = format or detect_format(path)
     cache = Path(cache_dir) if cache_dir is not None else None
+    if fmt != "n3dv" and (frame_stride != 1 or time_range is not None):
+        raise DataFormatError(f"{path}: --frame-stride and --time-range apply to videos (Neural 3D Video), "
+                              f"not to a {fmt} dataset")
     if fmt == "blender":
         return load_blender(path, data_factor, cache, background or WHITE)
     if fmt == "nerfstudio":
         return load_nerfstudio(path, data_factor, cache, test_every, background=background or WHITE)
+    if fmt == "panoptic":
+        return load_panoptic(path, data_factor, cache, background)
+    if fmt == "n3dv":
+        return load_n3dv(path, data_factor, cache, frame_stride, time_range, background)
     if fmt == "colmap":
         scene = load_colmap(path, data_factor, cache, test_every)
         if background is not None:

@@ -94,6 +94,8 @@ class Scene:
         source_format: "colmap", "nerfstudio", "blender" or "dnerf".
         root: dataset folder.
         point_times: [P] float32 normalised times of ``points`` (dynamic scenes that have them), or None.
+        duration: seconds of real time that the frames' normalised times [0, 1] span (captured videos), for
+            playback; None when unknown or static.
     """
 
     frames_train: list[Frame]
@@ -104,6 +106,7 @@ class Scene:
     source_format: str = ""
     root: Path | None = None
     point_times: np.ndarray | None = None
+    duration: float | None = None
 
     @property
     def frames(self) -> list[Frame]:

@@ -1,7 +1,8 @@
 """Splat file IO: the 3DGS PLY, antimatter15 ``.splat`` and Niantic SPZ (v3) formats.
 
 ``read_splats(path)`` / ``write_splats(path, data)`` pick the format from the file suffix
-(``.ply``, ``.splat``, ``.spz``). Everything in memory is a :class:`SplatData` in the project's
+(``.ply``, ``.splat``, ``.spz``); 4D models have their own PLY layout (``read_ply4d`` / ``write_ply4d``,
+recon/export/PLY4D.md), which the 3D readers refuse with :class:`ModelKindError`. Everything in memory is a :class:`SplatData` in the project's
 conventions (OpenCV world, wxyz quaternions, raw log-scales / logit-opacities, degree-major SH);
 each format module converts at its boundary. Bad files raise :class:`SplatFileError` (a
 ``ValueError``) naming the file and the problem; writes are atomic and refuse to overwrite unless
@@ -20,13 +21,14 @@ from recon.splat_data import SplatData, empty_splats, random_splats
 
 from .ply import read_ply, write_ply
 from .splat_format import read_splat, write_splat
-from .splats import SplatFileError
+from .splats import ModelKindError, SplatFileError
 from .spz import read_spz, write_spz
+from .ply4d import is_ply4d, read_ply4d, write_ply4d
 
 __all__ = [
     "SplatData", "SplatFileError", "ExportResult", "FORMATS", "read_splats", "write_splats",
     "format_for_path", "atomic_open", "atomic_write_bytes", "empty_splats", "random_splats",
-    "read_ply", "write_ply", "read_splat", "write_splat", "read_spz", "write_spz",
+    "ModelKindError", "is_ply4d", "read_ply4d", "write_ply4d", "read_ply", "write_ply", "read_splat", "write_splat", "read_spz", "write_spz",
 ]
 
 _Reader = Callable[[str | os.PathLike], SplatData]

@@ -26,7 +26,7 @@ from plyfile import PlyData, PlyElement, PlyParseError
 from recon.atomic import atomic_open
 from recon.splat_data import SplatData, num_sh_bases
 
-from .splats import SplatFileError, require_regular_file, require_writable
+from .splats import ModelKindError, SplatFileError, require_regular_file, require_writable
 
 # what plyfile raises for a malformed file (header or body); OSError (no permission, a folder) propagates
 PLY_PARSE_ERRORS = (PlyParseError, ValueError, EOFError, struct.error, IndexError, KeyError)
@@ -181,6 +181,10 @@ def _vertex_element(path, ply: PlyData) -> PlyElement:
     except KeyError:
         raise SplatFileError(path, "PLY has no 'vertex' element") from None
     names = set(vertex.data.dtype.names or ())
+    if {"t", "rot_l_0"} <= names:
+        raise ModelKindError(path, "a 4D Gaussian (ply4d) file, not a 3DGS PLY: it cannot be used where 3D "
+                                   "Gaussians are needed; make a 3D slice with `splatforge export "
+                                   f"{os.fspath(path)} --time T --out slice.ply` (T in [0, 1])")
     missing = [p for p in _REQUIRED if p not in names]
     if missing:
         raise SplatFileError(path, f"not a 3DGS PLY: vertex properties missing: {', '.join(missing)}")

@@ -45,6 +45,11 @@ class SplatFileError(SplatforgeError, ValueError):
         super().__init__(f"{self.path}: {problem}")
 
 
+class ModelKindError(SplatFileError):
+    """A 4D model file (ply4d) given where only 3D Gaussians are possible, or a 3D one where a 4D model is
+    needed; the message names the file and what to do."""
+
+
 # --------------------------------------------------------------------------------------------- helpers
 
 

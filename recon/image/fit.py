@@ -51,6 +51,9 @@ class FitConfig:
     """fractions of ``steps`` at which all learning rates are halved."""
     seed: int = 0
     backend: str = "auto"
+    device: str = "cpu"
+    """"cpu", "cuda" or "auto" (the GPU when there is one): where the parameters and the image live while fitting
+    (the model returned is on the CPU either way)."""
 
 
 PRESETS: dict[str, FitConfig] = {
@@ -167,10 +170,14 @@ def fit_image(target: Tensor, cfg: FitConfig, *, layout: str | None = None, sour
 
     ``progress(step, psnr)`` is called every few steps (a progress bar). Returns the model, its final PSNR (of
     the render it saves, clamped to [0, 1]) and the seconds spent."""
+    from recon.devices import resolve_device
+
     H, W, C = target.shape
+    device = resolve_device(cfg.device)
     target = target.to(torch.float32).contiguous()
     generator = torch.Generator().manual_seed(cfg.seed)
-    params = initial_params(target, cfg, generator)
+    params = initial_params(target, cfg, generator).to(device)  # drawn on the CPU: the same start on any device
+    target = target.to(device)
     groups = [{"params": [params.xyz], "lr": cfg.lr_means}, {"params": [params.raw_cholesky], "lr": cfg.lr_cholesky},
               {"params": [params.colors], "lr": cfg.lr_colors}]
     optimizer = torch.optim.Adam(groups, eps=1e-15)
@@ -190,4 +197,5 @@ def fit_image(target: Tensor, cfg: FitConfig, *, layout: str | None = None, sour
     model = params.model(layout or CHANNEL_LAYOUTS.get(C, f"{C}ch"), source or {}, cfg.pixel_variance)
     with torch.no_grad():
         final = psnr(model.render(backend=cfg.backend), target)
+    model = model.to("cpu")
     return FitResult(model, final, seconds, cfg.steps, history)

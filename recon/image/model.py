@@ -48,6 +48,11 @@ class ImageGaussians:
         return replace(self, means=self.means.detach().contiguous(), cholesky=self.cholesky.detach().contiguous(),
                        colors=self.colors.detach().contiguous())
 
+    def to(self, device) -> "ImageGaussians":
+        """The same model with its tensors on ``device``."""
+        return replace(self, means=self.means.to(device), cholesky=self.cholesky.to(device),
+                       colors=self.colors.to(device))
+
     def render(self, width: int | None = None, height: int | None = None, *, prefilter_variance: float = 0.0,
                backend: str = "auto") -> Tensor:
         """[H, W, C] sum-mode render at width x height (default: the fitted size), not clamped; each output pixel

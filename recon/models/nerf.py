@@ -20,7 +20,7 @@ the training cameras' centre with their radius (``Scene.nerfpp_norm``).
 Files: the model lives in the run's checkpoints (``state_dict``: field weights, occupancy grid, optimiser,
 config, space). splats.ply holds a baked approximation for viewers and exporters (``to_splat_data``: one
 isotropic Gaussian per occupied cell, opacity of the cell's density over its size, colour averaged over
-six directions), so ``eval`` / ``render`` read the checkpoint (``SPLAT_FILE_IS_SLICE``) and a splat file
+six directions), so ``eval`` / ``render`` read the checkpoint (``MODEL_IN_CHECKPOINTS``) and a splat file
 cannot become a NeRF (``from_splat_data`` refuses). ``len(model)`` is the number of occupied grid cells.
 """
 
@@ -147,8 +147,7 @@ class NerfModel(SceneModel):
     """
 
     RAY_BATCHES: ClassVar[bool] = True  # trained on rays across images (Trainer.train_step)
-    SPLAT_FILE_IS_SLICE: ClassVar[bool] = True  # splats.ply is a baked approximation; the model is in checkpoints
-    SPLAT_FILE_NOTE: ClassVar[str] = "is a baked Gaussian approximation of its field, not the field"
+    MODEL_IN_CHECKPOINTS: ClassVar[bool] = True  # splats.ply is a baked approximation (recon.run.Run.load_model)
     COUNT_NAME: ClassVar[str] = "occupied grid cells"  # what len(model) counts (the CLI's summary line)
     config_sections = ("nerf",)
 
@@ -179,6 +178,9 @@ class NerfModel(SceneModel):
             raise ConfigValueError(f"--strategy {cfg.strategy}: --method nerf has no densification; it trains with "
                                    f"--strategy occupancy (the occupancy-grid updates; `splatforge train nerf` and "
                                    f"`splatforge train --method nerf` select it)")
+        if getattr(cfg, "batch", 1) != 1:
+            raise ConfigValueError(f"--batch {cfg.batch}: --method nerf draws its rays across all training images "
+                                   f"each step; size its batch with --nerf.target-samples / --nerf.max-rays")
         if cfg.nerf.box is not None:
             parse_box(cfg.nerf.box)
 

@@ -24,8 +24,10 @@ the sliced screen-space gradients through the kept indices ([C, N, 2], zero for 
 (ADC in 4D, :mod:`recon.strategy.adc4d`; MCMC in 4D, :mod:`recon.strategy.mcmc4d`).
 
 The export record (:meth:`SpaceTimeGaussians.to_splat_data`) is the 3D slice at one time (default the
-middle, 0.5): what splats.ply holds for a 4D run; the 4D model itself lives in the run's checkpoints,
-which :class:`recon.run.Run` reads for ``eval`` and ``render`` (``SPLAT_FILE_IS_SLICE``).
+middle, 0.5): what splats.ply holds for a 4D run (``SPLAT_FILE_IS_SLICE``). The 4D model itself is
+:meth:`SpaceTimeGaussians.to_spacetime_data`, written as splats4d.ply (a ply4d file,
+recon/export/PLY4D.md) when a run ends and kept in its checkpoints; :class:`recon.run.Run` reads it for
+``eval``, ``render``, ``export`` and the viewer.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from rasterizer.spacetime import slice_gaussians_4d
 from recon.errors import UsageError
 from recon.models.base import SceneModel, register_model
+from recon.spacetime_losses import NeighborLists
 from recon.models.gaussians import LearningRates, knn_mean_distance, resize_optimizer_state, rgb_to_sh0
+from recon.spacetime_data import SpaceTimeData
 from recon.splat_data import SplatData
 
 PARAM_NAMES = ("means4", "log_scales4", "quats_left", "quats_right", "logit_opacities", "sh0", "shN")
@@ -112,6 +116,7 @@ class SpaceTimeGaussians(SceneModel):
     """
 
     SPLAT_FILE_IS_SLICE: ClassVar[bool] = True  # splats.ply holds one time's slice; the model is in checkpoints
+    config_sections = ("spacetime",)
 
     def __init__(self, params: dict[str, Tensor], sh_degree: int, extent: float, antialiased: bool = False,
                  lrs: LearningRates | None = None):
@@ -125,6 +130,7 @@ class SpaceTimeGaussians(SceneModel):
         self.params = {n: torch.nn.Parameter(params[n].detach().float().contiguous()) for n in PARAM_NAMES}
         self._check_shapes()
         self.optimizer = self._make_optimizer()
+        self._neighbors = NeighborLists()  # the velocity consistency's (recomputed when due)
 
     @classmethod
     def strategies(cls) -> dict:
@@ -133,6 +139,22 @@ class SpaceTimeGaussians(SceneModel):
         from recon.strategy.mcmc4d import MCMC4DStrategy
 
         return {"adc": ADC4DStrategy, "mcmc": MCMC4DStrategy}
+
+    def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
+        """The optional 4D-Rotor regularisers of ``cfg.spacetime`` (recon/spacetime_losses.py): opacity entropy
+        and velocity consistency with nearest neighbours in space-time (weights 0: none)."""
+        from rasterizer.spacetime import condition_on_time
+        from recon.spacetime_losses import opacity_entropy, velocity_consistency
+
+        sc = cfg.spacetime
+        terms = {}
+        if sc.entropy_lambda > 0:
+            terms["opacity_entropy"] = sc.entropy_lambda * opacity_entropy(self.opacities)
+        if sc.velocity_lambda > 0 and len(self) > 1:
+            neighbors = self._neighbors.get(self.params["means4"], step, sc)
+            velocities = condition_on_time(self.params["quats_left"], self.params["quats_right"], self.scales).velocities
+            terms["velocity_consistency"] = sc.velocity_lambda * velocity_consistency(velocities, neighbors)
+        return terms
 
     def _make_optimizer(self) -> torch.optim.Adam:
         return torch.optim.Adam([{"params": [self.params[n]], "lr": self._base_lr(n), "name": n} for n in PARAM_NAMES],
@@ -200,9 +222,25 @@ class SpaceTimeGaussians(SceneModel):
     @classmethod
     def from_splat_data(cls, data, extent: float = 1.0) -> "SpaceTimeGaussians":
         """Not possible: a splat file holds 3D Gaussians (one time's slice of a 4D run)."""
-        raise UsageError("a splat file holds 3D Gaussians, not a 4dgs model (a 4dgs run's splats.ply is its 3D "
-                         "slice at t = 0.5): `splatforge eval --run RUN` reads the 4D model from the run's "
-                         "checkpoints; rendering or exporting a 4D run over time is not available yet")
+        raise UsageError("a 3D splat file cannot hold a 4dgs model (a 4dgs run's splats.ply is its 3D slice at "
+                         "t = 0.5): give the run's 4D file (RUN/splats4d.ply, or a file written by `splatforge "
+                         "export RUN --format ply4d`), or leave --splats out to use the run's own 4D model")
+
+    @classmethod
+    def from_spacetime_data(cls, data: SpaceTimeData, extent: float = 1.0) -> "SpaceTimeGaussians":
+        """The model of a :class:`SpaceTimeData` record (a ply4d file read back); ``extent`` scales the
+        learning rates only."""
+        params = {"means4": data.means4, "log_scales4": data.log_scales4, "quats_left": data.quats_left,
+                  "quats_right": data.quats_right, "logit_opacities": data.logit_opacities,
+                  "sh0": data.sh[:, :1], "shN": data.sh[:, 1:]}
+        return cls({n: torch.as_tensor(np.ascontiguousarray(v)) for n, v in params.items()}, data.sh_degree,
+                   extent, data.antialiased)
+
+    def to_spacetime_data(self) -> SpaceTimeData:
+        """The 4D model as a :class:`SpaceTimeData` record (what splats4d.ply / a ply4d export holds)."""
+        p = {n: v.detach().float().cpu().numpy() for n, v in self.params.items()}
+        return SpaceTimeData(p["means4"], p["log_scales4"], p["quats_left"], p["quats_right"],
+                             p["logit_opacities"], np.concatenate([p["sh0"], p["shN"]], axis=1), self.antialiased)
 
     # ---------------------------------------------------------------------------- views
 

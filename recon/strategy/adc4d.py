@@ -29,7 +29,10 @@ def spatial_sizes(model) -> Tensor:
     p = model.params
     with torch.no_grad():
         covars = condition_on_time(p["quats_left"], p["quats_right"], model.scales).covars
-        return torch.linalg.eigvalsh(covars.double()).amax(dim=-1).clamp(min=0).sqrt().to(covars.dtype)
+        # on the CPU: cuSOLVER's batched float64 eigvalsh failed on an H100 with 100k Gaussians
+        # (CUSOLVER_STATUS_INTERNAL_ERROR, torch 2.11+cu130); 3x3 matrices cost little there
+        largest = torch.linalg.eigvalsh(covars.double().cpu()).amax(dim=-1)
+        return largest.clamp(min=0).sqrt().to(covars.device, covars.dtype)
 
 
 def split_4d(model, mask: Tensor) -> int:

@@ -79,6 +79,29 @@ def run_folder(tmp: Path, data: str = "procedural") -> Path:
     return run
 
 
+def ply4d_file(tmp: Path, name: str = "model4d.ply") -> Path:
+    """A random 4D model (ply4d, 200 Gaussians in front of the procedural scenes' cameras)."""
+    from recon.export import write_ply4d
+    from recon.spacetime_data import SpaceTimeData
+
+    rng = np.random.default_rng(0)
+    n = 200
+    path = tmp / name
+    write_ply4d(path, SpaceTimeData(np.c_[rng.uniform(-0.5, 0.5, (n, 3)), rng.uniform(0, 1, (n, 1))],
+                                    np.log(rng.uniform(0.02, 0.3, (n, 4))), rng.normal(size=(n, 4)),
+                                    rng.normal(size=(n, 4)), rng.normal(size=n), rng.normal(size=(n, 4, 3))))
+    return path
+
+
+def run4d_folder(tmp: Path) -> Path:
+    """A finished-looking 4dgs run folder without training: config.yaml (procedural-4d) and splats4d.ply."""
+    run = tmp / "run4d"
+    run.mkdir()
+    rf.write_config(run, as_saved(TrainConfig(data=Path("procedural-4d"), out=run, data_factor=4, method="4dgs")))
+    ply4d_file(run, rf.SPLATS4D_FILE)
+    return run
+
+
 def tiny_config(out: Path, **kw) -> TrainConfig:
     """The TrainConfig that ``train *TINY --out OUT`` gives (plus ``kw``)."""
     return TrainConfig(out=out, data_factor=4, init_num_random=300, progress=False, **kw)
@@ -228,6 +251,17 @@ def text_file(tmp: Path, name: str) -> Path:
     return path
 
 
+def procedural_blocks(tmp: Path) -> Path:
+    """blocks.json of the procedural scene at full size (TINY trains it at data factor 4: another dataset)."""
+    from recon.distributed.partition import PartitionConfig, partition_scene, write_partition
+    from recon.trainer import load_training_scene
+
+    scene = load_training_scene(TrainConfig(data=Path("procedural")))
+    path = tmp / "blocks.json"
+    write_partition(partition_scene(scene, PartitionConfig(blocks_xy="1x1"), "procedural"), path, scene, plot=False)
+    return path
+
+
 # ------------------------------------------------------------------------------------------ cases
 
 CASES = [
@@ -318,11 +352,12 @@ CASES = [
                 r"--fps -5: must be > 0", after=absent("v.mp4")),
     BadFlagCase("render-out-exists", _existing_video, 2, r"--out .*video\.mp4: already exists; pass --force",
                 after=unchanged("video.mp4", "an earlier video")),
-    BadFlagCase("render-out-png",
-                lambda t: ["render", "--run", run_folder(t), "--out", t / "frame.png"], 2,
-                r"--out .*frame\.png: must end in \.mp4"),
+    BadFlagCase("render-out-gif",
+                lambda t: ["render", "--run", run_folder(t), "--out", t / "frame.gif"], 2,
+                r"--out .*frame\.gif: must end in \.mp4 or \.png"),
     BadFlagCase("render-out-is-a-folder",
-                lambda t: ["render", "--run", run_folder(t), "--out", t], 2, r"--out .*: is a folder; give a file path"),
+                lambda t: ["render", "--run", run_folder(t), "--out", t], 2,
+                r"--out .*: is a folder holding other files than frame_NNNNN\.png"),
     BadFlagCase("render-out-read-only",
                 lambda t: ["render", "--run", run_folder(t), "--out", t / READ_ONLY / "v.mp4"], 2,
                 r"cannot write there \(Read-only file system\)", patch=read_only_file_system),
@@ -341,6 +376,34 @@ CASES = [
     BadFlagCase("export-sh-degree-negative",
                 lambda t: ["export", splat_file(t), "--out", t / "m.spz", "--sh-degree", -1], 1,
                 r"--sh-degree must be 0\.\.3"),
+    # 4D models where only 3D fits, and the reverse (nothing written)
+    BadFlagCase("export-4d-run-without-time", lambda t: ["export", run4d_folder(t), "--out", t / "m.splat"], 1,
+                r"run4d: holds a 4D model \(4D Gaussians\), which a 3D \.splat file cannot store; give --time T",
+                after=absent("m.splat")),
+    BadFlagCase("export-4d-file-to-spz-without-time", lambda t: ["export", ply4d_file(t), "--out", t / "m.spz"], 1,
+                r"model4d\.ply: holds a 4D model .*--format ply4d", after=absent("m.spz")),
+    BadFlagCase("export-time-on-a-3d-file", lambda t: ["export", splat_file(t), "--out", t / "s.ply", "--time", 0.5],
+                1, r"--time / --times: .*model\.ply holds 3D Gaussians, which do not change with time",
+                after=absent("s.ply")),
+    BadFlagCase("export-ply4d-of-a-3d-run", lambda t: ["export", run_folder(t), "--out", t / "m4.ply", "--format",
+                                                       "ply4d"], 1,
+                r"splats\.ply: holds 3D Gaussians; --format ply4d stores 4D models", after=absent("m4.ply")),
+    BadFlagCase("export-time-outside", lambda t: ["export", ply4d_file(t), "--out", t / "s.ply", "--time", 1.5], 1,
+                r"--time 1\.5: outside \[0, 1\]", after=absent("s.ply")),
+    BadFlagCase("export-times-malformed", lambda t: ["export", ply4d_file(t), "--out", t / "seq", "--times", "0:1"],
+                1, r"--times '0:1': expected START:END:COUNT", after=absent("seq")),
+    BadFlagCase("eval-4d-file-for-a-3d-run", lambda t: ["eval", "--run", run_folder(t), "--splats", ply4d_file(t)],
+                2, r"model4d\.ply: a 4D Gaussian \(ply4d\) file cannot stand for the 3dgs run"),
+    BadFlagCase("render-time-outside", lambda t: ["render", "--run", run4d_folder(t), "--time", 2, "--out",
+                                                  t / "a.png"], 2, r"--time 2\.0: outside \[0, 1\]",
+                after=absent("a.png")),
+    BadFlagCase("render-time-on-a-3d-run", lambda t: ["render", "--run", run_folder(t), "--time", 0.5, "--out",
+                                                      t / "a.png", "--no-progress"], 2,
+                r"--time / --times: the model holds 3D Gaussians", after=absent("a.png")),
+    BadFlagCase("view-time-outside", lambda t: ["view", ply4d_file(t), "--time", 1.5, "--exit-after", 0], 2,
+                r"--time 1\.5: outside \[0, 1\]"),
+    BadFlagCase("view-time-on-a-3d-file", lambda t: ["view", splat_file(t), "--time", 0.5, "--exit-after", 0], 2,
+                r"--time / --play: .*model\.ply holds 3D Gaussians"),
     # image (images as 2D Gaussians)
     BadFlagCase("image-fit-not-an-image",
                 lambda t: ["image", "fit", text_file(t, "a.png"), "--out", t / "a.gimg", "--steps", 1], 2,
@@ -373,4 +436,23 @@ CASES = [
                 2, r"--host no-such-host\.invalid: cannot resolve this name"),
     BadFlagCase("view-all-splats-nonfinite", lambda t: ["view", nonfinite_splats(t), "--exit-after", 1], 2,
                 r"nan\.ply: all 50 splats hold NaN/Inf values; there is nothing to show"),
+    # block training (recon/distributed): partition flags, blocks files, launcher flags (refused before torchrun)
+    BadFlagCase("partition-blocks-xy-malformed",
+                lambda t: ["partition", "--data", "procedural", "--blocks-xy", "3by2", "--out", t / "b.json"], 2,
+                r"^splatforge partition: error: --blocks-xy 3by2: write AxB, e\.g\. 3x2$"),
+    BadFlagCase("partition-too-few-images",
+                lambda t: ["partition", "--data", "procedural", "--blocks-xy", "1x1", "--min-images-per-block", 1000,
+                           "--out", t / "b.json"], 2,
+                r"block 0 has 40 images \(at least 1000 needed: --min-images-per-block\)", after=absent("b.json")),
+    BadFlagCase("train-blocks-missing-file",
+                lambda t: ["train", *TINY, "--blocks", t / "nope.json", "--out", t / "run", "--workers", 2], 2,
+                r"--blocks .*nope\.json: no such file; make one with `splatforge partition"),
+    BadFlagCase("train-blocks-other-dataset",
+                lambda t: ["train", *TINY, "--blocks", procedural_blocks(t), "--out", t / "run"], 2,
+                r"blocks\.json: this partition was made from another dataset"),
+    BadFlagCase("train-blocks-workers-zero", lambda t: ["train", *TINY, "--blocks", "auto", "--workers", 0], 2,
+                r"--workers 0: must be >= 1"),
+    BadFlagCase("train-blocks-finetune-negative",
+                lambda t: ["train", *TINY, "--blocks", "auto", "--finetune-steps", -1, "--out", t / "run"], 2,
+                r"--finetune-steps -1: must be >= 0"),
 ]

@@ -205,3 +205,31 @@ def test_cuda_matches_reference():
     cuda = rasterize_image_gaussians(means.cuda(), colors.cuda(), 64, 48, cholesky=chol.cuda(), opacities=opac.cuda(),
                                      mode="alpha", depths=depths.cuda(), backend="cuda").render
     assert (cuda.cpu() - ref).abs().mean() < 1e-3
+
+
+def test_reference_chunks_cover_every_gaussian_once_and_bound_the_pairs():
+    from rasterizer.image.reference import chunks
+
+    g = torch.Generator().manual_seed(3)
+    counts = torch.randint(0, 50, (1000,), generator=g)
+    counts[17] = 400  # one Gaussian with more pairs than the limit
+    for limit in (1, 64, 100, 333, int(counts.sum()), 10**9):
+        ranges = chunks(counts, limit)
+        assert ranges[0][0] == 0 and ranges[-1][1] == 1000
+        assert all(a < b for a, b in ranges) and all(r[1] == s[0] for r, s in zip(ranges, ranges[1:]))
+        for a, b in ranges:
+            assert int(counts[a:b].sum()) <= limit + int(counts[a:b].max())
+    assert chunks(counts[:0], 10) == []
+
+
+def test_reference_render_does_not_depend_on_the_chunking(monkeypatch):
+    import rasterizer.image.reference as R
+
+    g = torch.Generator().manual_seed(5)
+    means = torch.rand(300, 2, generator=g, dtype=torch.float64) * 2 - 1
+    chol = torch.tensor([0.08, 0.01, 0.06], dtype=torch.float64).repeat(300, 1)
+    colors = torch.rand(300, 3, generator=g, dtype=torch.float64)
+    whole = rasterize_image_gaussians(means, colors, 40, 30, cholesky=chol, backend="reference").render
+    monkeypatch.setattr(R, "PAIRS_PER_CHUNK", 500)
+    pieces = rasterize_image_gaussians(means, colors, 40, 30, cholesky=chol, backend="reference").render
+    torch.testing.assert_close(pieces, whole, rtol=1e-12, atol=1e-12)

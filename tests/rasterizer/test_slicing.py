@@ -5,6 +5,7 @@ re-implemented from its description."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -118,11 +119,13 @@ def test_conditioning_matches_the_4d_covariance():
     assert bool((torch.linalg.eigvalsh(cond.covars) > 0).all())
 
 
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
 @pytest.mark.parametrize("outputs", [("covars", "velocities", "time_variances"), ("covars",), ("velocities",),
                                      ("time_variances",), ("covars", "time_variances")])
-def test_hand_written_backward_matches_autograd(outputs):
-    """condition_on_time (hand-written backward) against condition_on_time_reference (autograd), float64,
-    random cotangents on the outputs used (the others get no gradient: None in the backward)."""
+def test_hand_written_backward_matches_autograd(outputs, backend):
+    """condition_on_time (hand-written backward: PyTorch ops, or the fused Numba kernels) against
+    condition_on_time_reference (autograd), float64, random cotangents on the outputs used (the others get no
+    gradient: None in the backward)."""
     p = gaussians_4d(n=50, seed=23)
     g = torch.Generator().manual_seed(24)
     cot = {"covars": torch.randn(50, 3, 3, generator=g, dtype=F64),
@@ -130,19 +133,23 @@ def test_hand_written_backward_matches_autograd(outputs):
            "time_variances": torch.randn(50, generator=g, dtype=F64)}
     names = ("quats_left", "quats_right", "scales4")
     results = []
-    for fn in (condition_on_time, condition_on_time_reference):
+    for fn in (functools.partial(condition_on_time, backend=backend), condition_on_time_reference):
         leaves = [p[k].detach().clone().requires_grad_(True) for k in names]
         out = fn(*leaves)
         sum((getattr(out, k) * cot[k]).sum() for k in outputs).backward()
         results.append((out, [x.grad for x in leaves]))
     (fast, fast_grads), (ref, ref_grads) = results
     for k in ("covars", "velocities", "time_variances"):
-        assert torch.equal(getattr(fast, k), getattr(ref, k))
+        if backend == "torch":  # the same operations as the reference
+            assert torch.equal(getattr(fast, k), getattr(ref, k))
+        else:
+            torch.testing.assert_close(getattr(fast, k), getattr(ref, k), rtol=1e-12, atol=1e-15)
     for name, a, b in zip(names, fast_grads, ref_grads):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * float(b.abs().max()), msg=name)
 
 
-def test_hand_written_backward_below_the_normalisation_floor():
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
+def test_hand_written_backward_below_the_normalisation_floor(backend):
     """A quaternion below the 1e-12 floor is divided by 1e-12, not by its norm (no gradient through the
     norm there): the hand-written backward does what autograd does with the clamp."""
     g = torch.Generator().manual_seed(25)
@@ -151,7 +158,7 @@ def test_hand_written_backward_below_the_normalisation_floor():
     s = torch.rand(5, 4, generator=g, dtype=F64) + 0.2
     w = torch.randn(5, 3, 3, generator=g, dtype=F64)
     grads = []
-    for fn in (condition_on_time, condition_on_time_reference):
+    for fn in (functools.partial(condition_on_time, backend=backend), condition_on_time_reference):
         leaves = [x.clone().requires_grad_(True) for x in (ql, qr, s)]
         (fn(*leaves).covars * w).sum().backward()
         grads.append([x.grad for x in leaves])
@@ -159,7 +166,8 @@ def test_hand_written_backward_below_the_normalisation_floor():
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * float(b.abs().max()))
 
 
-def test_float32_slices_of_long_thin_gaussians_stay_positive_definite():
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
+def test_float32_slices_of_long_thin_gaussians_stay_positive_definite(backend):
     """Spatial scales 1e-4 of the time scale, tilted at random: the float32 Schur complement
     A - b b^T / c loses the small eigenvalues to cancellation (most come out indefinite); the Gram form
     the slicing uses keeps them."""
@@ -167,7 +175,7 @@ def test_float32_slices_of_long_thin_gaussians_stay_positive_definite():
     n = 2000
     ql, qr = torch.randn(2, n, 4, generator=g)
     scales = torch.cat([torch.full((n, 3), 1e-4), torch.ones(n, 1)], -1)
-    cond = condition_on_time(ql, qr, scales)
+    cond = condition_on_time(ql, qr, scales, backend=backend)
     assert cond.covars.dtype == torch.float32
     assert bool((torch.linalg.eigvalsh(cond.covars.double()) > 0).all())
     sigma = covariance_4d(ql, qr, scales)  # float32
@@ -549,3 +557,42 @@ def test_bad_spherindrical_inputs():
         spherindrical_to_color(2, 1, means, mean_times, coeffs, viewmats, torch.zeros(3, dtype=F64))
     with pytest.raises(RasterizerInputError, match="`period` must be a positive number"):
         spherindrical_to_color(2, 1, means, mean_times, coeffs, viewmats, 0.5, period=0.0)
+
+
+def test_fused_cpu_conditioning_blocks_and_float32():
+    """The Numba kernels over several blocks (N not a multiple of the block) and in float32 storage: equal to
+    the PyTorch path within float32 rounding, forward and backward; a CUDA-only backend name is refused."""
+    from rasterizer.spacetime.cpu_kernels import BLOCK
+
+    n = 3 * BLOCK + 17
+    g = torch.Generator().manual_seed(31)
+    ql, qr = torch.randn(2, n, 4, generator=g)
+    s = torch.exp(torch.randn(n, 4, generator=g) - 2)
+    w = [torch.randn(n, 3, 3, generator=g), torch.randn(n, 3, generator=g), torch.randn(n, generator=g)]
+    results = []
+    for backend in ("torch", "cpu"):
+        leaves = [x.clone().requires_grad_(True) for x in (ql, qr, s)]
+        out = condition_on_time(*leaves, backend=backend)
+        outs = (out.covars, out.velocities, out.time_variances)
+        sum((o * wi).sum() for o, wi in zip(outs, w)).backward()
+        results.append(([o.detach() for o in outs], [x.grad for x in leaves]))
+    for a, b in zip(results[0][0] + results[0][1], results[1][0] + results[1][1]):
+        assert a.dtype == b.dtype == torch.float32
+        torch.testing.assert_close(b, a, rtol=2e-4, atol=2e-5 * float(a.abs().max()))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        condition_on_time(ql, qr, s, backend="cuda")
+
+
+def test_fused_time_variances_match_the_conditioning():
+    from rasterizer.spacetime.covariance import time_variances
+
+    g = torch.Generator().manual_seed(32)
+    ql, qr = torch.randn(2, 600, 4, generator=g, dtype=F64)
+    ql[3] *= 1e-13  # below the normalisation floor
+    s = torch.exp(torch.randn(600, 4, generator=g, dtype=F64) - 2)
+    with torch.no_grad():
+        fused = time_variances(ql, qr, s)
+    exact = condition_on_time_reference(ql, qr, s).time_variances
+    torch.testing.assert_close(fused, exact, rtol=1e-12, atol=0)
+    leaves = [x.clone().requires_grad_(True) for x in (ql, qr, s)]
+    assert time_variances(*leaves).requires_grad  # with gradients: the PyTorch rows

@@ -49,7 +49,7 @@ def test_auto_picks_cuda_and_intersection_depth_is_refused_there():
     p, viewmats, Ks = surfel_scene(n=50, width=64, height=48, dtype=torch.float32)
     leaves = [v.detach().cuda() for v in p.values()]
     out = rasterize_surfels(*leaves, viewmats.cuda(), Ks.cuda(), 64, 48)
-    assert out.render.is_cuda and out.meta.radii.shape == (1, 50, 2) and out.normals.shape == (1, 48, 64, 3)
+    assert out.render.is_cuda and out.meta.radii.shape == (2, 50, 2) and out.normals.shape == (2, 48, 64, 3)
     with pytest.raises(RasterizerInputError, match="not supported by the cuda backend"):
         rasterize_surfels(*leaves, viewmats.cuda(), Ks.cuda(), 64, 48, surfel_depth="intersection")
     ref = rasterize_surfels(*leaves, viewmats.cuda(), Ks.cuda(), 64, 48, backend="reference",

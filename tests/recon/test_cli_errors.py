@@ -99,7 +99,7 @@ def test_device_and_dataset_errors(monkeypatch):
 
     monkeypatch.setattr(trainer.torch.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceError, match="--device cuda"):
-        trainer.resolve_device("cuda")
+        trainer.resolve_device("cuda")  # still importable from recon.trainer
     with pytest.raises(SplatforgeError, match="unknown dataset format 'bogus'"):
         load_scene(".", format="bogus")
 

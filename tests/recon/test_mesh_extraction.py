@@ -96,3 +96,19 @@ def test_mesh_command_on_tiny_3dgs_run(tmp_path):
     with pytest.raises(mx.MeshMemoryError):
         extract_run_mesh(MeshConfig(run=run, out=tmp_path / "big.glb", voxel_size=1e-4, progress=False))
     assert not (tmp_path / "big.glb").exists()
+
+
+def test_mesh_command_on_tiny_2dgs_run_uses_median_depth(tmp_path):
+    import trimesh
+    from recon.commands.mesh import MeshConfig, extract_run_mesh
+    from recon.trainer import TrainConfig, train_model
+
+    run = tmp_path / "run2d"
+    train_model(TrainConfig(data=Path("procedural"), out=run, steps=60, data_factor=2, save_every=0, progress=False,
+                            method="2dgs"), log=lambda *a: None)
+    summaries = {}
+    for kind in ("median", "expected"):
+        out = tmp_path / f"{kind}.ply"
+        summaries[kind] = extract_run_mesh(MeshConfig(run=run, out=out, depth=kind, resolution=64, progress=False))
+        assert summaries[kind]["depth"] == kind and summaries[kind]["faces"] > 100
+        assert len(trimesh.load(out, process=False).faces) == summaries[kind]["faces"]

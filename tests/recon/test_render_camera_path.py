@@ -4,6 +4,7 @@ a video through its keyframes (interpolated), with the frame count asked for and
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -96,6 +97,9 @@ def test_render_video_along_saved_camera_path(tmp_path, capsys):
           "--max-side", str(W), "--no-progress"])
     assert "wrote" in capsys.readouterr().out
     assert imageio_ffmpeg.count_frames_and_secs(str(out))[0] == 7
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as a plain open() would, not mkstemp's 0600
     with imageio.get_reader(out) as reader:
         frames = [reader.get_data(i).astype(np.float64) for i in range(7)]
     assert frames[0].shape == (H, W, 3)

@@ -100,7 +100,7 @@ def test_slice_export_renders_like_the_4d_model(small_scene):
     flat = GaussianModel.from_splat_data(model.to_splat_data(t=frame.time))
     got, _, _ = flat.render([frame.camera], 1, torch.ones(3))
     torch.testing.assert_close(got, want, atol=2e-4, rtol=0)
-    with pytest.raises(UsageError, match="checkpoints"):
+    with pytest.raises(UsageError, match="splats4d.ply"):
         SpaceTimeGaussians.from_splat_data(model.to_splat_data())
 
 
@@ -216,13 +216,13 @@ def test_eval_renders_each_view_at_its_time(tmp_path):
     trained = json.loads((tmp_path / "run" / "metrics.json").read_text())
     metrics = _evaluate(tmp_path / "run", None, None, None, tmp_path / "eval", "cpu")
     assert metrics["num_views"] == 10 and len(metrics["per_time"]) == 10
-    assert metrics["psnr"] == pytest.approx(trained["test"]["psnr"], abs=1e-4)  # the checkpoint's 4D model
+    assert metrics["psnr"] == pytest.approx(trained["test"]["psnr"], abs=1e-4)  # the run's 4D model (splats4d.ply)
     assert (tmp_path / "eval" / "renders" / "test_009.png").is_file()
-    with pytest.raises(UsageError, match="checkpoints"):  # its splats.ply is a 3D slice
+    with pytest.raises(UsageError, match="splats4d.ply"):  # its splats.ply is a 3D slice
         _evaluate(tmp_path / "run", tmp_path / "run" / "splats.ply", None, None, tmp_path / "eval2", "cpu")
-    # export writes that slice, and says why it reports no test PSNR
+    # export writes a slice at the time asked for, and says why it reports no test PSNR
     from recon.commands.export import ExportConfig, run_export
 
-    report = run_export(ExportConfig(input=tmp_path / "run", out=tmp_path / "slice.splat"))
+    report = run_export(ExportConfig(input=tmp_path / "run", out=tmp_path / "slice.splat", time=0.5))
     assert (tmp_path / "slice.splat").is_file() and report.psnr_before is None
     assert any("3D slice at one time" in n for n in report.notes)

@@ -1,0 +1,177 @@
+"""Neural 3D Video (Li et al., CVPR 2022): a synchronised rig filmed as one video per camera.
+
+Layout (``DIR``): ``poses_bounds.npy`` [C, 17] (LLFF: per camera a 3x5 matrix, rows x-y-z of the world, columns
+the camera's down, right and backward axes, its centre, and (height, width, focal) in pixels; then near and far
+bounds) and ``camNN.mp4``, one per row of ``poses_bounds.npy`` in sorted name order. ``cam00`` is the test view
+(the dataset's protocol); the others train.
+
+Decoding: each video is decoded once with imageio-ffmpeg into ``<cache>/n3dv_frames/camNN/<index:06d>.jpg``
+(JPEG quality 95; a progress bar; the folder is reused while it holds every frame asked for), only the frames
+kept by ``frame_stride`` and ``time_range``. Times: the kept frames span t in [0, 1]; ``Scene.duration`` keeps
+their real length in seconds (frame count and the video's frame rate) for playback. Intrinsics: the focal of
+``poses_bounds.npy`` scaled by video width / its width, principal point at the image centre. No points: training
+starts from random Gaussians in the region the cameras look at.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from recon.data.finalize import finalize_frames
+from recon.data.scene import DataFormatError, Frame, MissingImageError, Scene, default_cache_root, make_camera
+from recon.errors import UsageError
+
+POSES_FILE = "poses_bounds.npy"
+TEST_CAMERA = "cam00"
+JPEG_QUALITY = 95
+BLACK = (0.0, 0.0, 0.0)
+
+
+def video_files(root: Path) -> list[Path]:
+    """``cam*.mp4`` of ``root`` in sorted name order."""
+    return sorted(Path(root).glob("cam*.mp4"))
+
+
+def is_n3dv(path: Path) -> bool:
+    """True when ``path`` holds ``poses_bounds.npy`` and at least one ``camNN.mp4``."""
+    return (Path(path) / POSES_FILE).is_file() and bool(video_files(path))
+
+
+def llff_world_to_cam(pose: np.ndarray) -> np.ndarray:
+    """[4, 4] OpenCV world-to-camera of one LLFF pose [3, 5] (columns: down, right, backward axes, centre, hwf)."""
+    down, right, back, centre = pose[:, 0], pose[:, 1], pose[:, 2], pose[:, 3]
+    c2w = np.eye(4)
+    c2w[:3, 0], c2w[:3, 1], c2w[:3, 2], c2w[:3, 3] = right, down, -back, centre  # OpenCV: right, down, forward
+    w2c = np.eye(4)
+    w2c[:3, :3] = c2w[:3, :3].T
+    w2c[:3, 3] = -c2w[:3, :3].T @ centre
+    return w2c
+
+
+def read_poses(root: Path, n_videos: int) -> np.ndarray:
+    """[C, 3, 5] LLFF poses, checked against the video count; DataFormatError naming the file."""
+    path = root / POSES_FILE
+    try:
+        arr = np.load(path)
+    except (OSError, ValueError) as e:
+        raise DataFormatError(f"{path}: cannot read it as a numpy array: {e}") from None
+    if arr.ndim != 2 or arr.shape[1] != 17 or not np.isfinite(arr).all():
+        raise DataFormatError(f"{path}: expected a finite [cameras, 17] array (LLFF poses and bounds), got {arr.shape}")
+    if arr.shape[0] != n_videos:
+        raise DataFormatError(f"{path}: {arr.shape[0]} camera poses but {n_videos} camNN.mp4 videos in {root}; "
+                              f"there must be one pose row per video (in sorted name order)")
+    return arr[:, :15].reshape(-1, 3, 5)
+
+
+def video_info(path: Path) -> tuple[int, float, int, int]:
+    """(frame count, fps, width, height) of a video; MissingImageError naming it when unreadable. The count is
+    ffmpeg's exact one (imageio_ffmpeg.count_frames_and_secs: a decode without output), not the container's."""
+    import imageio.v3 as iio
+    import imageio_ffmpeg
+
+    try:
+        fps = float(iio.immeta(path, plugin="FFMPEG")["fps"])
+        count = imageio_ffmpeg.count_frames_and_secs(str(path))[0]
+        first = iio.imread(path, plugin="FFMPEG", index=0)
+    except Exception as e:  # imageio raises several types for broken or missing files: name the file
+        raise MissingImageError(f"{path}: cannot read the video ({type(e).__name__}: {e}); "
+                                f"is it a complete mp4?") from None
+    return int(count), fps, int(first.shape[1]), int(first.shape[0])
+
+
+def parse_time_range(text: str | None, duration: float) -> tuple[float, float]:
+    """``"a:b"`` seconds (either side may be empty) -> (start, end) within [0, duration]; None = the whole clip."""
+    if text is None:
+        return 0.0, duration
+    try:
+        a, b = (part.strip() for part in str(text).split(":"))
+        start, end = (float(a) if a else 0.0), (float(b) if b else duration)
+    except ValueError:
+        raise UsageError(f"--time-range {text!r}: expected START:END in seconds, e.g. 0:5 or 2.5:") from None
+    if not (0.0 <= start < end) or not math.isfinite(end):
+        raise UsageError(f"--time-range {text!r}: needs 0 <= START < END (the clip is {duration:.2f} s long)")
+    return start, min(end, duration)
+
+
+def selected_frames(count: int, fps: float, frame_stride: int, time_range: str | None) -> list[int]:
+    """Frame indices kept: those within ``time_range`` (seconds), every ``frame_stride``-th from the first."""
+    if int(frame_stride) != frame_stride or frame_stride < 1:
+        raise UsageError(f"--frame-stride {frame_stride!r}: must be a positive integer")
+    start, end = parse_time_range(time_range, count / fps)
+    first, last = math.ceil(start * fps - 1e-9), min(count - 1, math.floor(end * fps + 1e-9))
+    kept = list(range(first, last + 1, int(frame_stride)))
+    if not kept:
+        raise UsageError(f"--time-range {time_range!r} with --frame-stride {frame_stride} keeps no frame of the "
+                         f"{count}-frame video ({fps:g} frames/s)")
+    return kept
+
+
+def decode_frames(video: Path, indices: list[int], out_dir: Path, progress=None) -> list[Path]:
+    """Decode ``indices`` of ``video`` into ``out_dir/<index:06d>.jpg`` (skipping files already there);
+    returns the paths in order. Files are written whole (a temporary name, then renamed)."""
+    import imageio.v3 as iio
+    from PIL import Image
+
+    paths = [out_dir / f"{i:06d}.jpg" for i in indices]
+    todo = {i for i, p in zip(indices, paths) if not p.is_file()}
+    if todo:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        last = max(todo)
+        for i, frame in enumerate(iio.imiter(video, plugin="FFMPEG")):
+            if i in todo:
+                tmp = out_dir / f".{i:06d}.jpg.tmp"
+                Image.fromarray(np.asarray(frame)[..., :3]).save(tmp, format="JPEG", quality=JPEG_QUALITY)
+                tmp.replace(out_dir / f"{i:06d}.jpg")
+                if progress is not None:
+                    progress()
+            if i >= last:
+                break
+        missing = [p for p in paths if not p.is_file()]
+        if missing:
+            raise MissingImageError(f"{video}: the video ended before frame {missing[0].stem} (asked for "
+                                    f"{len(indices)} frames up to {max(indices)})")
+    return paths
+
+
+def load_n3dv(root: Path, data_factor: int = 1, cache_dir: Path | None = None, frame_stride: int = 1,
+              time_range: str | None = None, background: tuple[float, float, float] | None = None) -> Scene:
+    """Load a Neural 3D Video folder (module docstring) as a dynamic :class:`Scene`."""
+    from rich.progress import Progress
+
+    root = Path(root)
+    videos = video_files(root)
+    poses = read_poses(root, len(videos))
+    infos = [video_info(v) for v in videos]
+    counts = {v.stem: info[0] for v, info in zip(videos, infos)}
+    if len(set(counts.values())) != 1:
+        listing = ", ".join(f"{k}: {n}" for k, n in counts.items())
+        raise DataFormatError(f"{root}: the cameras' videos have different frame counts ({listing}); a synchronised "
+                              f"rig needs the same count for every camera (trim the longer videos)")
+    count, fps, width, height = infos[0]
+    kept = selected_frames(count, fps, frame_stride, time_range)
+    cache = (Path(cache_dir) if cache_dir is not None else default_cache_root(root)) / "n3dv_frames"
+    raw_train, raw_test = [], []
+    with Progress(transient=True) as bar:
+        task = bar.add_task("decoding videos", total=len(videos) * len(kept))
+        for video, pose, (_, _, w, h) in zip(videos, poses, infos):
+            if (w, h) != (width, height):
+                raise DataFormatError(f"{video}: {w}x{h} frames but {videos[0].name} has {width}x{height}")
+            paths = decode_frames(video, kept, cache / video.stem, lambda: bar.advance(task))
+            bar.update(task, completed=(videos.index(video) + 1) * len(kept))
+            f = pose[2, 4] * width / pose[1, 4]
+            K = np.array([[f, 0.0, width / 2.0], [0.0, f, height / 2.0], [0.0, 0.0, 1.0]])
+            camera = make_camera(llff_world_to_cam(pose), K, width, height)
+            for j, path in enumerate(paths):
+                t = j / (len(paths) - 1) if len(paths) > 1 else 0.0
+                frame = Frame(f"{video.stem}/{path.name}", path, camera, None, t)
+                (raw_test if video.stem == TEST_CAMERA else raw_train).append((frame, None))
+    if not raw_train:
+        raise DataFormatError(f"{root}: only {TEST_CAMERA}.mp4 (the test view): no training camera")
+    listed = root / POSES_FILE
+    train = finalize_frames(raw_train, cache.parent, listed, data_factor, cache_dir)
+    test = finalize_frames(raw_test, cache.parent, listed, data_factor, cache_dir) if raw_test else []
+    duration = (kept[-1] - kept[0]) / fps
+    return Scene(train, test, None, None, background or BLACK, "n3dv", root, duration=duration)

@@ -1,0 +1,7 @@
+"""Block-partitioned training over many workers with torch.distributed (see recon/distributed/README.md).
+
+``partition``: split a scene into blocks (blocks.json). ``queue``: the block queue on the c10d TCPStore
+with leases. ``worker``: what each torchrun process does. ``merge``: one model from the blocks.
+``launch``: ``splatforge train --blocks ... --workers N`` starts torchrun. ``python -m recon.distributed``
+is the torchrun entry. Nothing here imports torch.distributed at module import except ``worker``.
+"""
