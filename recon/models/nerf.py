@@ -40,7 +40,7 @@ from recon.nerf.config import NerfConfig
 from recon.nerf.field import NerfField
 from recon.nerf.marching import march_rays, ray_entry
 from recon.nerf.occupancy import OccupancyGrid
-from recon.nerf.rendering import transmittance_weights, volume_render
+from recon.nerf.rendering import composite, median_depth, transmittance_weights
 from recon.nerf.space import FieldSpace, to_unit
 from recon.splat_data import SplatData
 
@@ -256,7 +256,8 @@ class NerfModel(SceneModel):
                           backend=backend)
 
     def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None) -> dict:
-        """{"rgb" [R, 3], "opacity" [R], "depth" [R] (expected distance), "samples" (marched)} of rays
+        """{"rgb" [R, 3], "opacity" [R], "depth" [R] (expected distance), "median_depth" [R] (distance where the
+        cumulative weight reaches 0.5, else 0), "samples" (marched)} of rays
         ``origins`` / unit ``dirs`` [R, 3]. With gradients enabled, densities are first evaluated without
         them to find the samples in front of transmittance :data:`EARLY_STOP`, and only those are
         evaluated again with gradients and coloured (nerfacc's two passes)."""
@@ -281,10 +282,12 @@ class NerfModel(SceneModel):
             sigma = torch.zeros(0, device=dev, requires_grad=torch.is_grad_enabled())
             rgb = torch.zeros(0, 3, device=dev)
         bg = background.to(device=dev, dtype=torch.float32)
-        colour, acc, depth = volume_render(sigma, rgb, t0, t1, ray, R, bg)
+        weights, _ = transmittance_weights(sigma, t0, t1, ray, R)
+        colour, acc, depth = composite(weights, rgb, t0, t1, ray, R, bg)
         if samples == 0 and torch.is_grad_enabled():  # keep the graph connected to the parameters
             colour = colour + 0.0 * self.field.table.sum()
-        return {"rgb": colour, "opacity": acc, "depth": depth, "samples": samples}
+        return {"rgb": colour, "opacity": acc, "depth": depth, "median_depth": median_depth(weights, t0, t1, ray, R),
+                "samples": samples}
 
     def _unit(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor) -> Tensor:
         """[S, 3] float32 unit-cube positions of the sample midpoints."""
@@ -292,8 +295,9 @@ class NerfModel(SceneModel):
         return to_unit(o[ray] + mid[:, None] * d[ray], self.space).clamp(0.0, 1.0).float()
 
     @torch.no_grad()
-    def _render_camera(self, camera, background: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(rgb [H, W, 3], opacity [H, W, 1], camera-z depth [H, W, 1]) of one camera, in ray chunks."""
+    def _render_camera(self, camera, background: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(rgb [H, W, 3], opacity [H, W, 1], expected and median camera-z depth [H, W, 1]) of one camera, in
+        ray chunks."""
         H, W = camera.height, camera.width
         ys, xs = torch.meshgrid(torch.arange(H, dtype=torch.float64), torch.arange(W, dtype=torch.float64),
                                 indexing="ij")
@@ -302,29 +306,41 @@ class NerfModel(SceneModel):
         w2c = camera.world_to_cam.double().cpu()[None].expand(n, 4, 4)
         K = camera.K.double().cpu()[None].expand(n, 3, 3)
         o, d, zs = rays_from_pixels(w2c, K, px)
-        rgb, acc, depth = [], [], []
+        rgb, acc, depth, median = [], [], [], []
         for s in range(0, n, self.cfg.eval_rays):
             out = self.render_rays(o[s:s + self.cfg.eval_rays], d[s:s + self.cfg.eval_rays], background)
             rgb.append(out["rgb"])
             acc.append(out["opacity"])
             depth.append(out["depth"])
-        z = torch.cat(depth) * zs.to(self.device, torch.float32)
-        return torch.cat(rgb).reshape(H, W, 3), torch.cat(acc).reshape(H, W, 1), z.reshape(H, W, 1)
+            median.append(out["median_depth"])
+        zs = zs.to(self.device, torch.float32)
+        z, zm = torch.cat(depth) * zs, torch.cat(median) * zs
+        return (torch.cat(rgb).reshape(H, W, 3), torch.cat(acc).reshape(H, W, 1), z.reshape(H, W, 1),
+                zm.reshape(H, W, 1))
 
     def render(self, cameras: Sequence, sh_degree: int | None = None, background: Tensor | None = None, *,
                t: float | None = None, absgrad: bool = False, backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
         """(rgb [C, H, W, 3], opacity [C, H, W, 1], meta) of whole images (no gradients; ``sh_degree``, ``t``,
-        ``absgrad`` and ``backend`` do not apply). ``meta``: ``depth`` [C, H, W, 1] (camera z of the expected
-        distance, 0 where the opacity is below 0.5), ``width``, ``height``."""
+        ``absgrad`` and ``backend`` do not apply). ``meta``: ``depth`` and ``median_depth`` [C, H, W, 1] (camera
+        z of the expected / median distance, 0 where the opacity is below 0.5), ``width``, ``height``."""
         bg = background if background is not None else torch.zeros(3)
         outs = [self._render_camera(c, bg) for c in cameras]
         rgb = torch.stack([o[0] for o in outs])
         alpha = torch.stack([o[1] for o in outs])
-        depth = torch.stack([torch.where(o[1] >= 0.5, o[2], torch.zeros_like(o[2])) for o in outs])
-        return rgb, alpha, {"depth": depth, "width": cameras[0].width, "height": cameras[0].height}
+        depth, median = (torch.stack([torch.where(o[1] >= 0.5, o[k], torch.zeros_like(o[k])) for o in outs])
+                         for k in (2, 3))
+        return rgb, alpha, {"depth": depth, "median_depth": median, "width": cameras[0].width,
+                            "height": cameras[0].height}
 
     def extra_outputs(self, meta: dict) -> dict[str, Tensor]:
         return {"depth": meta["depth"]}
+
+    def render_depth(self, cameras: Sequence, kind: str, background: Tensor | None = None):
+        """Mesh extraction's seam (recon.mesh_extraction.render_depth): (rgb [C, H, W, 3], depth [C, H, W, 1],
+        opacity [C, H, W, 1]), depth the median ("median") or expected ("expected") camera z, 0 where the
+        opacity is below 0.5."""
+        rgb, alpha, meta = self.render(cameras, background=background)
+        return rgb, meta["median_depth" if kind == "median" else "depth"], alpha
 
     # ---------------------------------------------------------------------------- training
 

@@ -7,7 +7,8 @@ With ``tau_i = sigma_i (t1_i - t0_i)``:
     alpha_i = 1 - exp(-tau_i),   T_i = exp(-sum_{j < i, same ray} tau_j),   w_i = T_i alpha_i
     colour = sum_i w_i rgb_i + (1 - A) background,   A = sum_i w_i,   depth = sum_i w_i (t0_i + t1_i) / 2 / A
 
-(depth is the expected distance along the ray where A > 0, else 0). The exclusive prefix sums run over
+(depth is the expected distance along the ray where A > 0, else 0; :func:`median_depth` gives the distance
+where the cumulative weight reaches 0.5). The exclusive prefix sums run over
 all samples at once in float64 and subtract each ray's first value, so long batches keep their precision;
 autograd differentiates the whole chain (gradients to ``sigma`` and ``rgb``).
 """
@@ -52,6 +53,24 @@ def composite(weights: Tensor, rgb: Tensor, t0: Tensor, t1: Tensor, ray: Tensor,
     depth_sum = accumulate(weights * mid, ray, n_rays)
     depth = torch.where(acc > 1e-10, depth_sum / acc.clamp(min=1e-10), torch.zeros_like(acc))
     return colour, acc, depth
+
+
+def median_depth(weights: Tensor, t0: Tensor, t1: Tensor, ray: Tensor, n_rays: int) -> Tensor:
+    """[n_rays] median distance: the midpoint of each ray's first sample at which its cumulative weight
+    reaches 0.5; 0 for rays whose weights never do (nerfstudio's median depth)."""
+    w = weights.detach().double()
+    inclusive = torch.cumsum(w, 0)
+    exclusive = inclusive - w
+    within = inclusive - exclusive[ray_starts(ray, n_rays)[ray]]
+    hit = within >= 0.5
+    S = w.shape[0]
+    first = torch.full((n_rays,), S, dtype=torch.int64, device=w.device)
+    first = first.scatter_reduce(0, ray[hit], torch.arange(S, device=w.device)[hit], reduce="amin")
+    mid = (0.5 * (t0 + t1)).to(weights.dtype)
+    found = first < S
+    out = torch.zeros(n_rays, dtype=weights.dtype, device=w.device)
+    out[found] = mid[first[found]]
+    return out
 
 
 def volume_render(sigma: Tensor, rgb: Tensor, t0: Tensor, t1: Tensor, ray: Tensor, n_rays: int,

@@ -77,3 +77,15 @@ def test_trunc_exp_and_field_shapes():
     rgb = field.color(geo, dirs)
     assert sigma.shape == (10,) and bool((sigma > 0).all()) and geo.shape == (10, 8)
     assert rgb.shape == (10, 3) and bool(((rgb > 0) & (rgb < 1)).all())
+
+
+def test_median_depth_by_hand():
+    """Ray 0: weights 0.3, 0.4, 0.3 -> the cumulative weight reaches 0.5 at its second sample (midpoint 1.5);
+    ray 1: weights 0.2, 0.1 never reach it -> 0; ray 2 has no samples -> 0."""
+    from recon.nerf.rendering import median_depth
+
+    w = torch.tensor([0.3, 0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+    t0 = torch.tensor([0.0, 1.0, 2.0, 0.0, 1.0], dtype=torch.float64)
+    t1 = t0 + 1.0
+    ray = torch.tensor([0, 0, 0, 1, 1])
+    assert median_depth(w, t0, t1, ray, 3).tolist() == [1.5, 0.0, 0.0]

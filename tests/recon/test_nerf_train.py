@@ -137,3 +137,16 @@ def test_scene_space_says_what_it_assumes():
     assert scene_space(NerfConfig(), colmap, quiet).contracted
     with pytest.raises(ConfigValueError, match="--nerf.box"):
         scene_space(NerfConfig(box="1,2"), blender, quiet)
+
+
+def test_depth_for_mesh_extraction(trained):
+    """The mesh command's seam: median and expected camera-z depth where the field is opaque, 0 elsewhere."""
+    from recon.mesh_extraction import render_depth
+
+    cfg, trainer, _, _ = trained
+    cam = trainer.scene.frames_test[0].camera
+    for kind in ("median", "expected"):
+        rgb, depth, alpha = render_depth(trainer.model, [cam], kind, torch.ones(3))
+        assert rgb.shape == (1, cam.height, cam.width, 3) and depth.shape == alpha.shape == (1, cam.height, cam.width, 1)
+        seen = alpha >= 0.5
+        assert bool(seen.any()) and bool((depth[seen] > 0).all()) and bool((depth[~seen] == 0).all())
