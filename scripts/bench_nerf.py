@@ -8,8 +8,10 @@
 2. ``train`` (unless ``--no-train``): ``splatforge train --method nerf`` (the ``nerf`` preset) on ``--data``
    at ``--data-factor`` for ``--steps`` steps or ``--max-train-seconds`` of steps, whichever ends first (no
    outputs written), then the test PSNR over every ``--test-every``-th test view (default all);
-   train seconds, the median seconds of a step over the last ``--window`` steps, and the hash encoding's
-   share of such a step.
+   train seconds and the median seconds of a step over the last ``--window`` steps.
+3. ``step_share`` (with ``--share-steps N``): after N warm-up steps, one training step and one Numba forward +
+   backward of a step's sample count, alternated ``--repeats`` times (the same load for both): the hash
+   encoding's share of a step.
 
 The machine (CPU count, torch threads, load average before and after) is in the output: timings on a
 shared machine are only comparable within one run.
@@ -116,6 +118,33 @@ def bench_train(data: str, data_factor: int, steps: int, window: int, max_second
             "psnr_target_28_met_within_1200s": bool(test["psnr"] >= 28.0 and train_seconds <= 1200)}
 
 
+def bench_share(data: str, data_factor: int, warm_steps: int, repeats: int) -> dict:
+    """The hash encoding's share of a training step, measured back to back (same load): ``warm_steps``
+    steps of lego, then ``repeats`` x (one step, one Numba forward + backward of ``target_samples`` points)."""
+    from recon.commands.train import preset_config
+    from recon.trainer import Trainer
+
+    cfg = preset_config("nerf", data=Path(data), data_factor=data_factor, steps=30_000, progress=False,
+                        device="cpu", out=Path("unused"))
+    trainer = Trainer(cfg, log=lambda s: None, writes_outputs=False)
+    for step in range(warm_steps):
+        trainer.advance(step)
+    field = trainer.model.field
+    n = cfg.nerf.target_samples
+    x = torch.rand(n, 3, generator=torch.Generator().manual_seed(1))
+    steps, hashes = [], []
+    for k in range(repeats):
+        t0 = time.perf_counter()
+        trainer.advance(warm_steps + k)
+        steps.append(time.perf_counter() - t0)
+        hashes.append(time_encoding(hash_encode_numba, x, field.table, field.resolutions, field.offsets, 1)["total_s"])
+    step_s, hash_s = statistics.median(steps), statistics.median(hashes)
+    return {"warm_steps": warm_steps, "repeats": repeats, "points": n, "median_step_s": round(step_s, 4),
+            "median_hash_fwd_bwd_s": round(hash_s, 4), "hash_share_of_step": round(hash_s / step_s, 3),
+            "note": "a step evaluates the encoding twice forward (all marched samples without gradients, then the "
+                    "live ones with) and once backward"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--points", type=int, default=1 << 18)
@@ -128,6 +157,8 @@ def main() -> None:
                     help="stop training when its steps have taken this long (the schedule stays --steps')")
     ap.add_argument("--test-every", type=int, default=1, help="evaluate every Nth test view (1: all)")
     ap.add_argument("--no-train", action="store_true")
+    ap.add_argument("--share-steps", type=int, default=0,
+                    help="also measure the encoding's share of a step back to back after this many warm-up steps")
     args = ap.parse_args()
     from recon.nerf.config import NerfConfig
 
@@ -138,8 +169,8 @@ def main() -> None:
     if not args.no_train:
         report["train"] = bench_train(args.data, args.data_factor, args.steps, args.window, args.max_train_seconds,
                                       args.test_every)
-        enc = report["hash_encoding"]["numba_at_step_samples"]["total_s"]
-        report["train"]["hash_share_of_step"] = round(enc / report["train"]["median_step_s"], 3)
+    if args.share_steps:
+        report["step_share"] = bench_share(args.data, args.data_factor, args.share_steps, args.repeats)
     report["machine"]["load_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))
 
