@@ -36,10 +36,11 @@ PARALLEL_BINNING = 1 << 30  # Gaussians from which binning runs in parallel chun
 def pixel_box_axis(m, e, size, lim):
     """(first, last) inclusive pixel indices along one axis of ``size`` pixels whose centres lie within +-e of
     m, clipped to the image (empty: last < first); lim = max(width, height). Same arithmetic as
-    geometry.pixel_ranges."""
-    first = min(max(math.ceil(m - e - 0.5), -1.0), float(lim))
-    last = min(max(math.floor(m + e - 0.5), -1.0), float(lim))
-    return max(int(first), 0), min(int(last), size - 1)
+    geometry.pixel_ranges (clamped to [-1, lim] before rounding rather than after: the same integers, as the
+    bounds are integers, and no float-to-int conversion of an out-of-range value)."""
+    first = math.ceil(min(max(m - e - 0.5, -1.0), float(lim)))
+    last = math.floor(min(max(m + e - 0.5, -1.0), float(lim)))
+    return max(first, 0), min(last, size - 1)
 
 
 @njit(cache=True)
