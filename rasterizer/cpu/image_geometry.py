@@ -28,7 +28,7 @@ import torch
 from numba import njit
 
 from .checks import count_non_finite_serial
-from .image_sum import TS, count_box_tiles, pixel_box_axis
+from .image_sum import TS, chunk_range, count_tiles, pixel_box_axis
 from .vecmath import like
 
 # consts (one array in the inputs' float type, rounded from float64 as PyTorch's new_tensor does):
@@ -81,7 +81,7 @@ def boxes_pass(means_px, roots, ratio, colors, opacities, consts, prefilter, ell
                colors_out, extents, boxes, counts):
     """Pass 2, given the square roots of pass 1's roots [N, 2] and ratio [N]: colors_out [N, D] (prefiltered,
     times opacities [N] unless that is empty), extents [N, 2] (3 sqrt(s) or the fixed window), boxes [N, 4]
-    (pixel_box_axis) and each Gaussian's tiles counted in counts [T + 1] (at t + 1)."""
+    (pixel_box_axis) and the tiles of chunk c's Gaussians (image_sum.chunk_range) counted in counts[c] (at t + 1)."""
     D = colors.shape[1]
     has_opacity = opacities.shape[0] > 0
     lim = max(width, height)
@@ -93,7 +93,8 @@ def boxes_pass(means_px, roots, ratio, colors, opacities, consts, prefilter, ell
             if has_opacity:
                 col = col * opacities[g]
             colors_out[g, d] = col
-    for g in range(means_px.shape[0]):
+    chunks, N = counts.shape[0], means_px.shape[0]
+    for g in range(N):
         if ellipse:
             ex, ey = like(SIGMA_WINDOW, roots[g, 0]) * roots[g, 0], like(SIGMA_WINDOW, roots[g, 1]) * roots[g, 1]
         else:
@@ -101,7 +102,9 @@ def boxes_pass(means_px, roots, ratio, colors, opacities, consts, prefilter, ell
         extents[g, 0], extents[g, 1] = ex, ey
         boxes[g, 0], boxes[g, 2] = pixel_box_axis(means_px[g, 0], ex, width, lim)
         boxes[g, 1], boxes[g, 3] = pixel_box_axis(means_px[g, 1], ey, height, lim)
-        count_box_tiles(boxes[g, 0], boxes[g, 1], boxes[g, 2], boxes[g, 3], tiles_x, counts)
+    for c in range(chunks):
+        lo, hi = chunk_range(c, N, chunks)
+        count_tiles(boxes, lo, hi, tiles_x, counts[c])
 
 
 def non_finite_inputs(*arrays: np.ndarray) -> int:
@@ -110,14 +113,14 @@ def non_finite_inputs(*arrays: np.ndarray) -> int:
 
 
 def prepare(means: np.ndarray, shape: np.ndarray, from_cholesky: bool, colors: np.ndarray, opacities: np.ndarray,
-            consts: np.ndarray, prefilter: bool, ellipse: bool, width: int, height: int):
+            consts: np.ndarray, prefilter: bool, ellipse: bool, width: int, height: int, chunks: int = 1):
     """The front end of N Gaussians (module docstring). means [N, 2], shape [N, 3] (cholesky (l11, l21, l22) or
     covariance (sxx, sxy, syy), normalised), colors [N, D], opacities [N] or [0] (none), consts from
     geometry_consts, all C-contiguous in one float type; prefilter: variance > 0 (else no low-pass);
     ellipse: the 3-sigma window (else the fixed one). Returns None if an input holds NaN/Inf, else
     (means_px [N, 2], covars_px [N, 3], conics [N, 3], colors [N, D] (prefiltered, opacity multiplied in),
-    extents [N, 2], boxes [N, 4] int64, counts [1, T + 1]: Gaussians per tile t at t + 1, for
-    image_sum.tile_lists).
+    extents [N, 2], boxes [N, 4] int64, counts [chunks, T + 1]: the Gaussians of chunk c (image_sum.chunk_range)
+    per tile t at [c, t + 1], for image_sum.tile_lists).
 
     The square roots are PyTorch's (``torch.sqrt`` on the same contiguous arrays as geometry.py's): on the CPU
     it is MKL's, which is not always the correctly rounded root, and the boxes must be the autograd path's."""
@@ -134,7 +137,7 @@ def prepare(means: np.ndarray, shape: np.ndarray, from_cholesky: bool, colors: n
     if prefilter:
         torch.from_numpy(ratio).sqrt_()
     colors_out, extents, boxes = np.empty((N, D), dt), np.empty((N, 2), dt), np.empty((N, 4), np.int64)
-    counts = np.zeros((1, tiles_x * tiles_y + 1), np.int64)
+    counts = np.zeros((chunks, tiles_x * tiles_y + 1), np.int64)
     boxes_pass(means_px, roots, ratio, colors, opacities, consts, prefilter, ellipse, width, height, tiles_x,
-               colors_out, extents, boxes, counts[0])
+               colors_out, extents, boxes, counts)
     return means_px, covars_px, conics, colors_out, extents, boxes, counts

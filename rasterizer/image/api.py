@@ -207,7 +207,7 @@ def _sum_no_grad_cpu(means, colors, cholesky, covars, opacities, width, height, 
     opac = opacities.detach().contiguous().numpy() if opacities is not None else np.empty(0, arrays[0].dtype)
     consts = CG.geometry_consts(width, height, prefilter_variance, window, arrays[0].dtype)
     prepared = CG.prepare(arrays[0], arrays[1], cholesky is not None, arrays[2], opac, consts,
-                          prefilter_variance > 0.0, window is None, width, height)
+                          prefilter_variance > 0.0, window is None, width, height, CS.binning_chunks(len(arrays[0])))
     if prepared is None:
         return None
     means_px, covars_px, conics, colors_px, extents, boxes, counts = prepared

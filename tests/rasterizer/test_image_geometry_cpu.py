@@ -28,7 +28,8 @@ def torch_front_end(means, chol, colors, opac, width, height, variance, window):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("variance, window, opacity", [(0.0, None, False), (1 / 12, None, True), (0.7, 0.05, False),
                                                        (0.0, 0.02, True)])
-def test_front_end_is_bit_identical(dtype, variance, window, opacity):
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_front_end_is_bit_identical(dtype, variance, window, opacity, chunks):
     means, chol, colors = random_gaussians(700, 3, dtype=dtype, seed=21)
     chol[::7, 0] = 0.0  # degenerate: det 0, conic inf/NaN, just as in PyTorch
     opac = torch.rand(700, dtype=dtype) if opacity else None
@@ -37,16 +38,21 @@ def test_front_end_is_bit_identical(dtype, variance, window, opacity):
     arrays = [t.numpy() for t in (means, chol, colors)]
     o = opac.numpy() if opac is not None else np.empty(0, arrays[0].dtype)
     consts = geometry_consts(W, H, variance, window, arrays[0].dtype)
-    *got, counts = prepare(arrays[0], arrays[1], True, arrays[2], o, consts, variance > 0, window is None, W, H)
+    *got, counts = prepare(arrays[0], arrays[1], True, arrays[2], o, consts, variance > 0, window is None, W, H,
+                           chunks)
     for name, a, b in zip(("means_px", "covars_px", "conics", "colors", "extents"), got[:5], want[:5]):
         torch.testing.assert_close(torch.from_numpy(a), b, rtol=0, atol=0, equal_nan=True,
                                    msg=lambda m: f"{name}: {m}")
     boxes = got[5]
     assert np.array_equal(boxes, CS.pixel_boxes(got[0], got[4], W, H))
     assert (boxes[:, 2] >= boxes[:, 0]).sum() > 500  # most boxes hold pixels
-    want_counts = np.zeros_like(counts)
-    CS.count_tiles(boxes, 0, 700, -(-W // CS.TS), want_counts[0])
+    want_counts = np.zeros((chunks, counts.shape[1]), np.int64)
+    for c in range(chunks):
+        CS.count_tiles(boxes, *CS.chunk_range(c, 700, chunks), -(-W // CS.TS), want_counts[c])
     assert np.array_equal(counts, want_counts)
+    want_lists = CS.bin_boxes(boxes, -(-W // CS.TS), -(-H // CS.TS))
+    for a, b in zip(CS.tile_lists(boxes, counts, -(-W // CS.TS)), want_lists):
+        assert np.array_equal(a, b)
     bad = arrays[2].copy()
     bad[3, 1] = np.nan
     assert prepare(arrays[0], arrays[1], True, bad, o, consts, variance > 0, window is None, W, H) is None
