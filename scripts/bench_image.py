@@ -6,8 +6,8 @@
 
 `fit` fits each image with round(gpp x H x W) Gaussians (recon.image.fit defaults otherwise) and prints one JSON
 line per image (PSNR, MS-SSIM, seconds) and a summary line with the means. `render` fits kodim01 (or --image)
-with --gaussians for --fit-steps (or reads that fit from --model, where an earlier run wrote it), then times sum-mode renders at 1x (500x500) and 4x (2000x2000) (median of
---repeats after a warm-up) and checks that a scale-1 render reproduces the fit's own render exactly and that a
+with --gaussians for --fit-steps (or reads that fit from --model, where an earlier run wrote it), then times
+sum-mode renders at 1x (500x500) and 4x (2000x2000) (median of --repeats after a warm-up) and checks that a scale-1 render reproduces the fit's own render exactly and that a
 scale-2 render box-downsampled by 2 is within 0.5 dB of the scale-1 render's PSNR.
 """
 

@@ -4,11 +4,14 @@ Same numerics as ``rasterizer/image/reference.py`` (the specification; float64 t
 render[y, x] = sum_n colour_n exp(-0.5 q_n), q_n = d^T conic_n d, over the Gaussians whose window holds
 the pixel centre (the 3-sigma ellipse q <= 9, or the fixed box of half extents ``extents``).
 
-- Binning: each Gaussian's inclusive pixel box goes to the 16x16 tiles it touches (in Gaussian order).
-- Forward: tiles in parallel; per tile, per Gaussian, per row, the columns of the row where the window can
-  hold pixels (for the ellipse, the row's chord, solved in closed form, widened by a pixel and then tested
-  exactly) in flat branch-free loops that LLVM vectorises (``exp_kernel``: the vectorisable float32 exp).
-  Each tile accumulates in a channel-major buffer, written out once.
+- Binning: each Gaussian's inclusive pixel box goes to the 16x16 tiles it touches (in Gaussian order:
+  counted and filled per contiguous chunk of Gaussians, chunk after chunk, in parallel for many Gaussians).
+- Forward: runs of consecutive tiles in parallel; per tile, per Gaussian, per row of its box in the tile, the
+  tile's 16 columns in one flat branch-free loop that LLVM vectorises whole (``exp_kernel``: the vectorisable
+  float32 exp; columns outside the box and, for the ellipse, pixels with q > 9 get weight 0). Each tile
+  accumulates in a channel-major buffer (one per run of tiles), written out once.
+- The no-grad render (rasterizer/image/api.py) prepares its inputs with cpu/image_geometry.py instead of
+  PyTorch ops and calls tile_lists and forward_render directly.
 - Backward: Gaussians in parallel (race-free: each owns its gradients), each over its own rows and chords,
   reading d loss / d render; the mean and conic gradients come from five per-Gaussian sums.
 """

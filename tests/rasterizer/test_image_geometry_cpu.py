@@ -71,7 +71,8 @@ def test_binning_in_chunks_keeps_gaussian_order(chunks):
     for t in range(tiles_x * tiles_y):
         tx, ty = t % tiles_x, t // tiles_x
         hit = [g for g in range(N) if boxes[g, 0] <= boxes[g, 2] and boxes[g, 1] <= boxes[g, 3]
-               and boxes[g, 0] // CS.TS <= tx <= boxes[g, 2] // CS.TS and boxes[g, 1] // CS.TS <= ty <= boxes[g, 3] // CS.TS]
+               and boxes[g, 0] // CS.TS <= tx <= boxes[g, 2] // CS.TS
+               and boxes[g, 1] // CS.TS <= ty <= boxes[g, 3] // CS.TS]
         assert ids[offsets[t]:offsets[t + 1]].tolist() == hit
 
 
