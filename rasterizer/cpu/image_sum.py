@@ -32,8 +32,9 @@ from .vecmath import FASTMATH, U, exp_kernel, like, radd, select
 TS = 16  # tile size in pixels
 Q_MAX = 9.0  # the 3-sigma ellipse: q <= 3^2
 FORWARD_CHUNKS_PER_THREAD = 4  # runs of consecutive tiles per thread in the forward (load balance)
-PARALLEL_BINNING = 16_384  # Gaussians from which binning fills its tile lists in parallel chunks (25,000 at
-# 500x500: 0.41 vs 0.53 ms best of 80, the same median with the 2-core machine loaded 9 deep)
+PARALLEL_BINNING = 262_144  # Gaussians from which binning runs in parallel chunks. At 25,000 (500x500) two
+# chunks took 0.41 vs 0.53 ms (best of 80), but a parallel launch waits for both threads: with the 2-core
+# machine loaded 11 deep the fill averaged 14 ms per render (cProfile of 100), the serial one stays ~0.2 ms
 
 
 @njit(cache=True, inline="always")
