@@ -81,7 +81,8 @@ def boxes_pass(means_px, roots, ratio, colors, opacities, consts, prefilter, ell
                colors_out, extents, boxes, counts):
     """Pass 2, given the square roots of pass 1's roots [N, 2] and ratio [N]: colors_out [N, D] (prefiltered,
     times opacities [N] unless that is empty), extents [N, 2] (3 sqrt(s) or the fixed window), boxes [N, 4]
-    (pixel_box_axis) and the tiles of chunk c's Gaussians (image_sum.chunk_range) counted in counts[c] (at t + 1)."""
+    (pixel_box_axis) and the tiles of chunk c's Gaussians (image_sum.chunk_range) counted in counts[c]
+    (at t + 1)."""
     D = colors.shape[1]
     has_opacity = opacities.shape[0] > 0
     lim = max(width, height)
@@ -130,12 +131,16 @@ def prepare(means: np.ndarray, shape: np.ndarray, from_cholesky: bool, colors: n
     dt = means.dtype
     tiles_x, tiles_y = -(-width // TS), -(-height // TS)
     means_px, covars_px, conics = np.empty((N, 2), dt), np.empty((N, 3), dt), np.empty((N, 3), dt)
-    roots, ratio = np.empty((N, 2), dt), np.empty(N if prefilter else 0, dt)
+    # the values to take roots of live in PyTorch-allocated memory, as in geometry.py (same alignment: a
+    # vectorised sqrt may treat unaligned head elements differently)
+    tdt = torch.float64 if dt == np.float64 else torch.float32
+    roots_t, ratio_t = torch.empty((N, 2), dtype=tdt), torch.empty(N if prefilter else 0, dtype=tdt)
+    roots, ratio = roots_t.numpy(), ratio_t.numpy()
     shapes_pass(means, shape, from_cholesky, consts, prefilter, means_px, covars_px, conics, roots, ratio)
     if ellipse:
-        torch.from_numpy(roots).sqrt_()
+        roots_t.sqrt_()
     if prefilter:
-        torch.from_numpy(ratio).sqrt_()
+        ratio_t.sqrt_()
     colors_out, extents, boxes = np.empty((N, D), dt), np.empty((N, 2), dt), np.empty((N, 4), np.int64)
     counts = np.zeros((chunks, tiles_x * tiles_y + 1), np.int64)
     boxes_pass(means_px, roots, ratio, colors, opacities, consts, prefilter, ellipse, width, height, tiles_x,
