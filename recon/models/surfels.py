@@ -123,6 +123,14 @@ class SurfelModel(GaussianModel):
                 "backend_extras": m.backend_extras}
         return out.render, out.alpha, meta
 
+    @torch.no_grad()
+    def render_depth(self, cameras: Sequence[Camera], kind: str, background: Tensor | None = None):
+        """Mesh extraction's seam (recon.mesh_extraction.render_depth): (rgb [C, H, W, 3], depth [C, H, W, 1],
+        alpha [C, H, W, 1]), depth the median depth (``kind`` "median", the 2DGS paper's choice for TSDF fusion)
+        or the expected depth ("expected"), camera-space z, 0 where nothing is seen."""
+        render, alpha, meta = self.render(cameras, background=background)
+        return render, meta["median_depth" if kind == "median" else "depth"], alpha
+
     def screen_gradient(self, meta: dict, absgrad: bool = False) -> Tensor | None:
         """[C, N, 2] gsplat's 2DGS densification signal after backward, in pixels: the cuda backend's
         ``gradient_2dgs``, else ``(dL/dM_u[2], dL/dM_v[2]) z`` from ``meta["ray_transforms"].grad`` (M_u[2]
