@@ -24,7 +24,8 @@ factor x factor blocks, only blocks entirely on the object):
   median depth, 3dgs: expected depth (the depths ``splatforge mesh`` fuses);
 - ``normal_deg``: mean angle (degrees) between the method's normals and the true ones, world frame:
   2dgs its rendered normals, 3dgs the normals of its rendered expected depth (the 2DGS paper's
-  depth-to-normal, recon.geometry_metrics.depth_to_normal); ``normal_source`` says which;
+  depth-to-normal, recon.geometry_metrics.depth_to_normal); ``normal_source`` says which, and
+  ``normal_deg_depth_to_normal`` is the depth-to-normal error of every method (2dgs: of its median depth);
 - spot only, ``chamfer_pct``: Chamfer distance between the mesh of ``splatforge mesh`` (same code path:
   recon.commands.mesh.extract_run_mesh, its default depth per method) and the true mesh mapped with the
   dataset's ``mesh_to_world``, in % of the true bounding-box diagonal (recon.mesh_metrics);
@@ -59,7 +60,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 SHARED = ROOT.parent / "shared" / "data"
 SPOT_MESH = SHARED / "meshes" / "spot" / "spot_triangulated.obj"
 LEGO = SHARED / "lego_400"
-EVAL_VERSION = 1  # bump when the evaluation changes, so cached results are recomputed
+EVAL_VERSION = 2  # bump when the evaluation changes, so cached results are recomputed
 
 
 # ------------------------------------------------------------------------------ datasets and runs
@@ -124,7 +125,7 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
     rendered_normals = hasattr(model, "render_depth")
     frames = view_subset(scene.frames_test, geometry_views)
     factor = run.config.data_factor
-    sums = {"depth": 0.0, "depth_px": 0, "gt_depth_px": 0, "normal": 0.0, "normal_px": 0}
+    sums = {"depth": 0.0, "depth_px": 0, "gt_depth_px": 0, "normal": 0.0, "normal_px": 0, "d2n": 0.0, "d2n_px": 0}
     with torch.no_grad():
         for frame in frames:
             gt = gg.downscale_gt(gg.load_gt(scene.root, frame.name, source), factor)
@@ -142,18 +143,24 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
                 sums["depth"] += err * n
                 sums["depth_px"] += n
             sums["gt_depth_px"] += int(gt_dv.sum())
+            n_cam, d2n_valid = gm.depth_to_normal(torch.where(seen, depth, torch.zeros_like(depth)),
+                                                  cam.K.double().cpu())
+            d2n = gm.camera_to_world_normals(n_cam, cam.world_to_cam.double().cpu())
+            gt_nv, gt_n = torch.from_numpy(gt.normal_valid), torch.from_numpy(gt.normals)
             if rendered_normals:
                 normals = model.render([cam], background=bg)[2]["normals_world"][0].double().cpu()
-                nvalid = seen
+                nmask = gt_nv & seen
             else:
-                n_cam, nvalid = gm.depth_to_normal(torch.where(seen, depth, torch.zeros_like(depth)),
-                                                   cam.K.double().cpu())
-                normals = gm.camera_to_world_normals(n_cam, cam.world_to_cam.double().cpu())
-            nmask = torch.from_numpy(gt.normal_valid) & nvalid & seen
+                normals, nmask = d2n, gt_nv & d2n_valid & seen
             if nmask.any():
-                err, n = gm.mean_angle_error_deg(normals, torch.from_numpy(gt.normals), nmask)
+                err, n = gm.mean_angle_error_deg(normals, gt_n, nmask)
                 sums["normal"] += err * n
                 sums["normal_px"] += n
+            dmask = gt_nv & d2n_valid & seen
+            if dmask.any():
+                err, n = gm.mean_angle_error_deg(d2n, gt_n, dmask)
+                sums["d2n"] += err * n
+                sums["d2n_px"] += n
     return {
         "geometry_views": len(frames),
         "depth_kind": kind,
@@ -164,6 +171,7 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
         "normal_pixels": sums["normal_px"],
         "normal_source": "rendered normals (normals_world)" if rendered_normals
         else "depth_to_normal of the rendered expected depth (2DGS paper)",
+        "normal_deg_depth_to_normal": sums["d2n"] / sums["d2n_px"] if sums["d2n_px"] else None,
     }
 
 
