@@ -69,7 +69,7 @@ def _read(path: Path) -> np.ndarray:
         raise GroundTruthError(f"{path}: ground-truth image missing")
     try:
         return np.asarray(iio.imread(path))
-    except Exception as err:  # imageio raises several types for bad files
+    except (OSError, ValueError) as err:  # PIL's UnidentifiedImageError is an OSError
         raise GroundTruthError(f"{path}: not a readable image ({err})") from err
 
 

@@ -158,8 +158,11 @@ def test_mesh_dataset_ground_truth_decoding(tmp_path):
     gt = gg.load_gt(tmp_path, "test/r_0", "mesh")
     assert gt.depth_valid.sum() == 4 and np.allclose(gt.depth[gt.depth_valid], 2.5)
     assert np.degrees(np.arccos(gt.normals[1, 1] @ n)) < 0.5
-    with pytest.raises(gg.GroundTruthError, match="r_1_depth.png"):
+    with pytest.raises(gg.GroundTruthError, match="r_1_depth.png: ground-truth image missing"):
         gg.load_gt(tmp_path, "test/r_1", "mesh")
+    (tmp_path / "test" / "r_0_depth.png").write_bytes(b"not a png")
+    with pytest.raises(gg.GroundTruthError, match="r_0_depth.png: not a readable image"):
+        gg.load_gt(tmp_path, "test/r_0", "mesh")
 
 
 @pytest.mark.skipif(not (LEGO / "transforms_test.json").is_file(), reason=f"{LEGO} absent (../shared data)")
