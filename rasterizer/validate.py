@@ -49,10 +49,12 @@ def all_finite(x: Tensor) -> bool:
 
 
 def check_tensor(name: str, x: Tensor | None, shape: tuple, dtype: torch.dtype | None = None,
-                 device: torch.device | None = None, *, func: str | None = None, ref: str = "means") -> None:
+                 device: torch.device | None = None, *, func: str | None = None, ref: str = "means",
+                 finite: bool = True) -> None:
     """Check type, shape (None = any size), dtype, device and finiteness of one argument. ``func`` names
     the function in the message (default: the one set by :func:`calling`, else rasterize_gaussians), ``ref``
-    the argument whose dtype and device the others must share."""
+    the argument whose dtype and device the others must share; ``finite=False`` leaves finiteness to the
+    caller (a kernel that checks it in its own pass)."""
     if not isinstance(x, Tensor):
         _fail(name, f"must be a torch.Tensor, got {type(x).__name__}", func)
     if x.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, x.shape)):
@@ -64,7 +66,7 @@ def check_tensor(name: str, x: Tensor | None, shape: tuple, dtype: torch.dtype |
         _fail(name, f"has dtype {x.dtype} but `{ref}` has {dtype}; cast all inputs to one dtype", func)
     if device is not None and x.device != device:
         _fail(name, f"is on {x.device} but `{ref}` is on {device}; move all inputs to one device", func)
-    if x.numel() and not all_finite(x):
+    if finite and x.numel() and not all_finite(x):
         bad = (~torch.isfinite(x.detach())).reshape(x.shape[0], -1).any(-1).nonzero()[:5, 0].tolist() if x.dim() else []
         _fail(name, f"contains NaN or Inf values (first bad rows: {bad}); fix or drop them before rendering", func)
 

@@ -9,7 +9,10 @@
   the CPU; between recomputations the lists are of the last one).
 
 Both are off by default (weights 0); `splatforge train --method 4dgs --spacetime.entropy-lambda 0.001
---spacetime.velocity-lambda 0.05` turns on 4D-Rotor's.
+--spacetime.velocity-lambda 0.05` turns on 4D-Rotor's. Measured on procedural-4d, 1,000 steps, 2-core CPU at load
+~5-10 (`splatforge train --method 4dgs --data procedural-4d --steps 1000`): without 27.79 dB, 64,432 Gaussians,
+155 s; with 4D-Rotor's weights 25.15 dB, 32,409 Gaussians, 140 s (the entropy term drives opacities to 0 and
+densification prunes them; 4D-Rotor trains 30k steps on real captures, where it reports a gain). Hence off.
 """
 
 from __future__ import annotations

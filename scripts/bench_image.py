@@ -2,12 +2,12 @@
 """Benchmark images as 2D Gaussians (issue 19): fit quality and time, render speed, scale behaviour; prints JSON.
 
   python scripts/bench_image.py fit [--gpp 0.1] [--steps 3000] [--images DIR]   # every image of kodak12
-  python scripts/bench_image.py render [--gaussians 25000]                       # render speed, scale checks
+  python scripts/bench_image.py render [--gaussians 25000] [--model /tmp/m.gimg] # render speed, scale checks
 
 `fit` fits each image with round(gpp x H x W) Gaussians (recon.image.fit defaults otherwise) and prints one JSON
 line per image (PSNR, MS-SSIM, seconds) and a summary line with the means. `render` fits kodim01 (or --image)
-with --gaussians for --fit-steps, then times sum-mode renders at 1x (500x500) and 4x (2000x2000) (median of
---repeats after a warm-up) and checks that a scale-1 render reproduces the fit's own render exactly and that a
+with --gaussians for --fit-steps (or reads that fit from --model, where an earlier run wrote it), then times
+sum-mode renders at 1x (500x500) and 4x (2000x2000) (median of --repeats after a warm-up) and checks that a scale-1 render reproduces the fit's own render exactly and that a
 scale-2 render box-downsampled by 2 is within 0.5 dB of the scale-1 render's PSNR.
 """
 
@@ -25,6 +25,7 @@ import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import imageio.v3 as iio  # noqa: E402
@@ -32,7 +33,7 @@ import torch  # noqa: E402
 
 from bench_rasterizer import machine  # noqa: E402
 from recon.image.fit import FitConfig, fit_image, psnr  # noqa: E402
-from recon.image.gimg import decode_gimg, encode_gimg  # noqa: E402
+from recon.image.gimg import decode_gimg, encode_gimg, read_gimg, write_gimg  # noqa: E402
 
 KODAK = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "images2d" / "kodak12"
 
@@ -103,22 +104,37 @@ def box_down(img: torch.Tensor, k: int) -> torch.Tensor:
     return img.reshape(H // k, k, W // k, k, C).mean(dim=(1, 3))
 
 
+def fitted_model(args, target: torch.Tensor):
+    """(model, its PSNR, where it came from): read from ``--model`` when that file holds a fit of the same image,
+    Gaussian count and steps, else fitted now (and written to ``--model`` when given)."""
+    key = {"image": Path(args.image).name, "gaussians": args.gaussians, "fit_steps": args.fit_steps}
+    if args.model and Path(args.model).is_file():
+        model = read_gimg(args.model)
+        if model.source.get("bench_render") == key:
+            with torch.no_grad():
+                return model, psnr(model.to(args.device).render(backend=args.backend).cpu(), target), f"read {args.model}"
+    result = fit_image(target, FitConfig(gaussians=args.gaussians, steps=args.fit_steps, backend=args.backend,
+                                         device=args.device))
+    if args.model:
+        write_gimg(args.model, replace(result.model, source={"bench_render": key}), force=True)
+    return result.model, result.psnr, "fitted" + (f", written to {args.model}" if args.model else "")
+
+
 def bench_render(args) -> None:
     torch.set_num_threads(args.torch_threads)
     target = load(Path(args.image))
     H, W, _ = target.shape
-    result = fit_image(target, FitConfig(gaussians=args.gaussians, steps=args.fit_steps, backend=args.backend,
-                                         device=args.device))
-    model = result.model.to(args.device)
+    fitted, fit_psnr, origin = fitted_model(args, target)
+    model = fitted.to(args.device)
     out = {"image": Path(args.image).name, "gaussians": model.n, "fit_steps": args.fit_steps,
-           "fit_psnr": round(result.psnr, 3)}
+           "fit_psnr": round(fit_psnr, 3), "model": origin}
     with torch.no_grad():
         sync = torch.cuda.synchronize if model.means.is_cuda else (lambda: None)
         for k in (1, 4):
             out[f"render_{W * k}x{H * k}_ms"] = median_ms(
                 lambda: (model.render(W * k, H * k, backend=args.backend), sync()), args.repeats)
         scale1 = model.render(backend=args.backend).cpu()
-        stored = decode_gimg(encode_gimg(result.model.detached()))  # what `image fit` writes and `render` reads
+        stored = decode_gimg(encode_gimg(fitted.detached()))  # what `image fit` writes and `render` reads
         out["scale1_equals_fit_render"] = bool(torch.equal(stored.to(args.device).render(backend=args.backend).cpu(),
                                                            scale1))
         up = box_down(model.render(2 * W, 2 * H, backend=args.backend).cpu(), 2)
@@ -147,6 +163,9 @@ def main() -> None:
     ren.add_argument("--repeats", type=int, default=15)
     ren.add_argument("--backend", default="cpu")
     ren.add_argument("--device", default="cpu", help="cpu, cuda or auto (with --backend cuda: cuda)")
+    ren.add_argument("--model", help="a .gimg file (e.g. under /tmp): the fitted model is read from it when it holds "
+                     "a fit of the same --image, --gaussians and --fit-steps, else fitted and written there, so "
+                     "repeated timings do not refit")
     ren.add_argument("--torch-threads", type=int, default=1,
                      help="PyTorch threads (the render's PyTorch ops are on N-element tensors: on the 2-core machine "
                           "one thread was faster, 7.8 vs 11.6 ms at 500x500; the Numba kernels use all cores)")

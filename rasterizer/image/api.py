@@ -12,6 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -66,20 +67,22 @@ def _fail(name: str, problem: str) -> None:
 
 
 def _check(means, colors, cholesky, covars, opacities, depths, width, height, mode, window, prefilter_variance,
-           backgrounds) -> None:
-    V.check_tensor("means", means, (None, 2))
+           backgrounds, finite=True) -> None:
+    """Every argument check; ``finite=False`` leaves the NaN/Inf test of means, colors, cholesky / covars and
+    opacities to the caller (the cpu no-grad path counts them in its geometry pass)."""
+    V.check_tensor("means", means, (None, 2), finite=finite)
     N, dt, dev = means.shape[0], means.dtype, means.device
-    V.check_tensor("colors", colors, (N, None), dt, dev)
+    V.check_tensor("colors", colors, (N, None), dt, dev, finite=finite)
     if (cholesky is None) == (covars is None):
         _fail("cholesky", "and `covars`: pass exactly one of them")
     if cholesky is not None:
-        V.check_tensor("cholesky", cholesky, (N, 3), dt, dev)
+        V.check_tensor("cholesky", cholesky, (N, 3), dt, dev, finite=finite)
     elif covars.dim() == 3:
-        V.check_tensor("covars", covars, (N, 2, 2), dt, dev)
+        V.check_tensor("covars", covars, (N, 2, 2), dt, dev, finite=finite)
     else:
-        V.check_tensor("covars", covars, (N, 3), dt, dev)
+        V.check_tensor("covars", covars, (N, 3), dt, dev, finite=finite)
     if opacities is not None:
-        V.check_tensor("opacities", opacities, (N,), dt, dev)
+        V.check_tensor("opacities", opacities, (N,), dt, dev, finite=finite)
     if mode not in MODES:
         _fail("mode", f"is {mode!r}; expected one of {MODES}")
     if mode == "alpha":
@@ -146,10 +149,18 @@ def rasterize_image_gaussians(
     Returns:
         :class:`ImageRender` (render [H, W, D], alpha [H, W, 1] or None, meta).
     """
+    args = (means, colors, cholesky, covars, opacities, depths, width, height, mode, window, prefilter_variance,
+            backgrounds)
+    fast = _no_grad_cpu_sum(backend, mode, means, colors, cholesky, covars, opacities)
     with V.calling("rasterize_image_gaussians"), _as_image_errors():
-        _check(means, colors, cholesky, covars, opacities, depths, width, height, mode, window, prefilter_variance,
-               backgrounds)
+        _check(*args, finite=not fast)
         name = _backend(backend, means.device)
+    if fast:
+        done = _sum_no_grad_cpu(means, colors, cholesky, covars, opacities, width, height, window, prefilter_variance)
+        if done is not None:
+            return done
+        with V.calling("rasterize_image_gaussians"), _as_image_errors():
+            _check(*args)  # a NaN/Inf input: the full check names it
     if mode == "alpha" and window is not None:
         _fail("window", "must be None in 'alpha' mode (3DGS blending uses the 3-sigma box and the 1/255 cut-off)")
     cov = G.cholesky_to_covars(cholesky) if cholesky is not None else (
@@ -167,6 +178,43 @@ def rasterize_image_gaussians(
     if backgrounds is not None:
         render = torch.addcmul(render, 1.0 - alpha, backgrounds)
     return ImageRender(render, alpha, meta)
+
+
+def _no_grad_cpu_sum(backend, mode, means, colors, cholesky, covars, opacities) -> bool:
+    """Whether the render can take the cpu backend's no-grad path (:func:`_sum_no_grad_cpu`): sum mode, the cpu
+    backend, float32/64 CPU tensors, at least one Gaussian, and no gradient asked for. Anything unusual (a
+    non-tensor, another dtype) says no, so the full checks report it."""
+    given = [t for t in (means, colors, cholesky, covars, opacities) if t is not None]
+    if mode != "sum" or backend not in ("auto", "cpu") or not all(isinstance(t, Tensor) for t in given):
+        return False
+    if means.device.type != "cpu" or means.dtype not in (torch.float32, torch.float64) or means.dim() != 2:
+        return False
+    return means.shape[0] > 0 and not (torch.is_grad_enabled() and any(t.requires_grad for t in given))
+
+
+def _sum_no_grad_cpu(means, colors, cholesky, covars, opacities, width, height, window,
+                     prefilter_variance) -> ImageRender | None:
+    """The sum-mode render without autograd: the front end in two Numba passes (cpu/image_geometry.py, the same
+    float ops as geometry.py), the tile lists and the forward kernel. None if an input holds NaN/Inf (the
+    caller's full check then says where). Arguments already checked (but for finiteness)."""
+    from ..cpu import image_geometry as CG
+    from ..cpu import image_sum as CS
+
+    if cholesky is None and covars.dim() == 3:
+        covars = G.covars_from_matrices(covars)
+    shape = cholesky if cholesky is not None else covars
+    arrays = [t.detach().contiguous().numpy() for t in (means, shape, colors)]
+    opac = opacities.detach().contiguous().numpy() if opacities is not None else np.empty(0, arrays[0].dtype)
+    consts = CG.geometry_consts(width, height, prefilter_variance, window, arrays[0].dtype)
+    prepared = CG.prepare(arrays[0], arrays[1], cholesky is not None, arrays[2], opac, consts,
+                          prefilter_variance > 0.0, window is None, width, height, CS.binning_chunks(len(arrays[0])))
+    if prepared is None:
+        return None
+    means_px, covars_px, conics, colors_px, extents, boxes, counts = prepared
+    offsets, ids = CS.tile_lists(boxes, counts, -(-width // CS.TS))
+    out = CS.forward_render(means_px, conics, colors_px, boxes, offsets, ids, width, height, window is None)
+    meta = ImageRenderMeta(*(torch.from_numpy(a) for a in (means_px, covars_px, conics, extents)), width, height)
+    return ImageRender(torch.from_numpy(out), None, meta)
 
 
 def _sum(name, means_px, conics, colors, extents, width, height, ellipse) -> Tensor:

@@ -216,6 +216,17 @@ def _is_mip(ply: PlyData) -> bool:
     return False
 
 
+
+def sh_from_vertices(path: str | os.PathLike, v: np.ndarray) -> np.ndarray:
+    """SH coefficients [N, K, 3] float32 from a PLY vertex array's f_dc_0..2 and channel-major f_rest_* (Inria
+    layout); SplatFileError naming ``path`` for an f_rest count that is no SH degree."""
+    m = _rest_count(path, v.dtype.names)
+    sh = np.empty((len(v), 1 + m // 3, 3), dtype=np.float32)
+    sh[:, 0] = _columns(v, [f"f_dc_{i}" for i in range(3)])
+    if m:
+        sh[:, 1:] = sh_rest_from_channel_major(_columns(v, [f"f_rest_{i}" for i in range(m)]))
+    return sh
+
 def read_ply(path: str | os.PathLike) -> SplatData:
     """Read a 3DGS PLY (with or without normals, SH degree 0-3) into :class:`SplatData`.
 
@@ -228,11 +239,7 @@ def read_ply(path: str | os.PathLike) -> SplatData:
     n = len(v)
     if n == 0:
         raise SplatFileError(path, "empty model (0 splats)")
-    m = _rest_count(path, v.dtype.names)
-    sh = np.empty((n, 1 + m // 3, 3), dtype=np.float32)
-    sh[:, 0] = _columns(v, [f"f_dc_{i}" for i in range(3)])
-    if m:
-        sh[:, 1:] = sh_rest_from_channel_major(_columns(v, [f"f_rest_{i}" for i in range(m)]))
+    sh = sh_from_vertices(path, v)
     return SplatData(
         means=_columns(v, ["x", "y", "z"]),
         quats=_columns(v, [f"rot_{i}" for i in range(4)]),

@@ -17,8 +17,8 @@ from recon.atomic import atomic_open
 from recon.spacetime_data import SpaceTimeData
 from recon.splat_data import num_sh_bases
 
-from .ply import MAX_HEADER_BYTES, MIP_COMMENT, _columns, _is_mip, _load_plydata, _rest_count
-from .ply import sh_rest_from_channel_major, sh_rest_to_channel_major
+from .ply import MAX_HEADER_BYTES, MIP_COMMENT, _columns, _is_mip, _load_plydata, sh_from_vertices
+from .ply import sh_rest_to_channel_major
 from .splats import ModelKindError, SplatFileError, require_regular_file
 
 PLY4D_MARKER = "splatforge_ply4d"
@@ -125,11 +125,7 @@ def read_ply4d(path: str | os.PathLike) -> SpaceTimeData:
     n = len(v)
     if n == 0:
         raise SplatFileError(path, "empty 4D model (0 Gaussians)")
-    m = _rest_count(path, v.dtype.names)
-    sh = np.empty((n, 1 + m // 3, 3), dtype=np.float32)
-    sh[:, 0] = _columns(v, [f"f_dc_{i}" for i in range(3)])
-    if m:
-        sh[:, 1:] = sh_rest_from_channel_major(_columns(v, [f"f_rest_{i}" for i in range(m)]))
+    sh = sh_from_vertices(path, v)
     return SpaceTimeData(
         means4=_columns(v, ["x", "y", "z", "t"]),
         log_scales4=_columns(v, [f"scale_{i}" for i in range(4)]),

@@ -26,7 +26,7 @@ from viewer.camera_path import (  # noqa: E402
     CameraPath, CameraPathError, intrinsics_from_fov, load_camera_path, save_camera_path,
     viser_camera_to_frame, viser_to_world_to_cam, world_to_cam_to_viser)
 from viewer.commands import ViewConfig, build_viewer, view  # noqa: E402
-from viewer.scene import SplatScene, ViewerInputError, browser_splats, load_scene  # noqa: E402
+from viewer.scene import SplatScene, ViewerInputError, browser_splats, load_run_cameras, load_scene  # noqa: E402
 from viewer.server import ViewerServer  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -475,3 +475,40 @@ def test_mesh_occludes_splats_behind_it_and_not_in_front(browser, splat_file, tm
     assert opaque.sum() > 20, opaque.sum()
     diff = np.abs(behind[..., :3] - none[..., :3])[opaque].max(-1)
     assert (diff < 0.1).mean() > 0.9, (diff < 0.1).mean()
+
+
+def test_2dgs_run_and_its_extracted_mesh_in_the_browser(browser, tmp_path):
+    """`view RUN` on a 2dgs run shows its surfels (splats.ply holds them as flat 3D Gaussians) as the rasterizer
+    renders them, and `--mesh` with the mesh `splatforge mesh` extracted from that run changes the picture."""
+    pytest.importorskip("open3d")
+    from recon.commands.mesh import MeshConfig, extract_run_mesh
+    from recon.trainer import TrainConfig, train_model
+
+    run = tmp_path / "run2d"
+    train_model(TrainConfig(data=Path("procedural"), out=run, steps=60, data_factor=2, save_every=0, progress=False,
+                            method="2dgs", sh_degree=0), log=lambda *a: None)  # SH 0: the browser shows DC colour
+    mesh = tmp_path / "mesh.ply"
+    extract_run_mesh(MeshConfig(run=run, out=mesh, resolution=64, progress=False))
+    pictures = []
+    for meshes in ((), (mesh,)):
+        v = build_viewer(ViewConfig(path=run, port=0, mesh=meshes, output=tmp_path / f"out{len(meshes)}",
+                                    cameras=False), verbose=False).start()  # no frustums drawn over the picture
+        try:
+            assert v.scene.run_dir == run
+            cam0 = load_run_cameras(run)[0].camera
+            wxyz, position = world_to_cam_to_viser(cam0.world_to_cam.double().numpy())
+            fov = 2.0 * math.atan(cam0.height / (2.0 * float(cam0.K[1, 1])))
+            page, client = _connect(browser, v)
+            cam = set_camera(client, wxyz, position, fov)
+            if not meshes:
+                ref = v.render_frame(viser_camera_to_frame(*cam, W, H), background=(0.0, 0.0, 0.0))
+                assert shows_splats(ref), "the training camera sees the scene"
+                pictures.append(render_until(client, cam, lambda img: shows_splats(img) and psnr(img, ref) >= 18.0,
+                                             "the 2dgs run's surfels as the rasterizer renders them"))
+            else:
+                assert len(v.meshes) == 1 and len(v.meshes[0][1].faces) > 100
+                pictures.append(render_until(client, cam, lambda img: np.abs(img - pictures[0]).mean() > 0.01,
+                                             "the extracted mesh drawn with the surfels"))
+            page.close()
+        finally:
+            v.stop()

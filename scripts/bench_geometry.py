@@ -1,0 +1,339 @@
+#!/usr/bin/env python
+"""Geometry benchmark with ground truth: 3dgs against 2dgs (equal steps), printed as JSON.
+
+    python scripts/bench_geometry.py [--steps 7000] [--data-factor 2] [--datasets spot lego]
+        [--methods 3dgs 2dgs] [--out bench_geometry] [--spot-views 100] [--spot-size 400]
+        [--geometry-views 0] [--mesh-resolution 512] [--no-keep-largest] [--device cpu]
+
+Datasets:
+
+- ``spot``: rendered by scripts/make_mesh_dataset.py from ../shared/data/meshes/spot (made once into
+  ``OUT/datasets/spot_v{views}_s{size}``), with exact depth and normal images and the true mesh;
+- ``lego``: ../shared/data/lego_400, whose test split has depth and normal PNGs in an encoding
+  established from the data (datasets/README.md; scripts/lego_gt_encoding.py): depth everywhere on the
+  object, normals only where no component was clipped by the PNG.
+
+Per dataset and method, one training run in ``OUT/runs/{dataset}-{method}-f{factor}-s{steps}`` (a
+finished run is reused; an interrupted one resumes), then on the test views (all of them, or
+``--geometry-views`` evenly spaced ones), at the run's resolution (ground truth averaged over
+factor x factor blocks, only blocks entirely on the object):
+
+- ``psnr``: the run's own test PSNR (metrics.json, all test views);
+- ``depth_mae``: mean |rendered depth - true depth| (camera z, scene units) over pixels with true depth
+  and rendered alpha >= 0.5 (``depth_coverage``: the fraction of true-depth pixels that passed); 2dgs:
+  median depth, 3dgs: expected depth (the depths ``splatforge mesh`` fuses);
+- ``normal_deg``: mean angle (degrees) between the method's normals and the true ones, world frame:
+  2dgs its rendered normals, 3dgs the normals of its rendered expected depth (the 2DGS paper's
+  depth-to-normal, recon.geometry_metrics.depth_to_normal); ``normal_source`` says which, and
+  ``normal_deg_depth_to_normal`` is the depth-to-normal error of every method (2dgs: of its median depth);
+- spot only, ``chamfer_pct``: Chamfer distance between the mesh of ``splatforge mesh`` (same code path:
+  recon.commands.mesh.extract_run_mesh, its default depth per method) and the true mesh mapped with the
+  dataset's ``mesh_to_world``, in % of the true bounding-box diagonal (recon.mesh_metrics);
+- ``train_seconds``, ``seconds_per_step``: from the run's metrics.json (one training run each: training
+  is not repeated for a median; the load average around it is recorded).
+
+Evaluations are cached in ``OUT/results/`` next to the runs and reused while their options match.
+"""
+
+from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+SHARED = ROOT.parent / "shared" / "data"
+SPOT_MESH = SHARED / "meshes" / "spot" / "spot_triangulated.obj"
+LEGO = SHARED / "lego_400"
+EVAL_VERSION = 2  # bump when the evaluation changes, so cached results are recomputed
+
+
+# ------------------------------------------------------------------------------ datasets and runs
+
+def ensure_spot(out: Path, views: int, size: int, mesh: Path, log) -> Path:
+    """The spot dataset folder (rendered into a temporary folder and renamed into place on first use)."""
+    from make_mesh_dataset import make_dataset
+
+    folder = out / "datasets" / f"spot_v{views}_s{size}"
+    if (folder / "transforms_test.json").is_file() and (folder / "transforms_train.json").is_file():
+        return folder
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    log(f"rendering the spot dataset ({views} views, {size} px) into {folder}")
+    make_dataset(mesh, tmp, views=views, size=size)
+    tmp.replace(folder)
+    return folder
+
+
+def train_run(data: Path, run: Path, method: str, steps: int, factor: int, device: str, progress: bool,
+              log, init_num_random: int | None = None) -> tuple[dict, bool]:
+    """(metrics.json, trained now) of the run in ``run``: reused when finished at ``steps``, else trained
+    (resuming its checkpoints)."""
+    from recon.trainer import TrainConfig, train_model
+
+    metrics_path = run / "metrics.json"
+    if metrics_path.is_file() and (run / "splats.ply").is_file():
+        metrics = json.loads(metrics_path.read_text())
+        if metrics.get("steps") == steps:
+            return metrics, False
+    log(f"training {method} on {data} ({steps} steps, data factor {factor}) into {run}")
+    cfg = TrainConfig(data=data, out=run, method=method, steps=steps, data_factor=factor, device=device,
+                      progress=progress, save_every=max(1000, steps // 4),
+                      **({} if init_num_random is None else {"init_num_random": init_num_random}))
+    return train_model(cfg, log=lambda *a: None), True
+
+
+# ------------------------------------------------------------------------------ evaluation
+
+def view_subset(frames: list, count: int) -> list:
+    """All ``frames`` (count 0 or >= len) or ``count`` evenly spaced ones."""
+    if count <= 0 or count >= len(frames):
+        return list(frames)
+    return [frames[i] for i in np.linspace(0, len(frames) - 1, count).round().astype(int)]
+
+
+def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) -> dict:
+    """Depth and normal errors of the run's final model on its scene's test views (see the module docstring)."""
+    import torch
+
+    from recon import geometry_gt as gg
+    from recon import geometry_metrics as gm
+    from recon import mesh_extraction as mx
+    from recon.commands.mesh import depth_kind
+    from recon.run import Run
+
+    run = Run.open(run_dir)
+    scene = run.scene
+    model = run.load_model(device=device)
+    bg = run.background()
+    kind = depth_kind(model, "median")
+    rendered_normals = hasattr(model, "render_depth")
+    frames = view_subset(scene.frames_test, geometry_views)
+    factor = run.config.data_factor
+    sums = {"depth": 0.0, "depth_px": 0, "gt_depth_px": 0, "normal": 0.0, "normal_px": 0, "d2n": 0.0, "d2n_px": 0}
+    with torch.no_grad():
+        for frame in frames:
+            gt = gg.downscale_gt(gg.load_gt(scene.root, frame.name, source), factor)
+            cam = frame.camera
+            if gt.depth.shape != (cam.height, cam.width):
+                raise gg.GroundTruthError(f"{frame.name}: ground truth {gt.depth.shape} does not match the "
+                                          f"{cam.width}x{cam.height} view at data factor {factor}")
+            _, depth, alpha = mx.render_depth(model, [cam], kind, bg)
+            depth = depth[0, ..., 0].double().cpu()
+            seen = (alpha[0, ..., 0] >= mx.ALPHA_MIN).cpu() & torch.isfinite(depth)
+            gt_depth, gt_dv = torch.from_numpy(gt.depth), torch.from_numpy(gt.depth_valid)
+            mask = gt_dv & seen
+            if mask.any():
+                err, n = gm.mean_abs_depth_error(depth, gt_depth, mask)
+                sums["depth"] += err * n
+                sums["depth_px"] += n
+            sums["gt_depth_px"] += int(gt_dv.sum())
+            n_cam, d2n_valid = gm.depth_to_normal(torch.where(seen, depth, torch.zeros_like(depth)),
+                                                  cam.K.double().cpu())
+            d2n = gm.camera_to_world_normals(n_cam, cam.world_to_cam.double().cpu())
+            gt_nv, gt_n = torch.from_numpy(gt.normal_valid), torch.from_numpy(gt.normals)
+            if rendered_normals:
+                normals = model.render([cam], background=bg)[2]["normals_world"][0].double().cpu()
+                nmask = gt_nv & seen
+            else:
+                normals, nmask = d2n, gt_nv & d2n_valid & seen
+            if nmask.any():
+                err, n = gm.mean_angle_error_deg(normals, gt_n, nmask)
+                sums["normal"] += err * n
+                sums["normal_px"] += n
+            dmask = gt_nv & d2n_valid & seen
+            if dmask.any():
+                err, n = gm.mean_angle_error_deg(d2n, gt_n, dmask)
+                sums["d2n"] += err * n
+                sums["d2n_px"] += n
+    return {
+        "geometry_views": len(frames),
+        "depth_kind": kind,
+        "depth_mae": sums["depth"] / sums["depth_px"] if sums["depth_px"] else None,
+        "depth_pixels": sums["depth_px"],
+        "depth_coverage": sums["depth_px"] / sums["gt_depth_px"] if sums["gt_depth_px"] else None,
+        "normal_deg": sums["normal"] / sums["normal_px"] if sums["normal_px"] else None,
+        "normal_pixels": sums["normal_px"],
+        "normal_source": "rendered normals (normals_world)" if rendered_normals
+        else "depth_to_normal of the rendered expected depth (2DGS paper)",
+        "normal_deg_depth_to_normal": sums["d2n"] / sums["d2n_px"] if sums["d2n_px"] else None,
+    }
+
+
+def mesh_eval(run_dir: Path, data: Path, mesh_out: Path, resolution: int, keep_largest: bool,
+              true_mesh: Path) -> dict:
+    """Chamfer distance (% of the true bounding-box diagonal) of ``splatforge mesh``'s mesh of the run."""
+    import trimesh
+
+    from make_mesh_dataset import load_mesh
+    from recon.commands.mesh import MeshConfig, extract_run_mesh
+    from recon.mesh_metrics import chamfer_distance
+
+    t = time.perf_counter()
+    summary = extract_run_mesh(MeshConfig(run=run_dir, out=mesh_out, resolution=resolution,
+                                          keep_largest=keep_largest, force=True, progress=False))
+    seconds = time.perf_counter() - t
+    pred = trimesh.load(mesh_out, process=False)
+    truth = load_mesh(true_mesh)
+    m2w = np.asarray(json.loads((data / "transforms_train.json").read_text())["mesh_to_world"], dtype=np.float64)
+    truth.apply_transform(m2w)
+    cd = chamfer_distance(np.asarray(pred.vertices), np.asarray(pred.faces), np.asarray(truth.vertices),
+                          np.asarray(truth.faces))
+    return {"chamfer_pct": cd["chamfer_pct"], "accuracy_pct": cd["accuracy_pct"],
+            "completeness_pct": cd["completeness_pct"], "mesh": str(mesh_out), "mesh_faces": summary["faces"],
+            "mesh_depth": summary["depth"], "mesh_voxel_size": summary["voxel_size"],
+            "mesh_seconds": round(seconds, 2)}
+
+
+# ------------------------------------------------------------------------------ driver
+
+def machine() -> dict:
+    import torch
+
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def ratio(a, b):
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def compare(res: dict) -> dict:
+    """2dgs relative to 3dgs on one dataset (what the issue's targets are stated in)."""
+    a, b = res.get("2dgs"), res.get("3dgs")
+    if not a or not b:
+        return {}
+    out = {"normal_deg_ratio_2dgs_over_3dgs": ratio(a.get("normal_deg"), b.get("normal_deg")),
+           "depth_mae_ratio_2dgs_over_3dgs": ratio(a.get("depth_mae"), b.get("depth_mae")),
+           "train_seconds_ratio_2dgs_over_3dgs": ratio(a.get("train_seconds"), b.get("train_seconds")),
+           "psnr_2dgs_minus_3dgs": (a["psnr"] - b["psnr"]) if a.get("psnr") is not None and b.get("psnr") is not None
+           else None}
+    if "chamfer_pct" in a and "chamfer_pct" in b:
+        out["chamfer_ratio_2dgs_over_3dgs"] = ratio(a["chamfer_pct"], b["chamfer_pct"])
+    return out
+
+
+def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
+    from recon.atomic import atomic_write_bytes
+    from recon.geometry_gt import detect_source
+
+    out = Path(args.out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    (out / "meshes").mkdir(parents=True, exist_ok=True)
+    report = {"machine": machine(), "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "results": {}, "comparisons": {}, "unavailable": {}}
+    for dataset in args.datasets:
+        if dataset == "spot":
+            if not Path(args.spot_mesh).is_file():
+                report["unavailable"][dataset] = f"{args.spot_mesh}: mesh not found"
+                continue
+            data = ensure_spot(out, args.spot_views, args.spot_size, Path(args.spot_mesh), log)
+        else:
+            data = Path(args.lego)
+            if not (data / "transforms_test.json").is_file():
+                report["unavailable"][dataset] = f"{data}: no Blender dataset there"
+                continue
+        source = detect_source(data)
+        per_method = {}
+        for method in args.methods:
+            name = f"{dataset}-{method}-f{args.data_factor}-s{args.steps}" + \
+                ("" if args.init_num_random is None else f"-n{args.init_num_random}")
+            run = out / "runs" / name
+            cache = out / "results" / f"{name}.json"
+            key = {"eval_version": EVAL_VERSION, "geometry_views": args.geometry_views,
+                   "mesh_resolution": args.mesh_resolution, "keep_largest": args.keep_largest, "data": str(data)}
+            load0 = os.getloadavg()[0]
+            metrics, trained = train_run(data, run, method, args.steps, args.data_factor, args.device,
+                                         args.progress, log, args.init_num_random)
+            if not trained and cache.is_file():
+                cached = json.loads(cache.read_text())
+                if cached.get("key") == key:
+                    per_method[method] = cached["result"]
+                    continue
+            res = {"run": str(run), "steps": metrics["steps"], "psnr": metrics["test"]["psnr"],
+                   "num_gaussians": metrics["num_gaussians"], "train_seconds": metrics["train_seconds"],
+                   "seconds_per_step": metrics["seconds_per_step"]}
+            if trained:
+                res["load_avg_1min_before_after_training"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+            if source is None:
+                res["geometry"] = f"unavailable: {data} has no ground-truth depth or normal images"
+            else:
+                log(f"evaluating geometry of {name}")
+                res.update(geometry_eval(run, source, args.geometry_views, args.device))
+                if source == "nerf_synthetic":
+                    res["ground_truth_note"] = ("NeRF-synthetic test PNGs: depth = 8 (1 - v/255) along the ray "
+                                                "(converted to camera z); normals only where no component was "
+                                                "clipped (datasets/README.md)")
+            if dataset == "spot":
+                log(f"extracting the mesh of {name}")
+                res.update(mesh_eval(run, data, out / "meshes" / f"{name}.ply", args.mesh_resolution,
+                                     args.keep_largest, Path(args.spot_mesh)))
+            atomic_write_bytes(cache, json.dumps({"key": key, "result": res}, indent=2).encode(), force=True)
+            per_method[method] = res
+        report["results"][dataset] = per_method
+        report["comparisons"][dataset] = compare(per_method)
+    report["load_avg"] = [round(x, 2) for x in os.getloadavg()]
+    atomic_write_bytes(out / "bench_geometry.json", json.dumps(report, indent=2).encode(), force=True)
+    return report
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=7000, help="training steps, the same for every method")
+    ap.add_argument("--data-factor", type=int, default=2, help="image downscale factor of the runs")
+    ap.add_argument("--datasets", nargs="+", default=["spot", "lego"], choices=["spot", "lego"])
+    ap.add_argument("--methods", nargs="+", default=["3dgs", "2dgs"], choices=["3dgs", "2dgs"])
+    ap.add_argument("--out", type=Path, default=Path("bench_geometry"),
+                    help="output folder: datasets/, runs/, meshes/, results/ (finished runs are reused)")
+    ap.add_argument("--spot-views", type=int, default=100, help="training views of the spot dataset")
+    ap.add_argument("--spot-size", type=int, default=400, help="image size of the spot dataset")
+    ap.add_argument("--spot-mesh", type=Path, default=SPOT_MESH)
+    ap.add_argument("--lego", type=Path, default=LEGO)
+    ap.add_argument("--geometry-views", type=int, default=0,
+                    help="test views for depth/normal errors, evenly spaced (0: all)")
+    ap.add_argument("--mesh-resolution", type=int, default=512, help="splatforge mesh --resolution")
+    ap.add_argument("--no-keep-largest", dest="keep_largest", action="store_false",
+                    help="do not pass --keep-largest to splatforge mesh")
+    ap.add_argument("--init-num-random", type=int, default=None,
+                    help="random initial Gaussians of every run (default: train's, 100k); the run folder name "
+                         "records it when given")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--progress", action="store_true", help="training progress bars (on stderr)")
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.data_factor < 1:
+        ap.error("--steps and --data-factor must be >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    from recon.errors import USER_ERRORS
+
+    args = parse_args(argv)
+    try:
+        report = bench(args)
+    except USER_ERRORS as err:
+        print(f"bench_geometry: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
