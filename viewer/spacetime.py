@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from viewer.scene import BrowserSplats, SplatScene
-
-SH_C0 = 0.28209479177387814
+from recon.export.splats import SH_C0
+from viewer.splat_scene import BrowserSplats, SplatScene
 
 
 @dataclass

@@ -23,16 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-from rasterizer.camera import Camera
-from recon.errors import USER_ERRORS, OutputError, SplatforgeError, UsageError, fail
+from recon.errors import USER_ERRORS, OutputError, UsageError, fail
 from recon.export import SplatFileError
 from recon.export.atomic import refuse_overwrite
 from recon.export.budget import apply_budget, resolve_budget
 from recon.export.glb import format_key, read_any, write_any
 from recon.export.report import ExportReport, print_report
+from recon.commands.budget_cameras import run_cameras
 from recon.outputs import ensure_writable_folder
 from recon.time_args import resolve_times
-from recon import run_files as rf
 
 try:
     import tyro
@@ -78,21 +77,6 @@ class ExportConfig:
     """For run folders: report test PSNR before and after (needs the run's dataset)."""
     quiet: bool = False
     """Do not print the report."""
-
-
-def run_cameras(run: "Run") -> tuple[list[Camera] | None, str]:
-    """(training cameras of the run's dataset or None, a note on why not)."""
-    if not run.dataset_known:
-        return None, f"run has no {rf.CONFIG_FILE}: importance by opacity x volume"
-    try:
-        cams = list(run.cameras)
-    except FileNotFoundError:
-        return None, f"dataset {run.config.data} not available: importance by opacity x volume"
-    except (SplatforgeError, OSError) as exc:  # a dataset that fails to load only costs the footprint ranking
-        return None, f"could not load dataset {run.config.data} ({exc}): importance by opacity x volume"
-    if not cams:
-        return None, "dataset has no training views: importance by opacity x volume"
-    return cams, ""
 
 
 def run_export(config: ExportConfig) -> ExportReport:

@@ -129,7 +129,7 @@ def export_sequence(config, times: list[float]) -> ExportReport:
     whose times are seconds from the first frame (``|t - A| x --duration``)."""
     from rich.progress import track
 
-    from recon.commands.export import run_cameras
+    from recon.commands.budget_cameras import run_cameras
     from recon.export.sequence import MANIFEST_NAME, SequenceWriter
 
     src, out = Path(config.input), Path(config.out)
