@@ -15,16 +15,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from recon.surfel_losses import depth_to_points as batched_depth_to_points
+
 
 def depth_to_points(depth: Tensor, K: Tensor) -> Tensor:
-    """[H, W, 3] camera-frame (OpenCV) points of ``depth`` [H, W] (camera z) with intrinsics ``K`` [3, 3]."""
-    h, w = depth.shape
-    ys, xs = torch.meshgrid(torch.arange(h, dtype=depth.dtype, device=depth.device) + 0.5,
-                            torch.arange(w, dtype=depth.dtype, device=depth.device) + 0.5, indexing="ij")
-    K = K.to(depth)
-    x = (xs - K[0, 2]) / K[0, 0]
-    y = (ys - K[1, 2]) / K[1, 1]
-    return torch.stack([x * depth, y * depth, depth], dim=-1)
+    """[H, W, 3] camera-frame (OpenCV) points of ``depth`` [H, W] (camera z) with intrinsics ``K`` [3, 3]:
+    one camera of :func:`recon.surfel_losses.depth_to_points`."""
+    return batched_depth_to_points(depth[None, ..., None], K[None])[0]
 
 
 def depth_to_normal(depth: Tensor, K: Tensor) -> tuple[Tensor, Tensor]:

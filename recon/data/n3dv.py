@@ -21,13 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from recon.data.finalize import finalize_frames
-from recon.data.scene import DataFormatError, Frame, MissingImageError, Scene, default_cache_root, make_camera
+from recon.data.scene import BLACK, DataFormatError, Frame, MissingImageError, Scene, default_cache_root, make_camera
 from recon.errors import UsageError
 
 POSES_FILE = "poses_bounds.npy"
 TEST_CAMERA = "cam00"
 JPEG_QUALITY = 95
-BLACK = (0.0, 0.0, 0.0)
 
 
 def video_files(root: Path) -> list[Path]:

@@ -26,10 +26,9 @@ from typing import Any
 import numpy as np
 
 from recon.data.finalize import finalize_frames
-from recon.data.scene import DataFormatError, Frame, Scene, make_camera
+from recon.data.scene import BLACK, DataFormatError, Frame, Scene, make_camera
 
 META_FILES = {"train": "train_meta.json", "test": "test_meta.json"}
-BLACK = (0.0, 0.0, 0.0)
 FPS = 30.0  # Panoptic's HD cameras; Dynamic 3D Gaussians keeps consecutive frames
 
 
