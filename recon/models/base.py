@@ -41,7 +41,11 @@ from typing import Any, Callable, ClassVar, Sequence
 import torch
 from torch import Tensor
 
-from recon.errors import ConfigValueError
+from recon.errors import ConfigValueError, UsageError
+
+
+class NotCompositableError(UsageError):
+    """The run's method cannot be composited with inserted meshes (or cannot trace secondary rays)."""
 
 
 class SceneModel(ABC):
@@ -91,6 +95,39 @@ class SceneModel(ABC):
                t: float | None = None, absgrad: bool = False,
                backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
         """(rgb [C, H, W, 3], alpha [C, H, W, 1], meta) for C cameras of one size at time ``t``."""
+
+    # ---------------------------------------------------------------------------- hybrid (mesh insertion)
+
+    def render_front(self, cameras: Sequence[Any], depth_limit: Tensor, *, t: float | None = None,
+                     backend: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+        """What lies in front of an inserted mesh, for :mod:`recon.hybrid` (differentiable in the scene's
+        parameters).
+
+        Args:
+            cameras: C cameras of one size; depth_limit [C, H, W] camera-space z of the first mesh hit per
+                pixel (+inf where none); t: normalised time (static methods ignore it).
+        Returns:
+            (rgb [C, H, W, 3] colour composited from the fragments in front of the limit, premultiplied, no
+            background; transmittance [C, H, W, 1] the light left for what is behind; depth [C, H, W, 1] the
+            expected camera z of the front fragments, 0 where they are transparent). The pixel is then
+            ``rgb + transmittance * colour_behind``.
+        Default: :class:`NotCompositableError`."""
+        raise NotCompositableError(f"--method {self.method}: this method's scenes cannot be composited with "
+                                   "inserted meshes (supported: 3dgs, 2dgs, 4dgs, nerf)")
+
+    def trace_rays(self, origins: Tensor, dirs: Tensor, t_min: Tensor, t_max: Tensor, *,
+                   t: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The scene along arbitrary rays (reflected / refracted secondary rays of :mod:`recon.hybrid`).
+
+        Args:
+            origins [R, 3], dirs [R, 3] unit (world); t_min, t_max [R] distances along the ray bounding what
+            is composited (t_max: the next mesh hit, +inf where none); t: normalised time.
+        Returns:
+            (rgb [R, 3] premultiplied, no background; transmittance [R, 1]; distance [R, 1] expected
+            distance of what was composited, 0 where transparent).
+        Default: :class:`NotCompositableError`."""
+        raise NotCompositableError(f"--method {self.method}: this method cannot trace secondary rays "
+                                   "(mirror / glass materials); use --material diffuse")
 
     # ---------------------------------------------------------------------------- optional hooks
 

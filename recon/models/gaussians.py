@@ -59,6 +59,22 @@ class LearningRates:
 # ------------------------------------------------------------------------------------------ helpers
 
 
+def front_of_limit(means: Tensor, quats: Tensor | None, scales: Tensor | None, opacities: Tensor, colors,
+                   viewmats: Tensor, Ks: Tensor, W: int, H: int, sh_degree: int, depth_limit: Tensor,
+                   antialiased: bool = False, backend: str = "auto", covars: Tensor | None = None
+                   ) -> tuple[Tensor, Tensor, Tensor]:
+    """(rgb [C, H, W, 3] premultiplied, transmittance [C, H, W, 1], expected depth [C, H, W, 1]) of the
+    Gaussians in front of ``depth_limit`` [C, H, W] (see :meth:`SceneModel.render_front`)."""
+    if backend == "auto":
+        backend = "reference" if means.device.type == "cuda" else "cpu"
+    render, alpha, meta = rasterize_gaussians(
+        means, quats, scales, opacities, colors, viewmats, Ks, W, H, sh_degree=sh_degree, render_mode="RGB+ED",
+        rasterize_mode="antialiased" if antialiased else "classic", covars=covars, backend=backend,
+        depth_limit=depth_limit.to(means.device))
+    depth = torch.where(alpha > 0, render[..., 3:4], torch.zeros_like(alpha))
+    return render[..., :3], meta.transmittance, depth
+
+
 def rgb_to_sh0(rgb: Tensor) -> Tensor:
     """RGB [..., 3] in [0, 1] -> SH DC coefficients [..., 3] (inverse of 0.5 + SH_C0 * dc)."""
     return (rgb - 0.5) / SH_C0
@@ -329,6 +345,15 @@ class GaussianModel(SceneModel):
             (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H,
             sh_degree=degree, backgrounds=bg, render_mode="RGB",
             rasterize_mode="antialiased" if self.antialiased else "classic", backend=backend, absgrad=absgrad)
+
+    def render_front(self, cameras: Sequence[Camera], depth_limit: Tensor, *, t: float | None = None,
+                     backend: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+        """See :meth:`SceneModel.render_front`: ``rasterize_gaussians(..., depth_limit=...)`` (the cuda
+        backend has no depth limit: CUDA tensors use the reference backend)."""
+        viewmats, Ks, W, H, degree, _ = self.render_inputs(cameras, None, None)
+        return front_of_limit(self.params["means"], self.params["quats"], self.scales, self.opacities,
+                              (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H, degree, depth_limit,
+                              self.antialiased, backend)
 
     # ---------------------------------------------------------------------------- optimisation
 

@@ -45,7 +45,8 @@ from rasterizer.spacetime import slice_gaussians_4d
 from recon.errors import UsageError
 from recon.models.base import SceneModel, register_model
 from recon.spacetime_losses import NeighborLists
-from recon.models.gaussians import LearningRates, knn_mean_distance, resize_optimizer_state, rgb_to_sh0
+from recon.models.gaussians import (LearningRates, front_of_limit, knn_mean_distance, resize_optimizer_state,
+                                    rgb_to_sh0)
 from recon.spacetime_data import SpaceTimeData
 from recon.splat_data import SplatData
 
@@ -343,6 +344,18 @@ class SpaceTimeGaussians(SceneModel):
         meta = {"means2d": SlicedScreenMeans(parts, len(self)), "radii": radii, "width": W, "height": H,
                 "num_sliced": [len(s) for s in slices]}
         return rgb, alpha, meta
+
+    def render_front(self, cameras: Sequence[Camera], depth_limit: Tensor, *, t=None,
+                     backend: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+        """See :meth:`SceneModel.render_front`: the slice at time ``t`` (one number; None:
+        :data:`DEFAULT_TIME`) rendered with ``depth_limit``."""
+        viewmats, Ks, W, H = stack_cameras(list(cameras))
+        dev = self.device
+        s = self.slice(camera_times(t, 1)[0])
+        sh = (self.params["sh0"], self.params["shN"])
+        return front_of_limit(s.means, None, None, s.opacities, s.gather(sh), viewmats.to(dev, torch.float32),
+                              Ks.to(dev, torch.float32), W, H, self.sh_degree, depth_limit, self.antialiased,
+                              backend, covars=s.covars)
 
     # ---------------------------------------------------------------------------- optimisation
 

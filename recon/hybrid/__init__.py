@@ -1,0 +1,17 @@
+"""Meshes inside trained scenes: the hybrid renderer behind ``splatforge insert`` (issue 21).
+
+Per pixel (FIELD_NOTES §4): the first mesh hit (open3d ``RaycastingScene``) limits the scene's
+volumetric fragments (Gaussians through ``depth_limit``, NeRF samples through a per-ray far bound), and the
+shaded mesh enters with the remaining transmittance: ``C = sum_k T_k alpha_k c_k + T_end C_mesh``.
+
+Modules:
+
+- :mod:`recon.hybrid.assets`: mesh assets (OBJ / PLY / GLB through trimesh, with textures or vertex
+  colours), poses, materials, lights, keyframed asset paths; parsing of the CLI strings.
+- :mod:`recon.hybrid.raycast`: :class:`MeshScene`, the posed assets (and the scene's proxy mesh) in one
+  open3d ray-casting scene: first hits (distance, normal, uv, asset id, albedo) and occlusion tests.
+
+Conventions: world frame of the run; rays are origins [R, 3] and unit directions [R, 3] in world units,
+distances ``t`` along the ray (not camera z); cameras as rasterizer/CONVENTIONS.md (OpenCV, world-to-camera,
+pixel centres at +0.5).
+"""
