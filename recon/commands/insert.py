@@ -53,6 +53,7 @@ except ImportError:  # pragma: no cover
     _NoPrefix = None
     _UseAppend = None
 
+DEFAULT_LIGHTS = ("sun:45,60",)
 DEPTH_SUFFIXES_IMAGE = (".png", ".npy")
 DEPTH_SUFFIXES_VIDEO = (".npy", ".mp4")
 
@@ -80,9 +81,9 @@ class InsertConfig:
     asset_path: _appended(tuple[Path, ...]) = ()
     """Keyframe JSON per --asset ({"keyframes": [{"time": 0, "pose": "x,y,z,..."}, ...]}): the asset moves
     over the clip (times normalised to [0, 1]); give one for each asset or one for the first."""
-    light: _appended(tuple[str, ...]) = ("sun:45,60",)
+    light: _appended(tuple[str, ...]) = ()
     """sun:azimuth,elevation[,intensity[,r,g,b]] (degrees in the ground frame) or point:x,y,z[,intensity
-    [,r,g,b]]; repeat for several lights."""
+    [,r,g,b]]; repeat for several lights (default: sun:45,60)."""
     camera: Optional[str] = None
     """Render one view of the run: N or train:N (a training view), test:N (a test view)."""
     path: Optional[str] = None
@@ -375,15 +376,13 @@ def plan(cfg: InsertConfig, warn=None) -> InsertPlan:
     for p in cfg.pose:
         parse_pose(p)
     materials = [parse_material(m) for m in cfg.material]
-    if not cfg.light:
-        raise UsageError("--light: give at least one light (e.g. sun:45,60)")
     run = Run.open(cfg.run, data=cfg.data)
     check_compositable(run.model_class, materials)
     if cfg.time is not None and not run.is_4d:
         raise UsageError("--time: the run holds a static (3D) scene, which does not change with time; leave --time "
                          "out (it applies to --method 4dgs runs)")
     frame = ground_frame_of(run)
-    lights = [parse_light(text, frame) for text in cfg.light]
+    lights = [parse_light(text, frame) for text in (cfg.light or DEFAULT_LIGHTS)]
     assets = load_assets(cfg, default_translation=default_pose_translation(run) if not cfg.pose else None)
     warnings: list[str] = []
 
@@ -504,7 +503,7 @@ def png_bytes(array: np.ndarray, text: dict | None = None) -> bytes:
         for k, v in text.items():
             info.add_text(k, str(v))
     if array.dtype == np.uint16:
-        image = Image.fromarray(array.astype(np.uint16), mode="I;16")
+        image = Image.fromarray(np.ascontiguousarray(array, np.uint16))
     else:
         image = Image.fromarray(array)
     buf = io.BytesIO()

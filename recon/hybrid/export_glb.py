@@ -3,7 +3,7 @@ the run's splat file beside it, and a manifest JSON saying how to draw them toge
 
 ``export_scene(out_glb, ...)`` writes, all atomically (nothing is left half-written):
 
-- ``NAME.glb``: glTF scene (written with trimesh) whose root node ``world`` holds the matrix ``G`` (run world ->
+- ``NAME.glb``: glTF scene (written with trimesh) whose root node ``run_world`` holds the matrix ``G`` (run world ->
   glTF axes, below) and, under it:
   - ``asset_K_<file>``: the K-th asset's geometry in its file frame (textures, vertex colours and colour
     factors kept), node matrix = the asset's pose (asset file frame -> run world, a 4x4 with uniform scale);
@@ -44,6 +44,7 @@ from recon.hybrid.assets import Y_UP_TO_GROUND, Light, PlacedAsset
 
 MANIFEST_FORMAT = "splatforge-hybrid-scene"
 MANIFEST_VERSION = 1
+ROOT_NODE = "run_world"  # trimesh calls its base frame "world": the root node needs another name
 SHADOW_MIN = 1.0 / 255.0  # proxy vertices darker than this belong to the shadow catcher
 CATCHER_SUBDIVISIONS = 2
 CATCHER_LIFT = 1e-3  # of the proxy's diagonal, along the vertex normals (no z-fighting with the splats)
@@ -172,7 +173,7 @@ def build_scene(assets: Sequence[PlacedAsset], frame: np.ndarray, lights: Sequen
 
     g = world_to_gltf(frame)
     scene = trimesh.Scene()
-    scene.graph.update(frame_to="world", frame_from=scene.graph.base_frame, matrix=g)
+    scene.graph.update(frame_to=ROOT_NODE, frame_from=scene.graph.base_frame, matrix=g)
     info: dict = {"assets": [], "proxy": None, "shadow_catcher": None}
     for k, asset in enumerate(assets):
         pose = asset.pose_at(time)
@@ -182,9 +183,9 @@ def build_scene(assets: Sequence[PlacedAsset], frame: np.ndarray, lights: Sequen
         for p, mesh in enumerate(_asset_meshes(asset)):
             child = node if p == 0 and len(asset.mesh.parts) == 1 else f"{node}_part{p}"
             if child != node and node not in scene.graph.nodes:
-                scene.graph.update(frame_to=node, frame_from="world", matrix=m)
+                scene.graph.update(frame_to=node, frame_from=ROOT_NODE, matrix=m)
             scene.add_geometry(mesh, node_name=child, geom_name=child,
-                               parent_node_name=node if child != node else "world",
+                               parent_node_name=node if child != node else ROOT_NODE,
                                transform=np.eye(4) if child != node else m)
             names.append(child)
         info["assets"].append({"node": node, "mesh_nodes": names, "pose": pose, "matrix": m})
@@ -196,7 +197,7 @@ def build_scene(assets: Sequence[PlacedAsset], frame: np.ndarray, lights: Sequen
         rgba = np.concatenate([colours, np.ones((len(v), 1))], axis=1)
         mesh = trimesh.Trimesh(v, f, process=False)
         mesh.visual = trimesh.visual.ColorVisuals(mesh, vertex_colors=(rgba * 255 + 0.5).astype(np.uint8))
-        scene.add_geometry(mesh, node_name="scene_proxy", geom_name="scene_proxy", parent_node_name="world")
+        scene.add_geometry(mesh, node_name="scene_proxy", geom_name="scene_proxy", parent_node_name=ROOT_NODE)
         info["proxy"] = {"node": "scene_proxy", "vertices": int(len(v)), "faces": int(len(f)),
                          "shadowed_vertices": int((strength > SHADOW_MIN).sum())}
         catcher = shadow_catcher(v, f, strength, assets, frame, lights, ambient, time)
@@ -205,7 +206,7 @@ def build_scene(assets: Sequence[PlacedAsset], frame: np.ndarray, lights: Sequen
             uv = np.stack([np.clip(cs, 0, 1) * (255.0 / 256.0) + 0.5 / 256.0, np.full(len(cs), 0.5)], axis=1)
             mesh = trimesh.Trimesh(cv, cf, process=False)
             mesh.visual = trimesh.visual.TextureVisuals(uv=uv, material=_ramp_material())
-            scene.add_geometry(mesh, node_name="shadow_catcher", geom_name="shadow_catcher", parent_node_name="world")
+            scene.add_geometry(mesh, node_name="shadow_catcher", geom_name="shadow_catcher", parent_node_name=ROOT_NODE)
             info["shadow_catcher"] = {"node": "shadow_catcher", "vertices": int(len(cv)), "faces": int(len(cf)),
                                       "max_strength": float(cs.max(initial=0.0))}
     return scene, info
@@ -245,8 +246,9 @@ def manifest(paths: dict[str, Path], info: dict, assets: Sequence[PlacedAsset], 
         "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION,
         "files": {"meshes": paths["glb"].name, "splats": paths["splats"].name if splat_source else None},
         "frames": {
+            "root_node": ROOT_NODE,
             "world": "the training run's world frame (the dataset's cameras; units of the run)",
-            "gltf": "+Y up, right-handed, metres = run units; the GLB's root node 'world' holds matrix_world_to_gltf",
+            "gltf": "+Y up, right-handed, metres = run units; the GLB root node run_world holds matrix_world_to_gltf",
             "matrix_world_to_gltf": mat(g), "ground_frame_columns_e1_e2_up": mat(frame),
             "asset_file_frame": "Y-up (glTF); matrix_world maps it to the run world, matrix_gltf to glTF axes",
             "matrices": "4x4 row-major nested lists, column vectors (p' = M @ [p, 1])"},
