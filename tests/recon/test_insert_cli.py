@@ -305,18 +305,53 @@ def test_export_glb_reads_back_and_manifest_validates(tmp_path):
 
 
 def test_insert_renders_frame_depth_and_mask(run_and_cube, tmp_path):
+    """Two cubes: one between the first training camera and the splat cloud (visible), one at the cloud's
+    centre (hidden by the splats in front of it): the mask holds the first, the depth there is the cube's."""
     pytest.importorskip("recon.hybrid.render", reason="the HybridRenderer (recon/hybrid/render.py) is not here")
     from PIL import Image
 
     from recon.commands.insert import run_insert
+    from recon.run import Run
 
     run, cube = run_and_cube
-    summary = run_insert(cfg(run, [cube], tmp_path, pose=("0,0,0,0,0,0,2",), out=tmp_path / "f.png",
-                             depth=tmp_path / "d.npy", mask=tmp_path / "m.png", size="48x32"))
+    cam = Run.open(run).scene.frames_train[0].camera
+    centre = cam.center.double().numpy()
+    front = centre * (1.3 / np.linalg.norm(centre))  # outside the [-0.8, 0.8]^3 cloud, toward the camera
+    summary = run_insert(cfg(run, [cube, cube], tmp_path, pose=(",".join(map(str, front)) + ",0,0,0,1",
+                                                                   "0,0,0,0,0,0,1"),
+                             out=tmp_path / "f.png", depth=tmp_path / "d.npy", mask=tmp_path / "m.png", size="48x32"))
     rgb = np.asarray(Image.open(tmp_path / "f.png"))
     mask = np.asarray(Image.open(tmp_path / "m.png"))
     depth = np.load(tmp_path / "d.npy")
     assert rgb.shape == (32, 48, 3) and mask.shape == (32, 48) and depth.shape == (32, 48)
-    assert (mask == 1).any() and (mask == 0).any()
-    assert (depth[mask == 1] > 0).all()
+    assert (mask == 1).sum() > 4 and (mask == 0).any()
+    assert (mask == 2).sum() < (mask == 1).sum()  # the centre cube is mostly behind the splats
+    z_front = float(np.linalg.norm(centre) - 1.3)
+    assert np.all(np.abs(depth[mask == 1] - z_front) < 0.5)
     assert summary["frames"] == 1 and summary["timings_ms"]
+
+
+def test_insert_video_with_moving_asset_and_export(run_and_cube, tmp_path):
+    """--path orbit with --asset-path: an .mp4, depth .npy [N, H, W] whose asset moves (its mask changes), a
+    mask video; --export-glb writes the GLB (asset + proxy), the splat copy and a valid manifest."""
+    pytest.importorskip("recon.hybrid.render", reason="the HybridRenderer (recon/hybrid/render.py) is not here")
+    import trimesh
+
+    from recon.commands.insert import run_insert
+    from recon.hybrid.export_glb import validate_manifest
+
+    run, cube = run_and_cube
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keyframes": [{"time": 0, "pose": "-1.2,0,0,0,0,0,1.5"},
+                                              {"time": 1, "pose": [1.2, 0, 0, 90, 0, 0, 1.5]}]}))
+    summary = run_insert(cfg(run, [cube], tmp_path, asset_path=(keys,), path="fixed", frames=3, fps=5,
+                             out=tmp_path / "clip.mp4", depth=tmp_path / "d.npy", mask=tmp_path / "m.mp4",
+                             size="48x32", export_glb=tmp_path / "scene.glb"))
+    names = sorted(Path(p).name for p in summary["written"])
+    assert names == ["clip.mp4", "d.npy", "m.mp4", "scene.glb", "scene.manifest.json", "scene.splats.ply"]
+    depth = np.load(tmp_path / "d.npy")
+    assert depth.shape == (3, 32, 48)
+    assert not np.array_equal(depth[0], depth[2])  # the same camera, the asset moved
+    back = trimesh.load(str(tmp_path / "scene.glb"))
+    assert {"asset_0_cube", "scene_proxy"} <= set(back.graph.nodes_geometry)
+    validate_manifest(json.loads((tmp_path / "scene.manifest.json").read_text()))
