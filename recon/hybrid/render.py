@@ -163,6 +163,7 @@ class HybridRenderer:
         self._scene: MeshScene | None = None
         self._scene_key = object()
         self.keyframed = any(a.path is not None for a in self.assets)
+        self._ray_cache = None
 
     # ---------------------------------------------------------------------------- mesh scene
 
@@ -176,12 +177,20 @@ class HybridRenderer:
 
     # ---------------------------------------------------------------------------- render
 
+    def _rays(self, camera) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`primary_rays` of ``camera``, cached for the last camera (a video's fixed view, the viewer)."""
+        key = (camera.world_to_cam_numpy().tobytes(), camera.K_numpy().tobytes(), int(camera.width),
+               int(camera.height))
+        if self._ray_cache is None or self._ray_cache[0] != key:
+            self._ray_cache = (key, primary_rays(camera))
+        return self._ray_cache[1]
+
     def render(self, camera, time: float | None = None, shadows: bool = True) -> HybridFrame:
         """One :class:`HybridFrame` of ``camera`` (a :class:`rasterizer.Camera`) at normalised ``time``."""
         clock = _Clock()
         W, H = int(camera.width), int(camera.height)
         dev = self.model.device
-        origins, dirs, z_per_t = primary_rays(camera)
+        origins, dirs, z_per_t = self._rays(camera)
         clock.lap("rays")
         scene = self.mesh_scene(time)
         clock.lap("scene")

@@ -95,11 +95,28 @@ def blocked_fraction(scene: MeshScene, points: np.ndarray, lights: Sequence[Ligh
     blocked = np.zeros(len(points))
     if len(points) == 0 or not len(lights) or weights.sum() <= 0:
         return blocked
+    lo, hi = scene.bounds
     for w, light in zip(weights, lights):
         if w > 0:
             dirs, dist = light.toward(points)
-            blocked += w * scene.occluded(points, dirs, dist, assets_only=True)
+            near = np.nonzero(segment_meets_box(points, dirs, dist, lo - scene.eps, hi + scene.eps))[0]
+            if len(near):
+                blocked[near] += w * scene.occluded(points[near], dirs[near], dist[near], assets_only=True)
     return blocked / weights.sum()
+
+
+def segment_meets_box(points: np.ndarray, dirs: np.ndarray, dist: np.ndarray, lo: np.ndarray,
+                      hi: np.ndarray) -> np.ndarray:
+    """[R] bool: the segment from ``points`` [R, 3] along ``dirs`` [R, 3] up to ``dist`` [R] meets the box
+    ``lo`` .. ``hi`` (slab test; a cheap cull before casting shadow rays against the assets)."""
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        return np.zeros(len(points), bool)
+    safe = np.where(np.abs(dirs) < 1e-12, np.where(dirs < 0, -1e-12, 1e-12), dirs)
+    inv = 1.0 / safe
+    t1, t2 = (lo[None] - points) * inv, (hi[None] - points) * inv
+    near = np.minimum(t1, t2).max(axis=1)
+    far = np.maximum(t1, t2).min(axis=1)
+    return (near <= far) & (far >= 0) & (near <= dist)
 
 
 def scene_shadow_factor(blocked: np.ndarray, strength: float = SHADOW_STRENGTH) -> np.ndarray:
@@ -108,4 +125,4 @@ def scene_shadow_factor(blocked: np.ndarray, strength: float = SHADOW_STRENGTH) 
 
 
 __all__ = ["SHADOW_STRENGTH", "blocked_fraction", "lambert", "light_radiance", "scene_shadow_factor",
-           "shade_diffuse", "shadow_visible"]
+           "segment_meets_box", "shade_diffuse", "shadow_visible"]

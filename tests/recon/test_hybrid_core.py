@@ -452,3 +452,25 @@ def test_for_run_builds_caches_proxy_and_warns_outside(tmp_path):
     assert np.allclose(np.linalg.det(r.frame), 1.0)
     out = r2.render(run.cameras[0])
     assert out.rgb.shape == (run.cameras[0].height, run.cameras[0].width, 3)
+
+
+def test_segment_box_cull_matches_ray_casting_a_box():
+    import trimesh
+    from recon.hybrid.shading import segment_meets_box
+
+    box = trimesh.creation.box(extents=[1.0, 0.6, 0.8])
+    scene = MeshScene([world_asset(box.vertices, box.faces)], FRAME)
+    rng = np.random.default_rng(1)
+    p = rng.uniform(-2, 2, (4000, 3))
+    p = p[np.max(np.abs(p) - [0.5, 0.3, 0.4], axis=1) > 0.01]  # start outside the box
+    d = rng.normal(size=(len(p), 3))
+    d[::2] = -p[::2] + rng.normal(scale=0.3, size=p[::2].shape)  # half aim near the box
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    d[:50, 1:] = 0.0  # axis-aligned rays (zero components)
+    d[:50, 0] = np.sign(d[:50, 0]) + (d[:50, 0] == 0)
+    dist = rng.uniform(0.1, 3.0, len(p))
+    dist[::7] = np.inf
+    cull = segment_meets_box(p, d, dist, *scene.bounds)
+    t = scene.first_hit(p, d).t
+    hit = np.isfinite(t) & (t <= dist)
+    assert hit.sum() > 500 and (~hit).sum() > 500 and np.array_equal(cull, hit)
