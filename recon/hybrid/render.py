@@ -266,18 +266,21 @@ class HybridRenderer:
                 bounces: int = 2, background=None, proxy: bool = True, splats: str | Path | None = None,
                 device: torch.device | str = "cpu", proxy_time: float | None = None, rebuild_proxy: bool = False,
                 warn: Callable[[str], None] | None = None, progress: bool = False,
-                shadow_strength: float = SHADOW_STRENGTH, backend: str = "auto") -> "HybridRenderer":
+                shadow_strength: float = SHADOW_STRENGTH, backend: str = "auto",
+                proxy_options: dict | None = None) -> "HybridRenderer":
         """A renderer for run folder ``run`` (a :class:`recon.run.Run`): its model (``splats`` or the run's
         own), its ground frame (training cameras), its background (unless ``background`` is given) and
         its proxy mesh (RUN/hybrid/proxy.ply, built once by :mod:`recon.hybrid.proxy`; ``proxy=False``:
-        none). ``warn`` (default: ``warnings.warn``) hears about assets outside the scene's bounds."""
+        none; ``proxy_options``: :func:`recon.hybrid.proxy.build_proxy` options such as ``resolution``,
+        ``max_views``, ``scale``; ``proxy_time``: the time a 4D run's proxy is built at). ``warn`` (default:
+        ``warnings.warn``) hears about assets outside the scene's bounds."""
         from recon.hybrid.proxy import load_or_build_proxy, scene_bounds
 
         model = run.load_model(splats, device=device)
         frames = run.scene.frames_train
         frame = ground_frame_of(frames)
-        mesh = load_or_build_proxy(run, model, time=proxy_time, rebuild=rebuild_proxy, progress=progress) \
-            if proxy else None
+        mesh = load_or_build_proxy(run, model, time=proxy_time, rebuild=rebuild_proxy, progress=progress,
+                                   **(proxy_options or {})) if proxy else None
         lo, hi = scene_bounds(run, mesh)
         check_inside(assets, frame, lo, hi, warn or (lambda m: warnings.warn(m, stacklevel=2)))
         bg = run.background() if background is None else background

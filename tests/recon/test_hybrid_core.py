@@ -291,13 +291,15 @@ class PlaneScene:
         self.x0, self.colour, self.half_y = x0, torch.tensor(colour, dtype=torch.float32), half_y
         self.inner = gaussians([[0, 0, -50.0]], [[0.1] * 3], [0.5], [[1, 1, 1]])
         self.device = self.inner.device
-        self.calls = []
+        self.calls, self.times = [], []
 
     def render_front(self, cameras, depth_limit, *, t=None, backend="auto"):
+        self.times.append(("front", t))
         return self.inner.render_front(cameras, depth_limit, t=t, backend=backend)
 
     def trace_rays(self, origins, dirs, t_min, t_max, *, t=None):
         self.calls.append(len(origins))
+        self.times.append(("trace", t))
         s = ((0.0 if self.x0 is None else self.x0) - origins[:, 0]) / dirs[:, 0]
         hit = (s > t_min) & (s < t_max) & torch.isfinite(s) & (self.x0 is not None)
         if self.half_y:  # only the half y > 0 of the plane is there
@@ -314,7 +316,8 @@ def test_mirror_shows_the_scene_where_reflection_geometry_says():
     model = PlaneScene(5.0, [1.0, 0.0, 0.0], half_y=True)
     r = HybridRenderer(model, [mirror], [], FRAME, background=[0.0, 0.0, 1.0], bounces=1)
     cam = camera(16, 16, 10.0, 8.3, 7.9)
-    out = r.render(cam)
+    out = r.render(cam, time=0.3)
+    assert set(model.times) == {("front", 0.3), ("trace", 0.3)}  # scene time reaches both passes
     rgb = out.rgb.detach().numpy().reshape(-1, 3)
     o, d, _ = primary_rays(cam)
     n = np.array([-1.0, 0, 1.0]) / math.sqrt(2)
@@ -442,12 +445,14 @@ def test_for_run_builds_caches_proxy_and_warns_outside(tmp_path):
     quad = quad_z(0.0, -0.1, 0.1, -0.1, 0.1)
     far = PlacedAsset(quad.mesh, Pose((1e4, 1e4, 1e4)))
     warnings = []
-    r = HybridRenderer.for_run(run, [quad, far], [Light("sun", direction=(0.0, 0.0, 1.0))], warn=warnings.append)
+    r = HybridRenderer.for_run(run, [quad, far], [Light("sun", direction=(0.0, 0.0, 1.0))], warn=warnings.append,
+                               proxy_options={"resolution": 64, "max_views": 12})
     assert len(warnings) == 1 and "outside the scene's bounds" in warnings[0]
     path = proxy_path(run)
     assert path.is_file() and r.proxy is not None and len(r.proxy[1]) > 100
+    assert abs(float(np.median(np.abs(r.proxy[0] @ r.frame[:, 2])))) < 3 * run.scene.extent  # near the scene
     stamp = path.stat().st_mtime_ns
-    r2 = HybridRenderer.for_run(run, [quad], [], warn=warnings.append)
+    r2 = HybridRenderer.for_run(run, [quad], [], warn=warnings.append, proxy_options={"resolution": 64})
     assert path.stat().st_mtime_ns == stamp and len(r2.proxy[1]) == len(r.proxy[1])  # reused
     assert np.allclose(np.linalg.det(r.frame), 1.0)
     out = r2.render(run.cameras[0])
