@@ -287,8 +287,9 @@ class PlaneScene:
     """A scene double for secondary rays: a coloured opaque plane x = ``x0`` (trace_rays: its colour where
     the ray meets it within [t_min, t_max]), the front pass through a 3dgs model with nothing visible."""
 
-    def __init__(self, x0, colour, half_y=False):
+    def __init__(self, x0, colour, half_y=False, axis=0, region=None):
         self.x0, self.colour, self.half_y = x0, torch.tensor(colour, dtype=torch.float32), half_y
+        self.axis, self.region = axis, region  # the plane's normal axis; region(points) -> bool: where it is
         self.inner = gaussians([[0, 0, -50.0]], [[0.1] * 3], [0.5], [[1, 1, 1]])
         self.device = self.inner.device
         self.calls, self.times = [], []
@@ -300,10 +301,13 @@ class PlaneScene:
     def trace_rays(self, origins, dirs, t_min, t_max, *, t=None):
         self.calls.append(len(origins))
         self.times.append(("trace", t))
-        s = ((0.0 if self.x0 is None else self.x0) - origins[:, 0]) / dirs[:, 0]
+        a = self.axis
+        s = ((0.0 if self.x0 is None else self.x0) - origins[:, a]) / dirs[:, a]
         hit = (s > t_min) & (s < t_max) & torch.isfinite(s) & (self.x0 is not None)
         if self.half_y:  # only the half y > 0 of the plane is there
             hit &= origins[:, 1] + s * dirs[:, 1] > 0
+        if self.region is not None:
+            hit &= self.region(origins + s[:, None] * dirs)
         rgb = torch.where(hit[:, None], self.colour[None], torch.zeros(1, 3))
         return rgb, (~hit).float()[:, None], torch.where(hit, s, torch.zeros_like(s))[:, None]
 
@@ -497,3 +501,30 @@ def test_4d_scene_time_reaches_the_front_pass_and_the_proxy():
     assert (a.rgb - b.rgb).abs().max() > 1e-3
     mesh = build_proxy(model, [f.camera for f in scene.frames_train], time=0.5, resolution=32, scale=1.0)
     assert len(mesh.faces) > 0
+
+
+def test_glass_slab_shifts_the_view_as_snell_says():
+    """A glass slab (z in [2, 3], ior 1.5) in front of a red region (z = 5, x > 3): a pixel sees red
+    where its ray, refracted in and out (Snell), meets x > 3; the red it gets is (1 - F_in)(1 - F_out)."""
+    import trimesh
+
+    ior = 1.5
+    slab = trimesh.creation.box(extents=[40.0, 40.0, 1.0])
+    slab.apply_translation([0, 0, 2.5])
+    glass = world_asset(slab.vertices, slab.faces, material=Material("glass", ior=ior))
+    model = PlaneScene(5.0, [1.0, 0.0, 0.0], axis=2, region=lambda p: p[:, 0] > 3.0)
+    cam = camera(80, 6, 40.0)
+    out = HybridRenderer(model, [glass], [], FRAME, background=[0.0, 0.0, 0.0], bounces=2).render(cam)
+    red = out.rgb.detach().double().numpy().reshape(-1, 3)[:, 0]
+    o, d, _ = primary_rays(cam)
+    n = np.tile([0.0, 0.0, -1.0], (len(d), 1))
+    p1 = d * (2.0 / d[:, 2:])
+    d_in, _ = sec.refract(d, n, np.full(len(d), 1 / ior))
+    p2 = p1 + d_in * (1.0 / d_in[:, 2:])
+    x_glass = p2[:, 0] + d[:, 0] * (2.0 / d[:, 2])
+    x_straight = 5.0 * d[:, 0] / d[:, 2]
+    sure = np.abs(x_glass - 3.0) > 1e-3
+    f_in = sec.fresnel(d, n, np.full(len(d), 1 / ior))
+    want = np.where(x_glass > 3.0, (1 - f_in) ** 2, 0.0)
+    assert np.allclose(red[sure], want[sure], atol=1e-5)
+    assert ((x_glass > 3.0) != (x_straight > 3.0)).sum() >= 12 and (want > 0).sum() >= 12  # the shift decides some pixels
