@@ -68,7 +68,8 @@ def synthetic(args: Args):
     N = args.gaussians
     n_floor = N // 2
     floor = torch.cat([(torch.rand(n_floor, 2, generator=g) * 2 - 1) * 4, torch.zeros(n_floor, 1)], 1)
-    cloud = (torch.rand(N - n_floor, 3, generator=g) * 2 - 1) * torch.tensor([3.0, 3.0, 1.5]) + torch.tensor([0, 0, 1.5])
+    cloud = (torch.rand(N - n_floor, 3, generator=g) * 2 - 1) * torch.tensor([3.0, 3.0, 1.5])
+    cloud = cloud + torch.tensor([0, 0, 1.5])
     means = torch.cat([floor, cloud])
     scales = torch.cat([torch.tensor([[0.03, 0.03, 0.003]]).repeat(n_floor, 1), torch.full((N - n_floor, 3), 0.01)])
     op = torch.cat([torch.full((n_floor,), 0.9), torch.full((N - n_floor,), 0.05)])

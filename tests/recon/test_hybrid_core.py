@@ -242,7 +242,8 @@ def test_asset_shadow_on_scene_darkens_by_shadow_strength_exactly_there():
 def test_proxy_shadows_the_asset_but_never_the_scene():
     sun, occ, cam, geometric_shadow, cos = shadow_setup()
     # the proxy is a big occluder between the sun and everything: it darkens the asset, not the scene
-    roof = np.array([[-50, -50, -1.0], [50, -50, -1.0], [50, 50, -1.0], [-50, 50, -1.0]]), np.array([[0, 1, 2], [0, 2, 3]])
+    roof = (np.array([[-50, -50, -1.0], [50, -50, -1.0], [50, 50, -1.0], [-50, 50, -1.0]]),
+            np.array([[0, 1, 2], [0, 2, 3]]))
     floor_g = gaussians([[0.0, 0.0, 4.0]], [[8.0, 8.0, 1e-3]], [0.95], [[0.7, 0.6, 0.5]])
     r = HybridRenderer(floor_g, [occ], [sun], FRAME, proxy=roof, ambient=AMBIENT)
     out = r.render(cam)
@@ -492,7 +493,8 @@ def test_4d_scene_time_reaches_the_front_pass_and_the_proxy():
     from recon.trainer import TrainConfig
 
     scene = procedural_4d_scene(width=32, height=32, n_train=4, n_times=6, test_time_stride=2, n_points=600)
-    model = SpaceTimeGaussians.initialize(TrainConfig(method="4dgs", sh_degree=0), scene, torch.Generator().manual_seed(0))
+    model = SpaceTimeGaussians.initialize(TrainConfig(method="4dgs", sh_degree=0), scene,
+                                          torch.Generator().manual_seed(0))
     cam = scene.frames_train[0].camera
     r = HybridRenderer(model, [], [], FRAME)
     a, b = r.render(cam, time=0.0), r.render(cam, time=1.0)
@@ -527,4 +529,5 @@ def test_glass_slab_shifts_the_view_as_snell_says():
     f_in = sec.fresnel(d, n, np.full(len(d), 1 / ior))
     want = np.where(x_glass > 3.0, (1 - f_in) ** 2, 0.0)
     assert np.allclose(red[sure], want[sure], atol=1e-5)
-    assert ((x_glass > 3.0) != (x_straight > 3.0)).sum() >= 12 and (want > 0).sum() >= 12  # the shift decides some pixels
+    # the shift decides some pixels
+    assert ((x_glass > 3.0) != (x_straight > 3.0)).sum() >= 12 and (want > 0).sum() >= 12
