@@ -434,7 +434,8 @@ def held_renderer(renderer, assets, clip_time: float):
 
     still = [PlacedAsset(a.mesh, a.pose_at(clip_time), a.material) for a in assets]
     return HybridRenderer(renderer.model, still, renderer.lights, renderer.frame, renderer.proxy, renderer.ambient,
-                          renderer.bounces, renderer.background)
+                          renderer.bounces, renderer.background, shadow_strength=renderer.shadow_strength,
+                          backend=renderer.backend)
 
 
 def render_frames(p: InsertPlan, renderer, on_frame=None) -> dict:

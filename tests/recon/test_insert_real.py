@@ -38,7 +38,7 @@ def _train(tmp_path_factory, name: str, data: Path, factor: int, steps: int) -> 
 
 @pytest.fixture(scope="module")
 def lego_run(tmp_path_factory):
-    return _train(tmp_path_factory, "lego", DATA / "lego_400", 4, 300)
+    return _train(tmp_path_factory, "lego", DATA / "lego_400", 8, 250)
 
 
 @pytest.fixture(scope="module")
@@ -114,14 +114,25 @@ def test_spot_in_lego(lego_run):
 
 
 def test_spot_in_colmap_bird(bird_run):
+    """Spot between the first training camera and the scene's centre (where the cameras look), lit from the
+    camera's side so that its shadow falls on the scene behind it."""
+    import math
+
     from recon.camera_paths import scene_rig
     from recon.commands.insert import resized
     from recon.hybrid.assets import Pose
+    from recon.hybrid.render import ground_frame_of
     from recon.run import Run
 
     run0 = Run.open(bird_run)
     rig = scene_rig(run0.cameras)
-    scale = 0.15 * rig["radius"]
-    run, renderer = _renderer(bird_run, Pose(tuple(rig["center"]), 0.0, 0.0, 0.0, scale))
-    cam = resized(run.scene.frames_train[0].camera, (120, 68), None)
+    cam = resized(run0.scene.frames_train[0].camera, (120, 68), None)
+    eye = cam.center.double().numpy()
+    offset = eye - rig["center"]
+    frame = ground_frame_of(run0.scene.frames_train)
+    g = frame.T @ offset
+    azimuth = math.degrees(math.atan2(g[1], g[0]))
+    pose = Pose(tuple(rig["center"] + 0.4 * offset), math.degrees(math.atan2(g[1], g[0])), 0.0, 0.0,
+                0.12 * rig["radius"])
+    run, renderer = _renderer(bird_run, pose, light=f"sun:{azimuth + 20:.1f},35")
     _check_structure(run, renderer, cam)
