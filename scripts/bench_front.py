@@ -6,8 +6,8 @@
 
 - ``surfels``: rasterize_surfels, cpu backend, float32, forward + backward of every output, random surfels
   (tests/rasterizer/scenes.random_scene's first two scales, depths 2.5..5) without a limit, with a limit of +inf everywhere
-  and with a ramp 2.5..4.0 across the image that cuts through the scene (``cut_fraction``: pixels whose colour it
-  changed), the three interleaved;
+  and with a ramp 2.5..4.0 across the image that cuts through the scene (``cut_fraction``: pixels whose
+  colour it changed), the three interleaved;
 - ``nerf``: NerfModel.render (no gradients) against render_front with +inf and with a limit at the
   middle of the box (no gradients, and with gradients), on the random initial field of a small hash grid
   with every occupancy cell set (a fixed sample load, not a trained scene), --nerf-size pixels square.

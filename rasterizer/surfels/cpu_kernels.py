@@ -239,7 +239,8 @@ def shrink_span(a, b, p0, level, least):
 
 @njit(cache=True, parallel=True)
 def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offsets, ids, tile_order, W, H, TW, ts,
-                   intersection, limits, render, alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k, median_k):
+                   intersection, limits, render, alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k,
+                   median_k):
     """Composite every pixel. Outputs [C, H, W, .] in the storage dtype: render (D), alpha (sum w),
     T_out (prod (1 - alpha)), wz_out (sum w z), median_out, normal_out (3), dist_out; last_k / median_k
     [C, H, W] int64: the intersection index of the last blended surfel / of the median one (-1: none).
@@ -347,8 +348,8 @@ NB = 10
 
 @njit(cache=True, parallel=True)
 def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offsets, ids, tile_order, W, H, TW, ts,
-                    intersection, limits, alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz, v_median,
-                    v_normal, v_dist, grads):
+                    intersection, limits, alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz,
+                    v_median, v_normal, v_dist, grads):
     """Per-intersection gradients grads [M, G_COLOR + D] (float64, every row written) from the cotangents
     of the forward outputs (same shapes; v_alpha is d loss / d sum w). Per tile, surfels back to front,
     each over the pixels of its alpha box whose last blended surfel is not in front of it, with
