@@ -115,7 +115,7 @@ def main() -> None:
     p.add_argument("--gaussian-run", type=Path, help="a Gaussian run (the target: ~200k-Gaussian colmap_bird)")
     p.add_argument("--nerf-run", type=Path, help="a --method nerf run (lego_400)")
     p.add_argument("--cases", default="shadows,mirror,nerf")
-    p.add_argument("--size", default="480x272")
+    p.add_argument("--size", default="480x272", help="WxH; colmap_bird's views are portrait: give 272x480")
     p.add_argument("--nerf-size", default="200x200")
     p.add_argument("--repeats", type=int, default=5, help="timed frames per case (>= 3), after one warm-up")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -137,10 +137,22 @@ def main() -> None:
         if run_dir is None:
             results.append({"case": case, "skipped": "--nerf-run / --gaussian-run not given"})
             continue
-        results.append(bench_case(case, run_dir, args.nerf_size if case == "nerf" else args.size,
-                                  "mirror" if case == "mirror" else "diffuse", 1 if case == "mirror" else 0,
-                                  args.repeats, args.device, args.nerf_pose if case == "nerf" else args.pose,
-                                  args.asset_fraction, args.camera, args.light))
+        from recon.commands.insert import check_compositable
+        from recon.hybrid.assets import parse_material
+        from recon.models.base import NotCompositableError
+        from recon.run import Run
+
+        material = "mirror" if case == "mirror" else "diffuse"
+        try:
+            check_compositable(Run.open(run_dir).model_class, [parse_material(material)])
+        except NotCompositableError as err:
+            results.append({"case": case, "run": str(run_dir), "skipped": str(err)})
+            print(json.dumps(results[-1]), file=_sys.stderr)
+            continue
+        results.append(bench_case(case, run_dir, args.nerf_size if case == "nerf" else args.size, material,
+                                  1 if case == "mirror" else 0, args.repeats, args.device,
+                                  args.nerf_pose if case == "nerf" else args.pose, args.asset_fraction, args.camera,
+                                  args.light))
         print(json.dumps(results[-1]), file=_sys.stderr)
     print(json.dumps({"benchmark": "insert", "machine": machine(), "results": results}, indent=1))
 
