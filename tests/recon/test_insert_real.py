@@ -24,7 +24,7 @@ SPOT = DATA / "meshes" / "spot" / "spot_triangulated.obj"
 pytestmark = pytest.mark.skipif(not SPOT.is_file(), reason=f"{DATA} (shared data with meshes/spot) is not here")
 
 
-def _train(tmp_path_factory, name: str, data: Path, factor: int, steps: int) -> Path:
+def _train(tmp_path_factory, name: str, data: Path, factor: int, steps: int, **kw) -> Path:
     if not data.is_dir():
         pytest.skip(f"{data} is not here")
     pytest.importorskip("recon.hybrid.render", reason="the HybridRenderer (recon/hybrid/render.py) is not here")
@@ -32,13 +32,13 @@ def _train(tmp_path_factory, name: str, data: Path, factor: int, steps: int) -> 
 
     run = tmp_path_factory.mktemp(name) / "run"
     train_model(TrainConfig(data=data, out=run, steps=steps, data_factor=factor, save_every=0, progress=False,
-                            sh_degree=1), log=lambda *a: None)
+                            sh_degree=1, **kw), log=lambda *a: None)
     return run
 
 
 @pytest.fixture(scope="module")
 def lego_run(tmp_path_factory):
-    return _train(tmp_path_factory, "lego", DATA / "lego_400", 8, 250)
+    return _train(tmp_path_factory, "lego", DATA / "lego_400", 8, 250, init_num_random=8000)
 
 
 @pytest.fixture(scope="module")
