@@ -103,7 +103,7 @@ class InsertConfig:
     mask: Optional[Path] = None
     """Asset-id mask output: .png / .npy for one frame, .npy / .mp4 for a path."""
     size: Optional[str] = None
-    """Render size WxH (default: the view's own size; the field of view is kept)."""
+    """Render size WxH (default: the view's own size; the intrinsics are scaled with it)."""
     max_side: Optional[int] = None
     """Scale the render down so that its longest side is at most this."""
     shadows: bool = True
@@ -625,7 +625,9 @@ def renderer_proxy(renderer, run):
 
 
 def insert(config: Annotated[InsertConfig, _NoPrefix] if _NoPrefix else InsertConfig) -> dict:
-    """Insert mesh assets into a trained run (see the module docstring). Errors print one line on stderr."""
+    """Insert mesh assets (OBJ, PLY, GLB) into a trained run and render them with the scene: occlusion, shadows
+    both ways, mirror and glass materials, keyframed motion; RGB (PNG, MP4 or frames), depth, asset-id mask;
+    --export-glb for other engines. Bad input is a one-line error before anything is rendered."""
     try:
         summary = run_insert(config)
     except USER_ERRORS as exc:
