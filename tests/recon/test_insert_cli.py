@@ -355,3 +355,34 @@ def test_insert_video_with_moving_asset_and_export(run_and_cube, tmp_path):
     back = trimesh.load(str(tmp_path / "scene.glb"))
     assert {"asset_0_cube", "scene_proxy"} <= set(back.graph.nodes_geometry)
     validate_manifest(json.loads((tmp_path / "scene.manifest.json").read_text()))
+
+
+def test_export_keeps_the_parts_of_a_multi_part_asset(tmp_path):
+    import trimesh
+
+    from recon.hybrid.assets import PlacedAsset, Pose, load_mesh, parse_light
+    from recon.hybrid.export_glb import export_scene, world_to_gltf
+
+    two = trimesh.Scene()
+    red = trimesh.creation.box(extents=(0.2, 0.2, 0.2))
+    red.visual.vertex_colors = [255, 0, 0, 255]
+    two.add_geometry(red, node_name="a")
+    two.add_geometry(trimesh.creation.icosphere(radius=0.1), node_name="b",
+                     transform=trimesh.transformations.translation_matrix([0.5, 0, 0]))
+    two.export(str(tmp_path / "two.glb"))
+    asset = PlacedAsset(load_mesh(tmp_path / "two.glb"), Pose((1.0, 2.0, 3.0), 90.0, 0.0, 0.0, 2.0))
+    assert len(asset.mesh.parts) == 2
+    frame = np.eye(3)
+    export_scene(tmp_path / "s.glb", [asset], frame, [parse_light("sun:0,60", frame)], None, None)
+    back = trimesh.load(str(tmp_path / "s.glb"))
+    parts = sorted(n for n in back.graph.nodes_geometry if n.startswith("asset_0_two_part"))
+    assert parts == ["asset_0_two_part0", "asset_0_two_part1"]
+    for n in parts:
+        assert np.allclose(back.graph[n][0], world_to_gltf(frame) @ asset.pose.matrix(frame), atol=1e-6)
+    world = [np.asarray(v) @ asset.pose.matrix(frame)[:3, :3].T + asset.pose.matrix(frame)[:3, 3]
+             for v in (p.vertices for p in asset.mesh.parts)]
+    assert np.allclose(np.concatenate(world).mean(0), np.concatenate(asset.world_vertices(frame)).mean(0))
+    visuals = [back.geometry[back.graph[n][1]].visual for n in parts]
+    red_parts = [v for v in visuals if getattr(v, "kind", None) == "vertex"
+                 and (np.asarray(v.vertex_colors)[:, :3] == [255, 0, 0]).all()]
+    assert len(red_parts) == 1  # the red part kept its vertex colours
