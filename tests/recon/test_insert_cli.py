@@ -386,3 +386,23 @@ def test_export_keeps_the_parts_of_a_multi_part_asset(tmp_path):
     red_parts = [v for v in visuals if getattr(v, "kind", None) == "vertex"
                  and (np.asarray(v.vertex_colors)[:, :3] == [255, 0, 0]).all()]
     assert len(red_parts) == 1  # the red part kept its vertex colours
+
+
+def test_held_time_renderer_poses_keyframed_assets_at_the_clip_time(run_and_cube, tmp_path):
+    """A 4D run held at --time T with --asset-path: each frame's renderer has the assets still at the clip's
+    pose (the renderer's own time then only moves the scene)."""
+    pytest.importorskip("recon.hybrid.render", reason="the HybridRenderer (recon/hybrid/render.py) is not here")
+    from recon.commands.insert import held_renderer
+    from recon.hybrid.assets import AssetPath, PlacedAsset, Pose, load_mesh
+    from recon.hybrid.render import HybridRenderer
+    from recon.run import Run
+
+    run, cube = run_and_cube
+    opened = Run.open(run)
+    path = AssetPath((0.0, 1.0), (Pose((0.0, 0.0, 0.0)), Pose((1.0, 0.0, 0.0), 90.0)))
+    asset = PlacedAsset(load_mesh(cube), path=path)
+    base = HybridRenderer(opened.load_model(), [asset], [], np.eye(3), None, 0.3, 1, None, shadow_strength=0.5)
+    held = held_renderer(base, [asset], 0.5)
+    assert held.assets[0].path is None and held.assets[0].pose == path.at(0.5)
+    assert held.assets[0].pose_at(0.9) == path.at(0.5)
+    assert (held.ambient, held.bounces, held.shadow_strength) == (0.3, 1, 0.5)
