@@ -182,16 +182,19 @@ def resolve_budget(target: str | None, max_splats: int | None,
 
 def apply_budget(data: SplatData, max_splats: int | None = None, sh_degree: int | None = None,
                  cameras: Sequence[Camera] | None = None,
-                 target: str | None = None) -> tuple[SplatData, BudgetResult]:
+                 target: str | None = None, rank=None) -> tuple[SplatData, BudgetResult]:
     """Keep the ``max_splats`` most important splats and truncate SH to ``sh_degree``.
 
     ``target`` fills in whichever of the two is None from :data:`DEVICE_BUDGETS`. The model should
-    be free of NaN/Inf (``drop_nonfinite`` first) so that scores are meaningful.
+    be free of NaN/Inf (``drop_nonfinite`` first) so that scores are meaningful. ``rank(data, cameras)
+    -> (scores [N], name)`` scores the splats (default :func:`importance`; 4D models pass
+    :func:`recon.export.budget4d.importance4` with a :class:`SpaceTimeData`, which has the same
+    ``subset`` / ``with_sh_degree``).
     """
     max_splats, sh_degree = resolve_budget(target, max_splats, sh_degree)
     out, how = data, "none"
     if max_splats is not None and len(data) > max_splats:
-        scores, how = importance(data, cameras)
+        scores, how = (rank or importance)(data, cameras)
         scores = np.where(np.isfinite(scores), scores, -np.inf)
         out = data.subset(top_k_indices(scores, max_splats))
     if sh_degree is not None and sh_degree < out.sh_degree:

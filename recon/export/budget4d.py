@@ -21,7 +21,7 @@ import torch
 
 from rasterizer.camera import Camera
 from rasterizer.spacetime import slice_gaussians_4d
-from recon.export.budget import BudgetResult, covariance_footprint, resolve_budget, top_k_indices
+from recon.export.budget import BudgetResult, apply_budget, covariance_footprint
 from recon.spacetime_data import SpaceTimeData
 from recon.splat_data import sigmoid
 
@@ -61,15 +61,6 @@ def importance4(data: SpaceTimeData, cameras: Sequence[Camera] | None = None) ->
 def apply_budget4(data: SpaceTimeData, max_splats: int | None = None, sh_degree: int | None = None,
                   cameras: Sequence[Camera] | None = None,
                   target: str | None = None) -> tuple[SpaceTimeData, BudgetResult]:
-    """Keep the ``max_splats`` most important 4D Gaussians (file order kept) and truncate SH to
-    ``sh_degree``; ``target`` fills in what is None from the device presets. ``data`` should be free of
-    NaN/Inf (``drop_nonfinite`` first)."""
-    max_splats, sh_degree = resolve_budget(target, max_splats, sh_degree)
-    out, how = data, "none"
-    if max_splats is not None and len(data) > max_splats:
-        scores, how = importance4(data, cameras)
-        scores = np.where(np.isfinite(scores), scores, -np.inf)
-        out = data.subset(top_k_indices(scores, max_splats))
-    if sh_degree is not None and sh_degree < out.sh_degree:
-        out = out.with_sh_degree(sh_degree)
-    return out, BudgetResult(len(data), len(out), data.sh_degree, out.sh_degree, how, max_splats, target)
+    """Keep the ``max_splats`` most important 4D Gaussians (file order kept, ranked by :func:`importance4`)
+    and truncate SH to ``sh_degree``: :func:`recon.export.budget.apply_budget` for 4D models."""
+    return apply_budget(data, max_splats, sh_degree, cameras, target, rank=importance4)
