@@ -12,7 +12,8 @@ Build (:func:`build_grid`, once per parameter version; callers cache it):
 
 - each primitive with opacity > 1/255 gets the axis-aligned box of its k-sigma ellipsoid (surfels: of
   their k-sigma disc), k^2 = 2 ln(255 opacity), padded by a relative 1e-6;
-- *loose* primitives (centre outside the 0.1-99.9 percentile box of the centres widened by half its size,
+- *loose* primitives (centre outside the 0.1-99.9 percentile box of the centres widened by half its size (at least 8
+  centres beyond each percentile),
   or a box wider than :data:`BIG_SPAN` cells of a first grid over that box) are kept in one list every ray
   tests;
   the others are binned into the grid over the union of their boxes, about :data:`CELLS_PER_PRIMITIVE`
@@ -163,7 +164,8 @@ def build_grid(mu: np.ndarray, A: np.ndarray, opacity: np.ndarray, axis_sigma: n
         return Grid(**slots, lo=np.zeros(3), cell=np.ones(3), dims=np.ones(3, np.int64),
                     cell_start=np.zeros(2, np.int64), cell_items=np.zeros(0, np.int32), loose=np.zeros(0, np.int32))
     blo, bhi = centres - half, centres + half
-    q_lo, q_hi = np.percentile(centres, 0.1, axis=0), np.percentile(centres, 99.9, axis=0)
+    pct = min(25.0, max(0.1, 800.0 / V))  # 0.1 and 99.9 percentiles, at least 8 centres beyond each
+    q_lo, q_hi = np.percentile(centres, pct, axis=0), np.percentile(centres, 100 - pct, axis=0)
     span = q_hi - q_lo
     robust_lo, robust_hi = q_lo - 0.5 * span, q_hi + 0.5 * span
     h0 = _cell_size(robust_hi - robust_lo, V, half)
