@@ -16,7 +16,7 @@ from recon.hybrid.assets import (Light, Material, MeshAsset, MeshPart, PlacedAss
                                  Y_UP_TO_GROUND, load_mesh)
 from recon.hybrid.raycast import MeshScene
 from recon.hybrid.render import (HybridRenderer, composite, depth_limit_from_hits, primary_rays)
-from recon.hybrid import secondary as sec
+from recon.hybrid import optics
 from recon.hybrid.shading import SHADOW_STRENGTH
 from recon.models.gaussians import GaussianModel, front_of_limit, rgb_to_sh0
 
@@ -268,22 +268,6 @@ def test_point_light_falls_off_with_distance_squared():
 # ------------------------------------------------------------------------------------------ secondary rays
 
 
-def test_snell_fresnel_and_reflection():
-    n = np.array([[0.0, 0.0, 1.0]])
-    th = math.radians(40.0)
-    d = np.array([[math.sin(th), 0.0, -math.cos(th)]])
-    r = sec.reflect(d, n)
-    assert np.allclose(r, [[math.sin(th), 0, math.cos(th)]])
-    out, tir = sec.refract(d, n, np.array([1 / 1.5]))
-    assert not tir[0] and np.isclose(out[0, 0], math.sin(th) / 1.5) and out[0, 2] < 0
-    out2, tir2 = sec.refract(d, n, np.array([1.5]))  # leaving glass at 40 deg: beyond the critical 41.8? no
-    assert not tir2[0]
-    d_steep = np.array([[math.sin(math.radians(50)), 0.0, -math.cos(math.radians(50))]])
-    _, tir3 = sec.refract(d_steep, n, np.array([1.5]))
-    assert tir3[0] and sec.fresnel(d_steep, n, np.array([1.5]))[0] == 1.0
-    assert np.isclose(sec.fresnel(np.array([[0, 0, -1.0]]), n, np.array([1 / 1.5]))[0], 0.04)
-
-
 class PlaneScene:
     """A scene double for secondary rays: a coloured opaque plane x = ``x0`` (trace_rays: its colour where
     the ray meets it within [t_min, t_max]), the front pass through a 3dgs model with nothing visible."""
@@ -521,12 +505,12 @@ def test_glass_slab_shifts_the_view_as_snell_says():
     o, d, _ = primary_rays(cam)
     n = np.tile([0.0, 0.0, -1.0], (len(d), 1))
     p1 = d * (2.0 / d[:, 2:])
-    d_in, _ = sec.refract(d, n, np.full(len(d), 1 / ior))
+    d_in, _ = optics.refract(d, n, np.full(len(d), 1 / ior))
     p2 = p1 + d_in * (1.0 / d_in[:, 2:])
     x_glass = p2[:, 0] + d[:, 0] * (2.0 / d[:, 2])
     x_straight = 5.0 * d[:, 0] / d[:, 2]
     sure = np.abs(x_glass - 3.0) > 1e-3
-    f_in = sec.fresnel(d, n, np.full(len(d), 1 / ior))
+    f_in = optics.fresnel_dielectric(-(d * n).sum(1), np.full(len(d), 1 / ior))
     want = np.where(x_glass > 3.0, (1 - f_in) ** 2, 0.0)
     assert np.allclose(red[sure], want[sure], atol=1e-5)
     # the shift decides some pixels
