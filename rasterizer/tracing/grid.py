@@ -106,36 +106,54 @@ def bounding_radius(A: np.ndarray, kind: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def _count_cells(blo, bhi, grid_lo, cell, dims, counts):
-    for g in range(blo.shape[0]):
-        i0 = max(0, min(dims[0] - 1, int(math.floor((blo[g, 0] - grid_lo[0]) / cell[0]))))
-        i1 = max(0, min(dims[0] - 1, int(math.floor((bhi[g, 0] - grid_lo[0]) / cell[0]))))
-        j0 = max(0, min(dims[1] - 1, int(math.floor((blo[g, 1] - grid_lo[1]) / cell[1]))))
-        j1 = max(0, min(dims[1] - 1, int(math.floor((bhi[g, 1] - grid_lo[1]) / cell[1]))))
-        k0 = max(0, min(dims[2] - 1, int(math.floor((blo[g, 2] - grid_lo[2]) / cell[2]))))
-        k1 = max(0, min(dims[2] - 1, int(math.floor((bhi[g, 2] - grid_lo[2]) / cell[2]))))
-        for k in range(k0, k1 + 1):
-            for j in range(j0, j1 + 1):
-                for i in range(i0, i1 + 1):
-                    counts[(k * dims[1] + j) * dims[0] + i + 1] += 1
+def _cells_of(n, slot, blo, bhi, mu, A, kind, k, inv_smin, grid_lo, cell, dims, counts, cursor, items):
+    """Visit the cells of primitive n (slot ``slot``) whose box overlaps its bounding box and which can
+    meet it: the Mahalanobis distance of the cell centre is within k + rho / sigma_min (rho the cell's
+    half diagonal; for surfels, the plane distance is within rho and the in-plane distance within
+    k + rho / sigma_min). counts: count them (cursor None); else write slot into items at cursor."""
+    i0 = max(0, min(dims[0] - 1, int(math.floor((blo[n, 0] - grid_lo[0]) / cell[0]))))
+    i1 = max(0, min(dims[0] - 1, int(math.floor((bhi[n, 0] - grid_lo[0]) / cell[0]))))
+    j0 = max(0, min(dims[1] - 1, int(math.floor((blo[n, 1] - grid_lo[1]) / cell[1]))))
+    j1 = max(0, min(dims[1] - 1, int(math.floor((bhi[n, 1] - grid_lo[1]) / cell[1]))))
+    k0 = max(0, min(dims[2] - 1, int(math.floor((blo[n, 2] - grid_lo[2]) / cell[2]))))
+    k1 = max(0, min(dims[2] - 1, int(math.floor((bhi[n, 2] - grid_lo[2]) / cell[2]))))
+    rho = 0.5 * math.sqrt(cell[0] * cell[0] + cell[1] * cell[1] + cell[2] * cell[2]) * (1 + 1e-6)
+    reach = k[slot] + rho * inv_smin[slot]
+    a = A[slot]
+    for kz in range(k0, k1 + 1):
+        for jy in range(j0, j1 + 1):
+            for ix in range(i0, i1 + 1):
+                if i1 > i0 or j1 > j0 or k1 > k0:
+                    cx = grid_lo[0] + (ix + 0.5) * cell[0] - mu[slot, 0]
+                    cy = grid_lo[1] + (jy + 0.5) * cell[1] - mu[slot, 1]
+                    cz = grid_lo[2] + (kz + 0.5) * cell[2] - mu[slot, 2]
+                    v0 = a[0, 0] * cx + a[0, 1] * cy + a[0, 2] * cz
+                    v1 = a[1, 0] * cx + a[1, 1] * cy + a[1, 2] * cz
+                    v2 = a[2, 0] * cx + a[2, 1] * cy + a[2, 2] * cz
+                    if kind == 0:
+                        if v0 * v0 + v1 * v1 + v2 * v2 > reach * reach:
+                            continue
+                    else:
+                        if abs(v2) > rho or v0 * v0 + v1 * v1 > reach * reach:
+                            continue
+                c = (kz * dims[1] + jy) * dims[0] + ix
+                if cursor is None:
+                    counts[c + 1] += 1
+                else:
+                    items[cursor[c]] = slot
+                    cursor[c] += 1
 
 
 @njit(cache=True)
-def _fill_cells(ids, blo, bhi, grid_lo, cell, dims, cursor, items):
+def _count_cells(ids, blo, bhi, mu, A, kind, k, inv_smin, grid_lo, cell, dims, counts):
     for n in range(blo.shape[0]):
-        g = ids[n]
-        i0 = max(0, min(dims[0] - 1, int(math.floor((blo[n, 0] - grid_lo[0]) / cell[0]))))
-        i1 = max(0, min(dims[0] - 1, int(math.floor((bhi[n, 0] - grid_lo[0]) / cell[0]))))
-        j0 = max(0, min(dims[1] - 1, int(math.floor((blo[n, 1] - grid_lo[1]) / cell[1]))))
-        j1 = max(0, min(dims[1] - 1, int(math.floor((bhi[n, 1] - grid_lo[1]) / cell[1]))))
-        k0 = max(0, min(dims[2] - 1, int(math.floor((blo[n, 2] - grid_lo[2]) / cell[2]))))
-        k1 = max(0, min(dims[2] - 1, int(math.floor((bhi[n, 2] - grid_lo[2]) / cell[2]))))
-        for k in range(k0, k1 + 1):
-            for j in range(j0, j1 + 1):
-                for i in range(i0, i1 + 1):
-                    c = (k * dims[1] + j) * dims[0] + i
-                    items[cursor[c]] = g
-                    cursor[c] += 1
+        _cells_of(n, ids[n], blo, bhi, mu, A, kind, k, inv_smin, grid_lo, cell, dims, counts, None, counts)
+
+
+@njit(cache=True)
+def _fill_cells(ids, blo, bhi, mu, A, kind, k, inv_smin, grid_lo, cell, dims, cursor, items):
+    for n in range(blo.shape[0]):
+        _cells_of(n, ids[n], blo, bhi, mu, A, kind, k, inv_smin, grid_lo, cell, dims, cursor, cursor, items)
 
 
 def _cell_size(extent: np.ndarray, n: int, half: np.ndarray) -> float:
@@ -181,10 +199,16 @@ def build_grid(mu: np.ndarray, A: np.ndarray, opacity: np.ndarray, axis_sigma: n
     dims = np.clip(np.ceil(ext / h), 1, MAX_DIM).astype(np.int64)
     cell = ext / dims
     counts = np.zeros(int(np.prod(dims)) + 1, np.int64)
-    _count_cells(blo_i, bhi_i, grid_lo, cell, dims, counts)
+    ids = np.nonzero(inner)[0].astype(np.int32)
+    # ||A||_2: 1 / the smallest standard deviation (Gaussians), of the tangent rows (surfels)
+    if kind != GAUSSIAN_KIND:
+        inv_smin = np.maximum(np.linalg.norm(A_s[:, 0], axis=1), np.linalg.norm(A_s[:, 1], axis=1))
+    else:
+        inv_smin = np.sqrt(np.linalg.eigvalsh(np.einsum("nki,nkj->nij", A_s, A_s))[:, 2])
+    _count_cells(ids, blo_i, bhi_i, centres, A_s, kind, k, inv_smin, grid_lo, cell, dims, counts)
     cell_start = np.cumsum(counts)
     items = np.empty(int(cell_start[-1]), np.int32)
-    _fill_cells(np.nonzero(inner)[0].astype(np.int32), blo_i, bhi_i, grid_lo, cell, dims, cell_start[:-1].copy(),
+    _fill_cells(ids, blo_i, bhi_i, centres, A_s, kind, k, inv_smin, grid_lo, cell, dims, cell_start[:-1].copy(),
                 items)
     return Grid(**slots, lo=grid_lo, cell=cell, dims=dims, cell_start=cell_start, cell_items=items,
                 loose=np.nonzero(loose_mask)[0].astype(np.int32))
