@@ -515,3 +515,22 @@ def test_glass_slab_shifts_the_view_as_snell_says():
     assert np.allclose(red[sure], want[sure], atol=1e-5)
     # the shift decides some pixels
     assert ((x_glass > 3.0) != (x_straight > 3.0)).sum() >= 12 and (want > 0).sum() >= 12
+
+
+def test_mirror_shows_a_gaussian_by_tracing_and_passes_its_gradient():
+    """3dgs trace_rays behind a mirror: the camera's central ray reflects off the mirror z = x + 3 toward +x
+    and meets a red Gaussian at (5, 0, 3), outside the direct view; the pixel turns red, pixels whose
+    reflection misses it keep the background, and the Gaussian's colour gets gradient only through the
+    mirror."""
+    model = gaussians([[5.0, 0.0, 3.0]], [[0.3] * 3], [0.9], [[1.0, 0.0, 0.0]])
+    mirror = world_asset([[-2, -2, 1.0], [2, -2, 5.0], [2, 2, 5.0], [-2, 2, 1.0]], [[0, 1, 2], [0, 2, 3]],
+                         material=Material("mirror"))
+    cam = camera(17, 17, 10.0, 8.5, 8.5)  # pixel (8, 8) looks along +z
+    r = HybridRenderer(model, [mirror], [], FRAME, background=[0.0, 0.0, 1.0], bounces=1)
+    rgb = r.render(cam).rgb
+    assert rgb[8, 8, 0] > 0.8 and rgb[8, 8, 2] < 0.2  # red seen in the mirror (alpha 0.9 at the mean)
+    assert rgb[0, 0, 0] < 1e-3 and abs(float(rgb[0, 0, 2]) - 1.0) < 1e-3  # its reflection misses: background
+    no_mirror = HybridRenderer(model, [], [], FRAME, background=[0.0, 0.0, 1.0]).render(cam).rgb
+    assert no_mirror[..., 0].max() < 1e-3  # not in the direct view
+    rgb[8, 8, 0].backward()
+    assert model.params["sh0"].grad[0, 0, 0] > 0
