@@ -383,6 +383,10 @@ def test_tsdf_round_trip_of_a_known_mesh():
     mesh = fuse_views(views, resolution=160)
     cd = chamfer_distance(mesh.vertices, mesh.faces, box.vertices, box.faces, samples=100_000)
     assert cd["chamfer_pct"] < 0.5, cd
+    coarse = fuse_views(views, resolution=160, max_memory_gb=0.004)  # too fine for the budget: coarsened
+    assert 0 < len(coarse.faces) < len(mesh.faces) / 2
+    with pytest.raises(mx.MeshMemoryError):
+        fuse_views(views, voxel_size=0.002, max_memory_gb=0.004)  # a given voxel size is not changed
     bigger = trimesh.creation.box(extents=[1.2, 0.75, 1.0])
     assert chamfer_distance(mesh.vertices, mesh.faces, bigger.vertices, bigger.faces, samples=100_000)[
         "chamfer_pct"] > 2
