@@ -266,6 +266,7 @@ def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offs
         col_live = np.full(tw, y1 - y0, np.int64)
         if limits is not None:
             lim = load_tile_limits(limits, c, x0, y0, x1, y1)
+            limited = lim.min() < np.inf  # a tile without a finite limit skips the test
         n_done = 0
         for k in range(start, end):
             if n_done == npix:
@@ -300,7 +301,8 @@ def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offs
                         px + 0.5, py + 0.5, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, level)
                     if not ok:
                         continue
-                    if limits is not None and beyond_limit(u, v, use_exact, Mw0, Mw1, Mw2, depth, lim[p]):
+                    if limits is not None and limited and beyond_limit(u, v, use_exact, Mw0, Mw1, Mw2, depth,
+                                                                        lim[p]):
                         continue
                     Tp = T[p]
                     if Tp * (1.0 - al) <= T_MIN:
@@ -375,6 +377,7 @@ def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, off
         top = start - 1
         if limits is not None:
             lim = load_tile_limits(limits, c, x0, y0, x1, y1)
+            limited = lim.min() < np.inf  # a tile without a finite limit skips the test
         for py in range(y0, y1):
             for px in range(x0, x1):
                 p = (py - y0) * tw + px - x0
@@ -441,7 +444,8 @@ def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, off
                         x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, level)
                     if not ok:
                         continue
-                    if limits is not None and beyond_limit(u, v, use_exact, Mw0, Mw1, Mw2, depth, lim[p]):
+                    if limits is not None and limited and beyond_limit(u, v, use_exact, Mw0, Mw1, Mw2, depth,
+                                                                        lim[p]):
                         continue
                     inv_keep = 1.0 / (1.0 - al)
                     Ti = T[p] * inv_keep

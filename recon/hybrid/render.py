@@ -226,18 +226,18 @@ class HybridRenderer:
         not traced: they show the background, weighted by that transmittance)."""
         dev = self.model.device
         n = len(origins)
-        colour = np.zeros((n, 3))
+        behind = self.background[None].expand(n, 3).clone()
         specular = np.array([a.material.kind != "diffuse" for a in self.assets] + [False])[hits.asset]
         diffuse = np.nonzero(hits.hit & ~specular)[0]
-        points = origins + np.where(hits.hit, hits.t, 0.0)[:, None] * dirs
+        hit = np.nonzero(hits.hit)[0]
+        points = np.zeros_like(origins)
+        points[hit] = origins[hit] + hits.t[hit, None] * dirs[hit]
         if len(diffuse):
             sub = subset_hits(hits, diffuse)
-            colour[diffuse] = shade_diffuse(scene, points[diffuse], hits.normal[diffuse],
-                                            scene.albedo(sub).astype(np.float64), self.lights, self.ambient,
-                                            shadows)
-        behind = torch.as_tensor(colour, dtype=torch.float32, device=dev)
-        shaded = torch.as_tensor(hits.hit & ~specular, device=dev)[:, None]
-        behind = torch.where(shaded, behind, self.background[None])
+            colour = shade_diffuse(scene, points[diffuse], hits.normal[diffuse], scene.albedo(sub).astype(np.float64),
+                                   self.lights, self.ambient, shadows)
+            idx = torch.as_tensor(diffuse, dtype=torch.long, device=dev)
+            behind[idx] = torch.as_tensor(colour, dtype=behind.dtype, device=dev)
         clock.lap("shade")
         seen = trans.detach()[:, 0].float().cpu().numpy() >= SECONDARY_MIN_T
         spec = np.nonzero(specular & hits.hit & seen)[0]

@@ -16,7 +16,7 @@ from recon.hybrid.assets import (Light, Material, MeshAsset, MeshPart, PlacedAss
                                  Y_UP_TO_GROUND, load_mesh)
 from recon.hybrid.raycast import MeshScene
 from recon.hybrid.render import (HybridRenderer, composite, depth_limit_from_hits, primary_rays)
-from recon.hybrid import secondary as sec
+from recon.hybrid import optics
 from recon.hybrid.shading import SHADOW_STRENGTH
 from recon.models.gaussians import GaussianModel, front_of_limit, rgb_to_sh0
 
@@ -268,22 +268,6 @@ def test_point_light_falls_off_with_distance_squared():
 # ------------------------------------------------------------------------------------------ secondary rays
 
 
-def test_snell_fresnel_and_reflection():
-    n = np.array([[0.0, 0.0, 1.0]])
-    th = math.radians(40.0)
-    d = np.array([[math.sin(th), 0.0, -math.cos(th)]])
-    r = sec.reflect(d, n)
-    assert np.allclose(r, [[math.sin(th), 0, math.cos(th)]])
-    out, tir = sec.refract(d, n, np.array([1 / 1.5]))
-    assert not tir[0] and np.isclose(out[0, 0], math.sin(th) / 1.5) and out[0, 2] < 0
-    out2, tir2 = sec.refract(d, n, np.array([1.5]))  # leaving glass at 40 deg: beyond the critical 41.8? no
-    assert not tir2[0]
-    d_steep = np.array([[math.sin(math.radians(50)), 0.0, -math.cos(math.radians(50))]])
-    _, tir3 = sec.refract(d_steep, n, np.array([1.5]))
-    assert tir3[0] and sec.fresnel(d_steep, n, np.array([1.5]))[0] == 1.0
-    assert np.isclose(sec.fresnel(np.array([[0, 0, -1.0]]), n, np.array([1 / 1.5]))[0], 0.04)
-
-
 class PlaneScene:
     """A scene double for secondary rays: a coloured opaque plane x = ``x0`` (trace_rays: its colour where
     the ray meets it within [t_min, t_max]), the front pass through a 3dgs model with nothing visible."""
@@ -399,6 +383,10 @@ def test_tsdf_round_trip_of_a_known_mesh():
     mesh = fuse_views(views, resolution=160)
     cd = chamfer_distance(mesh.vertices, mesh.faces, box.vertices, box.faces, samples=100_000)
     assert cd["chamfer_pct"] < 0.5, cd
+    coarse = fuse_views(views, resolution=160, max_memory_gb=0.004)  # too fine for the budget: coarsened
+    assert 0 < len(coarse.faces) < len(mesh.faces) / 2
+    with pytest.raises(mx.MeshMemoryError):
+        fuse_views(views, voxel_size=0.002, max_memory_gb=0.004)  # a given voxel size is not changed
     bigger = trimesh.creation.box(extents=[1.2, 0.75, 1.0])
     assert chamfer_distance(mesh.vertices, mesh.faces, bigger.vertices, bigger.faces, samples=100_000)[
         "chamfer_pct"] > 2
@@ -521,13 +509,32 @@ def test_glass_slab_shifts_the_view_as_snell_says():
     o, d, _ = primary_rays(cam)
     n = np.tile([0.0, 0.0, -1.0], (len(d), 1))
     p1 = d * (2.0 / d[:, 2:])
-    d_in, _ = sec.refract(d, n, np.full(len(d), 1 / ior))
+    d_in, _ = optics.refract(d, n, np.full(len(d), 1 / ior))
     p2 = p1 + d_in * (1.0 / d_in[:, 2:])
     x_glass = p2[:, 0] + d[:, 0] * (2.0 / d[:, 2])
     x_straight = 5.0 * d[:, 0] / d[:, 2]
     sure = np.abs(x_glass - 3.0) > 1e-3
-    f_in = sec.fresnel(d, n, np.full(len(d), 1 / ior))
+    f_in = optics.fresnel_dielectric(-(d * n).sum(1), np.full(len(d), 1 / ior))
     want = np.where(x_glass > 3.0, (1 - f_in) ** 2, 0.0)
     assert np.allclose(red[sure], want[sure], atol=1e-5)
     # the shift decides some pixels
     assert ((x_glass > 3.0) != (x_straight > 3.0)).sum() >= 12 and (want > 0).sum() >= 12
+
+
+def test_mirror_shows_a_gaussian_by_tracing_and_passes_its_gradient():
+    """3dgs trace_rays behind a mirror: the camera's central ray reflects off the mirror z = x + 3 toward +x
+    and meets a red Gaussian at (5, 0, 3), outside the direct view; the pixel turns red, pixels whose
+    reflection misses it keep the background, and the Gaussian's colour gets gradient only through the
+    mirror."""
+    model = gaussians([[5.0, 0.0, 3.0]], [[0.3] * 3], [0.9], [[1.0, 0.0, 0.0]])
+    mirror = world_asset([[-2, -2, 1.0], [2, -2, 5.0], [2, 2, 5.0], [-2, 2, 1.0]], [[0, 1, 2], [0, 2, 3]],
+                         material=Material("mirror"))
+    cam = camera(17, 17, 10.0, 8.5, 8.5)  # pixel (8, 8) looks along +z
+    r = HybridRenderer(model, [mirror], [], FRAME, background=[0.0, 0.0, 1.0], bounces=1)
+    rgb = r.render(cam).rgb
+    assert rgb[8, 8, 0] > 0.8 and rgb[8, 8, 2] < 0.2  # red seen in the mirror (alpha 0.9 at the mean)
+    assert rgb[0, 0, 0] < 1e-3 and abs(float(rgb[0, 0, 2]) - 1.0) < 1e-3  # its reflection misses: background
+    no_mirror = HybridRenderer(model, [], [], FRAME, background=[0.0, 0.0, 1.0]).render(cam).rgb
+    assert no_mirror[..., 0].max() < 1e-3  # not in the direct view
+    rgb[8, 8, 0].backward()
+    assert model.params["sh0"].grad[0, 0, 0] > 0
