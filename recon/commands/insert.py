@@ -477,7 +477,7 @@ def colourise_depth(depth: np.ndarray) -> np.ndarray:
         from matplotlib import colormaps
 
         rgb = colormaps["viridis"](1.0 - x)[..., :3]
-    except Exception:  # noqa: BLE001 - matplotlib missing or old: grey
+    except ImportError:  # matplotlib missing: grey
         rgb = np.repeat((1.0 - x)[..., None], 3, axis=2)
     out[valid] = (rgb[valid] * 255 + 0.5).astype(np.uint8)
     return out
