@@ -406,3 +406,36 @@ def test_held_time_renderer_poses_keyframed_assets_at_the_clip_time(run_and_cube
     assert held.assets[0].path is None and held.assets[0].pose == path.at(0.5)
     assert held.assets[0].pose_at(0.9) == path.at(0.5)
     assert (held.ambient, held.bounces, held.shadow_strength) == (0.3, 1, 0.5)
+
+
+def test_4d_run_scene_time_follows_the_clip_or_is_held(tmp_path, monkeypatch):
+    """A tiny procedural-4d run: along a path the renderer is asked for times 0, 0.5, 1 (the clip time, which
+    also poses the keyframed asset); with --time 0.5 every frame is asked for 0.5 while the asset still moves."""
+    pytest.importorskip("recon.hybrid.render", reason="the HybridRenderer (recon/hybrid/render.py) is not here")
+    from recon.commands.insert import run_insert
+    from recon.hybrid.render import HybridRenderer
+    from recon.trainer import TrainConfig, train_model
+
+    run = tmp_path / "run4d"
+    train_model(TrainConfig(data=Path("procedural-4d"), out=run, method="4dgs", steps=20, data_factor=4, sh_degree=1,
+                            save_every=0, progress=False), log=lambda *a: None)
+    cube = cube_obj(tmp_path / "cube.obj")
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keyframes": [{"time": 0, "pose": "-0.5,0,0"}, {"time": 1, "pose": "0.5,0,0"}]}))
+    calls = []
+    original = HybridRenderer.render
+
+    def spy(self, camera, time=None, shadows=True):
+        calls.append((time, self.assets[0].pose_at(time).translation[0]))
+        return original(self, camera, time=time, shadows=shadows)
+
+    monkeypatch.setattr(HybridRenderer, "render", spy)
+    run_insert(cfg(run, [cube], tmp_path, asset_path=(keys,), path="fixed", frames=3, out=tmp_path / "a",
+                   size="24x24"))
+    assert [c[0] for c in calls] == [0.0, 0.5, 1.0]
+    assert np.allclose([c[1] for c in calls], [-0.5, 0.0, 0.5])
+    calls.clear()
+    run_insert(cfg(run, [cube], tmp_path, asset_path=(keys,), path="fixed", frames=3, out=tmp_path / "b",
+                   size="24x24", time=0.5))
+    assert [c[0] for c in calls] == [0.5, 0.5, 0.5]
+    assert np.allclose([c[1] for c in calls], [-0.5, 0.0, 0.5])
