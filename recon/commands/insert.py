@@ -112,6 +112,9 @@ class InsertConfig:
     """Share of the light that is not blocked by shadows (and lights the asset's unlit side)."""
     bounces: int = 2
     """Mirror / glass bounce limit."""
+    drop_to_ground: bool = False
+    """Move each (not keyframed) asset along the scene's up axis until its lowest points rest on the scene's
+    proxy surface under it (the table or floor the shadows fall on)."""
     export_glb: Optional[Path] = None
     """Also write a GLB (posed assets, scene proxy mesh, baked shadow), the splat file and a manifest."""
     data: Optional[Path] = None
@@ -420,6 +423,61 @@ def build_renderer(p: InsertPlan, warn=None):
                                   progress=p.cfg.progress)
 
 
+def drop_to_ground(assets, frame: np.ndarray, proxy, warn) -> list:
+    """``assets`` with each static asset moved along the up axis (``frame[:, 2]``) so that its lowest
+    vertices (the bottom 2 % of its height) rest on the highest point of the ``proxy`` surface (vertices
+    [V, 3], faces [F, 3]) found straight under them (rays cast down from one asset height above). Keyframed
+    assets, and assets with no surface under them, stay where they are (with a warning)."""
+    import dataclasses
+
+    import open3d as o3d
+
+    from recon.hybrid.assets import Pose
+
+    if proxy is None or not len(proxy[1]):
+        warn("--drop-to-ground: the run has no proxy mesh of the scene; the assets stay where --pose put them")
+        return list(assets)
+    up = np.asarray(frame, np.float64)[:, 2]
+    scene = o3d.t.geometry.RaycastingScene()
+    mesh = o3d.t.geometry.TriangleMesh()
+    mesh.vertex.positions = o3d.core.Tensor(np.ascontiguousarray(proxy[0], np.float32))
+    mesh.triangle.indices = o3d.core.Tensor(np.ascontiguousarray(proxy[1], np.int32))
+    scene.add_triangles(mesh)
+    out = []
+    for a in assets:
+        if a.path is not None:
+            warn(f"--drop-to-ground: {a.mesh.name} moves along --asset-path; its keyframes are used as given")
+            out.append(a)
+            continue
+        v = np.concatenate(a.world_vertices(frame))
+        h = v @ up
+        height = max(float(h.max() - h.min()), 1e-9)
+        feet = v[h <= h.min() + 0.02 * height]
+        origins = feet + height * up
+        rays = np.concatenate([origins, np.broadcast_to(-up, origins.shape)], axis=1).astype(np.float32)
+        t = scene.cast_rays(o3d.core.Tensor(np.ascontiguousarray(rays)))["t_hit"].numpy().astype(np.float64)
+        t = t[np.isfinite(t)]
+        if not len(t):
+            warn(f"--drop-to-ground: no scene surface under {a.mesh.name}; it stays where --pose put it")
+            out.append(a)
+            continue
+        drop = float(t.min()) - height  # > 0: the surface is below the feet
+        pose = a.pose
+        moved = np.asarray(pose.translation, np.float64) - drop * up
+        out.append(dataclasses.replace(a, pose=Pose(tuple(float(x) for x in moved), pose.yaw, pose.pitch, pose.roll,
+                                                    pose.scale)))
+    return out
+
+
+def rebuilt_renderer(renderer, assets):
+    """A renderer like ``renderer`` (same model, lights, frame, proxy, settings) for other ``assets``."""
+    from recon.hybrid.render import HybridRenderer
+
+    return HybridRenderer(renderer.model, assets, renderer.lights, renderer.frame, renderer.proxy, renderer.ambient,
+                          renderer.bounces, renderer.background, shadow_strength=renderer.shadow_strength,
+                          backend=renderer.backend)
+
+
 def resolve_device(name: str):
     from recon.devices import resolve_device as resolve
 
@@ -430,12 +488,8 @@ def held_renderer(renderer, assets, clip_time: float):
     """A renderer like ``renderer`` whose keyframed assets stand still at their pose at ``clip_time`` (a 4D
     run held at --time T while --asset-path moves the assets)."""
     from recon.hybrid.assets import PlacedAsset
-    from recon.hybrid.render import HybridRenderer
 
-    still = [PlacedAsset(a.mesh, a.pose_at(clip_time), a.material) for a in assets]
-    return HybridRenderer(renderer.model, still, renderer.lights, renderer.frame, renderer.proxy, renderer.ambient,
-                          renderer.bounces, renderer.background, shadow_strength=renderer.shadow_strength,
-                          backend=renderer.backend)
+    return rebuilt_renderer(renderer, [PlacedAsset(a.mesh, a.pose_at(clip_time), a.material) for a in assets])
 
 
 def render_frames(p: InsertPlan, renderer, on_frame=None) -> dict:
@@ -589,6 +643,9 @@ def run_insert(cfg: InsertConfig, warn=None) -> dict:
 
         check_video_encoder()
     renderer = build_renderer(p, warn)
+    if cfg.drop_to_ground:
+        p.assets = drop_to_ground(p.assets, p.frame, renderer.proxy, warn)
+        renderer = rebuilt_renderer(renderer, p.assets)
     frames = {"rgb": [], "depth": [], "mask": [], "timings": []}
     written: list[Path] = []
     if p.kind is not None:
@@ -606,7 +663,8 @@ def run_insert(cfg: InsertConfig, warn=None) -> dict:
         keys = sorted({k for t in frames["timings"] for k in t})
         timings = {k: float(np.median([t.get(k, 0.0) for t in frames["timings"]])) for k in keys}
     return {"written": [str(w) for w in written], "frames": len(frames["rgb"]), "warnings": p.warnings,
-            "timings_ms": timings}
+            "timings_ms": timings, "poses": {a.mesh.name: ",".join(f"{x:.4g}" for x in a.pose.as_list())
+                                             for a in p.assets if a.path is None}}
 
 
 def renderer_proxy(renderer, run):
@@ -632,6 +690,9 @@ def insert(config: Annotated[InsertConfig, _NoPrefix] if _NoPrefix else InsertCo
         summary = run_insert(config)
     except USER_ERRORS as exc:
         fail("insert", exc)
+    if config.drop_to_ground:
+        for name, pose in summary["poses"].items():
+            print(f"{name}: dropped to the ground, --pose {pose}")
     for path in summary["written"]:
         print(f"wrote {path}")
     if summary["timings_ms"]:

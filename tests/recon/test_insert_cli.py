@@ -439,3 +439,26 @@ def test_4d_run_scene_time_follows_the_clip_or_is_held(tmp_path, monkeypatch):
                    size="24x24", time=0.5))
     assert [c[0] for c in calls] == [0.5, 0.5, 0.5]
     assert np.allclose([c[1] for c in calls], [-0.5, 0.0, 0.5])
+
+
+def test_drop_to_ground_rests_assets_on_the_proxy_surface(tmp_path):
+    from recon.commands.insert import drop_to_ground
+    from recon.hybrid.assets import AssetPath, PlacedAsset, Pose, load_mesh
+
+    frame = np.eye(3)  # up = world z
+    v, f = _plane(n=11, half=2.0)
+    v[:, 2] = 0.2  # a floor at z = 0.2
+    cube = load_mesh(cube_obj(tmp_path / "cube.obj", 0.4))
+    above = PlacedAsset(cube, Pose((0.3, -0.2, 1.5), 30.0, 0.0, 0.0, 1.0))
+    sunk = PlacedAsset(cube, Pose((0.0, 0.0, 0.1), 0.0, 0.0, 0.0, 1.0))
+    away = PlacedAsset(cube, Pose((9.0, 9.0, 1.0)))
+    moving = PlacedAsset(cube, path=AssetPath((0.0, 1.0), (Pose((0, 0, 1)), Pose((1, 0, 1)))))
+    said = []
+    out = drop_to_ground([above, sunk, away, moving], frame, (v, f), said.append)
+    for a in out[:2]:
+        low = np.concatenate(a.world_vertices(frame))[:, 2].min()
+        assert abs(low - 0.2) < 1e-4
+    assert out[0].pose.translation[:2] == (0.3, -0.2) and out[0].pose.yaw == 30.0
+    assert out[2] is away and out[3] is moving
+    assert len(said) == 2 and "no scene surface under" in said[0] and "--asset-path" in said[1]
+    assert drop_to_ground([above], frame, None, said.append) == [above] and "no proxy mesh" in said[-1]
