@@ -198,14 +198,20 @@ def settled(client, cam, ready=lambda rgba: True, what: str = "a settled picture
     return poll_until(lambda: browser_rgba(client, *cam), ok, what, interval=0.5)
 
 
-def test_asset_gizmo_and_server_hybrid_in_browser(browser, run_dir, tmp_path, record_property):
+@pytest.fixture(scope="module")
+def hybrid_ready():
+    """Skip (before any training) unless open3d, the shared spot mesh and the hybrid renderer are there."""
     pytest.importorskip("open3d")
     if not SPOT.is_file():
         pytest.skip(f"{SPOT} not found (../shared/data is absent)")
     try:
-        from recon.hybrid.render import HybridRenderer
+        from recon.hybrid.render import HybridRenderer  # noqa: F401
     except ImportError as err:
         pytest.skip(f"recon.hybrid.render is not available ({err})")
+
+
+def test_asset_gizmo_and_server_hybrid_in_browser(hybrid_ready, browser, run_dir, tmp_path, record_property):
+    from recon.hybrid.render import HybridRenderer
     from recon.run import Run
 
     wxyz, position = _look_at((2.0, -1.6, -2.2), (0.0, 0.3, 0.0))
@@ -231,7 +237,7 @@ def test_asset_gizmo_and_server_hybrid_in_browser(browser, run_dir, tmp_path, re
                                 "spot in the browser")
             diff = np.abs(with_spot[..., :3] - pictures["none"][..., :3]).max(-1)
             mask = spot_mask(layer, cam)
-            assert (diff[mask] > 0.1).mean() > 0.5, (diff[mask] > 0.1).mean()
+            assert (diff[mask] > 0.1).mean() > 0.25, (diff[mask] > 0.1).mean()  # the box around a cow
             assert (diff[~mask] > 0.1).mean() < 0.05, (diff[~mask] > 0.1).mean()
             # 2. a gizmo drag (the browser's message) moves the read-out, the page's GUI and the mesh
             before = layer.pose_text(0)
