@@ -10,6 +10,11 @@ Modules:
   colours), poses, materials, lights, keyframed asset paths; parsing of the CLI strings.
 - :mod:`recon.hybrid.raycast`: :class:`MeshScene`, the posed assets (and the scene's proxy mesh) in one
   open3d ray-casting scene: first hits (distance, normal, uv, asset id, albedo) and occlusion tests.
+- :mod:`recon.hybrid.render`: :class:`HybridRenderer` / :class:`HybridFrame`, the per-camera pipeline (primary
+  rays, depth limit, the scene's front fragments, mesh shading, shadows both ways, compositing).
+- :mod:`recon.hybrid.shading`: Lambert shading with shadow rays; the assets' shadows on the scene.
+- :mod:`recon.hybrid.secondary`: mirror / glass secondary rays (throughput loop, bounce limit).
+- :mod:`recon.hybrid.proxy`: the scene's proxy mesh (TSDF of the run's rendered depth), cached in RUN/hybrid/.
 
 Conventions: world frame of the run; rays are origins [R, 3] and unit directions [R, 3] in world units,
 distances ``t`` along the ray (not camera z); cameras as rasterizer/CONVENTIONS.md (OpenCV, world-to-camera,
