@@ -396,6 +396,8 @@ class AssetLayer:
         rgb, depth = hybrid_image(out)
         if not self.hybrid:  # switched back while rendering: do not cover the browser view
             return {}
+        if self.viewer.server is None or client.client_id not in self.viewer.server.get_clients():
+            return {}  # the page went away while rendering
         client.scene.set_background_image(rgb, format="jpeg", jpeg_quality=90, depth=depth)
         t2 = time.perf_counter()
         record = {"ms": 1e3 * (t2 - t0), "render_ms": 1e3 * (t1 - t0), "send_ms": 1e3 * (t2 - t1),
