@@ -11,8 +11,9 @@ asset's mesh parts under it (:mod:`viewer.assets` for the frames), and an "Asset
 
 Compositing modes.
 
-- *browser*: viser draws the splats (WebGL, DC colour) and the asset meshes (unlit-ish three.js shading)
-  depth-tested against each other in the browser; no shadows or reflections; interactive.
+- *browser*: viser draws the splats (WebGL, DC colour) and the asset meshes (their texture or colours under
+  three.js lighting) depth-tested against each other in the browser; no shadows, and mirror / glass assets
+  show their albedo; interactive.
 - *server hybrid*: the server renders the client's camera with :class:`recon.hybrid.render.HybridRenderer`
   (occlusion, shadows both ways, mirror / glass bounces) at a reduced size and sends it with
   ``client.scene.set_background_image(rgb, depth=...)``; the browser stretches it over the canvas. The

@@ -143,10 +143,25 @@ def test_gizmo_moves_pose_readout_and_typed_pose_moves_gizmo(splat_file, box_fil
         v.stop()
 
 
-def test_server_hybrid_needs_a_run_folder(splat_file, box_file, tmp_path):
-    v = build_viewer(ViewConfig(path=splat_file, port=0, output=tmp_path, asset=(box_file,)), verbose=False)
+def test_server_hybrid_needs_a_run_folder_and_falls_back(splat_file, box_file, tmp_path):
+    """--hybrid on a splat file: the splats and meshes are hidden at start; the first render request finds no
+    run, says so, and switches back to browser compositing (splats and meshes shown again)."""
+    from types import SimpleNamespace
+
+    v = build_viewer(ViewConfig(path=splat_file, port=0, output=tmp_path, asset=(box_file,), hybrid=True),
+                     verbose=False)
     with pytest.raises(HybridUnavailable, match="run folder"):
         v.assets.make_renderer()
+    v.start()
+    try:
+        layer = v.assets
+        assert layer.hybrid and v.splat_handle.visible is False and not layer.mesh_handles[0][0].visible
+        layer.request(SimpleNamespace(client_id="page"))  # what a connecting page's camera report does
+        wait_for(lambda: not layer.hybrid, timeout=30, what="the fallback to browser compositing")
+        assert "run folder" in layer.renderer_error and "run folder" in layer.gui["info"].value
+        assert v.splat_handle.visible and layer.mesh_handles[0][0].visible and layer.frames_sent == 0
+    finally:
+        v.stop()
 
 
 def test_hybrid_image_depth_for_viser():
