@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -108,9 +109,13 @@ def test_asset_flag_errors_fail_before_server_starts(splat_file, box_file, capsy
     assert exc.value.code == 2 and named in capsys.readouterr().err
 
 
+OTHER_PAGE = "another-page"  # a client id of no connected page: viser then sends the new pose to every page
+
+
 def drag_gizmo(v, client_id, i: int, wxyz, position) -> None:
-    """What the browser sends while a user drags gizmo ``i``: viser's transform-controls update message,
-    handled on the server's event loop exactly as one from the websocket."""
+    """What a browser sends while a user drags gizmo ``i``: viser's transform-controls update message,
+    handled on the server's event loop exactly as one from the websocket (viser forwards the pose to every
+    page but ``client_id``'s, which moved it itself)."""
     from viser import _messages
 
     name = v.assets.gizmos[i].name
@@ -254,10 +259,19 @@ def test_asset_gizmo_and_server_hybrid_in_browser(hybrid_ready, browser, run_dir
             mask = spot_mask(layer, cam)
             assert (diff[mask] > 0.1).mean() > 0.25, (diff[mask] > 0.1).mean()  # the box around a cow
             assert (diff[~mask] > 0.1).mean() < 0.05, (diff[~mask] > 0.1).mean()
-            # 2. a gizmo drag (the browser's message) moves the read-out, the page's GUI and the mesh
+            # 2. a mouse drag on the gizmo's x arrow in the page moves the asset along that axis
+            start = layer.assets[0].pose
+            axis = mouse_drag_arrow(page, client, layer.gizmos[0], lambda: layer.assets[0].pose != start, axis=0)
+            cam = set_camera(client, *cam)  # a press that missed the arrow turned the camera instead
+            time.sleep(1.0)  # the drag's last updates
+            moved_by = np.subtract(layer.assets[0].pose.translation, start.translation)
+            assert np.linalg.norm(moved_by) > 0.02 and moved_by @ axis > 0.95 * np.linalg.norm(moved_by), moved_by
+            assert layer.pose_text(0) == format_pose(layer.assets[0].pose) != format_pose(start)
+            assert np.allclose([layer.assets[0].pose.yaw, layer.assets[0].pose.pitch], [start.yaw, start.pitch])
+            # the browser's update message with an exact pose: the read-out, the page's GUI and the mesh follow
             before = layer.pose_text(0)
             moved = Pose((0.25, 0.2, -0.7), -60.0, 0.0, 0.0, 0.45)
-            drag_gizmo(v, client.client_id, 0, *pose_to_gizmo(moved, layer.frame))
+            drag_gizmo(v, OTHER_PAGE, 0, *pose_to_gizmo(moved, layer.frame))
             wait_for(lambda: layer.pose_text(0) == format_pose(moved) != before, what="the pose read-out")
             wait_for(lambda: format_pose(moved) in page_inputs(page), what="the read-out in the page")
             after = settled(client, cam, lambda rgba: np.abs(rgba - with_spot).mean() > 0.003, "spot moved")
@@ -279,7 +293,7 @@ def test_asset_gizmo_and_server_hybrid_in_browser(hybrid_ready, browser, run_dir
             assert agree < 0.08, agree
             # moving the gizmo in hybrid mode re-renders on the server with the asset at its new place
             sent = layer.frames_sent
-            drag_gizmo(v, client.client_id, 0, *pose_to_gizmo(parse_pose(SPOT_POSE), layer.frame))
+            drag_gizmo(v, OTHER_PAGE, 0, *pose_to_gizmo(parse_pose(SPOT_POSE), layer.frame))
             wait_for(lambda: layer.frames_sent > sent, what="a server frame after the gizmo moved")
             ref2 = server_reference(layer, client)
             settled(client, cam, lambda rgba: close_to(rgba, ref2) and np.abs(rgba - shown).mean() > 0.003,
@@ -295,6 +309,45 @@ def test_asset_gizmo_and_server_hybrid_in_browser(hybrid_ready, browser, run_dir
             page.close()
         finally:
             v.stop()
+
+
+def mouse_drag_arrow(page, client, gizmo, moved, axis: int = 0, tries: int = 4) -> np.ndarray:
+    """Drag gizmo ``gizmo``'s translation arrow ``axis`` (its local axis) with the mouse in ``page`` by half its
+    length, until ``moved()`` says the server saw it (SwiftShader on a loaded machine sometimes misses the
+    first press: each try grabs the arrow at another point along it, waiting up to 20 s). Returns that axis
+    (world unit vector). The page's canvas fills the viewport."""
+    import viser.transforms as vtf
+    from viewer.camera_path import viser_camera_to_frame
+
+    cam = client.camera
+    frame = viser_camera_to_frame(cam.wxyz, cam.position, cam.fov, int(cam.image_width), int(cam.image_height))
+    w2c, K = frame.world_to_cam_numpy(), frame.K_numpy()
+    direction = vtf.SO3(np.asarray(gizmo.wxyz)).as_matrix()[:, axis]
+    centre = np.asarray(gizmo.position)
+
+    def pixel(p):
+        q = K @ (w2c[:3, :3] @ p + w2c[:3, 3])
+        return q[:2] / q[2]
+
+    for try_, f in enumerate((0.6, 0.75, 0.5, 0.85)[:tries]):
+        a, b = pixel(centre + f * gizmo.scale * direction), pixel(centre + (f + 0.5) * gizmo.scale * direction)
+        page.mouse.move(*(a - 3 * (b - a) / np.linalg.norm(b - a)))
+        page.mouse.move(*a, steps=3)  # hover: the arrow highlights
+        time.sleep(1.0)
+        page.mouse.down()
+        time.sleep(0.5)
+        for s in np.linspace(0.0, 1.0, 8)[1:]:
+            page.mouse.move(*(a + s * (b - a)))
+            time.sleep(0.2)
+        page.mouse.up()
+        page.mouse.move(2, 2)  # away: no hover highlight in later pictures
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 20.0:
+            if moved():
+                print(f"gizmo moved by mouse drag try {try_ + 1}")
+                return direction
+            time.sleep(0.1)
+    raise AssertionError(f"{tries} mouse drags on the gizmo's arrow did not move it")
 
 
 def page_inputs(page) -> list[str]:
