@@ -100,26 +100,26 @@ def default_pose(centre: np.ndarray, radius: float, asset: MeshAsset) -> Pose:
 
 
 def _per_asset(values: Sequence[str], n: int, flag: str) -> list[str | None]:
-    """``values`` of a repeatable flag matched to ``n`` assets: none (all default), one (for all) or n."""
+    """``values`` of a repeatable flag matched to ``n`` assets as ``splatforge insert`` does: none (all
+    default) or one per asset, in --asset order."""
     if len(values) == 0:
         return [None] * n
-    if len(values) == 1:
-        return list(values) * n
     if len(values) != n:
-        raise AssetError(f"{flag}: given {len(values)} times for {n} --asset files; give it once (for all), "
-                         f"once per asset (in --asset order), or not at all")
+        raise AssetError(f"{flag}: given {len(values)} time(s) for {n} --asset(s); give one {flag} per --asset, in "
+                         f"the same order (or none)")
     return list(values)
 
 
 def load_assets(paths: Sequence[str | Path], poses: Sequence[str] = (), materials: Sequence[str] = (),
-                centre: np.ndarray | None = None, radius: float = 1.0) -> list[PlacedAsset]:
-    """Load ``--asset`` files with their ``--pose`` / ``--material`` strings (each given 0, 1 or len(paths)
-    times) into :class:`PlacedAsset` records; an asset without a pose gets :func:`default_pose` (at
-    ``centre``). AssetError naming the file or the string when something cannot be used."""
+                centre: np.ndarray | None = None, radius: float = 1.0, up: str = "y") -> list[PlacedAsset]:
+    """Load ``--asset`` files (``up``: their up axis, "y" or "z") with their ``--pose`` / ``--material``
+    strings (each given 0 or len(paths) times) into :class:`PlacedAsset` records; an asset without a pose gets
+    :func:`default_pose` (at ``centre``). AssetError naming the file or the string when something cannot be
+    used."""
     out = []
     for path, pose, material in zip(paths, _per_asset(poses, len(paths), "--pose"),
                                     _per_asset(materials, len(paths), "--material")):
-        mesh = load_mesh(path)
+        mesh = load_mesh(path, up)
         placed = parse_pose(pose) if pose is not None else default_pose(
             np.zeros(3) if centre is None else centre, radius, mesh)
         out.append(PlacedAsset(mesh, placed, parse_material(material or "diffuse")))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 
@@ -17,8 +17,14 @@ try:
 
     _Positional = tyro.conf.Positional
     _NoPrefix = tyro.conf.arg(name="")
+    _UseAppend = tyro.conf.UseAppendAction
 except ImportError:  # pragma: no cover - tyro is a dependency; keeps the module importable
-    _Positional = _NoPrefix = None
+    _Positional = _NoPrefix = _UseAppend = None
+
+
+def _appended(tp):
+    """``--flag A --flag B`` (repeated flags) for a tuple field, as ``splatforge insert`` takes them."""
+    return Annotated[tp, _UseAppend] if _UseAppend is not None else tp
 
 
 @dataclass
@@ -46,16 +52,19 @@ class ViewConfig:
     """4D models: start playing at once"""
     exit_after: float | None = None
     """stop the server after this many seconds (tests, scripted screenshots)"""
-    asset: tuple[Path, ...] = ()
-    """mesh assets (OBJ, PLY, GLB) to place in the scene with a transform gizmo (repeatable); the GUI shows
-    each one's --pose string for splatforge insert"""
-    pose: tuple[str, ...] = ()
-    """"x,y,z[,yaw,pitch,roll[,scale]]" per --asset (once for all, or once per asset in order); default: the
-    scene's centre, upright, 0.3 of the scene's radius"""
-    material: tuple[str, ...] = ()
-    """diffuse, mirror or glass[:ior] per --asset (server hybrid render)"""
-    light: tuple[str, ...] = ()
-    """sun:azimuth,elevation[,intensity[,r,g,b]] or point:x,y,z[,...] (repeatable; default sun:45,60)"""
+    asset: _appended(tuple[Path, ...]) = ()
+    """mesh asset (OBJ, PLY, GLB) to place in the scene with a transform gizmo; repeat the flag for several;
+    the GUI shows each one's --pose string for splatforge insert"""
+    pose: _appended(tuple[str, ...]) = ()
+    """"x,y,z[,yaw,pitch,roll[,scale]]" per --asset, in order (default: the scene's centre, upright, 0.3 of
+    the scene's radius)"""
+    material: _appended(tuple[str, ...]) = ()
+    """diffuse, mirror or glass[:ior] per --asset (shown by the server hybrid render; default diffuse)"""
+    asset_up: Literal["y", "z"] = "y"
+    """up axis of the asset files: y (glTF, most OBJ) or z"""
+    light: _appended(tuple[str, ...]) = ()
+    """sun:azimuth,elevation[,intensity[,r,g,b]] or point:x,y,z[,intensity[,r,g,b]]; repeat for several
+    lights (default: sun:45,60)"""
     hybrid: bool = False
     """start with the server hybrid render (shadows, reflections) instead of browser compositing"""
     hybrid_size: int = 320
@@ -97,7 +106,7 @@ def asset_layer(cfg: ViewConfig, scene, verbose: bool = True):
     means = scene.splats.means.astype(np.float64)
     centre, radius = robust_bounds(means)
     try:
-        assets = load_assets(cfg.asset, cfg.pose, cfg.material, centre=centre, radius=radius)
+        assets = load_assets(cfg.asset, cfg.pose, cfg.material, centre=centre, radius=radius, up=cfg.asset_up)
         lights = load_lights(cfg.light, frame)
     except AssetError as err:
         raise ViewerInputError(str(err)) from None

@@ -19,7 +19,7 @@ pytest.importorskip("viser")
 
 from recon.export import write_splats  # noqa: E402
 from tests.conftest import SHARED_DATA  # noqa: E402
-from recon.hybrid.assets import Pose, parse_pose  # noqa: E402
+from recon.hybrid.assets import AssetError, Pose, parse_pose  # noqa: E402
 from tests.viewer.test_viewer import (  # noqa: E402,F401  (browser, no_server: fixtures)
     BROWSER_TIMEOUT, H, W, _connect, browser, browser_rgba, no_server, poll_until, set_camera, small_scene,
     wait_for)
@@ -84,8 +84,12 @@ def test_euler_angles_and_pose_string():
 
 
 def test_assets_default_pose_and_flag_counts(box_file):
-    two = load_assets([box_file, box_file], poses=["0,0,1,10,0,0,2"], centre=np.array([1.0, 2.0, 3.0]))
-    assert [a.pose.as_list() for a in two] == [[0, 0, 1, 10, 0, 0, 2]] * 2  # one --pose for all
+    two = load_assets([box_file, box_file], poses=["0,0,1,10,0,0,2", "1,1,1"], centre=np.array([1.0, 2.0, 3.0]))
+    assert [a.pose.as_list() for a in two] == [[0, 0, 1, 10, 0, 0, 2], [1, 1, 1, 0, 0, 0, 1]]  # in --asset order
+    with pytest.raises(AssetError, match="--pose: given 1 time"):  # as splatforge insert: one per asset
+        load_assets([box_file, box_file], poses=["0,0,1"])
+    z_up = load_assets([box_file], up="z")[0].mesh.vertices
+    assert np.allclose(np.ptp(z_up, 0), [0.4, 0.2, 0.3])  # the file's z (0.2) became y
     default = load_assets([box_file], centre=np.array([1.0, 2.0, 3.0]), radius=2.0)[0]
     assert default.pose.translation == (1.0, 2.0, 3.0) and np.isclose(default.pose.scale, 0.3 * 2.0 / 0.4)
     assert default.material.kind == "diffuse"
@@ -95,6 +99,7 @@ def test_assets_default_pose_and_flag_counts(box_file):
 @pytest.mark.parametrize("flags, named", [
     ({"pose": ("1,2",)}, "--pose"),
     ({"pose": ("0,0,0", "1,1,1", "2,2,2")}, "--pose"),  # 3 poses for 1 asset
+    ({"material": ("mirror", "glass")}, "--material"),
     ({"material": ("chrome",)}, "--material"),
     ({"light": ("moon:1,2",)}, "--light"),
     ({"asset": (Path("nope.glb"),)}, "nope.glb"),
