@@ -44,6 +44,8 @@ class Args:
     run: Optional[Path] = None
     """A training run to insert into (else a synthetic scene)."""
     pose: str = "0,0,0,30,0,0,1"
+    bounces: int = 1
+    """Secondary-ray bounce limit (mirror / glass)."""
     seed: int = 0
 
 
@@ -68,7 +70,8 @@ def synthetic(args: Args):
     N = args.gaussians
     n_floor = N // 2
     floor = torch.cat([(torch.rand(n_floor, 2, generator=g) * 2 - 1) * 4, torch.zeros(n_floor, 1)], 1)
-    cloud = (torch.rand(N - n_floor, 3, generator=g) * 2 - 1) * torch.tensor([3.0, 3.0, 1.5]) + torch.tensor([0, 0, 1.5])
+    cloud = (torch.rand(N - n_floor, 3, generator=g) * 2 - 1) * torch.tensor([3.0, 3.0, 1.5])
+    cloud = cloud + torch.tensor([0, 0, 1.5])
     means = torch.cat([floor, cloud])
     scales = torch.cat([torch.tensor([[0.03, 0.03, 0.003]]).repeat(n_floor, 1), torch.full((N - n_floor, 3), 0.01)])
     op = torch.cat([torch.full((n_floor,), 0.9), torch.full((N - n_floor,), 0.05)])
@@ -81,7 +84,7 @@ def synthetic(args: Args):
     f = 0.9 * args.width
     K = [[f, 0, args.width / 2], [0, f, args.height / 2], [0, 0, 1]]
     cam = Camera.from_arrays(look_at([2.2, -2.2, 1.4], [0, 0, 0.5]), K, args.width, args.height, torch.float32)
-    return HybridRenderer(model, [asset], [sun], np.eye(3), background=[1.0, 1.0, 1.0]), cam, {}
+    return HybridRenderer(model, [asset], [sun], np.eye(3), background=[1.0, 1.0, 1.0], bounces=args.bounces), cam, {}
 
 
 def from_run(args: Args):
@@ -94,7 +97,7 @@ def from_run(args: Args):
     frame = ground_frame_of(run.scene.frames_train)
     asset = PlacedAsset(load_mesh(args.asset), parse_pose(args.pose), parse_material(args.material))
     t0 = time.perf_counter()
-    r = HybridRenderer.for_run(run, [asset], [parse_light("sun:45,60", frame)], progress=True)
+    r = HybridRenderer.for_run(run, [asset], [parse_light("sun:45,60", frame)], progress=True, bounces=args.bounces)
     load_s = time.perf_counter() - t0
     cam0 = run.cameras[0]
     cam = scaled_camera(cam0, args.width / cam0.width)
@@ -105,6 +108,7 @@ def main(args: Args) -> dict:
     torch.set_grad_enabled(False)
     renderer, cam, extra = from_run(args) if args.run else synthetic(args)
     out = {"width": cam.width, "height": cam.height, "gaussians": len(renderer.model), "material": args.material,
+           "bounces": args.bounces,
            **extra, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                 "torch_threads": torch.get_num_threads()}}
     for shadows in (True, False):

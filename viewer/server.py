@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from viewer.camera_path import CameraPath, save_camera_path, viser_camera_to_frame, world_to_cam_to_viser
+from viewer.blocks import add_block_cells
 from viewer.scene import SplatScene, robust_bounds
 
 SPLAT_NODE = "/splats"
@@ -233,6 +234,9 @@ class ViewerServer:
             scale.on_update(lambda _: self.set_scale(scale.value))
             opacity.on_update(lambda _: self.set_min_opacity(opacity.value))
             self.gui.update(scale=scale, opacity=opacity)
+            _, radius = robust_bounds(self.scene.splats.means)
+            self.block_cells, self.gui["block_cells"] = add_block_cells(self.server, gui, self.scene.run_dir,
+                                                                        0.004 * radius)
         if self.scene.dynamic:
             self._build_time_gui(gui)
         with gui.add_folder("Render"):

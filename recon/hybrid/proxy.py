@@ -33,6 +33,7 @@ PROXY_INFO = "proxy.json"
 DEFAULT_RESOLUTION = 256
 DEFAULT_MAX_VIEWS = 48
 DEFAULT_SCALE = 0.5
+COARSEN_STEPS = 4
 
 
 class FrontDepth:
@@ -91,10 +92,18 @@ def fuse_views(views: mx.DepthViews, resolution: int = DEFAULT_RESOLUTION, trunc
                voxel_size: float | None = None, max_memory_gb: float = 2.0,
                progress: Callable[[int], None] | None = None) -> mx.MeshArrays:
     """TSDF mesh of ``views`` (:func:`recon.mesh_extraction.fuse_tsdf`), voxel size the surface's extent /
-    ``resolution`` unless given."""
+    ``resolution`` unless given. A default voxel size whose grid would need more than ``max_memory_gb`` is
+    doubled (up to :data:`COARSEN_STEPS` times): a proxy for shadows can be coarse; a given one is kept."""
     points = views.surface_points()
     voxel = voxel_size if voxel_size is not None else mx.default_voxel_size(points, resolution)
-    blocks = mx.check_memory(points, voxel, trunc_voxels, max_memory_gb)
+    for step in range(COARSEN_STEPS + 1):
+        try:
+            blocks = mx.check_memory(points, voxel, trunc_voxels, max_memory_gb)
+            break
+        except mx.MeshMemoryError:
+            if voxel_size is not None or step == COARSEN_STEPS:
+                raise
+            voxel *= 2.0
     return mx.fuse_tsdf(views, voxel, trunc_voxels, blocks, progress)
 
 

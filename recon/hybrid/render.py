@@ -47,6 +47,8 @@ from recon.hybrid.shading import SHADOW_STRENGTH, blocked_fraction, scene_shadow
 
 VISIBLE_ALPHA = 0.5
 """Scene fragments at least this opaque (1 - T) count as the visible surface (depth, asset mask)."""
+SECONDARY_MIN_T = 1e-4
+"""Mirror / glass pixels behind scene fragments leaving less light than this are not traced."""
 SHADOW_MIN_ALPHA = 1.0 / 255.0
 """Pixels whose scene fragments are less opaque than this cast no scene-shadow rays (nothing to darken)."""
 
@@ -201,7 +203,7 @@ class HybridRenderer:
                                                         backend=self.backend)
         rgb_f, trans, depth_f = rgb_f[0].reshape(H * W, 3), trans[0].reshape(H * W, 1), depth_f[0].reshape(H * W)
         clock.lap("front")
-        behind = self._behind(scene, hits, origins, dirs, shadows, time, clock)
+        behind = self._behind(scene, hits, origins, dirs, shadows, time, clock, trans)
         factor = None
         if shadows and self.lights:
             factor = self._scene_shadow(scene, origins, dirs, z_per_t, trans, depth_f)
@@ -218,23 +220,27 @@ class HybridRenderer:
         return HybridFrame(rgb, depth, asset_id.astype(np.int32), timings)
 
     def _behind(self, scene: MeshScene, hits, origins: np.ndarray, dirs: np.ndarray, shadows: bool,
-                time: float | None, clock: _Clock) -> Tensor:
-        """[H*W, 3] what lies behind the scene's front fragments: shaded assets, else the background."""
+                time: float | None, clock: _Clock, trans: Tensor) -> Tensor:
+        """[H*W, 3] what lies behind the scene's front fragments: shaded assets, else the background
+        (mirror / glass pixels whose transmittance ``trans`` [H*W, 1] is below :data:`SECONDARY_MIN_T` are
+        not traced: they show the background, weighted by that transmittance)."""
         dev = self.model.device
         n = len(origins)
-        colour = np.zeros((n, 3))
+        behind = self.background[None].expand(n, 3).clone()
         specular = np.array([a.material.kind != "diffuse" for a in self.assets] + [False])[hits.asset]
         diffuse = np.nonzero(hits.hit & ~specular)[0]
-        points = origins + np.where(hits.hit, hits.t, 0.0)[:, None] * dirs
+        hit = np.nonzero(hits.hit)[0]
+        points = np.zeros_like(origins)
+        points[hit] = origins[hit] + hits.t[hit, None] * dirs[hit]
         if len(diffuse):
             sub = subset_hits(hits, diffuse)
-            colour[diffuse] = shade_diffuse(scene, points[diffuse], hits.normal[diffuse],
-                                            scene.albedo(sub).astype(np.float64), self.lights, self.ambient,
-                                            shadows)
-        behind = torch.as_tensor(colour, dtype=torch.float32, device=dev)
-        behind = torch.where(torch.as_tensor(hits.hit, device=dev)[:, None], behind, self.background[None])
+            colour = shade_diffuse(scene, points[diffuse], hits.normal[diffuse], scene.albedo(sub).astype(np.float64),
+                                   self.lights, self.ambient, shadows)
+            idx = torch.as_tensor(diffuse, dtype=torch.long, device=dev)
+            behind[idx] = torch.as_tensor(colour, dtype=behind.dtype, device=dev)
         clock.lap("shade")
-        spec = np.nonzero(specular & hits.hit)[0]
+        seen = trans.detach()[:, 0].float().cpu().numpy() >= SECONDARY_MIN_T
+        spec = np.nonzero(specular & hits.hit & seen)[0]
         if len(spec):
             paths = Paths(np.arange(len(spec)), points[spec], dirs[spec], hits.normal[spec], hits.front[spec],
                           hits.asset[spec], np.ones((len(spec), 3)),
@@ -288,5 +294,5 @@ class HybridRenderer:
                    bounces, bg, shadow_strength=shadow_strength, backend=backend)
 
 
-__all__ = ["HybridFrame", "HybridRenderer", "SHADOW_MIN_ALPHA", "VISIBLE_ALPHA", "composite",
+__all__ = ["HybridFrame", "HybridRenderer", "SECONDARY_MIN_T", "SHADOW_MIN_ALPHA", "VISIBLE_ALPHA", "composite",
            "depth_limit_from_hits", "ground_frame_of", "primary_rays", "visible_depth"]

@@ -4,9 +4,9 @@ A pixel whose first visible mesh hit is a mirror or glass asset gets its colour 
 hit (FIELD_NOTES §4, as Dynamic Mesh-Aware Radiance Fields):
 
 - mirror: one reflected path, weight x the material's tint;
-- glass: a reflected path with weight F and a refracted one (Snell) with weight 1 - F (F: the Fresnel
+- glass: a reflected path with weight F and a refracted one (Snell) with weight 1 - F (F: the exact Fresnel
   reflectance of unpolarised light for the index ``ior``; total internal reflection gives F = 1), both
-  x the tint. A ray that hits a face's outward side enters the glass (n1 = 1, n2 = ior), else it leaves.
+  x the tint. The optics are :mod:`recon.hybrid.optics`. A ray that hits a face's outward side enters the glass (n1 = 1, n2 = ior), else it leaves.
 
 Each path segment (origin: the surface point, start ``t_min`` = the scene's eps):
 
@@ -33,42 +33,11 @@ import torch
 from torch import Tensor
 
 from recon.hybrid.assets import Light, PlacedAsset
+from recon.hybrid.optics import fresnel_dielectric, glass_eta, reflect, refract
 from recon.hybrid.raycast import Hits, MeshScene
 from recon.hybrid.shading import shade_diffuse
 
 MIN_WEIGHT = 1e-3
-
-
-# ------------------------------------------------------------------------------------------ optics
-
-
-def reflect(d: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """[R, 3] mirror direction of unit ``d`` [R, 3] about unit normal ``n`` [R, 3]: d - 2 (d . n) n."""
-    return d - 2.0 * np.einsum("rc,rc->r", d, n)[:, None] * n
-
-
-def refract(d: np.ndarray, n: np.ndarray, eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(directions [R, 3], total internal reflection [R] bool) of unit ``d`` refracted through the surface
-    with unit normal ``n`` facing ``d`` (n . d <= 0), ``eta`` [R] = n1 / n2 (Snell: sin t = eta sin i).
-    Where TIR, the direction is the reflection."""
-    cos_i = np.clip(-np.einsum("rc,rc->r", d, n), 0.0, 1.0)
-    sin2_t = eta ** 2 * (1.0 - cos_i ** 2)
-    tir = sin2_t > 1.0
-    cos_t = np.sqrt(np.maximum(1.0 - sin2_t, 0.0))
-    out = eta[:, None] * d + (eta * cos_i - cos_t)[:, None] * n
-    out = np.where(tir[:, None], reflect(d, n), out)
-    return out / np.linalg.norm(out, axis=1, keepdims=True), tir
-
-
-def fresnel(d: np.ndarray, n: np.ndarray, eta: np.ndarray) -> np.ndarray:
-    """[R] reflectance of unpolarised light (mean of the s and p Fresnel terms) for unit ``d``, normal
-    ``n`` facing it and ``eta`` = n1 / n2; 1 under total internal reflection."""
-    cos_i = np.clip(-np.einsum("rc,rc->r", d, n), 0.0, 1.0)
-    sin2_t = eta ** 2 * (1.0 - cos_i ** 2)
-    cos_t = np.sqrt(np.maximum(1.0 - sin2_t, 0.0))
-    rs = (eta * cos_i - cos_t) / np.maximum(eta * cos_i + cos_t, 1e-12)
-    rp = (cos_i - eta * cos_t) / np.maximum(cos_i + eta * cos_t, 1e-12)
-    return np.where(sin2_t > 1.0, 1.0, 0.5 * (rs ** 2 + rp ** 2))
 
 
 # ------------------------------------------------------------------------------------------ paths
@@ -105,9 +74,10 @@ def spawn(paths: Paths, assets: Sequence[PlacedAsset]) -> tuple[Paths, np.ndarra
     d, n = paths.incoming, paths.normal
     refl = reflect(d, n)
     glass = kind == "glass"
-    eta = np.where(paths.front, 1.0 / ior, ior)
-    f = np.where(glass, fresnel(d, n, eta), 1.0)
+    eta = glass_eta(paths.front, ior)
+    f = np.where(glass, fresnel_dielectric(-np.einsum("rc,rc->r", d, n), eta), 1.0)
     refr, tir = refract(d, n, eta)
+    refr = refr / np.linalg.norm(refr, axis=1, keepdims=True)
     parents = [np.arange(len(d)), np.nonzero(glass & ~tir)[0]]
     dirs = np.concatenate([refl, refr[parents[1]]])
     factor = np.concatenate([f, 1.0 - f[parents[1]]])
@@ -192,4 +162,4 @@ def _ending_colour(scene: MeshScene, hits: Hits, child: Paths, dirs: np.ndarray,
     return torch.where(mask, background[None].expand_as(out), out)
 
 
-__all__ = ["MIN_WEIGHT", "Paths", "fresnel", "reflect", "refract", "spawn", "subset_hits", "trace_specular"]
+__all__ = ["MIN_WEIGHT", "Paths", "spawn", "subset_hits", "trace_specular"]

@@ -99,7 +99,8 @@ def blocked_fraction(scene: MeshScene, points: np.ndarray, lights: Sequence[Ligh
     for w, light in zip(weights, lights):
         if w > 0:
             dirs, dist = light.toward(points)
-            near = np.nonzero(segment_meets_box(points, dirs, dist, lo - scene.eps, hi + scene.eps))[0]
+            one = dirs[:1] if light.kind == "sun" else dirs  # a sun's rays share one direction
+            near = np.nonzero(segment_meets_box(points, one, dist, lo - scene.eps, hi + scene.eps))[0]
             if len(near):
                 blocked[near] += w * scene.occluded(points[near], dirs[near], dist[near], assets_only=True)
     return blocked / weights.sum()
@@ -107,7 +108,7 @@ def blocked_fraction(scene: MeshScene, points: np.ndarray, lights: Sequence[Ligh
 
 def segment_meets_box(points: np.ndarray, dirs: np.ndarray, dist: np.ndarray, lo: np.ndarray,
                       hi: np.ndarray) -> np.ndarray:
-    """[R] bool: the segment from ``points`` [R, 3] along ``dirs`` [R, 3] up to ``dist`` [R] meets the box
+    """[R] bool: the segment from ``points`` [R, 3] along ``dirs`` [R, 3] (or [1, 3]) up to ``dist`` [R] meets the box
     ``lo`` .. ``hi`` (slab test; a cheap cull before casting shadow rays against the assets)."""
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
         return np.zeros(len(points), bool)

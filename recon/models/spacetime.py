@@ -45,8 +45,8 @@ from rasterizer.spacetime import slice_gaussians_4d
 from recon.errors import UsageError
 from recon.models.base import SceneModel, register_model
 from recon.spacetime_losses import NeighborLists
-from recon.models.gaussians import (LearningRates, front_of_limit, knn_mean_distance, resize_optimizer_state,
-                                    rgb_to_sh0)
+from recon.models.gaussians import (LearningRates, TraceCache, front_of_limit, knn_mean_distance, ray_arguments,
+                                    resize_optimizer_state, rgb_to_sh0)
 from recon.spacetime_data import SpaceTimeData
 from recon.splat_data import SplatData
 
@@ -356,6 +356,24 @@ class SpaceTimeGaussians(SceneModel):
         return front_of_limit(s.means, None, None, s.opacities, s.gather(sh), viewmats.to(dev, torch.float32),
                               Ks.to(dev, torch.float32), W, H, self.sh_degree, depth_limit, self.antialiased,
                               backend, covars=s.covars)
+
+    def trace_rays(self, origins: Tensor, dirs: Tensor, t_min: Tensor, t_max: Tensor, *,
+                   t: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """See :meth:`SceneModel.trace_rays`: the slice at time ``t`` (None: :data:`DEFAULT_TIME`) traced by
+        :func:`rasterizer.tracing.trace_gaussians` with its covariances (differentiable through the slicing).
+        The cpu grid is cached per parameter version and time."""
+        from rasterizer.tracing import build_gaussian_accel, trace_gaussians
+
+        time = camera_times(t, 1)[0]
+        s = self.slice(time)
+        origins, dirs, t_min, t_max = ray_arguments(origins, dirs, t_min, t_max, s.means)
+        accel = None
+        if self.device.type == "cpu":
+            cache = self.__dict__.setdefault("_trace_cache", TraceCache())
+            accel = cache.get(list(self.params.values()), time,
+                              lambda: build_gaussian_accel(s.means, None, None, s.opacities, s.covars))
+        return trace_gaussians(s.means, None, None, s.opacities, s.gather((self.params["sh0"], self.params["shN"])),
+                               origins, dirs, t_min, t_max, sh_degree=self.sh_degree, covars=s.covars, accel=accel)
 
     # ---------------------------------------------------------------------------- optimisation
 

@@ -123,6 +123,41 @@ class SurfelModel(GaussianModel):
                 "backend_extras": m.backend_extras}
         return out.render, out.alpha, meta
 
+    def render_front(self, cameras: Sequence[Camera], depth_limit: Tensor, *, t: float | None = None,
+                     backend: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+        """See :meth:`SceneModel.render_front`: ``rasterize_surfels(..., depth_limit=...)``, a surfel cut
+        where its ray-splat intersection depth reaches the limit. Returns (rgb [C, H, W, 3] premultiplied,
+        transmittance [C, H, W, 1], expected depth [C, H, W, 1] camera z of the surfels in front, with the
+        model's ``surfel_depth``; 0 where nothing is in front). The cuda backend has no depth limit: CUDA
+        tensors use the reference backend ("auto"); CPU tensors the cpu one."""
+        if backend == "auto":
+            backend = "reference" if self.device.type == "cuda" else "cpu"
+        viewmats, Ks, W, H, degree, _ = self.render_inputs(cameras, None, None)
+        out = rasterize_surfels(
+            self.params["means"], self.params["quats"], self.scales, self.opacities,
+            (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H, sh_degree=degree, backend=backend,
+            surfel_depth=self.surfel_depth, depth_limit=depth_limit.to(self.device))
+        depth = torch.where(out.alpha > 0, out.depth, torch.zeros_like(out.depth))
+        return out.render, out.meta.transmittance, depth
+
+    def trace_rays(self, origins: Tensor, dirs: Tensor, t_min: Tensor, t_max: Tensor, *,
+                   t: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """See :meth:`SceneModel.trace_rays`: :func:`rasterizer.tracing.trace_surfels` (each surfel met at the
+        ray's exact intersection with its plane, the 2D Gaussian evaluated there in its tangent frame; no
+        low-pass term: a ray has no pixel footprint). ``t`` is ignored."""
+        from rasterizer.tracing import build_surfel_accel, trace_surfels
+        from recon.models.gaussians import TraceCache, ray_arguments
+
+        p = self.params
+        origins, dirs, t_min, t_max = ray_arguments(origins, dirs, t_min, t_max, p["means"])
+        accel = None
+        if self.device.type == "cpu":
+            cache = self.__dict__.setdefault("_trace_cache", TraceCache())
+            accel = cache.get([p["means"], p["quats"], p["log_scales"], p["logit_opacities"]], None,
+                              lambda: build_surfel_accel(p["means"], p["quats"], self.scales, self.opacities))
+        return trace_surfels(p["means"], p["quats"], self.scales, self.opacities, (p["sh0"], p["shN"]), origins,
+                             dirs, t_min, t_max, sh_degree=self.sh_degree, accel=accel)
+
     @torch.no_grad()
     def render_depth(self, cameras: Sequence[Camera], kind: str, background: Tensor | None = None):
         """Mesh extraction's seam (recon.mesh_extraction.render_depth): (rgb [C, H, W, 3], depth [C, H, W, 1],

@@ -16,7 +16,7 @@ from recon.hybrid.assets import (Light, Material, MeshAsset, MeshPart, PlacedAss
                                  Y_UP_TO_GROUND, load_mesh)
 from recon.hybrid.raycast import MeshScene
 from recon.hybrid.render import (HybridRenderer, composite, depth_limit_from_hits, primary_rays)
-from recon.hybrid import secondary as sec
+from recon.hybrid import optics
 from recon.hybrid.shading import SHADOW_STRENGTH
 from recon.models.gaussians import GaussianModel, front_of_limit, rgb_to_sh0
 
@@ -242,7 +242,8 @@ def test_asset_shadow_on_scene_darkens_by_shadow_strength_exactly_there():
 def test_proxy_shadows_the_asset_but_never_the_scene():
     sun, occ, cam, geometric_shadow, cos = shadow_setup()
     # the proxy is a big occluder between the sun and everything: it darkens the asset, not the scene
-    roof = np.array([[-50, -50, -1.0], [50, -50, -1.0], [50, 50, -1.0], [-50, 50, -1.0]]), np.array([[0, 1, 2], [0, 2, 3]])
+    roof = (np.array([[-50, -50, -1.0], [50, -50, -1.0], [50, 50, -1.0], [-50, 50, -1.0]]),
+            np.array([[0, 1, 2], [0, 2, 3]]))
     floor_g = gaussians([[0.0, 0.0, 4.0]], [[8.0, 8.0, 1e-3]], [0.95], [[0.7, 0.6, 0.5]])
     r = HybridRenderer(floor_g, [occ], [sun], FRAME, proxy=roof, ambient=AMBIENT)
     out = r.render(cam)
@@ -267,28 +268,13 @@ def test_point_light_falls_off_with_distance_squared():
 # ------------------------------------------------------------------------------------------ secondary rays
 
 
-def test_snell_fresnel_and_reflection():
-    n = np.array([[0.0, 0.0, 1.0]])
-    th = math.radians(40.0)
-    d = np.array([[math.sin(th), 0.0, -math.cos(th)]])
-    r = sec.reflect(d, n)
-    assert np.allclose(r, [[math.sin(th), 0, math.cos(th)]])
-    out, tir = sec.refract(d, n, np.array([1 / 1.5]))
-    assert not tir[0] and np.isclose(out[0, 0], math.sin(th) / 1.5) and out[0, 2] < 0
-    out2, tir2 = sec.refract(d, n, np.array([1.5]))  # leaving glass at 40 deg: beyond the critical 41.8? no
-    assert not tir2[0]
-    d_steep = np.array([[math.sin(math.radians(50)), 0.0, -math.cos(math.radians(50))]])
-    _, tir3 = sec.refract(d_steep, n, np.array([1.5]))
-    assert tir3[0] and sec.fresnel(d_steep, n, np.array([1.5]))[0] == 1.0
-    assert np.isclose(sec.fresnel(np.array([[0, 0, -1.0]]), n, np.array([1 / 1.5]))[0], 0.04)
-
-
 class PlaneScene:
     """A scene double for secondary rays: a coloured opaque plane x = ``x0`` (trace_rays: its colour where
     the ray meets it within [t_min, t_max]), the front pass through a 3dgs model with nothing visible."""
 
-    def __init__(self, x0, colour, half_y=False):
+    def __init__(self, x0, colour, half_y=False, axis=0, region=None):
         self.x0, self.colour, self.half_y = x0, torch.tensor(colour, dtype=torch.float32), half_y
+        self.axis, self.region = axis, region  # the plane's normal axis; region(points) -> bool: where it is
         self.inner = gaussians([[0, 0, -50.0]], [[0.1] * 3], [0.5], [[1, 1, 1]])
         self.device = self.inner.device
         self.calls, self.times = [], []
@@ -300,10 +286,13 @@ class PlaneScene:
     def trace_rays(self, origins, dirs, t_min, t_max, *, t=None):
         self.calls.append(len(origins))
         self.times.append(("trace", t))
-        s = ((0.0 if self.x0 is None else self.x0) - origins[:, 0]) / dirs[:, 0]
+        a = self.axis
+        s = ((0.0 if self.x0 is None else self.x0) - origins[:, a]) / dirs[:, a]
         hit = (s > t_min) & (s < t_max) & torch.isfinite(s) & (self.x0 is not None)
         if self.half_y:  # only the half y > 0 of the plane is there
             hit &= origins[:, 1] + s * dirs[:, 1] > 0
+        if self.region is not None:
+            hit &= self.region(origins + s[:, None] * dirs)
         rgb = torch.where(hit[:, None], self.colour[None], torch.zeros(1, 3))
         return rgb, (~hit).float()[:, None], torch.where(hit, s, torch.zeros_like(s))[:, None]
 
@@ -394,6 +383,10 @@ def test_tsdf_round_trip_of_a_known_mesh():
     mesh = fuse_views(views, resolution=160)
     cd = chamfer_distance(mesh.vertices, mesh.faces, box.vertices, box.faces, samples=100_000)
     assert cd["chamfer_pct"] < 0.5, cd
+    coarse = fuse_views(views, resolution=160, max_memory_gb=0.004)  # too fine for the budget: coarsened
+    assert 0 < len(coarse.faces) < len(mesh.faces) / 2
+    with pytest.raises(mx.MeshMemoryError):
+        fuse_views(views, voxel_size=0.002, max_memory_gb=0.004)  # a given voxel size is not changed
     bigger = trimesh.creation.box(extents=[1.2, 0.75, 1.0])
     assert chamfer_distance(mesh.vertices, mesh.faces, bigger.vertices, bigger.faces, samples=100_000)[
         "chamfer_pct"] > 2
@@ -488,7 +481,8 @@ def test_4d_scene_time_reaches_the_front_pass_and_the_proxy():
     from recon.trainer import TrainConfig
 
     scene = procedural_4d_scene(width=32, height=32, n_train=4, n_times=6, test_time_stride=2, n_points=600)
-    model = SpaceTimeGaussians.initialize(TrainConfig(method="4dgs", sh_degree=0), scene, torch.Generator().manual_seed(0))
+    model = SpaceTimeGaussians.initialize(TrainConfig(method="4dgs", sh_degree=0), scene,
+                                          torch.Generator().manual_seed(0))
     cam = scene.frames_train[0].camera
     r = HybridRenderer(model, [], [], FRAME)
     a, b = r.render(cam, time=0.0), r.render(cam, time=1.0)
@@ -497,3 +491,50 @@ def test_4d_scene_time_reaches_the_front_pass_and_the_proxy():
     assert (a.rgb - b.rgb).abs().max() > 1e-3
     mesh = build_proxy(model, [f.camera for f in scene.frames_train], time=0.5, resolution=32, scale=1.0)
     assert len(mesh.faces) > 0
+
+
+def test_glass_slab_shifts_the_view_as_snell_says():
+    """A glass slab (z in [2, 3], ior 1.5) in front of a red region (z = 5, x > 3): a pixel sees red
+    where its ray, refracted in and out (Snell), meets x > 3; the red it gets is (1 - F_in)(1 - F_out)."""
+    import trimesh
+
+    ior = 1.5
+    slab = trimesh.creation.box(extents=[40.0, 40.0, 1.0])
+    slab.apply_translation([0, 0, 2.5])
+    glass = world_asset(slab.vertices, slab.faces, material=Material("glass", ior=ior))
+    model = PlaneScene(5.0, [1.0, 0.0, 0.0], axis=2, region=lambda p: p[:, 0] > 3.0)
+    cam = camera(80, 6, 40.0)
+    out = HybridRenderer(model, [glass], [], FRAME, background=[0.0, 0.0, 0.0], bounces=2).render(cam)
+    red = out.rgb.detach().double().numpy().reshape(-1, 3)[:, 0]
+    o, d, _ = primary_rays(cam)
+    n = np.tile([0.0, 0.0, -1.0], (len(d), 1))
+    p1 = d * (2.0 / d[:, 2:])
+    d_in, _ = optics.refract(d, n, np.full(len(d), 1 / ior))
+    p2 = p1 + d_in * (1.0 / d_in[:, 2:])
+    x_glass = p2[:, 0] + d[:, 0] * (2.0 / d[:, 2])
+    x_straight = 5.0 * d[:, 0] / d[:, 2]
+    sure = np.abs(x_glass - 3.0) > 1e-3
+    f_in = optics.fresnel_dielectric(-(d * n).sum(1), np.full(len(d), 1 / ior))
+    want = np.where(x_glass > 3.0, (1 - f_in) ** 2, 0.0)
+    assert np.allclose(red[sure], want[sure], atol=1e-5)
+    # the shift decides some pixels
+    assert ((x_glass > 3.0) != (x_straight > 3.0)).sum() >= 12 and (want > 0).sum() >= 12
+
+
+def test_mirror_shows_a_gaussian_by_tracing_and_passes_its_gradient():
+    """3dgs trace_rays behind a mirror: the camera's central ray reflects off the mirror z = x + 3 toward +x
+    and meets a red Gaussian at (5, 0, 3), outside the direct view; the pixel turns red, pixels whose
+    reflection misses it keep the background, and the Gaussian's colour gets gradient only through the
+    mirror."""
+    model = gaussians([[5.0, 0.0, 3.0]], [[0.3] * 3], [0.9], [[1.0, 0.0, 0.0]])
+    mirror = world_asset([[-2, -2, 1.0], [2, -2, 5.0], [2, 2, 5.0], [-2, 2, 1.0]], [[0, 1, 2], [0, 2, 3]],
+                         material=Material("mirror"))
+    cam = camera(17, 17, 10.0, 8.5, 8.5)  # pixel (8, 8) looks along +z
+    r = HybridRenderer(model, [mirror], [], FRAME, background=[0.0, 0.0, 1.0], bounces=1)
+    rgb = r.render(cam).rgb
+    assert rgb[8, 8, 0] > 0.8 and rgb[8, 8, 2] < 0.2  # red seen in the mirror (alpha 0.9 at the mean)
+    assert rgb[0, 0, 0] < 1e-3 and abs(float(rgb[0, 0, 2]) - 1.0) < 1e-3  # its reflection misses: background
+    no_mirror = HybridRenderer(model, [], [], FRAME, background=[0.0, 0.0, 1.0]).render(cam).rgb
+    assert no_mirror[..., 0].max() < 1e-3  # not in the direct view
+    rgb[8, 8, 0].backward()
+    assert model.params["sh0"].grad[0, 0, 0] > 0
