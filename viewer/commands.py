@@ -96,11 +96,12 @@ def asset_layer(cfg: ViewConfig, scene, verbose: bool = True):
     --asset). Warns when an asset lies entirely outside the scene's bounds."""
     from recon.hybrid.assets import AssetError, check_inside
     from viewer.assets import load_assets, load_lights, scene_frame
-    from viewer.hybrid import AssetLayer
+    from viewer.hybrid import MAX_SIDE, MIN_SIDE, AssetLayer
     from viewer.scene import load_run_cameras, robust_bounds
 
-    if cfg.hybrid_size < 16:
-        raise ViewerInputError(f"--hybrid-size {cfg.hybrid_size}: must be at least 16 pixels")
+    if not MIN_SIDE <= cfg.hybrid_size <= MAX_SIDE:
+        raise ViewerInputError(f"--hybrid-size {cfg.hybrid_size}: give {MIN_SIDE}..{MAX_SIDE} pixels (the longest "
+                               f"side of the server hybrid render)")
     cameras = scene.cameras or (load_run_cameras(scene.run_dir) if scene.run_dir is not None else [])
     frame = scene_frame(cameras, None if cameras else scene.up)
     means = scene.splats.means.astype(np.float64)

@@ -47,6 +47,7 @@ from viewer.assets import browser_meshes, format_pose, pose_from_gizmo, pose_to_
 
 MODES = ("browser", "server hybrid")
 DEFAULT_HYBRID_SIDE = 320  # longest side of the server render on a CPU (pixels)
+MIN_SIDE, MAX_SIDE = 64, 1024  # the "hybrid size" slider's range
 MIN_INTERVAL = 0.05  # seconds between two server renders of one client (throttle)
 DEBOUNCE = 0.03  # seconds to wait after a request so a stream of camera updates coalesces
 FAR_DEPTH = 167.0  # camera z sent where the server image shows no surface (viser saturates at 167.77)
@@ -57,7 +58,7 @@ class HybridUnavailable(AssetError):
     the hybrid renderer is not installed); the message says why."""
 
 
-def default_renderer_factory(run_dir: Path | None, assets: list[PlacedAsset], lights: list[Light], frame):
+def default_renderer_factory(run_dir: Path | None, assets: list[PlacedAsset], lights: list[Light]):
     """A callable building :class:`recon.hybrid.render.HybridRenderer` for ``run_dir`` (its proxy mesh is
     cached in RUN/hybrid/proxy.ply by the renderer); HybridUnavailable when ``run_dir`` is None."""
 
@@ -128,8 +129,7 @@ class AssetLayer:
         self.frame = np.asarray(frame, np.float64)
         self.run_dir = run_dir
         self.names = list(names) if names is not None else [a.mesh.name for a in self.assets]
-        self.make_renderer = make_renderer or default_renderer_factory(run_dir, self.assets, self.lights,
-                                                                       self.frame)
+        self.make_renderer = make_renderer or default_renderer_factory(run_dir, self.assets, self.lights)
         self.start_hybrid, self.hybrid_side = start_hybrid, int(hybrid_side)
         self.viewer = None
         self.gizmos: list = []
@@ -137,7 +137,7 @@ class AssetLayer:
         self.gui: dict[str, object] = {}
         self.renderer = None
         self.renderer_error: str | None = None
-        self.frame_times: list[dict] = []  # per server frame: {"ms": total, "render_ms", "send_ms", "size", stage timings}
+        self.frame_times: list[dict] = []  # per server frame: ms (all), render_ms, send_ms, size, stage_* (renderer)
         self.frames_sent = 0
         self._lock = threading.RLock()
         self._pending: dict[object, object] = {}  # client id -> client handle awaiting a render
@@ -193,7 +193,7 @@ class AssetLayer:
                                     hint="browser: splats and meshes depth-tested in the browser (fast, no "
                                          "shadows); server hybrid: the server's hybrid render (shadows, "
                                          "reflections) as the background image, with its depth")
-            side = gui.add_slider("hybrid size", min=64, max=1024, step=32, initial_value=self.hybrid_side,
+            side = gui.add_slider("hybrid size", min=MIN_SIDE, max=MAX_SIDE, step=16, initial_value=self.hybrid_side,
                                   hint="longest side of the server render in pixels (the browser stretches it)")
             shadows = gui.add_checkbox("shadows", initial_value=True)
             info = gui.add_text("hybrid frame", initial_value="-", disabled=True,

@@ -21,7 +21,7 @@ from recon.export import write_splats  # noqa: E402
 from tests.conftest import SHARED_DATA  # noqa: E402
 from recon.hybrid.assets import AssetError, Pose, parse_pose  # noqa: E402
 from tests.viewer.test_viewer import (  # noqa: E402,F401  (browser, no_server: fixtures)
-    BROWSER_TIMEOUT, H, W, _connect, browser, browser_rgba, no_server, poll_until, set_camera, small_scene,
+    H, W, _connect, browser, browser_rgba, no_server, poll_until, set_camera, small_scene,
     wait_for)
 from viewer.assets import (euler_zyx, format_pose, load_assets, pose_from_gizmo, pose_to_gizmo,  # noqa: E402
                            scene_frame)
@@ -104,6 +104,7 @@ def test_assets_default_pose_and_flag_counts(box_file):
     ({"light": ("moon:1,2",)}, "--light"),
     ({"asset": (Path("nope.glb"),)}, "nope.glb"),
     ({"asset": (), "pose": ("0,0,0",)}, "--asset"),  # asset flags without an asset
+    ({"hybrid_size": 8}, "--hybrid-size"),
 ])
 def test_asset_flag_errors_fail_before_server_starts(splat_file, box_file, capsys, no_server, flags, named):
     cfg = ViewConfig(path=splat_file, port=0, **{"asset": (box_file,), **flags})
