@@ -91,8 +91,11 @@ class MeshScene:
                 self._occluder_scene.add_triangles(_tensor_mesh(verts, part.faces))
                 lo, hi = np.minimum(lo, verts.min(0)), np.maximum(hi, verts.max(0))
         self.has_proxy = proxy is not None and len(proxy[1]) > 0
+        self._proxy_scene = None
         if self.has_proxy:
             self._occluder_scene.add_triangles(_tensor_mesh(*proxy))
+            self._proxy_scene = o3d.t.geometry.RaycastingScene()
+            self._proxy_scene.add_triangles(_tensor_mesh(*proxy))
         self.bounds = (lo, hi)
         self.scale = float(np.linalg.norm(hi - lo)) if np.all(np.isfinite(lo)) else 1.0
 
@@ -124,6 +127,12 @@ class MeshScene:
         return Hits(t=t, normal=normal, front=front & hit, asset=asset, part=part,
                     face=np.where(hit, ans["primitive_ids"].numpy().astype(np.int64), 0),
                     bary=ans["primitive_uvs"].numpy().astype(np.float64))
+
+    def proxy_distance(self, origins: np.ndarray, dirs: np.ndarray) -> np.ndarray:
+        """[R] float64 distance to the first proxy-mesh hit of each ray (inf: no hit, or no proxy)."""
+        if self._proxy_scene is None:
+            return np.full(len(origins), np.inf)
+        return self._proxy_scene.cast_rays(_rays(origins, dirs))["t_hit"].numpy().astype(np.float64)
 
     def albedo(self, hits: Hits) -> np.ndarray:
         """[R, 3] float32 albedo at the hits (0 where no hit)."""

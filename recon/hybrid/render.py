@@ -12,8 +12,9 @@ Per camera (FIELD_NOTES §4; frames as rasterizer/CONVENTIONS.md):
 4. **shade**: diffuse assets by Lambert with shadow rays against assets and the scene's proxy mesh
    (:mod:`recon.hybrid.shading`); mirror and glass assets by secondary rays
    (:mod:`recon.hybrid.secondary`, through ``model.trace_rays``);
-5. **scene shadows**: the scene's surface point per pixel (the expected depth from step 3) sends shadow
-   rays toward the lights against the assets only; the scene's colour is scaled there by
+5. **scene shadows**: the scene's surface point per pixel (where the ray meets the proxy mesh in front of
+   the asset, else the expected depth from step 3) sends shadow rays toward the lights against the assets
+   only; the scene's colour is scaled there by
    ``1 - shadow_strength * blocked fraction`` (:mod:`recon.hybrid.shading`);
 6. **composite**: ``C = factor * rgb_front + T * C_behind`` with ``C_behind`` the shaded mesh at asset
    pixels and the background elsewhere.
@@ -206,7 +207,7 @@ class HybridRenderer:
         behind = self._behind(scene, hits, origins, dirs, shadows, time, clock, trans)
         factor = None
         if shadows and self.lights:
-            factor = self._scene_shadow(scene, origins, dirs, z_per_t, trans, depth_f)
+            factor = self._scene_shadow(scene, origins, dirs, z_per_t, trans, depth_f, hits.t)
             clock.lap("scene_shadows")
         rgb = composite(rgb_f, trans, behind, factor).reshape(H, W, 3)
         front_alpha = 1.0 - trans.detach().reshape(H, W).float().cpu().numpy()
@@ -253,15 +254,21 @@ class HybridRenderer:
         return behind
 
     def _scene_shadow(self, scene: MeshScene, origins: np.ndarray, dirs: np.ndarray, z_per_t: np.ndarray,
-                      trans: Tensor, depth: Tensor) -> Tensor:
+                      trans: Tensor, depth: Tensor, asset_t: np.ndarray) -> Tensor:
         """[H*W, 1] factor on the scene's front colour: 1 - shadow_strength * blocked fraction at the
-        scene's surface point (expected depth) of each pixel with fragments."""
+        scene's surface point of each pixel with fragments: where the pixel's ray meets the proxy mesh in
+        front of the asset hit (``asset_t`` [H*W], inf: none), that proxy point (the TSDF fuses all training
+        views, so it does not move with view-dependent floaters); else the expected depth's point."""
         alpha = 1.0 - trans.detach()[:, 0].float().cpu().numpy()
         z = depth.detach().float().cpu().numpy().astype(np.float64)
         sel = np.nonzero((alpha >= SHADOW_MIN_ALPHA) & (z > 0))[0]
         factor = np.ones(len(origins))
         if len(sel):
-            points = origins[sel] + (z[sel] / z_per_t[sel])[:, None] * dirs[sel]
+            t = z[sel] / z_per_t[sel]
+            t_proxy = scene.proxy_distance(origins[sel], dirs[sel])
+            on_proxy = np.isfinite(t_proxy) & (t_proxy < asset_t[sel])
+            t = np.where(on_proxy, t_proxy, t)
+            points = origins[sel] + t[:, None] * dirs[sel]
             factor[sel] = scene_shadow_factor(blocked_fraction(scene, points, self.lights), self.shadow_strength)
         return torch.as_tensor(factor, dtype=trans.dtype, device=trans.device)[:, None]
 

@@ -239,6 +239,25 @@ def test_asset_shadow_on_scene_darkens_by_shadow_strength_exactly_there():
     assert model.params["sh0"].grad.abs().sum() > 0
 
 
+def test_scene_shadow_falls_on_the_proxy_surface_where_the_ray_meets_it():
+    sun, occ, cam, geometric_shadow, _ = shadow_setup()
+    # the Gaussians' expected depth says z = 4, the proxy (fused over the training views) says z = 4.5: the
+    # shadow is cast where the proxy is, not where this view's expected depth is
+    floor = (np.array([[-50, -50, 4.5], [50, -50, 4.5], [50, 50, 4.5], [-50, 50, 4.5]]), np.array([[0, 1, 2], [0, 2, 3]]))
+    model = gaussians([[0.0, 0.0, 4.0]], [[8.0, 8.0, 1e-3]], [0.95], [[0.7, 0.6, 0.5]])
+    r = HybridRenderer(model, [occ], [sun], FRAME, proxy=floor, ambient=AMBIENT)
+    out = r.render(cam).rgb.detach().double().numpy().reshape(-1, 3)
+    ref = r.render(cam, shadows=False)
+    ratio = out[:, 0] / ref.rgb.detach().double().numpy().reshape(-1, 3)[:, 0]
+    scene_px = ref.asset_id.ravel() < 0
+    at_proxy, edge = geometric_shadow(4.5)
+    at_depth, edge4 = geometric_shadow(4.0)
+    sure = scene_px & (edge > 1e-3)
+    assert np.allclose(ratio[sure & at_proxy], 1 - SHADOW_STRENGTH, atol=1e-5)
+    assert np.allclose(ratio[sure & ~at_proxy], 1.0, atol=1e-6)
+    assert (sure & (at_proxy != at_depth) & (edge4 > 1e-3)).sum() > 10  # the two surfaces' shadows differ
+
+
 def test_proxy_shadows_the_asset_but_never_the_scene():
     sun, occ, cam, geometric_shadow, cos = shadow_setup()
     # the proxy is a big occluder between the sun and everything: it darkens the asset, not the scene
