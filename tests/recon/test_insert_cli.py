@@ -11,30 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recon import run_files as rf
 from recon.commands.insert import (InsertConfig, check_compositable, clip_times, colourise_depth, depth_png16,
                                    parse_camera, parse_size, plan, preview_path, write_outputs, InsertPlan)
 from recon.errors import OutputError, UsageError
-from recon.export import SplatData, write_splats
 from recon.hybrid.assets import AssetError
 from recon.models.base import NotCompositableError, SceneModel
 from recon.trainer import TrainConfig
+from tests.recon.tiny_runs import tiny_run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def tiny_run(tmp_path: Path) -> Path:
-    """A run folder (config.yaml for the procedural scene + 400 random coloured splats near the origin)."""
-    run = tmp_path / "run"
-    run.mkdir()
-    rf.write_config(run, TrainConfig(out=run, data_factor=4, progress=False))
-    rng = np.random.default_rng(0)
-    n = 400
-    data = SplatData(rng.uniform(-0.8, 0.8, (n, 3)).astype(np.float32), rng.normal(size=(n, 4)).astype(np.float32),
-                     np.log(rng.uniform(0.05, 0.15, (n, 3))).astype(np.float32), np.full(n, 2.0, np.float32),
-                     rng.uniform(-1.5, 1.5, (n, 1, 3)).astype(np.float32))
-    write_splats(run / "splats.ply", data, force=True)
-    return run
 
 
 def cube_obj(path: Path, size: float = 0.2) -> Path:

@@ -12,26 +12,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from recon import run_files as rf
 from recon.camera_paths import interpolate_keyframes
-from recon.export import SplatData, write_splats
-from recon.trainer import TrainConfig
+from tests.recon.tiny_runs import tiny_run
 
 W, H = 48, 32
-
-
-def tiny_run(tmp_path: Path) -> Path:
-    """A run folder (config.yaml for the procedural scene + 400 random coloured splats) near the origin."""
-    run = tmp_path / "run"
-    run.mkdir()
-    rf.write_config(run, TrainConfig(out=run, data_factor=4, progress=False))
-    rng = np.random.default_rng(0)
-    n = 400
-    data = SplatData(rng.uniform(-0.8, 0.8, (n, 3)).astype(np.float32), rng.normal(size=(n, 4)).astype(np.float32),
-                     np.log(rng.uniform(0.05, 0.15, (n, 3))).astype(np.float32), np.full(n, 2.0, np.float32),
-                     rng.uniform(-1.5, 1.5, (n, 1, 3)).astype(np.float32))
-    write_splats(run / "splats.ply", data, force=True)
-    return run
 
 
 def fake_client(position, look_at=(0.0, 0.0, 0.0), fov=math.radians(60), size=(W, H)):
