@@ -248,27 +248,6 @@ class InsertPlan:
     warnings: list = field(default_factory=list)
 
 
-def ground_frame_of(run) -> np.ndarray:
-    """[3, 3] the run's ground frame (columns e1, e2, up) from its training cameras."""
-    from recon.distributed.partition import ground_frame, up_axis
-
-    frames = run.scene.frames_train or run.scene.frames_test
-    up = up_axis(frames)
-    e1, e2 = ground_frame(up)
-    return np.stack([e1, e2, up], axis=1)
-
-
-def scene_bounds(run) -> tuple[np.ndarray, np.ndarray]:
-    """(lo [3], hi [3]) of the scene's content: the 0.5 / 99.5 % quantiles of the splat file's centres
-    (a NeRF run's splats.ply is its baked approximation); the camera centres when there is no splat file."""
-    if run.splats_path.is_file():
-        means = np.asarray(run.read_splats().means, np.float64)
-        if len(means):
-            return np.quantile(means, 0.005, axis=0), np.quantile(means, 0.995, axis=0)
-    centres = np.stack([f.camera.center.detach().cpu().double().numpy() for f in run.scene.frames_train])
-    return centres.min(0), centres.max(0)
-
-
 def default_pose_translation(run) -> tuple[float, float, float]:
     """The scene's centre (where the training cameras look), for a single asset given no --pose."""
     from recon.camera_paths import scene_rig
@@ -357,6 +336,8 @@ def plan(cfg: InsertConfig, warn=None) -> InsertPlan:
     Order: flags and strings (cheap), output paths, the run (config only), the method's compositability,
     mesh files, then the dataset (cameras, ground frame), lights, bounds (warning)."""
     from recon.hybrid.assets import check_inside, parse_light, parse_material, parse_pose
+    from recon.hybrid.proxy import scene_bounds
+    from recon.hybrid.render import ground_frame_of
     from recon.run import Run
 
     warn = warn or (lambda m: print(f"splatforge insert: warning: {m}", file=sys.stderr))
@@ -380,7 +361,7 @@ def plan(cfg: InsertConfig, warn=None) -> InsertPlan:
     if cfg.time is not None and not run.is_4d:
         raise UsageError("--time: the run holds a static (3D) scene, which does not change with time; leave --time "
                          "out (it applies to --method 4dgs runs)")
-    frame = ground_frame_of(run)
+    frame = ground_frame_of(run.scene.frames_train or run.scene.frames_test)
     lights = [parse_light(text, frame) for text in (cfg.light or DEFAULT_LIGHTS)]
     assets = load_assets(cfg, default_translation=default_pose_translation(run) if not cfg.pose else None)
     warnings: list[str] = []
@@ -389,7 +370,7 @@ def plan(cfg: InsertConfig, warn=None) -> InsertPlan:
         warnings.append(message)
         warn(message)
 
-    lo, hi = scene_bounds(run)
+    lo, hi = scene_bounds(run, None)
     check_inside(assets, frame, lo, hi, note)
     cams = plan_cameras(cfg, run, kind) if kind is not None else []
     times = clip_times(len(cams))

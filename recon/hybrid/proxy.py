@@ -177,14 +177,18 @@ def load_or_build_proxy(run, model, *, time: float | None = None, rebuild: bool 
 
 
 def scene_bounds(run, proxy: mx.MeshArrays | None) -> tuple[np.ndarray, np.ndarray]:
-    """(lo [3], hi [3]) of the scene: the proxy's vertices (1st-99th percentile) when given, else the
-    dataset's points, else the training cameras' centres."""
+    """(lo [3], hi [3]) of the scene's content: the proxy's vertices (1st-99th percentile) when given, else
+    the splat file's centres (0.5-99.5th; a NeRF run's splats.ply is its baked approximation), else the
+    dataset's points (1st-99th), else the training cameras' centres."""
     if proxy is not None and len(proxy.vertices):
-        pts = proxy.vertices
-    else:
-        scene = run.scene
-        pts = scene.points if getattr(scene, "points", None) is not None and len(scene.points) else \
-            np.stack([c.center.detach().cpu().double().numpy() for c in run.cameras])
+        return np.percentile(proxy.vertices, 1, axis=0), np.percentile(proxy.vertices, 99, axis=0)
+    if run.splats_path.is_file():
+        means = np.asarray(run.read_splats().means, np.float64)
+        if len(means):
+            return np.quantile(means, 0.005, axis=0), np.quantile(means, 0.995, axis=0)
+    scene = run.scene
+    pts = scene.points if getattr(scene, "points", None) is not None and len(scene.points) else \
+        np.stack([c.center.detach().cpu().double().numpy() for c in run.cameras])
     pts = np.asarray(pts, np.float64)
     return np.percentile(pts, 1, axis=0), np.percentile(pts, 99, axis=0)
 
