@@ -7,7 +7,8 @@ with SH degree 3 coefficients, ``--n`` of them (default 200k); or ``--splats FIL
 trained run's). Rays: ``--rays`` counts (default 20k and 130k = 480 x 272): the pixel rays of a camera at
 the origin looking down +z (480 x 272, focal 1.2 x width, a random subset of pixels), reflected off a
 mirror plane z = 3.0 tilted by 20 degrees (origins on the mirror, t_min 1e-4, t_max inf): a mirror
-inside the scene, the hard case (every reflected ray passes through Gaussians).
+inside the scene, the hard case (every reflected ray passes through Gaussians). ``--scene surface``: flat
+Gaussians on the spot mesh (a stand-in for a trained object scene) and the mirror behind it, at z = 5.0.
 
 Times (median of --repeats after one warm-up): ``build`` (the grid, once per parameter version),
 ``candidates`` (cpu grid walk, lists), ``evaluate`` (differentiable PyTorch compositing of the lists),
@@ -51,6 +52,41 @@ def make_scene(n: int, seed: int = 0, sh_degree: int = 3):
     opacities = u(n) * 0.65 + 0.3
     sh = torch.randn(n, (sh_degree + 1) ** 2, 3, generator=g) * 0.2
     return means, quats, scales, opacities, sh, sh_degree
+
+
+def make_surface_scene(n: int, seed: int = 0, sh_degree: int = 3):
+    """A stand-in for a trained object scene: ``n`` flat Gaussians on the surface of ../shared/data/meshes/spot
+    (scaled to about 2 units, centred at z = 3.75 in front of the benchmark camera), tangent to it, each
+    1.5 x the mean sample spacing wide and a tenth of that thick, opacities in [0.5, 0.95]."""
+    import trimesh
+
+    mesh_path = _Path(__file__).resolve().parents[2] / "shared" / "data" / "meshes" / "spot" / "spot_triangulated.obj"
+    if not mesh_path.exists():
+        cands = sorted((_Path(__file__).resolve().parents[2] / "shared" / "data" / "meshes" / "spot").glob("*.obj"))
+        if not cands:
+            raise SystemExit("--scene surface needs ../shared/data/meshes/spot (not found)")
+        mesh_path = cands[0]
+    mesh = trimesh.load(str(mesh_path), force="mesh")
+    rng = np.random.default_rng(seed)
+    pts, faces = trimesh.sample.sample_surface(mesh, n, seed=seed)
+    normals = mesh.face_normals[faces]
+    lo, hi = mesh.bounds
+    scale = 2.0 / float(np.max(hi - lo))
+    pts = (pts - (lo + hi) / 2) * scale + np.array([0.0, 0.0, 3.75])
+    spacing = math.sqrt(mesh.area * scale * scale / n)
+    # rotation whose third column is the normal: quaternion from the z axis to n
+    z = np.array([0.0, 0.0, 1.0])
+    axis = np.cross(z, normals)
+    w = 1.0 + normals @ z
+    q = np.concatenate([w[:, None], axis], axis=1)
+    flip = w < 1e-8
+    q[flip] = np.array([0.0, 1.0, 0.0, 0.0])
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    s = np.stack([np.full(n, 1.5 * spacing), np.full(n, 1.5 * spacing), np.full(n, 0.15 * spacing)], 1)
+    s *= rng.uniform(0.7, 1.3, (n, 1))
+    f = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float32)  # noqa: E731
+    sh = torch.randn(n, (sh_degree + 1) ** 2, 3, generator=torch.Generator().manual_seed(seed)) * 0.2
+    return f(pts), f(q), f(s), f(rng.uniform(0.5, 0.95, n)), sh, sh_degree
 
 
 def load_splats(path: str):
@@ -110,20 +146,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--splats", default=None)
+    ap.add_argument("--scene", choices=["random", "surface"], default="random",
+                    help="random: the rasterizer benchmark's fog of Gaussians; surface: flat Gaussians on the spot mesh")
     ap.add_argument("--rays", type=int, nargs="+", default=[20_000, 130_560])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--open3d", action="store_true")
     args = ap.parse_args()
-    means, quats, scales, opacities, sh, degree = (load_splats(args.splats) if args.splats else make_scene(args.n))
+    if args.splats:
+        means, quats, scales, opacities, sh, degree = load_splats(args.splats)
+    elif args.scene == "surface":
+        means, quats, scales, opacities, sh, degree = make_surface_scene(args.n)
+    else:
+        means, quats, scales, opacities, sh, degree = make_scene(args.n)
     result = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads":
                           torch.get_num_threads(), "load": os.getloadavg()},
-              "scene": args.splats or f"random {args.n}", "n": int(means.shape[0]), "sh_degree": degree, "cases": []}
+              "scene": args.splats or f"{args.scene} {args.n}", "n": int(means.shape[0]), "sh_degree": degree, "cases": []}
     build_ms, _, accel = timed(lambda: build_gaussian_accel(means, quats, scales, opacities), args.repeats)
     result["build_ms"] = build_ms
     result["grid"] = {"dims": accel.dims.tolist(), "entries": int(len(accel.cell_items)), "loose": int(len(accel.loose))}
     for R in args.rays:
-        o, d, lo, hi = mirror_rays(R)
+        o, d, lo, hi = mirror_rays(R, z_mirror=5.0 if args.scene == "surface" and not args.splats else 3.0)
         case = {"rays": R}
         with torch.no_grad():
             case["forward_fused_ms"], case["forward_fused_min_ms"], out = timed(

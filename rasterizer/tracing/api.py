@@ -1,7 +1,7 @@
 """``trace_gaussians`` / ``trace_surfels``: primitives along arbitrary rays (secondary rays of a hybrid
 renderer: reflections and refractions off inserted meshes).
 
-Two steps (rasterizer/tracing/README.md):
+Two steps (rasterizer/DESIGN.md, "Ray tracing"):
 
 1. candidate search, without gradient: which primitives each ray meets (alpha >= 1/255 at t*, t_min < t* <
    t_max), in t* order, until the light is spent: ``reference`` (:mod:`.reference`, brute force in PyTorch,

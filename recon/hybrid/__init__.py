@@ -10,6 +10,8 @@ Modules:
   colours), poses, materials, lights, keyframed asset paths; parsing of the CLI strings.
 - :mod:`recon.hybrid.raycast`: :class:`MeshScene`, the posed assets (and the scene's proxy mesh) in one
   open3d ray-casting scene: first hits (distance, normal, uv, asset id, albedo) and occlusion tests.
+- :mod:`recon.hybrid.optics`: reflect, refract (Snell's law, total internal reflection), Fresnel terms for
+  secondary rays, which the models trace with ``SceneModel.trace_rays`` (Gaussians: rasterizer.tracing).
 
 Conventions: world frame of the run; rays are origins [R, 3] and unit directions [R, 3] in world units,
 distances ``t`` along the ray (not camera z); cameras as rasterizer/CONVENTIONS.md (OpenCV, world-to-camera,
