@@ -5,7 +5,8 @@ Scene (``--scene random``): the rasterizer benchmark's synthetic Gaussians (mean
 y [-0.8, 0.8], z [2.5, 5]; log-scales uniform in [-4.5, -2.6]; random rotations; opacities in [0.3, 0.95])
 with SH degree 3 coefficients, ``--n`` of them (default 200k); or ``--splats FILE`` (a splats.ply, e.g. a
 trained run's). Rays: ``--rays`` counts (default 20k and 130k = 480 x 272): the pixel rays of a camera at
-the origin looking down +z (480 x 272, focal 1.2 x width, a random subset of pixels), reflected off a
+the origin looking down +z (480 x 272, focal 1.2 x width, a random subset of pixels in pixel order: in
+random order the walk was 25% slower, the cache), reflected off a
 mirror plane z = 3.0 tilted by 20 degrees (origins on the mirror, t_min 1e-4, t_max inf): a mirror
 inside the scene, the hard case (every reflected ray passes through Gaussians). ``--scene surface``: flat
 Gaussians on the spot mesh (a stand-in for a trained object scene) and the mirror behind it, at z = 5.0.
@@ -102,7 +103,7 @@ def mirror_rays(count: int, seed: int = 1, width: int = 480, height: int = 272, 
                 tilt_deg: float = 20.0):
     """Pixel rays of a camera at the origin (looking down +z) reflected off a tilted plane through z_mirror."""
     g = torch.Generator().manual_seed(seed)
-    pix = torch.randperm(width * height, generator=g)[:count]
+    pix = torch.randperm(width * height, generator=g)[:count].sort().values  # in pixel order, as a renderer passes them
     f = 1.2 * width
     x = ((pix % width).float() + 0.5 - width / 2) / f
     y = ((pix // width).float() + 0.5 - height / 2) / f
