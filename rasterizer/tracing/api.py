@@ -9,8 +9,9 @@ Two steps (rasterizer/DESIGN.md, "Ray tracing"):
 2. evaluation (:mod:`.evaluate`, plain PyTorch, differentiable with respect to every primitive input):
    alpha, colour along the ray and front-to-back compositing of the candidate lists.
 
-On the ``cpu`` backend, when no input requires a gradient (or under ``torch.no_grad``) the grid walk also
-composites (the same rules, float64), so the forward needs no second pass.
+On the ``cpu`` backend the forward is always the grid walk's own compositing (the same rules, float64, one
+pass); with gradients, the backward walks again for the candidate lists and differentiates step 2 on them
+(:class:`_TraceCPU`).
 """
 
 from __future__ import annotations
@@ -150,6 +151,37 @@ def shade_cpu(accel: "grid_mod.Grid", colors, sh_degree, origins: Tensor, dirs: 
     return f(rgb), f(T)[:, None], f(dist)[:, None]
 
 
+class _TraceCPU(torch.autograd.Function):
+    """The cpu backend with gradients: the forward is the grid walk's fused compositing (one pass); the
+    backward walks again for the candidate lists and differentiates the PyTorch evaluation
+    (:func:`composite_candidates`) of them, which computes the same outputs. The rays get no gradient."""
+
+    @staticmethod
+    def forward(ctx, mu, A, opacities, c0, c1, accel, kind, sh_degree, split, origins, dirs, t_min, t_max):
+        colors = (c0, c1) if split else c0
+        ctx.save_for_backward(mu, A, opacities, c0, c1, origins, dirs, t_min, t_max)
+        ctx.meta = (accel, kind, sh_degree, split)
+        return shade_cpu(accel, colors, sh_degree, origins, dirs, t_min, t_max, mu.dtype)
+
+    @staticmethod
+    def backward(ctx, v_rgb, v_T, v_dist):
+        mu, A, opacities, c0, c1, origins, dirs, t_min, t_max = ctx.saved_tensors
+        accel, kind, sh_degree, split = ctx.meta
+        ids, counts = candidates_cpu(accel, origins, dirs, t_min, t_max)
+        needs = ctx.needs_input_grad
+        with torch.enable_grad():
+            leaves = [x.detach().requires_grad_(bool(needs[i])) for i, x in enumerate((mu, A, opacities, c0, c1))]
+            colors = (leaves[3], leaves[4]) if split else leaves[3]
+            outs = composite_candidates(leaves[0], leaves[1], leaves[2], colors, sh_degree, kind, origins, dirs,
+                                        t_min, t_max, ids, counts)
+            wanted = [x for i, x in enumerate(leaves) if needs[i]]
+            grads = iter(torch.autograd.grad(outs, wanted, (v_rgb, v_T, v_dist), allow_unused=True)) if wanted else iter(())
+        out = [next(grads) if needs[i] else None for i in range(5)]
+        out = [torch.zeros_like(x) if (g is None and needs[i]) else g
+               for i, (x, g) in enumerate(zip((mu, A, opacities, c0, c1), out))]
+        return (*out, None, None, None, None, None, None, None, None)
+
+
 def _trace(kind: int, func: str, mu, A, axis_sigma, opacities, colors, origins, dirs, t_min, t_max, sh_degree,
            backend, accel):
     dev = mu.device
@@ -160,11 +192,12 @@ def _trace(kind: int, func: str, mu, A, axis_sigma, opacities, colors, origins, 
                                     ids, counts)
     if accel is None:
         accel = build_accel(mu, A, opacities, axis_sigma, kind)
-    tensors = [mu, A, opacities, origins, dirs, t_min, t_max] + (list(colors) if is_split_sh(colors) else [colors])
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+    split = is_split_sh(colors)
+    c0, c1 = colors if split else (colors, colors.new_zeros(0))
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in (mu, A, opacities, c0, c1))):
         return shade_cpu(accel, colors, sh_degree, origins, dirs, t_min, t_max, mu.dtype)
-    ids, counts = candidates_cpu(accel, origins, dirs, t_min, t_max)
-    return composite_candidates(mu, A, opacities, colors, sh_degree, kind, origins, dirs, t_min, t_max, ids, counts)
+    return _TraceCPU.apply(mu, A, opacities, c0, c1, accel, kind, sh_degree, split, origins.detach(),
+                           dirs.detach(), t_min.detach(), t_max.detach())
 
 
 def trace_gaussians(means: Tensor, quats: Tensor | None, scales: Tensor | None, opacities: Tensor, colors,
