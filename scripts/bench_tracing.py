@@ -13,8 +13,9 @@ Gaussians on the spot mesh (a stand-in for a trained object scene) and the mirro
 
 Times (median of --repeats after one warm-up): ``build`` (the grid, once per parameter version),
 ``candidates`` (cpu grid walk, lists), ``evaluate`` (differentiable PyTorch compositing of the lists),
-``backward`` (of sum(rgb) + sum(distance)), ``forward_fused`` (the no-gradient forward: walk + shading in
-one kernel, what a render uses). ``--open3d`` also times open3d's RaycastingScene.list_intersections over
+``evaluate_backward`` (evaluation + backward of sum(rgb) + sum(distance)), ``forward_fused`` (walk + shading in
+one kernel: every forward of the cpu backend), ``trace_forward_backward`` (trace_gaussians with gradients:
+the fused forward, then a second walk and the evaluation in its backward). ``--open3d`` also times open3d's RaycastingScene.list_intersections over
 per-Gaussian bounding octahedra (the alternative the grid was chosen over).
 
 Example: python scripts/bench_tracing.py --rays 20000 130000 --repeats 5
@@ -192,6 +193,13 @@ def main() -> None:
                 (rgb.sum() + dist.sum()).backward()
 
             case["evaluate_backward_ms"], _, _ = timed(backward, args.repeats)
+
+            def trace_backward():  # what a differentiated render pays: fused forward, walk + evaluation in backward
+                m, q, s, op, c = params
+                rgb, T, dist = trace_gaussians(m, q, s, op, c, o, d, lo, hi, sh_degree=degree, accel=accel)
+                (rgb.sum() + dist.sum()).backward()
+
+            case["trace_forward_backward_ms"], _, _ = timed(trace_backward, args.repeats)
         if args.open3d:
             import open3d as o3d
 

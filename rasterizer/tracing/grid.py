@@ -289,7 +289,7 @@ def _sort_by_t(ts, alphas, gs, n):
 
 
 @njit(cache=True, inline="always")
-def _emit(r, g, t, alpha, state, shade, sh0, shN, K, basis, out_ids, out_count, out_rgb, out_w):
+def _emit(r, g, t, alpha, state, shade, sh0, shN, K, basis, out_ids, out_count, out_rgb):
     """Hand one hit (in t* order) to the candidate list or the compositor; returns False once the ray is done.
     state: [T, acc, dist] of this ray."""
     T = state[0]
@@ -438,12 +438,12 @@ def trace_kernel(perm, mu, A, opacity, kk, sphere, kind, lo, cell, dims, cell_st
                     for e in range(n):
                         while live and ql < nl and lts[ql] <= ts[e]:
                             live = _emit(r, lgs[ql], lts[ql], las[ql], state, shade, sh0, shN, K, basis,
-                                         out_ids, out_count, out_rgb, out_dist)
+                                         out_ids, out_count, out_rgb)
                             ql += 1
                         if not live:
                             break
                         live = _emit(r, gs[e], ts[e], als[e], state, shade, sh0, shN, K, basis,
-                                     out_ids, out_count, out_rgb, out_dist)
+                                     out_ids, out_count, out_rgb)
                         if not live:
                             break
                     if last:
@@ -460,7 +460,7 @@ def trace_kernel(perm, mu, A, opacity, kk, sphere, kind, lo, cell, dims, cell_st
                         nz += ddz
             while live and ql < nl:
                 live = _emit(r, lgs[ql], lts[ql], las[ql], state, shade, sh0, shN, K, basis,
-                             out_ids, out_count, out_rgb, out_dist)
+                             out_ids, out_count, out_rgb)
                 ql += 1
             if shade:
                 out_T[r] = state[0]
