@@ -13,6 +13,7 @@ field                  shape         meaning
 ``logit_opacities``    [N]           logit of the 4D opacity (before the temporal factor)
 ``sh``                 [N, K, 3]     static SH colour, degree-major, K = (degree + 1)^2
 ``antialiased``        bool          trained in anti-aliased (mip) mode
+``duration``           float | None  seconds the normalised span [0, 1] lasts (captured videos), None unknown
 =====================  ============  ==========================================================
 
 Format-neutral (no file IO), like :mod:`recon.splat_data`.
@@ -40,6 +41,7 @@ class SpaceTimeData:
     logit_opacities: np.ndarray
     sh: np.ndarray
     antialiased: bool = False
+    duration: float | None = None
 
     def __post_init__(self) -> None:
         for name in FIELDS4:
@@ -58,6 +60,8 @@ class SpaceTimeData:
             raise ValueError(f"SpaceTimeData.sh: shape {self.sh.shape}, expected [{n}, K, 3]")
         if sh_degree_for_bases(self.sh.shape[1]) > MAX_SH_DEGREE:
             raise ValueError(f"SpaceTimeData.sh: degree above {MAX_SH_DEGREE}")
+        if self.duration is not None and not (np.isfinite(self.duration) and self.duration > 0):
+            raise ValueError(f"SpaceTimeData.duration: {self.duration} is not a positive number of seconds")
 
     def __len__(self) -> int:
         return int(self.means4.shape[0])
@@ -75,7 +79,8 @@ class SpaceTimeData:
         return ok
 
     def subset(self, idx) -> "SpaceTimeData":
-        return SpaceTimeData(*(getattr(self, n)[idx] for n in FIELDS4), antialiased=self.antialiased)
+        return SpaceTimeData(*(getattr(self, n)[idx] for n in FIELDS4), antialiased=self.antialiased,
+                             duration=self.duration)
 
     def drop_nonfinite(self) -> tuple["SpaceTimeData", int]:
         """(the rows without NaN/Inf, how many were dropped)."""
@@ -87,4 +92,4 @@ class SpaceTimeData:
         if not 0 <= degree <= self.sh_degree:
             raise ValueError(f"SH degree {degree} is not in 0..{self.sh_degree}")
         parts = [getattr(self, n) for n in FIELDS4[:-1]] + [self.sh[:, :(degree + 1) ** 2]]
-        return SpaceTimeData(*parts, antialiased=self.antialiased)
+        return SpaceTimeData(*parts, antialiased=self.antialiased, duration=self.duration)

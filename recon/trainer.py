@@ -635,7 +635,9 @@ class Trainer:
         if self.writes_outputs:
             write_splats(self.out / rf.SPLATS_FILE, self.model.to_splat_data(), force=True)
             if hasattr(self.model, "to_spacetime_data"):  # a 4D method: its 4D model too
-                write_ply4d(self.out / rf.SPLATS4D_FILE, self.model.to_spacetime_data(), force=True)
+                data4 = self.model.to_spacetime_data()
+                data4.duration = getattr(self.scene, "duration", None)  # the capture's seconds, when known
+                write_ply4d(self.out / rf.SPLATS4D_FILE, data4, force=True)
         test = self.evaluate(self.out / rf.RENDERS_DIR if self.writes_outputs else None)
         if test["lpips"] is None:
             self.log(LPIPS_NOTE)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
+
+import numpy as np
 
 from recon.errors import fail
 from viewer.scene import ViewerInputError, load_meshes, load_scene
@@ -15,8 +17,14 @@ try:
 
     _Positional = tyro.conf.Positional
     _NoPrefix = tyro.conf.arg(name="")
+    _UseAppend = tyro.conf.UseAppendAction
 except ImportError:  # pragma: no cover - tyro is a dependency; keeps the module importable
-    _Positional = _NoPrefix = None
+    _Positional = _NoPrefix = _UseAppend = None
+
+
+def _appended(tp):
+    """``--flag A --flag B`` (repeated flags) for a tuple field, as ``splatforge insert`` takes them."""
+    return Annotated[tp, _UseAppend] if _UseAppend is not None else tp
 
 
 @dataclass
@@ -44,6 +52,23 @@ class ViewConfig:
     """4D models: start playing at once"""
     exit_after: float | None = None
     """stop the server after this many seconds (tests, scripted screenshots)"""
+    asset: _appended(tuple[Path, ...]) = ()
+    """mesh asset (OBJ, PLY, GLB) to place in the scene with a transform gizmo; repeat the flag for several;
+    the GUI shows each one's --pose string for splatforge insert"""
+    pose: _appended(tuple[str, ...]) = ()
+    """"x,y,z[,yaw,pitch,roll[,scale]]" per --asset, in order (default: the scene's centre, upright, 0.3 of
+    the scene's radius)"""
+    material: _appended(tuple[str, ...]) = ()
+    """diffuse, mirror or glass[:ior] per --asset (shown by the server hybrid render; default diffuse)"""
+    asset_up: Literal["y", "z"] = "y"
+    """up axis of the asset files: y (glTF, most OBJ) or z"""
+    light: _appended(tuple[str, ...]) = ()
+    """sun:azimuth,elevation[,intensity[,r,g,b]] or point:x,y,z[,intensity[,r,g,b]]; repeat for several
+    lights (default: sun:45,60)"""
+    hybrid: bool = False
+    """start with the server hybrid render (shadows, reflections) instead of browser compositing"""
+    hybrid_size: int = 320
+    """longest side in pixels of the server hybrid render (the browser stretches it to the canvas)"""
 
 
 def build_viewer(cfg: ViewConfig, verbose: bool = True):
@@ -55,10 +80,42 @@ def build_viewer(cfg: ViewConfig, verbose: bool = True):
     if cfg.time is not None or cfg.play:
         check_time_flags(cfg, scene)
     meshes = load_meshes(cfg.mesh)
+    if not cfg.asset and (cfg.pose or cfg.material or cfg.light or cfg.hybrid):
+        raise ViewerInputError("--pose / --material / --light / --hybrid apply to inserted assets: give the mesh "
+                               "with --asset FILE (OBJ, PLY or GLB)")
+    assets = asset_layer(cfg, scene, verbose) if cfg.asset else None
     base = scene.run_dir if scene.run_dir is not None else scene.source.parent
     output = cfg.output if cfg.output is not None else base / "viewer"
     return ViewerServer(scene, host=cfg.host, port=cfg.port, meshes=meshes, output_dir=output,
-                        strict_port=cfg.strict_port, verbose=verbose)
+                        strict_port=cfg.strict_port, verbose=verbose, assets=assets)
+
+
+def asset_layer(cfg: ViewConfig, scene, verbose: bool = True):
+    """The :class:`viewer.hybrid.AssetLayer` of ``--asset`` / ``--pose`` / ``--material`` / ``--light``;
+    ViewerInputError naming the file or string that cannot be used (and for the hybrid flags without
+    --asset). Warns when an asset lies entirely outside the scene's bounds."""
+    from recon.hybrid.assets import AssetError, check_inside
+    from viewer.assets import load_assets, load_lights, scene_frame
+    from viewer.hybrid import MAX_SIDE, MIN_SIDE, AssetLayer
+    from viewer.scene import load_run_cameras, robust_bounds
+
+    if not MIN_SIDE <= cfg.hybrid_size <= MAX_SIDE:
+        raise ViewerInputError(f"--hybrid-size {cfg.hybrid_size}: give {MIN_SIDE}..{MAX_SIDE} pixels (the longest "
+                               f"side of the server hybrid render)")
+    cameras = scene.cameras or (load_run_cameras(scene.run_dir) if scene.run_dir is not None else [])
+    frame = scene_frame(cameras, None if cameras else scene.up)
+    means = scene.splats.means.astype(np.float64)
+    centre, radius = robust_bounds(means)
+    try:
+        assets = load_assets(cfg.asset, cfg.pose, cfg.material, centre=centre, radius=radius, up=cfg.asset_up)
+        lights = load_lights(cfg.light, frame)
+    except AssetError as err:
+        raise ViewerInputError(str(err)) from None
+    lo, hi = np.percentile(means, [1.0, 99.0], axis=0)
+    check_inside(assets, frame, lo, hi,
+                 lambda msg: print(f"[splatforge view] warning: {msg}", flush=True) if verbose else None)
+    return AssetLayer(assets, lights, frame, run_dir=scene.run_dir, names=[Path(p).name for p in cfg.asset],
+                      start_hybrid=cfg.hybrid, hybrid_side=cfg.hybrid_size)
 
 
 def check_time_flags(cfg: ViewConfig, scene) -> None:

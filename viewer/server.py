@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from viewer.camera_path import CameraPath, save_camera_path, viser_camera_to_frame, world_to_cam_to_viser
+from viewer.blocks import add_block_cells
 from viewer.scene import SplatScene, robust_bounds
 
 SPLAT_NODE = "/splats"
@@ -85,13 +86,17 @@ class ViewerServer:
         host, port: where to listen (127.0.0.1 by default: not reachable from other machines). A port
             in use moves to the next free one (said aloud) unless ``strict_port``.
         meshes: [(path, trimesh.Trimesh)] shown with viser's mesh API (depth-tested with the splats).
+        assets: a :class:`viewer.hybrid.AssetLayer` (inserted assets with gizmos and the browser / server
+            hybrid compositing toggle), or None.
         output_dir: where "render" PNGs and ``camera_path.json`` go.
     """
 
     def __init__(self, scene: SplatScene, host: str = "127.0.0.1", port: int = 8080, meshes=(),
                  output_dir: str | Path = "viewer_output", strict_port: bool = False,
-                 verbose: bool = True):
+                 verbose: bool = True, assets=None):
         self.scene = scene
+        self.assets = assets
+        self.splats_hidden = False  # the server hybrid render shows the splats instead
         self.host, self.requested_port, self.strict_port = host, port, strict_port
         self.meshes = list(meshes)
         self.output_dir = Path(output_dir)
@@ -128,6 +133,8 @@ class ViewerServer:
         self.say(f"open http://{self.host}:{port} in a browser")
         self._build_scene()
         self._build_gui()
+        if self.assets is not None:
+            self.assets.attach(self)
         return self
 
     @property
@@ -140,6 +147,8 @@ class ViewerServer:
 
     def stop(self) -> None:
         self.set_playing(False)
+        if self.assets is not None:
+            self.assets.stop()
         if self.server is not None:
             self.server.stop()
             self.server = None
@@ -177,12 +186,21 @@ class ViewerServer:
             if self.splat_handle is None:
                 self.splat_handle = self.server.scene.add_gaussian_splats(
                     SPLAT_NODE, centers=b.centers, covariances=b.covariances, rgbs=b.rgbs,
-                    opacities=b.opacities)
+                    opacities=b.opacities, visible=not self.splats_hidden)
             else:
                 self.splat_handle.set_gaussians(b.centers, b.covariances, b.rgbs, b.opacities)
-                self.splat_handle.visible = True
+                self.splat_handle.visible = not self.splats_hidden
         if "shown" in self.gui:
             self.gui["shown"].value = f"{len(b):,} of {self.scene.total():,}"
+
+    def set_splats_hidden(self, hidden: bool) -> None:
+        """Hide (or show again) the browser's splats: the server hybrid render draws them itself."""
+        self.splats_hidden = bool(hidden)
+        with self._lock:
+            if self.splat_handle is not None:
+                self.splat_handle.visible = not hidden
+        if not hidden:
+            self.refresh_splats()
 
     def set_scale(self, factor: float) -> None:
         self._scale = float(factor)
@@ -196,6 +214,8 @@ class ViewerServer:
         """Drive a dynamic scene to normalised time ``t``; re-sends the splats when they changed."""
         if self.scene.set_time(float(t)):
             self.refresh_splats()
+            if self.assets is not None:
+                self.assets.request_all()  # the server hybrid image shows the new time too
 
     # ------------------------------------------------------------------------------------------ GUI
 
@@ -214,6 +234,9 @@ class ViewerServer:
             scale.on_update(lambda _: self.set_scale(scale.value))
             opacity.on_update(lambda _: self.set_min_opacity(opacity.value))
             self.gui.update(scale=scale, opacity=opacity)
+            _, radius = robust_bounds(self.scene.splats.means)
+            self.block_cells, self.gui["block_cells"] = add_block_cells(self.server, gui, self.scene.run_dir,
+                                                                        0.004 * radius)
         if self.scene.dynamic:
             self._build_time_gui(gui)
         with gui.add_folder("Render"):

@@ -70,6 +70,7 @@ def rasterize_surfels(
     backend: str = "auto",
     tile_size: int = TILE_SIZE,
     surfel_depth: str = "centre",
+    depth_limit: Tensor | None = None,
 ) -> SurfelRender:
     """Render N 2D Gaussian surfels into C pinhole cameras, differentiably (exact ray-splat intersection).
 
@@ -85,6 +86,13 @@ def rasterize_surfels(
         surfel_depth: the depth z_i composited into depth, median depth and distortion: "centre" (the
         surfel centre's camera z, gsplat's choice; every backend) or "intersection" (the camera z of the
         ray-splat intersection, the 2DGS paper's rasterizer; reference and cpu backends).
+        depth_limit [C, H, W] (any float dtype; +inf: no limit; reference and cpu backends): per pixel,
+        the camera z of what lies behind (an inserted mesh's first hit); a surfel whose ray-splat
+        intersection depth at that pixel (its centre depth where the low-pass fallback gives its
+        alpha) is >= the limit contributes nothing there, whatever ``surfel_depth``, and
+        ``meta.transmittance`` is the light left for what is behind: composite it as
+        ``render + meta.transmittance * colour_behind`` (without ``backgrounds``). No gradient
+        reaches depth_limit.
     Returns:
         :class:`SurfelRender` (render, alpha, depth, median_depth, normals, normals_world, distortion,
         meta); see its docstring for shapes and definitions.
@@ -96,6 +104,11 @@ def rasterize_surfels(
         n_color = V.check_colors(colors, N, C, sh_degree, dt, dev)
         V.check_backgrounds(backgrounds, C, n_color, dt, dev)
         check_options(surfel_depth, backend, tile_size)
+        V.check_depth_limit(depth_limit, C, width, height, dev)
+        if depth_limit is not None and (backend == "cuda" or (backend == "auto" and dev.type == "cuda")):
+            raise V.RasterizerInputError(
+                f"{NAME}: `depth_limit` is not supported by the cuda backend (gsplat's 2DGS kernels have no "
+                "per-pixel depth limit); use backend='reference' for CUDA tensors (or 'cpu' for CPU tensors)")
         name = resolve_surfel_backend(backend, dev)
         if name == "cpu" and tile_size != TILE_SIZE:
             V._fail("tile_size", f"is {tile_size}; the cpu backend composites {TILE_SIZE}x{TILE_SIZE} tiles")
@@ -123,10 +136,10 @@ def rasterize_surfels(
     if name == "cpu":
         warn_if_spin_set_too_late()
         out = importlib.import_module(f"{__package__}.cpu").composite_surfels_cpu(splats, grid, width, height,
-                                                                                   surfel_depth)
+                                                                                   surfel_depth, depth_limit)
     else:
         tiles = intersect_tiles(means2d, proj.radii, proj.depths, grid)
-        out = composite_surfels_reference(splats, tiles, grid, width, height, surfel_depth)
+        out = composite_surfels_reference(splats, tiles, grid, width, height, surfel_depth, depth_limit)
     meta = SurfelMeta(radii=proj.radii, means2d=means2d, depths=proj.depths, ray_transforms=proj.ray_transforms,
                       normals=proj.normals, opacities=opac, transmittance=out.transmittance, width=width,
                       height=height, tile_size=tile_size, tiles_x=grid.tiles_x, tiles_y=grid.tiles_y, n_cameras=C)

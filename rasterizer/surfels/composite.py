@@ -15,6 +15,13 @@ ray-splat intersection, M_w . (u, v, 1) (``"intersection"``, the 2DGS paper's ra
 exact term gave sigma; where the low-pass fallback did, the surfel is a screen-space blob and z_i is
 its centre depth (the line's intersection with the plane of a sub-pixel or edge-on surfel can lie
 far away or behind the camera).
+With a depth limit L [C, H, W] (camera z, +inf: none; an inserted mesh's first hit), surfel i is skipped
+at pixel q (alpha 0: no colour, no gradient, T unchanged) when its limit depth zl_i >= L_q, zl_i being
+the ray-splat intersection depth M_w . (u, v, 1) where the exact term gave sigma and the centre depth
+where the low-pass fallback did (the intersection-mode z_i, whatever ``surfel_depth``), compared in
+float64. Intersection depths are not monotone in the tile's centre-depth order, so a limit skips
+surfels (later ones in front of it still blend) rather than stopping the pixel. The limit gets no
+gradient.
 Differentiated by autograd. Slow (a Python loop over tiles): this is the specification.
 """
 
@@ -63,6 +70,21 @@ def surfel_alphas(centres: Tensor, KWH: Tensor, means2d: Tensor, opacities: Tens
     return torch.where(keep, alpha, torch.zeros_like(alpha)), u, v, use_exact
 
 
+def limit_depths(u: Tensor, v: Tensor, use_exact: Tensor, KWH: Tensor, centre_depths: Tensor) -> Tensor:
+    """[P, K] the depth a depth limit is compared with: the ray-splat intersection depth
+    M_w . (u, v, 1) where ``use_exact``, else the centre depth [K] (detached: the limit is a test)."""
+    Mw = KWH.detach()[None, :, 2, :]
+    hit_z = u.detach() * Mw[..., 0] + v.detach() * Mw[..., 1] + Mw[..., 2]
+    return torch.where(use_exact, hit_z, centre_depths.detach()[None].expand_as(hit_z))
+
+
+def limit_by_depth(alpha: Tensor, zl: Tensor, limits: Tensor) -> Tensor:
+    """alpha [P, K] with 0 where the limit depth zl [P, K] is not in front of the pixel's limit [P]
+    (float64 comparison)."""
+    behind = zl.to(torch.float64) >= limits.detach().to(torch.float64)[:, None]
+    return torch.where(behind, torch.zeros_like(alpha), alpha)
+
+
 def exclusive_cumsum(x: Tensor) -> Tensor:
     """sum_{j<i} x_j along the last axis."""
     return torch.cumsum(x, dim=-1) - x
@@ -85,14 +107,16 @@ def distortion(weights: Tensor, z: Tensor) -> Tensor:
 
 
 def composite_surfels_reference(splats: SurfelSplats, tiles: TileLists, grid: TileGrid, width: int, height: int,
-                                surfel_depth: str = "centre") -> SurfelComposited:
-    """Composite all cameras (see the module docstring); tiles from ``intersect_tiles``."""
+                                surfel_depth: str = "centre", depth_limit: Tensor | None = None) -> SurfelComposited:
+    """Composite all cameras (see the module docstring); tiles from ``intersect_tiles``; depth_limit
+    [C, H, W] camera z or None (see the module docstring)."""
     s = splats
     C, N, D = s.colors.shape
     flat_M = s.ray_transforms.reshape(C * N, 3, 3)
     flat_means, flat_opac = s.means2d.reshape(C * N, 2), s.opacities.reshape(C * N)
     flat_colors, flat_depths = s.colors.reshape(C * N, D), s.depths.reshape(C * N)
     flat_normals = s.normals.reshape(C * N, 3)
+    flat_limits = depth_limit.reshape(-1) if depth_limit is not None else None
     n_isects = tiles.flatten_ids.numel()
     tiles_per_cam = grid.tiles_x * grid.tiles_y
     parts: dict[str, list[Tensor]] = {k: [] for k in ("index", "render", "alpha", "T", "wz", "median", "normal",
@@ -106,12 +130,16 @@ def composite_surfels_reference(splats: SurfelSplats, tiles: TileLists, grid: Ti
         ys, xs, centres = tile_pixel_centres(tx, ty, grid, width, height, s.means2d)
         ids = tiles.flatten_ids[start:end]
         alpha, u, v, use_exact = surfel_alphas(centres, flat_M[ids], flat_means[ids], flat_opac[ids])
+        pixels = (cam * height + ys) * width + xs
+        if flat_limits is not None:
+            zl = limit_depths(u, v, use_exact, flat_M[ids], flat_depths[ids])
+            alpha = limit_by_depth(alpha, zl, flat_limits[pixels])
         w, T_final = blend_weights(alpha)
         z = flat_depths[ids][None].expand(len(centres), -1)
         if surfel_depth == "intersection":
             Mw = flat_M[ids][None, :, 2, :]  # [1, K, 3]
             z = torch.where((alpha > 0) & use_exact, u * Mw[..., 0] + v * Mw[..., 1] + Mw[..., 2], z)
-        parts["index"].append((cam * height + ys) * width + xs)
+        parts["index"].append(pixels)
         parts["render"].append(w @ flat_colors[ids])
         parts["alpha"].append(w.sum(-1, keepdim=True))
         parts["T"].append(T_final)

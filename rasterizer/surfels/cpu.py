@@ -32,16 +32,19 @@ def _cotangent(v: Tensor | None, shape: tuple, dtype) -> np.ndarray:
 class SurfelCompositeFunction(torch.autograd.Function):
     """(render [C,H,W,D], alpha (sum w), transmittance, wz (sum w z), median depth, normals (3),
     distortion) from means2d [C,N,2], ray_transforms [C,N,3,3], opacities [C,N], colors [C,N,D],
-    depths [C,N], normals [C,N,3]; gradients for all six."""
+    depths [C,N], normals [C,N,3]; gradients for all six. With a depth limit [C,H,W] (camera z, +inf
+    none; no gradient) a surfel at or behind a pixel's limit is skipped there (``composite.py``)."""
 
     @staticmethod
-    def forward(ctx, means2d, ray_transforms, opac, colors, depths, normals, radii, width, height, grid, intersection):
+    def forward(ctx, means2d, ray_transforms, opac, colors, depths, normals, radii, width, height, grid, intersection,
+                depth_limit):
         C, N, D = colors.shape
         flat = (_np(ray_transforms.reshape(C * N, 9)), _np(means2d.reshape(C * N, 2)), _np(opac.reshape(C * N)),
                 _np(colors.reshape(C * N, D)), _np(depths.reshape(C * N)), _np(normals.reshape(C * N, 3)))
         no_conics = torch.zeros(C, N, 3, dtype=means2d.dtype)
         bins = BinnedTiles(means2d, no_conics, opac, radii, depths, grid, width, height)
         dt = flat[3].dtype
+        limits = None if depth_limit is None else np.ascontiguousarray(_np(depth_limit.to(torch.float64)))
         boxes, table = np.empty((C * N, 4)), np.empty((C * N, K.TABLE))
         with KERNEL_LOCK:
             K.alpha_boxes(flat[0], flat[1], flat[2], _np(radii.reshape(C * N, 2)), boxes, table)
@@ -51,16 +54,19 @@ class SurfelCompositeFunction(torch.autograd.Function):
         median_k = np.full((C, height, width), -1, np.int64)
         with KERNEL_LOCK:
             K.forward_kernel(*flat, boxes, table, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
-                             grid.tile_size, intersection, render, alpha, T, wz, median, nrm, dist, last_k, median_k)
+                             grid.tile_size, intersection, limits, render, alpha, T, wz, median, nrm, dist, last_k,
+                             median_k)
         outs = tuple(torch.from_numpy(a) for a in (render, alpha, T, wz, median, nrm, dist))
         ctx.save_for_backward(outs[1], outs[2], outs[3])  # the backward reads them: in-place changes are caught
-        ctx.state = (flat, (boxes, table), bins, last_k, median_k, (C, N, D), width, height, grid, intersection)
+        ctx.state = (flat, (boxes, table), bins, last_k, median_k, (C, N, D), width, height, grid, intersection,
+                     limits)
         ctx.set_materialize_grads(False)
         return outs
 
     @staticmethod
     def backward(ctx, v_render, v_alpha, v_T, v_wz, v_median, v_normals, v_dist):
-        flat, (boxes, table), bins, last_k, median_k, (C, N, D), width, height, grid, intersection = ctx.state
+        (flat, (boxes, table), bins, last_k, median_k, (C, N, D), width, height, grid, intersection,
+         limits) = ctx.state
         alpha, T, wz = (_np(t) for t in ctx.saved_tensors)
         dt = flat[3].dtype
         shape = lambda ch: (C, height, width, ch)  # noqa: E731
@@ -70,17 +76,18 @@ class SurfelCompositeFunction(torch.autograd.Function):
         per_surfel = np.empty((C * N, K.G_COLOR + D), dt)
         with KERNEL_LOCK:
             K.backward_kernel(*flat, boxes, table, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
-                              grid.tile_size, intersection, alpha, T, wz, last_k, median_k, *cot, grads)
+                              grid.tile_size, intersection, limits, alpha, T, wz, last_k, median_k, *cot, grads)
             K.sum_rows_per_surfel(grads, bins.perm, bins.starts, bins.counts, per_surfel)
         g = torch.from_numpy(per_surfel)
         return (g[:, K.G_MEANS2D:K.G_M].reshape(C, N, 2), g[:, K.G_M:K.G_OPAC].reshape(C, N, 3, 3),
                 g[:, K.G_OPAC].reshape(C, N), g[:, K.G_COLOR:].reshape(C, N, D), g[:, K.G_DEPTH].reshape(C, N),
-                g[:, K.G_NORMAL:K.G_COLOR].reshape(C, N, 3), None, None, None, None, None)
+                g[:, K.G_NORMAL:K.G_COLOR].reshape(C, N, 3), None, None, None, None, None, None)
 
 
 def composite_surfels_cpu(splats: SurfelSplats, grid: TileGrid, width: int, height: int,
-                          surfel_depth: str = "centre") -> SurfelComposited:
-    """Compositing step of the surfels' cpu backend; same outputs as ``composite_surfels_reference``."""
+                          surfel_depth: str = "centre", depth_limit: Tensor | None = None) -> SurfelComposited:
+    """Compositing step of the surfels' cpu backend; same outputs (and ``depth_limit``) as
+    ``composite_surfels_reference``."""
     from .composite import DEPTH_ALPHA_MIN
 
     if grid.tile_size != 16:
@@ -88,6 +95,6 @@ def composite_surfels_cpu(splats: SurfelSplats, grid: TileGrid, width: int, heig
     s = splats
     render, alpha, T, wz, median, normals, dist = SurfelCompositeFunction.apply(
         s.means2d, s.ray_transforms, s.opacities, s.colors, s.depths, s.normals, s.radii, width, height, grid,
-        surfel_depth == "intersection")
+        surfel_depth == "intersection", depth_limit)
     depth = wz / alpha.clamp(min=DEPTH_ALPHA_MIN)
     return SurfelComposited(render, alpha, T, depth, median, normals, dist)

@@ -102,6 +102,25 @@ def surfel_depth_at(u, v, use_exact, intersection, Mw0, Mw1, Mw2, depth):
     return depth
 
 
+@njit(cache=True, inline="always")
+def beyond_limit(u, v, use_exact, Mw0, Mw1, Mw2, depth, lim):
+    """Whether a blended surfel lies at or behind the pixel's depth limit ``lim`` (camera z, float64,
+    may be +inf): its intersection depth (centre depth where the low-pass fallback gave sigma) >= lim
+    (the specification's ``limit_depths`` / ``limit_by_depth``)."""
+    return surfel_depth_at(u, v, use_exact, True, Mw0, Mw1, Mw2, depth) >= lim
+
+
+@njit(cache=True)
+def load_tile_limits(limits, c, x0, y0, x1, y1):
+    """The depth limits [npix] float64 of one tile's pixels (limits [C, H, W] float64, +inf: none)."""
+    tw = x1 - x0
+    lim = np.empty(tw * (y1 - y0))
+    for py in range(y0, y1):
+        for px in range(x0, x1):
+            lim[(py - y0) * tw + px - x0] = limits[c, py, px]
+    return lim
+
+
 BOX_MARGIN = 1e-3  # pixels added around each surfel's alpha >= 1/255 box: rounding never drops a pixel
 
 
@@ -220,11 +239,14 @@ def shrink_span(a, b, p0, level, least):
 
 @njit(cache=True, parallel=True)
 def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offsets, ids, tile_order, W, H, TW, ts,
-                   intersection, render, alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k, median_k):
+                   intersection, limits, render, alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k,
+                   median_k):
     """Composite every pixel. Outputs [C, H, W, .] in the storage dtype: render (D), alpha (sum w),
     T_out (prod (1 - alpha)), wz_out (sum w z), median_out, normal_out (3), dist_out; last_k / median_k
     [C, H, W] int64: the intersection index of the last blended surfel / of the median one (-1: none).
-    Per tile, surfels front to back, each over the pixels of its alpha box (alpha_boxes) that are live."""
+    Per tile, surfels front to back, each over the pixels of its alpha box (alpha_boxes) that are live.
+    ``limits`` [C, H, W] float64 depth limits (+inf: none) or None (a separate compilation with the
+    test pruned): a surfel at or behind a pixel's limit (beyond_limit) is skipped there."""
     D = colors.shape[1]
     TT = TW * ((H + ts - 1) // ts)
     for it in prange(tile_order.shape[0]):
@@ -242,6 +264,9 @@ def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offs
         col = np.empty(D)
         row_live = np.full(y1 - y0, tw, np.int64)  # live pixels per row / column: spans shrink to them
         col_live = np.full(tw, y1 - y0, np.int64)
+        if limits is not None:
+            lim = load_tile_limits(limits, c, x0, y0, x1, y1)
+            limited = lim.min() < np.inf  # a tile without a finite limit skips the test
         n_done = 0
         for k in range(start, end):
             if n_done == npix:
@@ -275,6 +300,9 @@ def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offs
                     ok, al, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at_pixel(
                         px + 0.5, py + 0.5, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, level)
                     if not ok:
+                        continue
+                    if limits is not None and limited and beyond_limit(u, v, use_exact, Mw0, Mw1, Mw2, depth,
+                                                                        lim[p]):
                         continue
                     Tp = T[p]
                     if Tp * (1.0 - al) <= T_MIN:
@@ -322,13 +350,14 @@ NB = 10
 
 @njit(cache=True, parallel=True)
 def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offsets, ids, tile_order, W, H, TW, ts,
-                    intersection, alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz, v_median,
-                    v_normal, v_dist, grads):
+                    intersection, limits, alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz,
+                    v_median, v_normal, v_dist, grads):
     """Per-intersection gradients grads [M, G_COLOR + D] (float64, every row written) from the cotangents
     of the forward outputs (same shapes; v_alpha is d loss / d sum w). Per tile, surfels back to front,
     each over the pixels of its alpha box whose last blended surfel is not in front of it, with
     per-pixel running sums of what lies behind (sum w_j dL/dw_j, sum w_j, sum w_j z_j): per pixel, the
-    arithmetic and order of a back-to-front walk from its last blended surfel."""
+    arithmetic and order of a back-to-front walk from its last blended surfel. ``limits``: as the
+    forward's (skipped surfels get nothing)."""
     D = colors.shape[1]
     TT = TW * ((H + ts - 1) // ts)
     for it in prange(tile_order.shape[0]):
@@ -346,6 +375,9 @@ def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, off
         last = np.empty(npix, np.int64)
         med = np.empty(npix, np.int64)
         top = start - 1
+        if limits is not None:
+            lim = load_tile_limits(limits, c, x0, y0, x1, y1)
+            limited = lim.min() < np.inf  # a tile without a finite limit skips the test
         for py in range(y0, y1):
             for px in range(x0, x1):
                 p = (py - y0) * tw + px - x0
@@ -411,6 +443,9 @@ def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, off
                     ok, al, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at_pixel(
                         x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, level)
                     if not ok:
+                        continue
+                    if limits is not None and limited and beyond_limit(u, v, use_exact, Mw0, Mw1, Mw2, depth,
+                                                                        lim[p]):
                         continue
                     inv_keep = 1.0 / (1.0 - al)
                     Ti = T[p] * inv_keep

@@ -63,12 +63,14 @@ class ExportConfig:
     times: Optional[str] = None
     """4D models: START:END:COUNT, a sequence: --out becomes a folder of COUNT 3D slices and manifest.json."""
     duration: Optional[float] = None
-    """4D sequences: seconds that the normalised span [0, 1] lasts (manifest.json times are seconds); default:
-    the run's dataset's duration (captured videos), else 1."""
+    """4D: seconds that the normalised span [0, 1] lasts (sequence manifest.json times are seconds; stored in a
+    ply4d export's header); default: the ply4d file's stored duration, else the run's dataset's (captured
+    videos), else 1 (sequences) or none (ply4d)."""
     sh_degree: Optional[int] = None
     """Truncate spherical harmonics to this degree (0-3)."""
     max_splats: Optional[int] = None
-    """Keep at most this many splats, the most important ones."""
+    """Keep at most this many splats, the most important ones (4D models with --format ply4d: the most
+    important 4D Gaussians, recon/export/budget4d.py)."""
     target: Optional[Target] = None
     """Device preset for splat and SH budgets (explicit --max-splats / --sh-degree win)."""
     force: bool = False

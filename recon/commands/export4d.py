@@ -14,8 +14,10 @@ from pathlib import Path
 
 from recon.errors import OutputError, SplatforgeError, UsageError
 from recon.export import ModelKindError, SplatFileError, is_ply4d, read_ply4d, write_ply4d
+from recon.export.ply4d import ply4d_duration
 from recon.export.atomic import refuse_overwrite
 from recon.export.budget import apply_budget, resolve_budget
+from recon.export.budget4d import apply_budget4
 from recon.export.glb import all_formats
 from recon.export.report import ExportReport
 from recon.outputs import ensure_writable_folder
@@ -78,18 +80,31 @@ def _check_out_file(config) -> None:
     ensure_writable_folder(Path(config.out).parent, f"--out {config.out}: folder")
 
 
-def sequence_duration(duration: float | None, run) -> tuple[float, str]:
-    """(seconds the normalised span [0, 1] lasts, a note saying where that came from): ``--duration``, else
-    the run's dataset's ``Scene.duration`` (captured videos), else 1."""
-    if duration is not None:
-        return float(duration), f"time span {duration:g} s (--duration)"
+def known_duration(run, path: Path | None = None) -> tuple[float | None, str]:
+    """(seconds the normalised span [0, 1] lasts, where that came from), or (None, "") when unknown: the ply4d
+    file's own (``path``; written from the dataset at training), else the run's dataset's ``Scene.duration``
+    (captured videos)."""
+    stored = ply4d_duration(path) if path is not None and is_ply4d(path) else None
+    if stored:
+        return stored, f"stored in {Path(path).name}"
     if run is not None and run.dataset_known:
         try:
             known = run.scene.duration
-        except (SplatforgeError, OSError):  # the dataset is not here or does not load: the default
+        except (SplatforgeError, OSError):  # the dataset is not here or does not load: unknown
             known = None
         if known:
-            return float(known), f"time span {known:g} s (the dataset's; --duration overrides)"
+            return float(known), "the dataset's"
+    return None, ""
+
+
+def sequence_duration(duration: float | None, run, path: Path | None = None) -> tuple[float, str]:
+    """(seconds the normalised span [0, 1] lasts, a note saying where that came from): ``--duration``, else
+    :func:`known_duration`, else 1."""
+    if duration is not None:
+        return float(duration), f"time span {duration:g} s (--duration)"
+    known, source = known_duration(run, path)
+    if known:
+        return known, f"time span {known:g} s ({source}; --duration overrides)"
     return 1.0, "time span 1 s (the model's times are normalised and no duration is known; give --duration)"
 
 
@@ -101,9 +116,7 @@ def export_ply4d(config) -> ExportReport:
     if config.time is not None:
         raise UsageError("--format ply4d writes the whole 4D model; --time exports a 3D slice (use "
                          "--format ply|splat|spz|glb with it)")
-    if config.max_splats is not None or config.target is not None:
-        raise UsageError("--max-splats / --target are not available for --format ply4d (budgets apply to 3D "
-                         "slices: use --time or --times with a 3D format)")
+    max_splats, sh_degree = resolve_budget(config.target, config.max_splats, config.sh_degree)
     _check_out_file(config)
     run, path, is_4d = open_source(src)
     if not is_4d:
@@ -113,15 +126,24 @@ def export_ply4d(config) -> ExportReport:
     clean, dropped = data.drop_nonfinite()
     if len(clean) == 0:
         raise SplatFileError(path, f"all {dropped} 4D Gaussians hold NaN/Inf values")
-    if config.sh_degree is not None:
-        if not 0 <= config.sh_degree <= 3:
-            raise UsageError(f"--sh-degree {config.sh_degree}: must be 0..3")
-        if config.sh_degree < clean.sh_degree:
-            clean = clean.with_sh_degree(config.sh_degree)
-    write_ply4d(out, clean, force=config.force)
-    return ExportReport(path=out, format="ply4d", splats=len(clean), bytes=os.path.getsize(out),
-                        sh_degree=clean.sh_degree, input_splats=len(data), dropped_nonfinite=dropped,
-                        notes=["the whole 4D model (4D Gaussians; layout: recon/export/PLY4D.md)"])
+    if config.duration is not None:
+        if not (math.isfinite(config.duration) and config.duration > 0):
+            raise UsageError(f"--duration {config.duration}: must be a positive number of seconds")
+        clean.duration = float(config.duration)
+    elif clean.duration is None:
+        clean.duration = known_duration(run, path)[0]
+    notes = ["the whole 4D model (4D Gaussians; layout: recon/export/PLY4D.md)"]
+    cameras = None
+    if max_splats is not None and len(clean) > max_splats and run is not None:
+        from recon.commands.budget_cameras import run_cameras
+
+        cameras, why = run_cameras(run)
+        notes += [why] if why else []
+    budgeted, info = apply_budget4(clean, max_splats, sh_degree, cameras=cameras)
+    write_ply4d(out, budgeted, force=config.force)
+    return ExportReport(path=out, format="ply4d", splats=len(budgeted), bytes=os.path.getsize(out),
+                        sh_degree=budgeted.sh_degree, input_splats=len(data), dropped_nonfinite=dropped,
+                        dropped_budget=info.dropped, importance=info.importance, target=config.target, notes=notes)
 
 
 def export_sequence(config, times: list[float]) -> ExportReport:
@@ -157,7 +179,7 @@ def export_sequence(config, times: list[float]) -> ExportReport:
         cameras, why = run_cameras(run)
         if why:
             notes.append(why)
-    duration, why = sequence_duration(config.duration, run)
+    duration, why = sequence_duration(config.duration, run, path)
     notes.append(why)
     span = abs(times[-1] - times[0]) * duration
     fps = (len(times) - 1) / span if len(times) > 1 and span > 0 else 1.0

@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Optional
 
 import torch
 
@@ -77,11 +77,15 @@ class BlockOptions:
     """momentum mode: EMA factor of the teacher"""
     finetune_steps: int = 0
     """after the merge, train the merged model this many steps on the whole scene (rank 0; no densification)"""
+    max_gaussians_per_block: Optional[int] = None
+    """cap on each block's Gaussians (each worker's memory); default: --max-gaussians. The merged model may hold
+    more than one worker could"""
     split: PartitionConfig = field(default_factory=PartitionConfig)
 
 
 # flags that take one value each and belong to BlockOptions (the rest are TrainConfig's)
 BLOCK_FLAGS = ("--blocks", "--lease-seconds", "--timeout-seconds", "--threads", "--poll-seconds", "--finetune-steps",
+               "--max-gaussians-per-block",
                "--consistency", "--consistency-weight", "--momentum",
                "--blocks-xy", "--overlap", "--max-images-per-block", "--max-points-per-block",
                "--min-images-per-block", "--visibility", "--percentile")
@@ -236,10 +240,12 @@ def block_finished(out: Path, block: int, steps: int) -> bool:
         return False
 
 
-def block_config(cfg: TrainConfig, out: Path, block: int) -> TrainConfig:
-    """Block ``block``'s training config: its folder, its seed, no progress bar (workers share a terminal)."""
+def block_config(cfg: TrainConfig, out: Path, block: int, max_gaussians: int | None = None) -> TrainConfig:
+    """Block ``block``'s training config: its folder, its seed, its Gaussian cap (``max_gaussians``, None: the
+    config's), no progress bar (workers share a terminal)."""
     return dataclasses.replace(cfg, out=block_dir(out, block), seed=cfg.seed + BLOCK_SEED_STRIDE * block,
-                               progress=False, viewer=False, overwrite=False)
+                               progress=False, viewer=False, overwrite=False,
+                               max_gaussians=cfg.max_gaussians if max_gaussians is None else max_gaussians)
 
 
 class Job:
@@ -271,6 +277,8 @@ class Job:
             raise UsageError(f"--consistency-weight {self.opts.consistency_weight}: must be >= 0")
         if self.opts.finetune_steps < 0:
             raise UsageError(f"--finetune-steps {self.opts.finetune_steps}: must be >= 0")
+        if self.opts.max_gaussians_per_block is not None and self.opts.max_gaussians_per_block < 1:
+            raise UsageError(f"--max-gaussians-per-block {self.opts.max_gaussians_per_block}: must be >= 1")
         self.opts.split.check()
 
     def run(self) -> dict | None:
@@ -422,7 +430,7 @@ class Job:
 
     def train_block(self, queue: BlockQueue | None, block_id: int, image_index: dict | None = None) -> None:
         block = next(b for b in self.part.blocks if b.id == block_id)
-        cfg = block_config(self.cfg, self.out, block_id)
+        cfg = block_config(self.cfg, self.out, block_id, self.opts.max_gaussians_per_block)
         scene = block_scene(self.part, self.scene, block)
         t0 = time.perf_counter()
         self.log(f"block {block_id}: {len(scene.frames_train)} images, "

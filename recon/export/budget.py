@@ -94,43 +94,51 @@ def volume_importance(data: SplatData) -> np.ndarray:
 def footprint_pixels(data: SplatData, cameras: Sequence[Camera],
                      max_views: int = MAX_IMPORTANCE_VIEWS, chunk: int = 262_144) -> np.ndarray:
     """float64 [N]: summed projected 3-sigma ellipse area (pixels) over the views (see module doc)."""
-    cams = list(cameras)
-    if len(cams) > max_views:
-        cams = [cams[i] for i in np.linspace(0, len(cams) - 1, max_views).round().astype(int)]
     n = len(data)
     total = np.zeros(n, dtype=np.float64)
     for start in range(0, n, chunk):
         sl = slice(start, min(n, start + chunk))
-        means = data.means[sl].astype(np.float64)
         R = quat_to_rotmat_np(normalized_quats(data.quats[sl]))  # zero/NaN quats: identity
         s2 = np.exp(2.0 * data.log_scales[sl].astype(np.float64))
         cov = np.einsum("nij,nj,nkj->nik", R, s2, R)  # R diag(s^2) R^T
-        for cam in cams:
-            W = cam.world_to_cam_numpy()
-            K = cam.K_numpy()
-            p = means @ W[:3, :3].T + W[:3, 3]
-            z = p[:, 2]
-            front = z > NEAR
-            zs = np.where(front, z, 1.0)
-            fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
-            u, v = fx * p[:, 0] / zs + cx, fy * p[:, 1] / zs + cy
-            mx, my = 0.1 * cam.width, 0.1 * cam.height
-            inside = front & (u > -mx) & (u < cam.width + mx) & (v > -my) & (v < cam.height + my)
-            if not inside.any():
-                continue
-            J = np.zeros((len(z), 2, 3))
-            J[:, 0, 0] = fx / zs
-            J[:, 0, 2] = -fx * p[:, 0] / zs**2
-            J[:, 1, 1] = fy / zs
-            J[:, 1, 2] = -fy * p[:, 1] / zs**2
-            JW = J @ W[:3, :3]
-            c2 = np.einsum("nij,njk,nlk->nil", JW, cov, JW)
-            a = c2[:, 0, 0] + LOW_PASS_PX
-            c = c2[:, 1, 1] + LOW_PASS_PX
-            b = c2[:, 0, 1]
-            det = np.maximum(a * c - b * b, 0.0)
-            area = np.minimum(9.0 * np.pi * np.sqrt(det), float(cam.width * cam.height))
-            total[sl] += np.where(inside, area, 0.0)
+        total[sl] = covariance_footprint(data.means[sl].astype(np.float64), cov, cameras, max_views)
+    return total
+
+
+def covariance_footprint(means: np.ndarray, cov: np.ndarray, cameras: Sequence[Camera],
+                         max_views: int = MAX_IMPORTANCE_VIEWS) -> np.ndarray:
+    """float64 [N]: summed projected 3-sigma ellipse area (pixels) over the views of Gaussians with world
+    ``means`` [N, 3] and covariances ``cov`` [N, 3, 3] (see the module docstring)."""
+    cams = list(cameras)
+    if len(cams) > max_views:
+        cams = [cams[i] for i in np.linspace(0, len(cams) - 1, max_views).round().astype(int)]
+    total = np.zeros(len(means), dtype=np.float64)
+    for cam in cams:
+        W = cam.world_to_cam_numpy()
+        K = cam.K_numpy()
+        p = means @ W[:3, :3].T + W[:3, 3]
+        z = p[:, 2]
+        front = z > NEAR
+        zs = np.where(front, z, 1.0)
+        fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
+        u, v = fx * p[:, 0] / zs + cx, fy * p[:, 1] / zs + cy
+        mx, my = 0.1 * cam.width, 0.1 * cam.height
+        inside = front & (u > -mx) & (u < cam.width + mx) & (v > -my) & (v < cam.height + my)
+        if not inside.any():
+            continue
+        J = np.zeros((len(z), 2, 3))
+        J[:, 0, 0] = fx / zs
+        J[:, 0, 2] = -fx * p[:, 0] / zs**2
+        J[:, 1, 1] = fy / zs
+        J[:, 1, 2] = -fy * p[:, 1] / zs**2
+        JW = J @ W[:3, :3]
+        c2 = np.einsum("nij,njk,nlk->nil", JW, cov, JW)
+        a = c2[:, 0, 0] + LOW_PASS_PX
+        c = c2[:, 1, 1] + LOW_PASS_PX
+        b = c2[:, 0, 1]
+        det = np.maximum(a * c - b * b, 0.0)
+        area = np.minimum(9.0 * np.pi * np.sqrt(det), float(cam.width * cam.height))
+        total += np.where(inside, area, 0.0)
     return total
 
 
@@ -174,16 +182,19 @@ def resolve_budget(target: str | None, max_splats: int | None,
 
 def apply_budget(data: SplatData, max_splats: int | None = None, sh_degree: int | None = None,
                  cameras: Sequence[Camera] | None = None,
-                 target: str | None = None) -> tuple[SplatData, BudgetResult]:
+                 target: str | None = None, rank=None) -> tuple[SplatData, BudgetResult]:
     """Keep the ``max_splats`` most important splats and truncate SH to ``sh_degree``.
 
     ``target`` fills in whichever of the two is None from :data:`DEVICE_BUDGETS`. The model should
-    be free of NaN/Inf (``drop_nonfinite`` first) so that scores are meaningful.
+    be free of NaN/Inf (``drop_nonfinite`` first) so that scores are meaningful. ``rank(data, cameras)
+    -> (scores [N], name)`` scores the splats (default :func:`importance`; 4D models pass
+    :func:`recon.export.budget4d.importance4` with a :class:`SpaceTimeData`, which has the same
+    ``subset`` / ``with_sh_degree``).
     """
     max_splats, sh_degree = resolve_budget(target, max_splats, sh_degree)
     out, how = data, "none"
     if max_splats is not None and len(data) > max_splats:
-        scores, how = importance(data, cameras)
+        scores, how = (rank or importance)(data, cameras)
         scores = np.where(np.isfinite(scores), scores, -np.inf)
         out = data.subset(top_k_indices(scores, max_splats))
     if sh_degree is not None and sh_degree < out.sh_degree:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -23,6 +24,7 @@ from .splats import ModelKindError, SplatFileError, require_regular_file
 
 PLY4D_MARKER = "splatforge_ply4d"
 PLY4D_VERSION = 1
+DURATION_MARKER = "splatforge_duration"  # header comment: seconds the normalised span lasts (optional)
 FORMAT_NOTE = "recon/export/PLY4D.md"
 _REQUIRED4 = ("x", "y", "z", "t", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", *(f"scale_{i}" for i in range(4)),
               *(f"rot_l_{i}" for i in range(4)), *(f"rot_r_{i}" for i in range(4)))
@@ -58,6 +60,8 @@ def write_ply4d(path: str | os.PathLike, data: SpaceTimeData, force: bool = Fals
     if bad:
         raise SplatFileError(path, f"{bad} 4D Gaussian(s) hold NaN/Inf values; drop them first")
     comments = [f"{PLY4D_MARKER} {PLY4D_VERSION}"] + ([MIP_COMMENT] if data.antialiased else [])
+    if data.duration is not None:
+        comments.append(f"{DURATION_MARKER} {data.duration!r}")
     element = PlyElement.describe(vertex_array4(data), "vertex")
     with atomic_open(path, force=force) as f:
         PlyData([element], text=False, byte_order="<", comments=comments).write(f)
@@ -96,6 +100,20 @@ def ply4d_version(path: str | os.PathLike) -> int | None:
     return 0 if {"t", "rot_l_0"} <= props else None
 
 
+def ply4d_duration(path: str | os.PathLike) -> float | None:
+    """Seconds the normalised time span of the ply4d file at ``path`` lasts, from its header's
+    ``comment splatforge_duration S`` (None when absent or not a positive number)."""
+    for line in _header_lines(path) or []:
+        words = line.split()
+        if len(words) == 3 and words[0] == "comment" and words[1] == DURATION_MARKER:
+            try:
+                value = float(words[2])
+            except ValueError:
+                return None
+            return value if math.isfinite(value) and value > 0 else None
+    return None
+
+
 def is_ply4d(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a (possibly unreadable-version) ply4d file."""
     return ply4d_version(path) is not None
@@ -132,5 +150,5 @@ def read_ply4d(path: str | os.PathLike) -> SpaceTimeData:
         quats_left=_columns(v, [f"rot_l_{i}" for i in range(4)]),
         quats_right=_columns(v, [f"rot_r_{i}" for i in range(4)]),
         logit_opacities=np.array(v["opacity"], dtype=np.float32),
-        sh=sh, antialiased=_is_mip(ply))
+        sh=sh, antialiased=_is_mip(ply), duration=ply4d_duration(path))
 

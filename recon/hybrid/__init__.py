@@ -10,6 +10,11 @@ Modules:
   colours), poses, materials, lights, keyframed asset paths; parsing of the CLI strings.
 - :mod:`recon.hybrid.raycast`: :class:`MeshScene`, the posed assets (and the scene's proxy mesh) in one
   open3d ray-casting scene: first hits (distance, normal, uv, asset id, albedo) and occlusion tests.
+- :mod:`recon.hybrid.render`: :class:`HybridRenderer` / :class:`HybridFrame`, the per-camera pipeline (primary
+  rays, depth limit, the scene's front fragments, mesh shading, shadows both ways, compositing).
+- :mod:`recon.hybrid.shading`: Lambert shading with shadow rays; the assets' shadows on the scene.
+- :mod:`recon.hybrid.secondary`: mirror / glass secondary rays (throughput loop, bounce limit).
+- :mod:`recon.hybrid.proxy`: the scene's proxy mesh (TSDF of the run's rendered depth), cached in RUN/hybrid/.
 - :mod:`recon.hybrid.optics`: reflect, refract (Snell's law, total internal reflection), Fresnel terms for
   secondary rays, which the models trace with ``SceneModel.trace_rays`` (Gaussians: rasterizer.tracing).
 

@@ -135,9 +135,12 @@ class MeshScene:
                     out[sel] = part.albedo(hits.face[sel], hits.bary[sel])
         return out
 
-    def occluded(self, origins: np.ndarray, dirs: np.ndarray, t_max: np.ndarray | float = np.inf) -> np.ndarray:
+    def occluded(self, origins: np.ndarray, dirs: np.ndarray, t_max: np.ndarray | float = np.inf,
+                 assets_only: bool = False) -> np.ndarray:
         """[R] bool: something in the occluder scene (assets, proxy) lies on the segment from ``origins``
-        (offset by :attr:`eps`) toward ``dirs`` up to ``t_max``."""
+        (offset by :attr:`eps`) toward ``dirs`` up to ``t_max``. ``assets_only``: test the assets alone
+        (shadows cast onto the scene: the proxy must not shadow the scene, whose own shadows are baked in
+        its radiance)."""
         R = len(origins)
         t_max = np.broadcast_to(np.asarray(t_max, np.float64), (R,))
         far = np.where(np.isfinite(t_max), t_max - 2 * self.eps, np.inf)
@@ -145,6 +148,7 @@ class MeshScene:
         live = far > 0
         if live.any():
             o = origins[live] + self.eps * dirs[live]
-            t = self._occluder_scene.cast_rays(_rays(o, dirs[live]))["t_hit"].numpy().astype(np.float64)
+            scene = self._asset_scene if assets_only else self._occluder_scene
+            t = scene.cast_rays(_rays(o, dirs[live]))["t_hit"].numpy().astype(np.float64)
             hit[live] = t < far[live]
         return hit

@@ -38,7 +38,7 @@ from recon.errors import ConfigValueError, UsageError
 from recon.models.base import SceneModel, check_state_method, register_model
 from recon.nerf.config import NerfConfig
 from recon.nerf.field import NerfField
-from recon.nerf.marching import march_rays, ray_entry
+from recon.nerf.marching import clip_steps, march_rays, ray_entry
 from recon.nerf.occupancy import OccupancyGrid
 from recon.nerf.rendering import composite, median_depth, transmittance_weights
 from recon.nerf.space import FieldSpace, to_unit
@@ -103,6 +103,19 @@ def rays_from_pixels(w2c: Tensor, K: Tensor, px: Tensor) -> tuple[Tensor, Tensor
     dirs = torch.einsum("rji,rj->ri", R, d_cam)  # R^T d
     origins = -torch.einsum("rji,rj->ri", R, t)
     return origins, dirs, d_cam[:, 2]
+
+
+def camera_pixel_rays(camera) -> tuple[Tensor, Tensor, Tensor]:
+    """(origins [H W, 3], unit directions [H W, 3], z_scale [H W]) float64 on the CPU through every pixel
+    centre of ``camera`` (row-major): :func:`rays_from_pixels`."""
+    H, W = camera.height, camera.width
+    ys, xs = torch.meshgrid(torch.arange(H, dtype=torch.float64), torch.arange(W, dtype=torch.float64),
+                            indexing="ij")
+    px = torch.stack([xs.reshape(-1), ys.reshape(-1)], 1) + 0.5
+    n = px.shape[0]
+    w2c = camera.world_to_cam.double().cpu()[None].expand(n, 4, 4)
+    K = camera.K.double().cpu()[None].expand(n, 3, 3)
+    return rays_from_pixels(w2c, K, px)
 
 
 class RaySource:
@@ -244,9 +257,16 @@ class NerfModel(SceneModel):
 
     # ---------------------------------------------------------------------------- rendering
 
-    def march(self, origins: Tensor, dirs: Tensor, jitter: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Packed samples (ray [S], t0 [S], t1 [S]) of rays [R, 3] (float64) through the occupancy grid."""
+    def march(self, origins: Tensor, dirs: Tensor, jitter: Tensor, t_min: Tensor | None = None,
+              t_max: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Packed samples (ray [S], t0 [S], t1 [S]) of rays [R, 3] (float64) through the occupancy grid, from
+        the model's near distance (or ``t_min`` [R] instead, given) to its far one or ``t_max`` [R], whichever
+        is nearer (steps may end beyond t_max: :func:`clip_steps`)."""
         near, far = self.near_far()
+        if t_min is not None:
+            near = t_min
+        if t_max is not None:
+            far = torch.minimum(t_max.to(origins), origins.new_tensor(far))
         t_near, t_far = ray_entry(origins, dirs, self.space, near, far)
         backend = {"numba": "numba", "torch": "torch"}.get(self.cfg.backend, "auto")
         if backend == "auto" and origins.device.type != "cpu":
@@ -255,17 +275,23 @@ class NerfModel(SceneModel):
                           1e10 if self.space.contracted else self.dt_min, self.cone_angle, self.max_steps,
                           backend=backend)
 
-    def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None) -> dict:
+    def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None,
+                    t_min: Tensor | None = None, t_max: Tensor | None = None) -> dict:
         """{"rgb" [R, 3], "opacity" [R], "depth" [R] (expected distance), "median_depth" [R] (distance where the
         cumulative weight reaches 0.5, else 0), "samples" (marched)} of rays
         ``origins`` / unit ``dirs`` [R, 3]. With gradients enabled, densities are first evaluated without
         them to find the samples in front of transmittance :data:`EARLY_STOP`, and only those are
-        evaluated again with gradients and coloured (nerfacc's two passes)."""
+        evaluated again with gradients and coloured (nerfacc's two passes). ``t_min`` / ``t_max`` [R]
+        (optional): march from t_min instead of the model's near distance, and stop at t_max (+inf: no
+        bound): the last step is cut there, so nothing beyond t_max is weighted."""
         dev = self.device
         R = origins.shape[0]
         o, d = origins.double().to(dev), dirs.double().to(dev)
         jitter = torch.zeros(R, dtype=torch.float64, device=dev) if jitter is None else jitter.double().to(dev)
-        ray, t0, t1 = (a.to(dev) for a in self.march(o, d, jitter))
+        bounds = [None if b is None else b.double().to(dev) for b in (t_min, t_max)]
+        ray, t0, t1 = (a.to(dev) for a in self.march(o, d, jitter, *bounds))
+        if bounds[1] is not None:
+            t1 = clip_steps(ray, t0, t1, bounds[1])
         samples = int(ray.shape[0])
         if samples:
             with torch.no_grad():
@@ -299,13 +325,8 @@ class NerfModel(SceneModel):
         """(rgb [H, W, 3], opacity [H, W, 1], expected and median camera-z depth [H, W, 1]) of one camera, in
         ray chunks."""
         H, W = camera.height, camera.width
-        ys, xs = torch.meshgrid(torch.arange(H, dtype=torch.float64), torch.arange(W, dtype=torch.float64),
-                                indexing="ij")
-        px = torch.stack([xs.reshape(-1), ys.reshape(-1)], 1) + 0.5
-        n = px.shape[0]
-        w2c = camera.world_to_cam.double().cpu()[None].expand(n, 4, 4)
-        K = camera.K.double().cpu()[None].expand(n, 3, 3)
-        o, d, zs = rays_from_pixels(w2c, K, px)
+        o, d, zs = camera_pixel_rays(camera)
+        n = o.shape[0]
         rgb, acc, depth, median = [], [], [], []
         for s in range(0, n, self.cfg.eval_rays):
             out = self.render_rays(o[s:s + self.cfg.eval_rays], d[s:s + self.cfg.eval_rays], background)
@@ -334,6 +355,69 @@ class NerfModel(SceneModel):
 
     def extra_outputs(self, meta: dict) -> dict[str, Tensor]:
         return {"depth": meta["depth"]}
+
+    # ---------------------------------------------------------------------------- hybrid (mesh insertion)
+
+    def render_front(self, cameras: Sequence, depth_limit: Tensor, *, t: float | None = None,
+                     backend: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+        """See :meth:`SceneModel.render_front`. Each pixel's ray (as :meth:`render`, no jitter) is marched
+        from the model's near distance to the mesh hit: the camera-z limit [C, H, W] becomes the distance
+        ``t = z / (d . forward)`` along the unit ray (+inf: none) and the last step is cut there
+        (:meth:`render_rays`), so no sample beyond the hit is weighted. Differentiable in the field's
+        parameters when gradients are enabled (``t`` and ``backend`` do not apply). Returns (rgb [C, H, W,
+        3] premultiplied, no background; transmittance [C, H, W, 1] = 1 - opacity; expected depth [C, H, W,
+        1] camera z, 0 where nothing was accumulated)."""
+        C, H, W = len(cameras), cameras[0].height, cameras[0].width
+        if tuple(depth_limit.shape) != (C, H, W):
+            raise ValueError(f"NerfModel.render_front: depth_limit has shape {list(depth_limit.shape)}, expected "
+                             f"[{C}, {H}, {W}] (cameras, height, width)")
+        limits = depth_limit.detach().to("cpu", torch.float64).reshape(C, H * W)
+        if bool(torch.isnan(limits).any()):
+            raise ValueError("NerfModel.render_front: depth_limit contains NaN; use +inf for pixels without a limit")
+        rgb, trans, depth = [], [], []
+        for c, camera in enumerate(cameras):
+            if (camera.height, camera.width) != (H, W):
+                raise ValueError("NerfModel.render_front: the cameras must have one size")
+            o, d, zs = camera_pixel_rays(camera)
+            out = self._render_chunks(o, d, None, limits[c] / zs)
+            rgb.append(out[0].reshape(H, W, 3))
+            trans.append(out[1].reshape(H, W, 1))
+            depth.append((out[2] * zs.to(out[2])).reshape(H, W, 1))
+        return torch.stack(rgb), torch.stack(trans), torch.stack(depth)
+
+    def trace_rays(self, origins: Tensor, dirs: Tensor, t_min: Tensor, t_max: Tensor, *,
+                   t: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """See :meth:`SceneModel.trace_rays`: rays ``origins`` / unit ``dirs`` [R, 3] marched from ``t_min`` to
+        ``t_max`` [R] (within the field's space and the model's far distance; the last step cut at t_max).
+        Differentiable in the field's parameters when gradients are enabled. Returns (rgb [R, 3]
+        premultiplied, no background; transmittance [R, 1] = 1 - opacity; distance [R, 1] expected
+        distance along the ray, 0 where nothing was accumulated)."""
+        R = origins.shape[0]
+        for name, v, shape in (("origins", origins, (R, 3)), ("dirs", dirs, (R, 3)), ("t_min", t_min, (R,)),
+                               ("t_max", t_max, (R,))):
+            if tuple(v.shape) != shape:
+                raise ValueError(f"NerfModel.trace_rays: {name} has shape {list(v.shape)}, expected {list(shape)}")
+        rgb, trans, dist = self._render_chunks(origins.detach().double().cpu(), dirs.detach().double().cpu(),
+                                               t_min.detach().double().cpu(), t_max.detach().double().cpu())
+        return rgb, trans[:, None], dist[:, None]
+
+    def _render_chunks(self, o: Tensor, d: Tensor, t_min: Tensor | None, t_max: Tensor
+                       ) -> tuple[Tensor, Tensor, Tensor]:
+        """(rgb [R, 3] premultiplied, transmittance [R], expected distance [R]) of rays [R, 3] bounded by
+        ``t_min`` (None: the model's near distance) and ``t_max`` [R], in chunks of ``cfg.eval_rays``."""
+        black = torch.zeros(3)
+        rgb, trans, dist = [], [], []
+        step = self.cfg.eval_rays
+        for s in range(0, o.shape[0], step):
+            out = self.render_rays(o[s:s + step], d[s:s + step], black,
+                                   t_min=None if t_min is None else t_min[s:s + step], t_max=t_max[s:s + step])
+            rgb.append(out["rgb"])
+            trans.append(1.0 - out["opacity"])
+            dist.append(out["depth"])
+        if not rgb:
+            z = torch.zeros(0, device=self.device)
+            return z.reshape(0, 3), z, z
+        return torch.cat(rgb), torch.cat(trans), torch.cat(dist)
 
     def render_depth(self, cameras: Sequence, kind: str, background: Tensor | None = None):
         """Mesh extraction's seam (recon.mesh_extraction.render_depth): (rgb [C, H, W, 3], depth [C, H, W, 1],

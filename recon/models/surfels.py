@@ -123,6 +123,23 @@ class SurfelModel(GaussianModel):
                 "backend_extras": m.backend_extras}
         return out.render, out.alpha, meta
 
+    def render_front(self, cameras: Sequence[Camera], depth_limit: Tensor, *, t: float | None = None,
+                     backend: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+        """See :meth:`SceneModel.render_front`: ``rasterize_surfels(..., depth_limit=...)``, a surfel cut
+        where its ray-splat intersection depth reaches the limit. Returns (rgb [C, H, W, 3] premultiplied,
+        transmittance [C, H, W, 1], expected depth [C, H, W, 1] camera z of the surfels in front, with the
+        model's ``surfel_depth``; 0 where nothing is in front). The cuda backend has no depth limit: CUDA
+        tensors use the reference backend ("auto"); CPU tensors the cpu one."""
+        if backend == "auto":
+            backend = "reference" if self.device.type == "cuda" else "cpu"
+        viewmats, Ks, W, H, degree, _ = self.render_inputs(cameras, None, None)
+        out = rasterize_surfels(
+            self.params["means"], self.params["quats"], self.scales, self.opacities,
+            (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H, sh_degree=degree, backend=backend,
+            surfel_depth=self.surfel_depth, depth_limit=depth_limit.to(self.device))
+        depth = torch.where(out.alpha > 0, out.depth, torch.zeros_like(out.depth))
+        return out.render, out.meta.transmittance, depth
+
     def trace_rays(self, origins: Tensor, dirs: Tensor, t_min: Tensor, t_max: Tensor, *,
                    t: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """See :meth:`SceneModel.trace_rays`: :func:`rasterizer.tracing.trace_surfels` (each surfel met at the

@@ -11,6 +11,11 @@ uniform steps); a step ``[t, t + dt]`` is kept when its midpoint, mapped to the 
 (:mod:`recon.nerf.space`), falls in an occupied cell of the occupancy grid [G, G, G]. At most
 ``max_steps`` steps per ray. Output: packed samples sorted by ray then t: ``ray [S]`` int64, ``t0 [S]``,
 ``t1 [S]`` float64.
+
+Per-ray bounds (an inserted mesh's hit, a secondary ray's segment): :func:`ray_entry` takes ``near`` /
+``far`` as numbers or per-ray tensors [R], and both marchers take per-ray ``t_near`` / ``t_far`` [R] (the
+same samples from either). A step that starts before ``t_far`` may end beyond it; :func:`clip_steps`
+ends each ray's steps at a hard bound (nothing beyond a mesh hit is weighted).
 """
 
 from __future__ import annotations
@@ -46,19 +51,34 @@ def camera_rays(camera, pixels: Tensor | None = None, dtype=torch.float32) -> tu
     return origin.expand_as(dirs).to(dtype), dirs.to(dtype), d_cam[:, 2].to(dtype)
 
 
-def ray_entry(origins: Tensor, dirs: Tensor, space: FieldSpace, near: float, far: float) -> tuple[Tensor, Tensor]:
+def per_ray(bound: float | Tensor, origins: Tensor) -> Tensor:
+    """[R] a number or a per-ray tensor [R] as ``origins``' dtype and device."""
+    if isinstance(bound, Tensor):
+        return bound.to(dtype=origins.dtype, device=origins.device).expand(origins.shape[0])
+    return origins.new_full((origins.shape[0],), float(bound))
+
+
+def ray_entry(origins: Tensor, dirs: Tensor, space: FieldSpace, near: float | Tensor,
+              far: float | Tensor) -> tuple[Tensor, Tensor]:
     """(t_near [R], t_far [R]) of each ray: for a box, the slab intersection clipped to [near, far] (a ray
-    that misses gets t_near = t_far); contracted space is all of space: [near, far]."""
-    R = origins.shape[0]
+    that misses gets t_near = t_far); contracted space is all of space: [near, far]. ``near`` / ``far``:
+    numbers, or per-ray distances [R] (+inf allowed for far); t_far >= t_near always."""
+    near_r, far_r = per_ray(near, origins), per_ray(far, origins)
     if space.contracted:
-        return origins.new_full((R,), near), origins.new_full((R,), far)
+        return near_r, torch.maximum(far_r, near_r)
     lo = torch.tensor(space.lo, dtype=origins.dtype, device=origins.device)
     hi = lo + torch.tensor(space.size, dtype=origins.dtype, device=origins.device)
     safe = torch.where(dirs.abs() < 1e-12, torch.full_like(dirs, 1e-12), dirs)
     a, b = (lo - origins) / safe, (hi - origins) / safe
-    t0 = torch.minimum(a, b).amax(dim=1).clamp(min=near)
-    t1 = torch.maximum(a, b).amin(dim=1).clamp(max=far)
+    t0 = torch.maximum(torch.minimum(a, b).amax(dim=1), near_r)
+    t1 = torch.minimum(torch.maximum(a, b).amin(dim=1), far_r)
     return t0, torch.maximum(t1, t0)
+
+
+def clip_steps(ray: Tensor, t0: Tensor, t1: Tensor, t_end: Tensor) -> Tensor:
+    """t1 [S] of packed steps (ray [S], t0 [S], t1 [S]) ended at their ray's bound ``t_end`` [R] (+inf: none):
+    min(t1, t_end[ray]). Steps marched up to t_end start before it (t0 < t_end), so none becomes empty."""
+    return torch.minimum(t1, t_end.to(t1)[ray])
 
 
 # ------------------------------------------------------------------------------------------ reference

@@ -155,7 +155,8 @@ def test_workers_with_different_configs_are_refused(tiny_city, tiny_blocks, tmp_
 def test_train_blocks_auto_with_finetune_through_the_cli(tiny_city, tmp_path):
     out = tmp_path / "run"
     r = run_cli(["recon.cli", "train", "--data", str(tiny_city), "--blocks", "auto", "--blocks-xy", "2x1",
-                 "--workers", "2", "--out", str(out), "--steps", "20", "--sh-degree", "0", "--finetune-steps", "10"],
+                 "--workers", "2", "--out", str(out), "--steps", "20", "--sh-degree", "0", "--finetune-steps", "10",
+                 "--strategy", "mcmc", "--max-gaussians-per-block", "700"],
                 timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (out / "blocks.json").is_file() and (out / "blocks.png").is_file()
@@ -163,6 +164,10 @@ def test_train_blocks_auto_with_finetune_through_the_cli(tiny_city, tmp_path):
     assert metrics["num_blocks"] == 2 and len(metrics["workers"]) == 2
     assert metrics["seams"]["seam_pixels"] > 0 and metrics["seams"]["interior_pixels"] > 0
     assert all(w["peak_rss_mib"] > 0 for w in metrics["workers"])
+    # each worker kept its block under the per-block cap; the merged scene holds more than one worker could
+    per_block = [json.loads((out / "blocks" / f"block_{b:03d}" / "metrics.json").read_text()) for b in range(2)]
+    assert all(m["num_gaussians"] <= 700 for m in per_block), [m["num_gaussians"] for m in per_block]
+    assert metrics["num_gaussians"] > 700
     # the global fine-tune ran on the merged model (no densification: same count) and was measured before
     assert metrics["finetune_steps"] == 10 and metrics["merged_test"]["num_views"] == metrics["test"]["num_views"]
     ft = json.loads((out / "finetune" / "metrics.json").read_text())

@@ -115,6 +115,25 @@ def test_sequence_duration_from_the_flag_the_dataset_or_one_second():
     assert sequence_duration(None, synthetic)[0] == 1.0 and sequence_duration(None, None)[0] == 1.0
 
 
+def test_ply4d_export_budget_and_duration(run4d, tmp_path):
+    from recon.export.ply4d import ply4d_duration
+
+    full = model_of(run4d).to_spacetime_data()
+    report = run_export(ExportConfig(input=run4d, out=tmp_path / "b.ply", format="ply4d", max_splats=10,
+                                     duration=4.0))
+    got = read_ply4d(tmp_path / "b.ply")
+    assert len(got) == report.splats == 10 and report.dropped_budget == len(full) - 10
+    assert report.importance == "footprint over time"  # the run's dataset gives cameras
+    assert got.duration == 4.0 and ply4d_duration(tmp_path / "b.ply") == 4.0
+    rows = {tuple(r) for r in full.means4.tolist()}
+    assert all(tuple(r) in rows for r in got.means4.tolist())
+    # a sequence from the exported file takes its stored duration
+    from recon.commands.export4d import sequence_duration
+
+    assert sequence_duration(None, None, tmp_path / "b.ply") == (4.0, "time span 4 s (stored in b.ply; --duration "
+                                                                    "overrides)")
+
+
 def test_sequence_export_replaces_only_a_sequence(run4d, tmp_path):
     keep = tmp_path / "mine"
     keep.mkdir()

@@ -130,3 +130,55 @@ def test_time_arguments():
     assert resolve_times(None, None) is None and resolve_times(0.5, None) == [0.5]
     with pytest.raises(UsageError, match="not both"):
         resolve_times(0.5, "0:1:3")
+
+
+def test_duration_is_stored_in_the_header_and_read_back(tmp_path):
+    from recon.export.ply4d import ply4d_duration
+
+    data = random_4d(20)
+    data.duration = 12.5
+    write_ply4d(tmp_path / "d.ply", data)
+    assert b"comment splatforge_duration 12.5" in (tmp_path / "d.ply").read_bytes()[:2000]
+    assert read_ply4d(tmp_path / "d.ply").duration == 12.5
+    assert read_ply4d(tmp_path / "d.ply").subset([0, 1]).duration == 12.5
+    write_ply4d(tmp_path / "n.ply", random_4d(20))
+    assert ply4d_duration(tmp_path / "n.ply") is None and read_ply4d(tmp_path / "n.ply").duration is None
+    with pytest.raises(ValueError, match="duration"):
+        SpaceTimeData(data.means4, data.log_scales4, data.quats_left, data.quats_right, data.logit_opacities,
+                      data.sh, duration=-1.0)
+
+
+def test_budget4_keeps_the_most_important():
+    from recon.export.budget4d import apply_budget4, volume_importance4
+
+    data = random_4d(30, sh_degree=2)
+    data.log_scales4[:] = -3.0
+    data.log_scales4[[4, 17]] = 0.0  # two large Gaussians
+    data.logit_opacities[:] = 2.0
+    out, info = apply_budget4(data, max_splats=2)
+    np.testing.assert_array_equal(out.means4, data.means4[[4, 17]])
+    assert info.importance == "4-volume" and info.dropped == 28 and out.sh_degree == 2
+    out, info = apply_budget4(data, target="quest3")  # 1M splats: nothing dropped, SH 0
+    assert len(out) == 30 and out.sh_degree == 0 and info.importance == "none"
+    assert np.all(volume_importance4(data)[[4, 17]] > volume_importance4(data)[0])
+
+
+def test_budget4_footprint_counts_the_time_a_gaussian_is_seen():
+    import torch
+
+    from rasterizer import Camera
+    from recon.export.budget4d import footprint_importance4
+
+    data = random_4d(3, sh_degree=0)
+    data.means4[:] = [0.0, 0.0, 0.0, 0.5]
+    data.quats_left[:] = [1, 0, 0, 0]
+    data.quats_right[:] = [1, 0, 0, 0]
+    data.logit_opacities[:] = 3.0
+    data.log_scales4[:] = np.log([0.1, 0.1, 0.1, 1.0])
+    data.log_scales4[1, 3] = np.log(0.02)  # lives briefly around t = 0.5
+    data.means4[2, :3] = [100.0, 0, 0]  # never in view
+    w2c = torch.eye(4, dtype=torch.float64)
+    w2c[2, 3] = 3.0
+    cam = Camera.from_arrays(w2c, torch.tensor([[100.0, 0, 50], [0, 100, 50], [0, 0, 1]]), 100, 100)
+    score = footprint_importance4(data, [cam])
+    assert score[0] > 3 * score[1] > 0 and score[2] == 0

@@ -371,6 +371,41 @@ def test_mesh_and_run_folder(tmp_path, splat_file):
         v.stop()
 
 
+def test_block_cells_of_a_block_run(tmp_path, splat_file):
+    import shutil
+
+    from recon.distributed.partition import Block, Partition, RobustBox
+    from viewer.blocks import box_corners
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(splat_file, run / "splats.ply")
+    up, e1, e2 = np.array([0.0, 0, 1]), np.array([1.0, 0, 0]), np.array([0.0, 1, 0])
+    blocks = [Block(0, [[None, None], [0.0, None]], [[-1.0, -1.0], [0.0, 1.0]], [[-1.2, -1.2], [0.2, 1.2]], [], [], 0),
+              Block(1, [[0.0, None], [None, None]], [[0.0, -1.0], [1.0, 1.0]], [[-0.2, -1.2], [1.2, 1.2]], [], [], 0)]
+    Partition({}, up, e1, e2, RobustBox(np.array([-1.0, -1]), np.array([1.0, 1]), (0.0, 0.5)), {}, blocks).write(
+        run / "blocks.json")
+    v = build_viewer(ViewConfig(path=run, port=0), verbose=False)
+    v.start()
+    try:
+        assert len(v.block_cells) == 6 and not any(h.visible for h in v.block_cells)
+        v.gui["block_cells"].value = True
+        poll_until(lambda: all(h.visible for h in v.block_cells), bool, "the cells to show")
+    finally:
+        v.stop()
+    corners = box_corners([[-1.0, -1.0], [0.0, 1.0]], (0.0, 0.5), np.stack([e1, e2, up]))
+    assert np.allclose(corners.min(0), [-1, -1, 0]) and np.allclose(corners.max(0), [0, 1, 0.5])
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copy(splat_file, plain / "splats.ply")
+    v = build_viewer(ViewConfig(path=plain, port=0), verbose=False)
+    v.start()
+    try:
+        assert v.block_cells == [] and v.gui["block_cells"] is None
+    finally:
+        v.stop()
+
+
 def _connect(browser, v, viewport=(640, 480)):
     """(page, client) of a new page on viewer ``v``, once its camera is reported."""
     before = set(v.server.get_clients())
