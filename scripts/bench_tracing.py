@@ -42,7 +42,7 @@ import torch
 
 from rasterizer.tracing import build_gaussian_accel, candidates_cpu, trace_gaussians
 from rasterizer.tracing.evaluate import composite_candidates
-from rasterizer.tracing.geometry import GAUSSIAN, gaussian_axis_sigmas, gaussian_frames
+from rasterizer.tracing.geometry import GAUSSIAN, gaussian_frames
 
 
 def make_scene(n: int, seed: int = 0, sh_degree: int = 3):
@@ -130,16 +130,15 @@ def timed(fn, repeats: int):
     return statistics.median(times), min(times), out
 
 
-def octahedra(means, A, opacities, axis_sigma):
-    """Vertices [8N... as 6 per Gaussian] and faces of bounding octahedra of the k-sigma ellipsoids."""
-    from rasterizer.quaternions import quat_to_rotmat  # noqa: F401
-
+def octahedra(means, A, opacities):
+    """Vertices [6N, 3] (6 per Gaussian: the ends of the principal axes at sqrt(3) k sigma, which
+    circumscribe the k-sigma ellipsoid) and faces [8N, 3] of the Gaussians' bounding octahedra."""
     Ainv = torch.linalg.inv(A.double())  # columns: principal axes x sigma
     k = torch.sqrt(torch.clamp(2 * torch.log(opacities.double() * 255), min=0))
     axes = Ainv.transpose(-1, -2) * (math.sqrt(3) * k)[:, None, None]  # rows: scaled axes
     v = torch.cat([means.double()[:, None] + axes, means.double()[:, None] - axes], dim=1)  # [N, 6, 3]
     base = torch.tensor([[0, 1, 2], [1, 3, 2], [3, 4, 2], [4, 0, 2], [1, 0, 5], [3, 1, 5], [4, 3, 5], [0, 4, 5]])
-    # vertex order: +a0 +a1 +a2 -a0 -a1 -a2 -> map to an octahedron (0:+x,1:+y,2:+z,3:-x,4:-y,5:-z)
+    # vertex order +a0 +a1 +a2 -a0 -a1 -a2: the faces above are those of (0: +x, 1: +y, 2: +z, 3: -x, 4: -y, 5: -z)
     faces = base[None] + 6 * torch.arange(means.shape[0])[:, None, None]
     return v.reshape(-1, 3).float().numpy(), faces.reshape(-1, 3).int().numpy()
 
@@ -205,7 +204,7 @@ def main() -> None:
 
             with torch.no_grad():
                 A = gaussian_frames(quats, scales)
-                v, f = octahedra(means, A, opacities, gaussian_axis_sigmas(quats, scales))
+                v, f = octahedra(means, A, opacities)
             scene = o3d.t.geometry.RaycastingScene()
             mesh = o3d.t.geometry.TriangleMesh()
             mesh.vertex.positions = o3d.core.Tensor(v)
