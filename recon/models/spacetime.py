@@ -370,7 +370,8 @@ class SpaceTimeGaussians(SceneModel):
         accel = None
         if self.device.type == "cpu":
             cache = self.__dict__.setdefault("_trace_cache", TraceCache())
-            geometry = [self.params[n] for n in ("means4", "log_scales4", "quats_left", "quats_right", "logit_opacities")]
+            names = ("means4", "log_scales4", "quats_left", "quats_right", "logit_opacities")
+            geometry = [self.params[n] for n in names]
             accel = cache.get(geometry, time,
                               lambda: build_gaussian_accel(s.means, None, None, s.opacities, s.covars))
         return trace_gaussians(s.means, None, None, s.opacities, s.gather((self.params["sh0"], self.params["shN"])),

@@ -142,7 +142,8 @@ def _quad(world_corners):
     """A MeshPart quad from world corners [4, 3] (counter-clockwise seen from where its normal points),
     stored in the asset's file frame (Y up: file = (x, z, -y) for the identity ground frame)."""
     w = np.asarray(world_corners, np.float64)
-    return MeshPart(vertices=np.stack([w[:, 0], w[:, 2], -w[:, 1]], 1), faces=np.array([[0, 1, 2], [0, 2, 3]], np.int32))
+    return MeshPart(vertices=np.stack([w[:, 0], w[:, 2], -w[:, 1]], 1),
+                    faces=np.array([[0, 1, 2], [0, 2, 3]], np.int32))
 
 
 def test_glass_slab_shows_gaussian_displaced_by_snell():
