@@ -29,7 +29,7 @@ from .geometry import (GAUSSIAN, SURFEL, gaussian_axis_sigmas, gaussian_frames, 
 from .reference import candidates_reference
 
 BACKENDS = ("auto", "reference", "cpu")
-CAP = 64  # first candidate capacity per ray of the cpu search (rays with more are searched again)
+CAP = 128  # first candidate capacity per ray of the cpu search (rays with more are searched again)
 
 
 def _fail(name: str, problem: str, func: str) -> None:
