@@ -15,6 +15,8 @@ Modules:
 - :mod:`recon.hybrid.shading`: Lambert shading with shadow rays; the assets' shadows on the scene.
 - :mod:`recon.hybrid.secondary`: mirror / glass secondary rays (throughput loop, bounce limit).
 - :mod:`recon.hybrid.proxy`: the scene's proxy mesh (TSDF of the run's rendered depth), cached in RUN/hybrid/.
+- :mod:`recon.hybrid.optics`: reflect, refract (Snell's law, total internal reflection), Fresnel terms for
+  secondary rays, which the models trace with ``SceneModel.trace_rays`` (Gaussians: rasterizer.tracing).
 
 Conventions: world frame of the run; rays are origins [R, 3] and unit directions [R, 3] in world units,
 distances ``t`` along the ray (not camera z); cameras as rasterizer/CONVENTIONS.md (OpenCV, world-to-camera,

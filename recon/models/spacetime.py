@@ -370,7 +370,9 @@ class SpaceTimeGaussians(SceneModel):
         accel = None
         if self.device.type == "cpu":
             cache = self.__dict__.setdefault("_trace_cache", TraceCache())
-            accel = cache.get(list(self.params.values()), time,
+            names = ("means4", "log_scales4", "quats_left", "quats_right", "logit_opacities")
+            geometry = [self.params[n] for n in names]
+            accel = cache.get(geometry, time,
                               lambda: build_gaussian_accel(s.means, None, None, s.opacities, s.covars))
         return trace_gaussians(s.means, None, None, s.opacities, s.gather((self.params["sh0"], self.params["shN"])),
                                origins, dirs, t_min, t_max, sh_degree=self.sh_degree, covars=s.covars, accel=accel)

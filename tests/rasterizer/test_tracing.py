@@ -269,7 +269,8 @@ def test_float32_cpu_close_to_reference():
 def test_no_gaussians_and_no_rays():
     e = torch.zeros(0, 3, dtype=F64)
     o, d, lo, hi = rays(R=4)
-    out = trace_gaussians(e, torch.zeros(0, 4, dtype=F64), e.clone(), torch.zeros(0, dtype=F64), e.clone(), o, d, lo, hi)
+    out = trace_gaussians(e, torch.zeros(0, 4, dtype=F64), e.clone(), torch.zeros(0, dtype=F64), e.clone(), o, d,
+                          lo, hi)
     assert float(out[1].min()) == 1.0 and out[0].shape == (4, 3)
     means, quats, scales, opac, sh = scene(n=10)
     out = trace_gaussians(means, quats, scales, opac, sh, o[:0], d[:0], lo[:0], hi[:0], sh_degree=3)
