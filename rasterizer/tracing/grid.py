@@ -37,7 +37,8 @@ from numba import njit, prange
 
 from ..cpu.launch import KERNEL_LOCK
 from ..reference.composite import ALPHA_MAX, ALPHA_THRESHOLD, T_MIN
-from ..reference.sh import SH_C0, SH_C1, SH_C2, SH_C3
+from ..cpu.sh import sh_basis_at
+from ..reference.sh import SH_C0
 from .reference import T_STOP
 
 CELLS_PER_PRIMITIVE = 1.0
@@ -48,8 +49,6 @@ PAD = 1e-6
 RAY_BLOCK = 32
 GAUSSIAN_KIND = 0
 
-C20, C21, C22, C23, C24 = SH_C2
-C30, C31, C32, C33, C34, C35, C36 = SH_C3
 
 
 @dataclass
@@ -252,31 +251,6 @@ def _response(mu, A, opacity, kk, kind, g, ox, oy, oz, dx, dy, dz):
 
 
 @njit(cache=True)
-def _sh_basis(x, y, z, K, b):
-    b[0] = SH_C0
-    if K > 1:
-        b[1] = -SH_C1 * y
-        b[2] = SH_C1 * z
-        b[3] = -SH_C1 * x
-    if K > 4:
-        xx, yy, zz = x * x, y * y, z * z
-        b[4] = C20 * x * y
-        b[5] = C21 * y * z
-        b[6] = C22 * (2.0 * zz - xx - yy)
-        b[7] = C23 * x * z
-        b[8] = C24 * (xx - yy)
-    if K > 9:
-        xx, yy, zz = x * x, y * y, z * z
-        b[9] = C30 * y * (3.0 * xx - yy)
-        b[10] = C31 * x * y * z
-        b[11] = C32 * y * (4.0 * zz - xx - yy)
-        b[12] = C33 * z * (2.0 * zz - 3.0 * xx - 3.0 * yy)
-        b[13] = C34 * x * (4.0 * zz - xx - yy)
-        b[14] = C35 * z * (xx - yy)
-        b[15] = C36 * x * (xx - 3.0 * yy)
-
-
-@njit(cache=True)
 def _sort_by_t(ts, alphas, gs, n):
     """Insertion sort of the first n entries by t (stable)."""
     for i in range(1, n):
@@ -353,7 +327,7 @@ def trace_kernel(perm, mu, A, opacity, kk, sphere, kind, lo, cell, dims, cell_st
             if shade and K > 1:
                 nrm = math.sqrt(dx * dx + dy * dy + dz * dz)
                 nrm = max(nrm, 1e-12)
-                _sh_basis(dx / nrm, dy / nrm, dz / nrm, K, basis)
+                sh_basis_at(dx / nrm, dy / nrm, dz / nrm, K, basis)
             else:
                 basis[0] = SH_C0
             # loose primitives: all hits, sorted

@@ -381,23 +381,28 @@ class GaussianModel(SceneModel):
                               (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H, degree, depth_limit,
                               self.antialiased, backend)
 
+    TRACER: ClassVar[tuple[str, str]] = ("build_gaussian_accel", "trace_gaussians")
+    """The :mod:`rasterizer.tracing` (acceleration builder, tracer) pair of this model family (surfels: theirs)."""
+
     def trace_rays(self, origins: Tensor, dirs: Tensor, t_min: Tensor, t_max: Tensor, *,
                    t: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """See :meth:`SceneModel.trace_rays`: :func:`rasterizer.tracing.trace_gaussians` (every Gaussian met,
-        evaluated where its response along the ray peaks, composited in that order; SH at the ray
-        direction). The grid of the cpu backend is cached until the parameters change. ``t`` is ignored
-        (static scene); anti-aliased (mip) runs trace their plain opacities (a ray has no pixel footprint)."""
-        from rasterizer.tracing import build_gaussian_accel, trace_gaussians
+        """See :meth:`SceneModel.trace_rays`: the family's :data:`TRACER`, for 3D Gaussians
+        :func:`rasterizer.tracing.trace_gaussians` (every Gaussian met, evaluated where its response along the
+        ray peaks, composited in that order; SH at the ray direction). The grid of the cpu backend is cached
+        until the parameters change. ``t`` is ignored (static scene); anti-aliased (mip) runs trace their
+        plain opacities (a ray has no pixel footprint)."""
+        import rasterizer.tracing as tracing
 
+        build, trace = (getattr(tracing, name) for name in self.TRACER)
         p = self.params
         origins, dirs, t_min, t_max = ray_arguments(origins, dirs, t_min, t_max, p["means"])
         accel = None
         if self.device.type == "cpu":
             cache = self.__dict__.setdefault("_trace_cache", TraceCache())
             accel = cache.get([p["means"], p["quats"], p["log_scales"], p["logit_opacities"]], None,
-                              lambda: build_gaussian_accel(p["means"], p["quats"], self.scales, self.opacities))
-        return trace_gaussians(p["means"], p["quats"], self.scales, self.opacities, (p["sh0"], p["shN"]), origins,
-                               dirs, t_min, t_max, sh_degree=self.sh_degree, accel=accel)
+                              lambda: build(p["means"], p["quats"], self.scales, self.opacities))
+        return trace(p["means"], p["quats"], self.scales, self.opacities, (p["sh0"], p["shN"]), origins,
+                     dirs, t_min, t_max, sh_degree=self.sh_degree, accel=accel)
 
     # ---------------------------------------------------------------------------- optimisation
 

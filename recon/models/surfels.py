@@ -140,23 +140,10 @@ class SurfelModel(GaussianModel):
         depth = torch.where(out.alpha > 0, out.depth, torch.zeros_like(out.depth))
         return out.render, out.meta.transmittance, depth
 
-    def trace_rays(self, origins: Tensor, dirs: Tensor, t_min: Tensor, t_max: Tensor, *,
-                   t: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """See :meth:`SceneModel.trace_rays`: :func:`rasterizer.tracing.trace_surfels` (each surfel met at the
-        ray's exact intersection with its plane, the 2D Gaussian evaluated there in its tangent frame; no
-        low-pass term: a ray has no pixel footprint). ``t`` is ignored."""
-        from rasterizer.tracing import build_surfel_accel, trace_surfels
-        from recon.models.gaussians import TraceCache, ray_arguments
-
-        p = self.params
-        origins, dirs, t_min, t_max = ray_arguments(origins, dirs, t_min, t_max, p["means"])
-        accel = None
-        if self.device.type == "cpu":
-            cache = self.__dict__.setdefault("_trace_cache", TraceCache())
-            accel = cache.get([p["means"], p["quats"], p["log_scales"], p["logit_opacities"]], None,
-                              lambda: build_surfel_accel(p["means"], p["quats"], self.scales, self.opacities))
-        return trace_surfels(p["means"], p["quats"], self.scales, self.opacities, (p["sh0"], p["shN"]), origins,
-                             dirs, t_min, t_max, sh_degree=self.sh_degree, accel=accel)
+    TRACER = ("build_surfel_accel", "trace_surfels")
+    """Secondary rays (:meth:`GaussianModel.trace_rays`) meet each surfel at the ray's exact intersection with
+    its plane, the 2D Gaussian evaluated there in its tangent frame (no low-pass term: a ray has no pixel
+    footprint): :func:`rasterizer.tracing.trace_surfels`."""
 
     @torch.no_grad()
     def render_depth(self, cameras: Sequence[Camera], kind: str, background: Tensor | None = None):
