@@ -447,3 +447,25 @@ def test_drop_to_ground_rests_assets_on_the_proxy_surface(tmp_path):
     assert out[2] is away and out[3] is moving
     assert len(said) == 2 and "no scene surface under" in said[0] and "--asset-path" in said[1]
     assert drop_to_ground([above], frame, None, said.append) == [above] and "no proxy mesh" in said[-1]
+
+
+@pytest.mark.parametrize("method,material", [("2dgs", "mirror"), ("nerf", "glass:1.5"), ("2dgs", "diffuse")])
+def test_every_compositable_method_through_the_command(tmp_path, method, material):
+    """A few steps of a 2dgs and a nerf run on the procedural scene, then one frame with a cube (diffuse with
+    its shadow, or mirror / glass through the method's trace_rays): RGB, depth and mask are written, the
+    cube is seen, and its pixels carry its depth."""
+    from recon.commands.insert import run_insert
+    from recon.trainer import train_model
+
+    run = tmp_path / method
+    strategy = "occupancy" if method == "nerf" else "adc"
+    train_model(TrainConfig(data=Path("procedural"), out=run, method=method, strategy=strategy, steps=6,
+                            data_factor=4, sh_degree=0, save_every=0, progress=False, eval_every=0),
+                log=lambda *a: None)
+    cube = cube_obj(tmp_path / "cube.obj", 0.5)
+    out = run_insert(cfg(run, [cube], tmp_path, pose=("0,0,0,20,0,0,1",), material=(material,),
+                         light=("sun:45,60",), size="40x30", depth=tmp_path / "d.npy", mask=tmp_path / "m.npy"))
+    assert out["frames"] == 1 and (tmp_path / "frame.png").is_file()
+    mask, depth = np.load(tmp_path / "m.npy"), np.load(tmp_path / "d.npy")
+    assert mask.shape == (30, 40) and (mask == 0).sum() > 0  # (a 6-step NeRF is still foggy: few pixels)
+    assert np.all(depth[mask == 0] > 0)
