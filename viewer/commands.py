@@ -83,11 +83,25 @@ def build_viewer(cfg: ViewConfig, verbose: bool = True):
     if not cfg.asset and (cfg.pose or cfg.material or cfg.light or cfg.hybrid):
         raise ViewerInputError("--pose / --material / --light / --hybrid apply to inserted assets: give the mesh "
                                "with --asset FILE (OBJ, PLY or GLB)")
-    assets = asset_layer(cfg, scene, verbose) if cfg.asset else None
+    assets = asset_layer(cfg, scene, verbose) if cfg.asset or baked_splats(scene) else None
     base = scene.run_dir if scene.run_dir is not None else scene.source.parent
     output = cfg.output if cfg.output is not None else base / "viewer"
     return ViewerServer(scene, host=cfg.host, port=cfg.port, meshes=meshes, output_dir=output,
                         strict_port=cfg.strict_port, verbose=verbose, assets=assets)
+
+
+def baked_splats(scene) -> bool:
+    """Whether ``scene`` is a run whose splats.ply only stands in for the model (a NeRF's baked Gaussians:
+    ``SPLAT_FILE_IS_BAKED``): then the viewer shows server-rendered frames of the model itself."""
+    if scene.run_dir is None or scene.dynamic:
+        return False
+    from recon.errors import SplatforgeError
+    from recon.run import Run
+
+    try:
+        return bool(getattr(Run.open(scene.run_dir).model_class, "SPLAT_FILE_IS_BAKED", False))
+    except (SplatforgeError, OSError):
+        return False
 
 
 def asset_layer(cfg: ViewConfig, scene, verbose: bool = True):
@@ -115,7 +129,7 @@ def asset_layer(cfg: ViewConfig, scene, verbose: bool = True):
     check_inside(assets, frame, lo, hi,
                  lambda msg: print(f"[splatforge view] warning: {msg}", flush=True) if verbose else None)
     return AssetLayer(assets, lights, frame, run_dir=scene.run_dir, names=[Path(p).name for p in cfg.asset],
-                      start_hybrid=cfg.hybrid, hybrid_side=cfg.hybrid_size)
+                      start_hybrid=cfg.hybrid or baked_splats(scene), hybrid_side=cfg.hybrid_size)
 
 
 def check_time_flags(cfg: ViewConfig, scene) -> None:

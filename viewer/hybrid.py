@@ -26,6 +26,13 @@ Compositing modes.
   client's camera, a gizmo, a pose/scale field, the scene time or a hybrid setting changes; one render runs
   at a time and the newest request wins (renders are coalesced, not queued), at most one per
   ``MIN_INTERVAL`` seconds per client. While a render is in flight the previous image stays on screen.
+  Progressive: a request is first rendered at :data:`PREVIEW_FRACTION` of ``hybrid size`` (a quarter of the
+  pixels), and once no new request has come for :data:`REFINE_DELAY` seconds (the camera stopped) again at
+  full size.
+
+Without assets the layer is a plain server renderer: ``splatforge view`` of a NeRF run (its splats.ply is
+only a baked approximation of the field) starts in this mode and shows the field itself, low resolution
+while the camera moves and refined when it stops (no proxy mesh is built: nothing casts shadows).
 
 The depth sent is camera z (what viser's background shader expects, ``viewZToPerspectiveDepth``); pixels
 with no surface get ``FAR_DEPTH`` (viser's encoding saturates at 167.77 scene units, so content further
@@ -51,6 +58,8 @@ MIN_SIDE, MAX_SIDE = 64, 1024  # the "hybrid size" slider's range
 MIN_INTERVAL = 0.05  # seconds between two server renders of one client (throttle)
 DEBOUNCE = 0.03  # seconds to wait after a request so a stream of camera updates coalesces
 FAR_DEPTH = 167.0  # camera z sent where the server image shows no surface (viser saturates at 167.77)
+PREVIEW_FRACTION = 0.5  # while the camera moves, server frames are rendered at this fraction of "hybrid size"
+REFINE_DELAY = 0.3  # seconds without a new request after which a preview is rendered again at full size
 
 
 class HybridUnavailable(AssetError):
@@ -76,7 +85,7 @@ def default_renderer_factory(run_dir: Path | None, assets: list[PlacedAsset], li
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        return HybridRenderer.for_run(Run.open(run_dir), assets, lights, device=device,
+        return HybridRenderer.for_run(Run.open(run_dir), assets, lights, device=device, proxy=bool(assets),
                                       warn=lambda msg: None)  # the viewer warned about outside assets already
 
     return make
@@ -141,6 +150,7 @@ class AssetLayer:
         self.frames_sent = 0
         self._lock = threading.RLock()
         self._pending: dict[object, object] = {}  # client id -> client handle awaiting a render
+        self._refine: dict[object, object] = {}  # client id -> client whose last frame was a preview
         self._last_render: dict[object, float] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -291,6 +301,7 @@ class AssetLayer:
     def _forget(self, client_id) -> None:
         with self._lock:
             self._pending.pop(client_id, None)
+            self._refine.pop(client_id, None)
             self._last_render.pop(client_id, None)
 
     def request(self, client) -> None:
@@ -315,31 +326,50 @@ class AssetLayer:
     # ------------------------------------------------------------------------------------------ worker
 
     def _loop(self) -> None:
+        """Serve requests (previews at :data:`PREVIEW_FRACTION` of the size) and, once no request has come
+        for :data:`REFINE_DELAY` seconds, the full-size frames of the clients whose last frame was a preview."""
         while not self._stop.is_set():
-            self._wake.wait(timeout=0.5)
+            woke = self._wake.wait(timeout=REFINE_DELAY if self._refine else 0.5)
             if self._stop.is_set():
                 return
-            self._wake.clear()
-            time.sleep(DEBOUNCE)
-            with self._lock:
-                pending, self._pending = self._pending, {}
-            for cid, client in pending.items():
-                if self._stop.is_set() or not self.hybrid:
-                    break
-                wait = MIN_INTERVAL - (time.monotonic() - self._last_render.get(cid, -1e9))
-                if wait > 0:
-                    time.sleep(wait)
-                try:
-                    self.render_client(client)
-                except HybridUnavailable as err:
-                    self._hybrid_failed(str(err))
-                    break
-                except Exception as err:  # noqa: BLE001 - report in the browser, keep serving
-                    if self.viewer is not None and self.viewer.server is not None:
-                        self.viewer.say(f"hybrid render failed: {type(err).__name__}: {err}")
-                        self._hybrid_failed(f"{type(err).__name__}: {err}")
-                    break
-                self._last_render[cid] = time.monotonic()
+            if woke:
+                self._wake.clear()
+                time.sleep(DEBOUNCE)
+                with self._lock:
+                    jobs, self._pending = self._pending, {}
+                fraction = PREVIEW_FRACTION
+            else:
+                with self._lock:
+                    jobs, self._refine = self._refine, {}
+                fraction = 1.0
+            if not self._serve(jobs, fraction):
+                continue
+
+    def _serve(self, jobs: dict, fraction: float) -> bool:
+        """Render each client of ``jobs`` at ``fraction`` of the size (previews are queued for refinement);
+        False when rendering stopped (hybrid off, failure)."""
+        for cid, client in jobs.items():
+            if self._stop.is_set() or not self.hybrid:
+                return False
+            wait = MIN_INTERVAL - (time.monotonic() - self._last_render.get(cid, -1e9))
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                self.render_client(client, fraction)
+            except HybridUnavailable as err:
+                self._hybrid_failed(str(err))
+                return False
+            except Exception as err:  # noqa: BLE001 - report in the browser, keep serving
+                if self.viewer is not None and self.viewer.server is not None:
+                    self.viewer.say(f"hybrid render failed: {type(err).__name__}: {err}")
+                    self._hybrid_failed(f"{type(err).__name__}: {err}")
+                return False
+            self._last_render[cid] = time.monotonic()
+            if fraction < 1.0:
+                with self._lock:
+                    if cid not in self._pending:
+                        self._refine[cid] = client
+        return True
 
     def _hybrid_failed(self, message: str) -> None:
         self.renderer_error = message
@@ -368,27 +398,29 @@ class AssetLayer:
                 self._poses_changed = False
         return self.renderer
 
-    def camera_for(self, client):
-        """The client's camera at the reduced hybrid size (same aspect as its canvas), float32."""
+    def camera_for(self, client, fraction: float = 1.0):
+        """The client's camera at ``fraction`` of the reduced hybrid size (same aspect as its canvas),
+        float32."""
         import torch
 
         cam = client.camera
         w, h = int(cam.image_width), int(cam.image_height)
         if w <= 0 or h <= 0:
             w, h = 960, 540
-        k = float(self.gui["side"].value) / max(w, h)
+        k = max(float(self.gui["side"].value) * fraction, 16.0) / max(w, h)
         frame = self.viewer.client_frame(client, max(1, round(w * k)), max(1, round(h * k)))
         model = getattr(self.renderer, "model", None)
         return frame.to(device=getattr(model, "device", None), dtype=torch.float32)
 
-    def render_client(self, client) -> dict:
-        """Render ``client``'s camera with the hybrid renderer and send it as its background image (with
-        depth). Returns the frame's timing record (also appended to ``frame_times``)."""
+    def render_client(self, client, fraction: float = 1.0) -> dict:
+        """Render ``client``'s camera (at ``fraction`` of the hybrid size) with the hybrid renderer and send it
+        as its background image (with depth). Returns the frame's timing record (also appended to
+        ``frame_times``; ``preview``: rendered below full size)."""
         import torch
 
         renderer = self.ensure_renderer()
         t0 = time.perf_counter()
-        camera = self.camera_for(client)
+        camera = self.camera_for(client, fraction)
         scene = self.viewer.scene
         with torch.no_grad():
             out = renderer.render(camera, time=getattr(scene, "time", None) if scene.dynamic else None,
@@ -402,6 +434,7 @@ class AssetLayer:
         client.scene.set_background_image(rgb, format="jpeg", jpeg_quality=90, depth=depth)
         t2 = time.perf_counter()
         record = {"ms": 1e3 * (t2 - t0), "render_ms": 1e3 * (t1 - t0), "send_ms": 1e3 * (t2 - t1),
+                  "preview": fraction < 1.0,
                   "size": (int(camera.width), int(camera.height)), **{f"stage_{k}": float(v) for k, v in
                                                                       dict(getattr(out, "timings", {})).items()}}
         self.frame_times.append(record)

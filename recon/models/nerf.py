@@ -160,6 +160,7 @@ class NerfModel(SceneModel):
     """
 
     RAY_BATCHES: ClassVar[bool] = True  # trained on rays across images (Trainer.train_step)
+    SPLAT_FILE_IS_BAKED: ClassVar[bool] = True  # splats.ply is a baked stand-in: the viewer renders the field
     MODEL_IN_CHECKPOINTS: ClassVar[bool] = True  # splats.ply is a baked approximation (recon.run.Run.load_model)
     COUNT_NAME: ClassVar[str] = "occupied grid cells"  # what len(model) counts (the CLI's summary line)
     config_sections = ("nerf",)

@@ -458,10 +458,14 @@ def test_every_compositable_method_through_the_command(tmp_path, method, materia
     from recon.trainer import train_model
 
     run = tmp_path / method
-    strategy = "occupancy" if method == "nerf" else "adc"
-    train_model(TrainConfig(data=Path("procedural"), out=run, method=method, strategy=strategy, steps=6,
-                            data_factor=4, sh_degree=0, save_every=0, progress=False, eval_every=0),
-                log=lambda *a: None)
+    if method == "nerf":
+        from tests.recon.test_nerf_train import tiny
+
+        config = tiny(run, 6)
+    else:
+        config = TrainConfig(data=Path("procedural"), out=run, method=method, steps=6, data_factor=4, sh_degree=0,
+                             save_every=0, progress=False, eval_every=0)
+    train_model(config, log=lambda *a: None)
     cube = cube_obj(tmp_path / "cube.obj", 0.5)
     out = run_insert(cfg(run, [cube], tmp_path, pose=("0,0,0,20,0,0,1",), material=(material,),
                          light=("sun:45,60",), size="40x30", depth=tmp_path / "d.npy", mask=tmp_path / "m.npy"))

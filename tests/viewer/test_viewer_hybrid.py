@@ -388,7 +388,55 @@ def server_reference(layer, client) -> np.ndarray:
     return hybrid_image(out)[0].astype(np.float64) / 255.0
 
 
+def served_picture(layer, client) -> np.ndarray:
+    """The full-size server frame of the client's camera (``hybrid size``, not the browser's: a NeRF render at
+    the browser size is slow) stretched to the browser frame size, [H, W, 3] float."""
+    import torch
+
+    with torch.no_grad():
+        out = layer.ensure_renderer().render(layer.camera_for(client))
+    rgb = torch.from_numpy(hybrid_image(out)[0].astype(np.float32) / 255.0).permute(2, 0, 1)[None]
+    return torch.nn.functional.interpolate(rgb, size=(H, W), mode="bilinear")[0].permute(1, 2, 0).double().numpy()
+
+
 def close_to(rgba: np.ndarray, ref: np.ndarray) -> bool:
     """The browser frame shows ``ref`` (the gizmo drawn on top and JPEG / resampling differences aside):
     opaque, and the median colour difference under 0.05."""
     return bool(rgba[..., 3].min() > 0.99 and np.median(np.abs(rgba[..., :3] - ref).max(-1)) < 0.05)
+
+
+def test_nerf_run_shows_server_frames_low_while_moving_refined_when_still(browser, tmp_path):
+    """`splatforge view NERF_RUN`: the run's splats.ply is only baked from the field, so the viewer starts in
+    server mode (splats hidden) and sends frames of the field itself: a preview at half the size on each camera
+    move, then the full size once the camera has been still for REFINE_DELAY; the browser shows them."""
+    pytest.importorskip("open3d")
+    from recon.trainer import train_model
+    from tests.recon.test_nerf_train import tiny
+    from viewer.hybrid import PREVIEW_FRACTION
+
+    run = tmp_path / "nerf"
+    train_model(tiny(run, 10), log=lambda *a: None)
+    v = build_viewer(ViewConfig(path=run, port=0, cameras=False, output=tmp_path / "out", hybrid_size=96),
+                     verbose=False)
+    assert v.assets is not None and v.assets.assets == [] and v.assets.start_hybrid
+    v.start()
+    try:
+        layer = v.assets
+        assert v.splat_handle.visible is False  # the baked splats are not what is shown
+        page, client = _connect(browser, v)
+        wxyz, position = _look_at((2.0, -1.6, -2.2), (0.0, 0.3, 0.0))
+        for k in range(3):  # a moving camera: previews
+            cam = set_camera(client, wxyz, np.asarray(position) * (1.0 + 0.05 * k), math.radians(50))
+            time.sleep(0.05)
+        wait_for(lambda: any(f.get("preview") for f in layer.frame_times) or layer.renderer_error,
+                 what="a preview frame")
+        assert layer.renderer_error is None, layer.renderer_error
+        wait_for(lambda: layer.frame_times and not layer.frame_times[-1]["preview"], what="the refined frame")
+        preview = next(f for f in layer.frame_times if f["preview"])
+        full = layer.frame_times[-1]
+        assert max(full["size"]) == 96 and max(preview["size"]) == round(96 * PREVIEW_FRACTION)
+        ref = served_picture(layer, client)
+        settled(client, cam, lambda rgba: close_to(rgba, ref), "the field's server image in the browser")
+        page.close()
+    finally:
+        v.stop()
