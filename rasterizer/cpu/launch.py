@@ -7,6 +7,9 @@ workqueue layer is not re-entrant: every parallel launch must hold :data:`KERNEL
 renders from another thread while training runs). Code outside ``rasterizer`` that launches its own
 Numba parallel kernels in the same process (``recon.fused_ssim``) takes the same lock, imported as
 ``from rasterizer.cpu import KERNEL_LOCK``.
+
+Taking the lock also keeps the workers of the coming launch on different CPUs (``placement.py``: on the
+2-vCPU VM the scheduler otherwise ran both halves of most launches on one CPU, one after the other).
 """
 
 from __future__ import annotations
@@ -16,8 +19,40 @@ import threading
 
 import numba
 
+from .placement import place_workers
+
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
-KERNEL_LOCK = threading.Lock()
+
+class KernelLock:
+    """A ``threading.Lock`` that, once acquired through ``with``, places Numba's workers for the launch that
+    follows (:func:`placement.place_workers`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "KernelLock":
+        self._lock.acquire()
+        try:
+            place_workers()
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def __exit__(self, kind, err, tb) -> None:
+        self._lock.release()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+
+KERNEL_LOCK = KernelLock()
 """Held around every Numba parallel launch in the process (not re-entrant: take it once per launch)."""
