@@ -333,6 +333,12 @@ def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
 # ------------------------------------------------------------------------------------------ trainer
 
 
+def check_finite_loss(value: float, step: int) -> None:
+    """FloatingPointError naming the step when the loss is NaN/Inf (the last checkpoint is kept)."""
+    if not math.isfinite(value):
+        raise FloatingPointError(f"step {step}: loss is {value} (NaN/Inf); last checkpoint is kept")
+
+
 @dataclass
 class StepResult:
     loss: float
@@ -498,7 +504,15 @@ class Trainer:
             pred, gt, meta, loss = self.ray_batch_loss(step)
         else:
             pred, gt, meta, loss = self.view_loss(step)
-        for term in self.model.loss_terms(meta, step, self.cfg).values():  # the method's own (2dgs: geometry)
+        value = self.optimise(loss, meta, step)
+        check_finite_loss(value, step)
+        return StepResult(value, quick_psnr(pred.detach(), gt))
+
+    def optimise(self, loss: torch.Tensor, meta, step: int) -> float:
+        """The step's tail, shared by every trainer (``recon.distributed.momentum`` too): the method's own
+        loss terms (2dgs: geometry) added to ``loss``, the strategy's pre-backward hook, backward, the
+        optimiser step, the post-backward hook (densification). Returns the loss value (unchecked)."""
+        for term in self.model.loss_terms(meta, step, self.cfg).values():
             loss = loss + term
         self.strategy.step_pre_backward(self.model, meta, self.strategy_state, step)
         loss.backward()
@@ -506,10 +520,7 @@ class Trainer:
         self.model.zero_grad()
         self.strategy.step_post_backward(self.model, meta, self.strategy_state, step,
                                          lr=self.model.means_lr(step, self.cfg.steps))
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise FloatingPointError(f"step {step}: loss is {value} (NaN/Inf); last checkpoint is kept")
-        return StepResult(value, quick_psnr(pred.detach(), gt))
+        return float(loss.detach())
 
     def ray_batch_loss(self, step: int):
         """(prediction [R, 3], target [R, 3], meta, loss) of the model's ray batch across the training views

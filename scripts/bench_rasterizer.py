@@ -119,12 +119,15 @@ def run_case(name, backend, repeats, warmup, device, primitive="gaussians"):
 
 def machine() -> dict:
     import numba
+
+    from rasterizer.cpu import placement
     info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "numba_threads": numba.get_num_threads(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
             "GOMP_SPINCOUNT": os.environ.get("GOMP_SPINCOUNT"),
             "spin_set_too_late": rasterizer.runtime.SPIN_SET_TOO_LATE,
-            "keeps_freed_memory": rasterizer.runtime.KEEPS_FREED_MEMORY}
+            "keeps_freed_memory": rasterizer.runtime.KEEPS_FREED_MEMORY,
+            "numba_workers_pinned": placement.enabled()}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info

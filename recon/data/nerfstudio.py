@@ -38,8 +38,9 @@ PINHOLE_MODELS = ("PINHOLE", "SIMPLE_PINHOLE", "PERSPECTIVE")
 DISTORTED_MODELS = ("OPENCV", "OPENCV_FISHEYE")
 
 
-def read_json(path: Path) -> dict:
-    """Parse a JSON file; DataFormatError naming the file when missing or malformed."""
+def read_json_object(path: Path, expected: str) -> dict:
+    """A JSON file holding an object; DataFormatError naming the file when it is missing, not JSON, or not
+    an object (``expected`` says what it should hold)."""
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -48,8 +49,18 @@ def read_json(path: Path) -> dict:
         raise DataFormatError(f"file not found: {path}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataFormatError(f"{path}: not valid JSON: {e}") from e
-    if not isinstance(data, dict) or not isinstance(data.get("frames"), list) or not data["frames"]:
-        raise DataFormatError(f"{path}: expected an object with a non-empty 'frames' list")
+    if not isinstance(data, dict):
+        raise DataFormatError(f"{path}: expected {expected}")
+    return data
+
+
+def read_json(path: Path) -> dict:
+    """A transforms JSON file (an object with a non-empty ``frames`` list); DataFormatError naming the file
+    otherwise."""
+    expected = "an object with a non-empty 'frames' list"
+    data = read_json_object(path, expected)
+    if not isinstance(data.get("frames"), list) or not data["frames"]:
+        raise DataFormatError(f"{path}: expected {expected}")
     return data
 
 

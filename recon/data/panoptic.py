@@ -19,13 +19,13 @@ have no alpha). ``source_format`` "panoptic".
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from recon.data.finalize import finalize_frames
+from recon.data.nerfstudio import read_json_object
 from recon.data.scene import BLACK, DataFormatError, Frame, Scene, make_camera
 
 META_FILES = {"train": "train_meta.json", "test": "test_meta.json"}
@@ -39,16 +39,7 @@ def is_panoptic(path: Path) -> bool:
 
 def read_meta(path: Path) -> dict:
     """A meta JSON object; DataFormatError naming the file when missing or malformed."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            meta = json.load(f)
-    except FileNotFoundError:
-        raise DataFormatError(f"file not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataFormatError(f"{path}: not valid JSON: {e}") from None
-    if not isinstance(meta, dict):
-        raise DataFormatError(f"{path}: expected a JSON object with w, h, k, w2c, fn")
-    return meta
+    return read_json_object(path, "a JSON object with w, h, k, w2c, fn")
 
 
 def _per_step(meta: dict, key: str, path: Path) -> list:

@@ -150,9 +150,7 @@ class MomentumTrainer(Trainer):
     image_index: dict | None = None
 
     def train_step(self, step: int) -> StepResult:
-        import math as _m
-
-        from recon.trainer import background_color
+        from recon.trainer import background_color, check_finite_loss
 
         i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
         bg = background_color(self.cfg, self.scene, self.view_gen).to(self.device)
@@ -171,17 +169,8 @@ class MomentumTrainer(Trainer):
         with torch.no_grad():
             target = shared.teacher(render[0].detach(), index)
         loss = loss + shared.weight * (shared.student(render[0].detach(), index) - target).abs().mean()
-        for term in self.model.loss_terms(meta, step, self.cfg).values():
-            loss = loss + term
-        self.strategy.step_pre_backward(self.model, meta, self.strategy_state, step)
-        loss.backward()
-        self.model.step()
-        self.model.zero_grad()
-        self.strategy.step_post_backward(self.model, meta, self.strategy_state, step,
-                                         lr=self.model.means_lr(step, self.cfg.steps))
+        value = self.optimise(loss, meta, step)
         psnr = quick_psnr(pred.detach(), gt)
-        shared.exchange(True, psnr)
-        value = float(loss.detach())
-        if not _m.isfinite(value):
-            raise FloatingPointError(f"step {step}: loss is {value} (NaN/Inf)")
+        shared.exchange(True, psnr)  # before the check: the other workers must not wait for a failed one
+        check_finite_loss(value, step)
         return StepResult(value, psnr)
