@@ -289,9 +289,11 @@ def load_mask(frame: Frame) -> np.ndarray | None:
 
 
 def default_cache_root(root: Path) -> Path:
-    """Where derived images go: ``root`` itself when writable, else ``~/.cache/splatforge/<hash>``."""
+    """Where derived images go: ``root`` itself when writable, else ``~/.cache/splatforge/<hash>``. A folder
+    whose mode grants no write permission counts as read-only even for root (``os.access`` says yes to root:
+    runs and tests as root wrote data-factor caches into the read-only ../shared data folders)."""
     root = Path(root).resolve()
-    if os.access(root, os.W_OK):
+    if os.access(root, os.W_OK) and root.stat().st_mode & 0o222:
         return root
     digest = hashlib.sha1(str(root).encode()).hexdigest()[:12]
     return Path.home() / ".cache" / "splatforge" / f"{root.name}-{digest}"

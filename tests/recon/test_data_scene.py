@@ -71,6 +71,18 @@ def test_cache_root_falls_back_when_not_writable(tmp_path, monkeypatch):
     assert root.parent == tmp_path / "home" / ".cache" / "splatforge" and root.name.startswith("data-")
 
 
+def test_cache_root_of_a_read_only_folder_is_elsewhere_even_for_root(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o555)  # r-x: as ../shared's data folders (root may still write there; it must not)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    try:
+        root = default_cache_root(data)
+    finally:
+        data.chmod(0o755)
+    assert root.parent == tmp_path / "home" / ".cache" / "splatforge" and root.name.startswith("data-")
+
+
 def test_downscaled_relpath():
     assert downscaled_relpath(Path("images/a/b.jpg"), 2) == Path("images_2/a/b.jpg")
     assert downscaled_relpath(Path("b.jpg"), 4) == Path("downscaled_4/b.jpg")
