@@ -2,11 +2,12 @@
 """4D training benchmark (default --data procedural-4d; also a D-NeRF folder), printed as JSON.
 
 Trains ``--steps`` steps of ``--method 4dgs`` (the default preset's schedule scaled to the run, no outputs
-written; ``--sh-degree``, ``--max-gaussians``, ``--data-factor`` as ``splatforge train``'s), then reports the test PSNR (all test views, each at its time), the median seconds per training
-step over the last ``--window`` steps, and the share of such a step that slicing takes: the median
-forward + backward time of ``slice_gaussians_4d`` on the final model at ``--repeats`` random frame times
-(the issue's rule: a fused slicing kernel only where this exceeds 15 %). With ``--target-psnr`` and
-``--max-seconds``, ``meets_target`` says whether the test PSNR reached the one within the other.
+written; ``--sh-degree``, ``--max-gaussians``, ``--data-factor`` as ``splatforge train``'s), then reports
+the test PSNR (all test views, each at its time), the median seconds per training step over the last
+``--window`` steps, and the share of such a step that slicing takes: the median forward + backward time
+of ``slice_gaussians_4d`` on the final model at ``--repeats`` random frame times (the issue's rule:
+a fused slicing kernel only where this exceeds 15 %). With ``--target-psnr`` and ``--max-seconds``,
+``meets_target`` says whether the test PSNR reached the one within the other.
 
 Issue 17's targets:
     python scripts/bench_train_4d.py --steps 10000 --sh-degree 1 --max-gaussians 40000 \

@@ -26,8 +26,8 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
 
 
 class KernelLock:
-    """A ``threading.Lock`` that, once acquired through ``with``, places Numba's workers for the launch that
-    follows (:func:`placement.place_workers`)."""
+    """A ``threading.Lock`` used through ``with`` only; entering it also places Numba's workers for the launch
+    that follows (:func:`placement.place_workers`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -43,15 +43,6 @@ class KernelLock:
 
     def __exit__(self, kind, err, tb) -> None:
         self._lock.release()
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._lock.acquire(blocking, timeout)
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def locked(self) -> bool:
-        return self._lock.locked()
 
 
 KERNEL_LOCK = KernelLock()

@@ -16,8 +16,9 @@ placement is redone only when n (or the process, after a fork) changes; the thre
 from a tiny parallel kernel that calls ``gettid`` in each iteration (iteration i runs on worker i: the
 workqueue layer hands ``prange(n)`` to its n queues one iteration each).
 
-Opt out with ``SPLATFORGE_PIN_THREADS=0``. Failures to set an affinity (a sandbox that forbids it) turn the
-placement off for the process, silently: it is a speed measure, never a correctness one.
+Opt out with ``SPLATFORGE_PIN_THREADS=0`` (read once, when the process first launches a kernel). Failures
+to set an affinity (a sandbox that forbids it) turn the placement off for the process, silently: it is a
+speed measure, never a correctness one.
 :func:`place_workers` runs inside :data:`rasterizer.cpu.launch.KERNEL_LOCK`, so no launch races with it.
 """
 
@@ -55,12 +56,14 @@ class WorkerPlacement:
 
     def __init__(self) -> None:
         self.placed_for: tuple[int, int] | None = None  # (pid, threads) of the last placement
-        self.broken = False
+        self.active: bool | None = None  # decided at the first launch (enabled()); False after a failure
         self.pinned: dict[int, int] = {}  # worker thread id -> CPU, as last set
 
     def place(self) -> None:
         """Pin the workers the next launch uses (n >= 2) or free the one it uses (n = 1); no-op if unchanged."""
-        if self.broken:
+        if self.active is None:
+            self.active = enabled()
+        if not self.active:
             return
         n = numba.get_num_threads()
         key = (os.getpid(), n)
@@ -72,28 +75,28 @@ class WorkerPlacement:
         try:
             self._place(n)
         except OSError:
-            self.broken = True
+            self.active = False
 
     def _place(self, n: int) -> None:
         allowed = sorted(os.sched_getaffinity(0))
-        tids = np.zeros(n, np.int64)
-        worker_thread_ids(tids)
-        workers = list(dict.fromkeys(int(t) for t in tids))
-        if n >= 2 and len(allowed) >= 2 and len(workers) == n:
-            for i, tid in enumerate(workers):
-                os.sched_setaffinity(tid, {allowed[i % len(allowed)]})
-                self.pinned[tid] = allowed[i % len(allowed)]
-            return
-        for tid in workers + [t for t in self.pinned if t not in workers]:
-            if tid in self.pinned:
-                os.sched_setaffinity(tid, set(allowed))
-                del self.pinned[tid]
+        if n >= 2 and len(allowed) >= 2:
+            tids = np.zeros(n, np.int64)
+            worker_thread_ids(tids)
+            workers = list(dict.fromkeys(int(t) for t in tids))
+            if len(workers) == n:
+                for i, tid in enumerate(workers):
+                    os.sched_setaffinity(tid, {allowed[i % len(allowed)]})
+                    self.pinned[tid] = allowed[i % len(allowed)]
+                return
+        for tid in list(self.pinned):  # every worker pinned before goes back to the whole set
+            os.sched_setaffinity(tid, set(allowed))
+            del self.pinned[tid]
 
 
 PLACEMENT = WorkerPlacement()
 
 
 def place_workers() -> None:
-    """Called by KERNEL_LOCK on entry: :meth:`WorkerPlacement.place` unless placement is off."""
-    if enabled():
-        PLACEMENT.place()
+    """Called by KERNEL_LOCK on entry (every parallel launch): :meth:`WorkerPlacement.place`, which returns at
+    once while placement is off or the thread count is unchanged."""
+    PLACEMENT.place()

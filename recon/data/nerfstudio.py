@@ -13,7 +13,6 @@ Conversion to ours happens once, in :func:`rasterizer.camera.opengl_cam_to_world
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -31,27 +30,12 @@ from recon.data.scene import (
     image_size,
     intrinsics_matrix,
     make_camera,
+    read_json_object,
     split_every_nth,
 )
 
 PINHOLE_MODELS = ("PINHOLE", "SIMPLE_PINHOLE", "PERSPECTIVE")
 DISTORTED_MODELS = ("OPENCV", "OPENCV_FISHEYE")
-
-
-def read_json_object(path: Path, expected: str) -> dict:
-    """A JSON file holding an object; DataFormatError naming the file when it is missing, not JSON, or not
-    an object (``expected`` says what it should hold)."""
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError as e:
-        raise DataFormatError(f"file not found: {path}") from e
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataFormatError(f"{path}: not valid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise DataFormatError(f"{path}: expected {expected}")
-    return data
 
 
 def read_json(path: Path) -> dict:

@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 
 from recon.data.finalize import finalize_frames
-from recon.data.nerfstudio import read_json_object
-from recon.data.scene import BLACK, DataFormatError, Frame, Scene, make_camera
+from recon.data.scene import BLACK, DataFormatError, Frame, Scene, make_camera, read_json_object
 
 META_FILES = {"train": "train_meta.json", "test": "test_meta.json"}
 FPS = 30.0  # Panoptic's HD cameras; Dynamic 3D Gaussians keeps consecutive frames

@@ -288,6 +288,22 @@ def load_mask(frame: Frame) -> np.ndarray | None:
 # cache folders and atomic writes
 
 
+def read_json_object(path: Path, expected: str) -> dict:
+    """A JSON file holding an object; DataFormatError naming the file when it is missing, not JSON, or not
+    an object (``expected`` says what it should hold)."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError as e:
+        raise DataFormatError(f"file not found: {path}") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataFormatError(f"{path}: not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise DataFormatError(f"{path}: expected {expected}")
+    return data
+
+
 def default_cache_root(root: Path) -> Path:
     """Where derived images go: ``root`` itself when writable, else ``~/.cache/splatforge/<hash>``. A folder
     whose mode grants no write permission counts as read-only even for root (``os.access`` says yes to root:

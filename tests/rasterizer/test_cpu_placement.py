@@ -12,7 +12,7 @@ TWO_CPUS = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 
 needs_two = pytest.mark.skipif(not TWO_CPUS, reason="needs at least two allowed CPUs and Linux affinity calls")
 
 PROBE = """
-import ctypes, json, os, sys
+import json, os, sys
 import numba, numpy as np
 from numba import njit, prange, types
 from rasterizer.cpu.launch import KERNEL_LOCK
@@ -45,11 +45,11 @@ print(json.dumps({"apart": apart, "affinity": affinity, "allowed": sorted(os.sch
 """
 
 
-def _probe(threads: int, **env) -> dict:
+def _probe(threads: int, code: str = PROBE, **env) -> dict:
     full = {k: v for k, v in os.environ.items() if k != "SPLATFORGE_PIN_THREADS"}
     full.update(env)
     full.setdefault("NUMBA_NUM_THREADS", "2")
-    out = subprocess.run([sys.executable, "-c", PROBE, str(threads)], env=full, cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code, str(threads)], env=full, cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -80,16 +80,9 @@ def test_opt_out_leaves_affinity_alone():
 
 @needs_two
 def test_going_from_two_threads_to_one_frees_the_worker():
-    from rasterizer.cpu.placement import WorkerPlacement  # noqa: F401  (importable without side effects)
-
     code = PROBE.replace("threads = int(sys.argv[1])", "threads = 2\nnumba.set_num_threads(2)\n"
                          "with KERNEL_LOCK:\n    worker_thread_ids(np.zeros(2, np.int64))\n"
                          "assert len(PLACEMENT.pinned) == 2\nthreads = 1")
-    full = dict(os.environ, NUMBA_NUM_THREADS="2")
-    full.pop("SPLATFORGE_PIN_THREADS", None)
-    out = subprocess.run([sys.executable, "-c", code], env=full, cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = _probe(1, code)
     assert r["pinned"] == {}, r
     assert all(a == r["allowed"] for a in r["affinity"].values()), r
