@@ -56,6 +56,34 @@ def test_numba_matches_reference_float64(cfg):
     assert g_ref.abs().sum() > 0
 
 
+@pytest.mark.parametrize("n", [0, 1, 5, 33, 65])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_numba_any_point_count_and_threads(n, threads):
+    """The kernels split points (forward) and deal levels (backward) over the threads, in chunks of 32
+    points: counts around the chunk size and more threads than levels' worth still give the reference,
+    and the backward's table (allocated uninitialised) is zeroed where no point lands."""
+    import numba
+
+    cfg = GRIDS[0]
+    gen = torch.Generator().manual_seed(n)
+    res, offsets = level_layout(cfg)
+    table = torch.randn(int(offsets[-1]), cfg.features, generator=gen, dtype=torch.float64, requires_grad=True)
+    x = torch.rand(n, 3, generator=gen, dtype=torch.float64)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        for _ in range(2):  # a second run reuses freed memory: stale values would show
+            fast = hash_encode_numba(x, table, res, offsets)
+            grad_out = torch.randn(fast.shape, generator=gen, dtype=torch.float64)
+            (g_fast,) = torch.autograd.grad(fast, table, grad_out)
+            ref = hash_encode_reference(x, table, res, offsets)
+            (g_ref,) = torch.autograd.grad(ref, table, grad_out)
+            torch.testing.assert_close(fast, ref, rtol=0, atol=1e-9)
+            torch.testing.assert_close(g_fast, g_ref, rtol=0, atol=1e-9)
+    finally:
+        numba.set_num_threads(before)
+
+
 def test_numba_float32_close_to_reference():
     cfg = GRIDS[0]
     gen = torch.Generator().manual_seed(1)
