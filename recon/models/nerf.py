@@ -441,7 +441,7 @@ class NerfModel(SceneModel):
     def _render_chunks(self, o: Tensor, d: Tensor, t_min: Tensor | None, t_max: Tensor
                        ) -> tuple[Tensor, Tensor, Tensor]:
         """(rgb [R, 3] premultiplied, transmittance [R], expected distance [R]) of rays [R, 3] bounded by
-        ``t_min`` (None: the model's near distance) and ``t_max`` [R], in chunks of ``cfg.eval_rays``."""
+        ``t_min`` (None: the model's near distance) and ``t_max`` [R], in chunks of :meth:`_chunk_rays` rays."""
         black = torch.zeros(3)
         rgb, trans, dist = [], [], []
         step = self._chunk_rays()

@@ -62,7 +62,8 @@ class NerfConfig:
     occupancy_resolution: int = 128
     """occupancy grid cells per axis"""
     eval_rays: int = 16384
-    """rays per chunk when rendering whole images"""
+    """most rays per chunk when rendering whole images (fewer when rays march many samples: about 2^22 samples
+    a chunk)"""
     backend: Literal["auto", "numba", "torch"] = "auto"
     """hash encoding and ray marching: Numba kernels (CPU), the PyTorch reference, or auto (Numba on the CPU)"""
 
