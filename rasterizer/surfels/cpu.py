@@ -16,6 +16,7 @@ from torch import Tensor
 
 from ..cpu.composite import BinnedTiles
 from ..cpu.launch import KERNEL_LOCK
+from ..cpu.schedule import thread_count
 from ..tiles import TileGrid
 from . import cpu_kernels as K
 from .records import SurfelComposited, SurfelSplats
@@ -43,45 +44,62 @@ class SurfelCompositeFunction(torch.autograd.Function):
                 _np(colors.reshape(C * N, D)), _np(depths.reshape(C * N)), _np(normals.reshape(C * N, 3)))
         no_conics = torch.zeros(C, N, 3, dtype=means2d.dtype)
         bins = BinnedTiles(means2d, no_conics, opac, radii, depths, grid, width, height)
+        if bins.ids.shape[0] >= 2**31:
+            raise ValueError("more than 2^31 tile-surfel intersections (per-pixel indices are int32)")
         dt = flat[3].dtype
-        limits = None if depth_limit is None else np.ascontiguousarray(_np(depth_limit.to(torch.float64)))
-        boxes, table = np.empty((C * N, 4)), np.empty((C * N, K.TABLE))
-        with KERNEL_LOCK:
-            K.alpha_boxes(flat[0], flat[1], flat[2], _np(radii.reshape(C * N, 2)), boxes, table)
+        limits = kernel_limits(depth_limit, dt)
+        packed, rows = np.empty((C * N, K.PACKED), dt), np.empty((C * N, K.ROWS))
         img = lambda ch: np.zeros((C, height, width, ch), dt)  # noqa: E731
         render, alpha, T, wz, median, nrm, dist = img(D), img(1), img(1), img(1), img(1), img(3), img(1)
-        last_k = np.full((C, height, width), -1, np.int64)
-        median_k = np.full((C, height, width), -1, np.int64)
+        last_k = np.empty((C, height, width), np.int32)
+        median_k = np.empty((C, height, width), np.int32)
         with KERNEL_LOCK:
-            K.forward_kernel(*flat, boxes, table, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
-                             grid.tile_size, intersection, limits, render, alpha, T, wz, median, nrm, dist, last_k,
+            K.pack_surfels(*flat, _np(radii.reshape(C * N, 2)), packed, rows)
+            K.forward_kernel(packed, rows, flat[3], bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
+                             grid.tiles_y, intersection, limits, render, alpha, T, wz, median, nrm, dist, last_k,
                              median_k)
         outs = tuple(torch.from_numpy(a) for a in (render, alpha, T, wz, median, nrm, dist))
         ctx.save_for_backward(outs[1], outs[2], outs[3])  # the backward reads them: in-place changes are caught
-        ctx.state = (flat, (boxes, table), bins, last_k, median_k, (C, N, D), width, height, grid, intersection,
+        ctx.state = (flat[3], (packed, rows), bins, last_k, median_k, (C, N, D), width, height, grid, intersection,
                      limits)
         ctx.set_materialize_grads(False)
         return outs
 
     @staticmethod
     def backward(ctx, v_render, v_alpha, v_T, v_wz, v_median, v_normals, v_dist):
-        (flat, (boxes, table), bins, last_k, median_k, (C, N, D), width, height, grid, intersection,
+        (colors, (packed, rows), bins, last_k, median_k, (C, N, D), width, height, grid, intersection,
          limits) = ctx.state
         alpha, T, wz = (_np(t) for t in ctx.saved_tensors)
-        dt = flat[3].dtype
+        dt = colors.dtype
         shape = lambda ch: (C, height, width, ch)  # noqa: E731
         cot = [_cotangent(v, shape(ch), dt) for v, ch in ((v_render, D), (v_alpha, 1), (v_T, 1), (v_wz, 1),
                                                            (v_median, 1), (v_normals, 3), (v_dist, 1))]
         grads = np.empty((bins.ids.shape[0], K.G_COLOR + D), dt)  # every row written by the kernel
         per_surfel = np.empty((C * N, K.G_COLOR + D), dt)
         with KERNEL_LOCK:
-            K.backward_kernel(*flat, boxes, table, bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
-                              grid.tile_size, intersection, limits, alpha, T, wz, last_k, median_k, *cot, grads)
-            K.sum_rows_per_surfel(grads, bins.perm, bins.starts, bins.counts, per_surfel)
+            row_of = K.inverse_permutation(bins.perm)
+            K.backward_kernel(packed, rows, colors, bins.offsets, bins.ids, row_of, bins.order, width, height,
+                              grid.tiles_x, grid.tiles_y, intersection, limits, alpha, T, wz, last_k, median_k, *cot,
+                              grads)
+            K.sum_rows_per_surfel(grads, bins.starts, bins.counts, per_surfel, thread_count())
         g = torch.from_numpy(per_surfel)
         return (g[:, K.G_MEANS2D:K.G_M].reshape(C, N, 2), g[:, K.G_M:K.G_OPAC].reshape(C, N, 3, 3),
                 g[:, K.G_OPAC].reshape(C, N), g[:, K.G_COLOR:].reshape(C, N, D), g[:, K.G_DEPTH].reshape(C, N),
                 g[:, K.G_NORMAL:K.G_COLOR].reshape(C, N, 3), None, None, None, None, None, None)
+
+
+def kernel_limits(depth_limit: Tensor | None, dt) -> np.ndarray | None:
+    """Depth limits [C, H, W] as the kernels compare them: in the storage dtype ``dt``, each rounded up to
+    the nearest value of that dtype (for a depth z of that dtype, z >= rounded limit exactly when
+    z >= limit: the specification's float64 comparison) and clamped to the dtype's largest finite
+    value (the kernels' "no limit"; they are compiled without infinities)."""
+    if depth_limit is None:
+        return None
+    lim64 = _np(depth_limit.to(torch.float64))
+    lim = lim64.astype(dt)
+    lim = np.where(lim < lim64, np.nextafter(lim, np.array(np.inf, dt)), lim)
+    big = np.finfo(dt).max
+    return np.ascontiguousarray(np.clip(lim, -big, big))
 
 
 def composite_surfels_cpu(splats: SurfelSplats, grid: TileGrid, width: int, height: int,

@@ -1,19 +1,27 @@
-"""Numba kernels of the surfels' `cpu` backend: per-pixel forward compositing and its hand-written
-backward (the arithmetic of ``surfels/composite.py``, the specification).
+"""Numba kernels of the surfels' `cpu` backend: forward compositing and its hand-written backward (the
+arithmetic of ``surfels/composite.py``, the specification), organised as the 3D backend's
+(``rasterizer.cpu.compositing``).
 
-Tiles (from the 3D path's binning, ``rasterizer.cpu.binning``) run in parallel; inside a tile the
-depth-sorted surfels are taken front to back (forward) or back to front (backward, recovering
-T_i = T_{i+1} / (1 - alpha_i) per pixel as the 3D backend does), each over the pixels of its alpha
->= 1/255 box (``alpha_boxes``) that are still live; per pixel this is the order and arithmetic of the
-specification's walk along the tile's list. Arithmetic is
-float64 whatever the storage dtype; outputs are stored in it. Arrays are flattened over cameras:
+Tiles of 16x16 pixels (from the 3D path's binning, ``rasterizer.cpu.binning``) run in parallel; inside
+a tile the depth-sorted surfels are taken front to back (forward) or back to front (backward,
+recovering T_i = T_{i+1} / (1 - alpha_i) per pixel), each over the block of tile rows its alpha >=
+1/255 box crosses (``surfel_rows``). Every pixel of those rows is evaluated by one flat, branch-free
+loop (selects, no ifs) that LLVM vectorises (16 float32 pixels at a time with AVX-512); a pixel the
+specification skips (alpha < 1/255, no ray-splat hit, behind its depth limit, done, or, backward,
+past its last blended surfel) contributes exact zeros, so per pixel the results are those of the
+specification's walk along the tile's list (float64 tests: 1e-9).
+
+Arithmetic runs in the storage dtype (float32 stays float32, with the vectorisable ``exp_f32``;
+float64 uses math.exp). Per-tile state is one flat array in that dtype at constant offsets (LLVM
+can then prove that the loops' loads and stores do not overlap). Arrays are flattened over cameras:
 surfel g = c * N + n, tile t = c * TT + ty * TW + tx, intersection k indexes the binning's ``ids``.
 
-Per surfel the kernels read ray_transforms [G, 9] (rows M_u, M_v, M_w of K W H), means2d [G, 2],
-opacities [G], colors [G, D], depths [G], normals [G, 3], once per (tile, surfel), out of the pixel
-loops. Per-intersection gradients are summed over the pixels in registers and written to one row per k
-(one thread owns a tile, hence its k) with the columns G_* below, then summed per surfel
-(``sum_rows_per_surfel``) through the binning's permutation.
+Per surfel, ``pack_surfels`` gathers once per render what the tile loops read (its K W H rows M_u,
+M_v, M_w, mean2d, opacity, centre depth, camera normal and colour channels 0..2) into one row
+[G, PACKED] and its alpha box's pixel-row range into rows [G, 2] (float64). Per-intersection
+gradients are sums over the pixels (vectorised reductions) written to one row per k (one thread owns
+a tile, hence its k) with the columns G_* below, then summed per surfel (``sum_rows_per_surfel``)
+through the binning's permutation.
 """
 
 from __future__ import annotations
@@ -23,14 +31,77 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from ..cpu.compositing import init_tile_pixels
+from ..cpu.schedule import dealt_block, dealt_iterations
+from ..cpu.vecmath import FASTMATH, U, exp_kernel, like, prefetch, prefetch_span, radd, select
+
 ALPHA_THRESHOLD = 1.0 / 255.0
 ALPHA_MAX = 0.999
 T_MIN = 1e-4
 MEDIAN_T = 0.5
 LOW_PASS_SCALE = 2.0
+TS = 16
+NPIX = TS * TS
+LIVE_CHECK = 4  # forward: test for "every pixel done" every LIVE_CHECK surfels
+AHEAD = 8  # surfel rows read by a random index are prefetched AHEAD intersections on
+RUNS_AHEAD = 4  # sum_rows_per_surfel: runs of gradient rows prefetched RUNS_AHEAD surfels on (3-32 measured alike)
 
 # per-intersection gradient columns
 G_MEANS2D, G_M, G_OPAC, G_DEPTH, G_NORMAL, G_COLOR = 0, 2, 11, 12, 13, 16
+
+# packed per-surfel columns (pack_surfels): K W H rows (9), mean2d, opacity, centre depth, normal, colours 0..2
+P_M, P_MX, P_MY, P_OP, P_DEPTH, P_N, P_C = 0, 9, 10, 11, 12, 13, 16
+PACKED = 19
+
+BOX_MARGIN = 1e-3  # pixels added around each surfel's alpha >= 1/255 box: rounding never drops a pixel
+
+# per-surfel float64 row geometry (pack_surfels): the alpha box's y range, and the polynomials in the
+# row's y of its alpha region's chord (row_reaches) with which the kernels trim a surfel's block of rows
+# to those it can reach in a tile: the exact term's ellipse, centre x_c(y) = XC1 y + XC0 and squared
+# half-width x_c^2 - (Q2 y^2 + Q1 y + Q0), and the low-pass disc (mean2d, level)
+R_YMIN, R_YMAX, R_XC1, R_XC0, R_Q2, R_Q1, R_Q0, R_MX, R_MY, R_LEVEL, R_BOUNDED = range(11)
+ROWS = 11
+ROW_MARGIN = 1e-2  # pixels added to each row's chord (float32 rounding of sigma stays inside)
+LEVEL_MARGIN = 1e-5  # relative margin on the alpha level ln(255 o)
+
+# "No limit" in the tile's depth limits: the largest finite value of the dtype (the kernels are compiled
+# without infinities, FASTMATH's ninf); the caller clamps the limits to it.
+
+# forward tile state (offsets into one flat array of the storage dtype)
+F_T = 0  # [NPIX] transmittance T
+F_THR = F_T + NPIX  # [NPIX] alpha threshold: 1/255 while the pixel is live, 2 (unreachable) once done
+F_CX = F_THR + NPIX  # [NPIX] pixel-centre x
+F_CY = F_CX + NPIX  # [NPIX] pixel-centre y
+F_LIM = F_CY + NPIX  # [NPIX] depth limit (the dtype's max: none)
+F_W = F_LIM + NPIX  # [NPIX] the current surfel's weights alpha T (0 where not blended)
+F_SW = F_W + NPIX  # [NPIX] sum w
+F_WZ = F_SW + NPIX  # [NPIX] sum w z
+F_N = F_WZ + NPIX  # [3, NPIX] sum w n
+F_DIST = F_N + 3 * NPIX  # [NPIX] distortion
+F_MED = F_DIST + NPIX  # [NPIX] median depth
+F_ACC = F_MED + NPIX  # [max(D, 3), NPIX] colour
+
+# backward tile state
+B_T = 0  # [NPIX] transmittance T_i, recovered back to front
+B_CX = B_T + NPIX
+B_CY = B_CX + NPIX
+B_LIM = B_CY + NPIX
+B_S = B_LIM + NPIX  # [NPIX] sum over blended j > i of w_j dL/dw_j
+B_WA = B_S + NPIX  # [NPIX] sum over blended j > i of w_j
+B_ZA = B_WA + NPIX  # [NPIX] sum over blended j > i of w_j z_j
+B_VA = B_ZA + NPIX  # [NPIX] d loss / d sum w
+B_VWZ = B_VA + NPIX  # [NPIX] d loss / d sum w z
+B_VD = B_VWZ + NPIX  # [NPIX] d loss / d distortion
+B_VN = B_VD + NPIX  # [3, NPIX] d loss / d normal
+B_VMED = B_VN + 3 * NPIX  # [NPIX] d loss / d median depth
+B_VTF = B_VMED + NPIX  # [NPIX] T_final d loss / d T_final
+B_WALL = B_VTF + NPIX  # [NPIX] sum w (all blended)
+B_ZALL = B_WALL + NPIX  # [NPIX] sum w z (all blended)
+B_XG = B_ZALL + NPIX  # [NPIX] the current surfel's sum over channels >= 3 of c v_render (0 for D <= 3)
+B_W = B_XG + NPIX  # [NPIX] the current surfel's weights w (0 where not blended)
+B_VR = B_W + NPIX  # [max(D, 3), NPIX] d loss / d render
+
+FASTMATH_SUMS = FASTMATH | {"reassoc"}  # loops without exp: lets LLVM vectorise their sums
 
 
 @njit(cache=True, inline="always")
@@ -42,126 +113,6 @@ def tile_box(t, TW, TT, ts, W, H):
     tx = r - ty * TW
     x0, y0 = tx * ts, ty * ts
     return c, x0, y0, min(x0 + ts, W), min(y0 + ts, H)
-
-
-@njit(cache=True, inline="always")
-def surfel_values(g, M, means2d, opac):
-    """Surfel g's K W H rows (9 values), mean2d and opacity as float64 scalars (loaded once per surfel
-    and tile, out of the pixel loops)."""
-    return (np.float64(M[g, 0]), np.float64(M[g, 1]), np.float64(M[g, 2]), np.float64(M[g, 3]),
-            np.float64(M[g, 4]), np.float64(M[g, 5]), np.float64(M[g, 6]), np.float64(M[g, 7]),
-            np.float64(M[g, 8]), np.float64(means2d[g, 0]), np.float64(means2d[g, 1]), np.float64(opac[g]))
-
-
-@njit(cache=True, inline="always")
-def surfel_at_pixel(x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, level):
-    """(blended?, alpha, e = exp(-sigma), u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2) of a
-    surfel (surfel_values) at pixel centre (x, y): the ray-splat intersection, sigma with the low-pass
-    fallback and the skip tests of ``surfel_alphas`` (blended? is False for a skipped surfel). ``level``
-    (surfel_level) only saves the exp where sigma is clearly too large for alpha >= 1/255."""
-    hu0 = x * Mw0 - Mu0
-    hu1 = x * Mw1 - Mu1
-    hu2 = x * Mw2 - Mu2
-    hv0 = y * Mw0 - Mv0
-    hv1 = y * Mw1 - Mv1
-    hv2 = y * Mw2 - Mv2
-    c0 = hu1 * hv2 - hu2 * hv1
-    c1 = hu2 * hv0 - hu0 * hv2
-    c2 = hu0 * hv1 - hu1 * hv0
-    if c2 == 0.0:
-        return False, 0.0, 0.0, 0.0, 0.0, False, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2
-    u = c0 / c2
-    v = c1 / c2
-    exact = u * u + v * v
-    dx = mx - x
-    dy = my - y
-    low = LOW_PASS_SCALE * (dx * dx + dy * dy)
-    use_exact = exact <= low
-    sigma = 0.5 * (exact if use_exact else low)
-    if sigma > level:
-        return False, 0.0, 0.0, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2
-    e = math.exp(-sigma)
-    alpha = min(ALPHA_MAX, o * e)
-    ok = sigma >= 0.0 and alpha >= ALPHA_THRESHOLD
-    return ok, alpha, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2
-
-
-@njit(cache=True, inline="always")
-def surfel_level(o):
-    """sigma above which alpha = min(0.999, o exp(-sigma)) < 1/255 for sure: ln(255 o) plus a margin
-    that rounding of the exp cannot cross (the exact test follows the exp)."""
-    return math.log(max(o * 255.0, 1e-300)) + 1e-6
-
-
-@njit(cache=True, inline="always")
-def surfel_depth_at(u, v, use_exact, intersection, Mw0, Mw1, Mw2, depth):
-    """z_i: the intersection depth M_w . (u, v, 1) where the exact term was used (intersection mode),
-    else the centre depth."""
-    if intersection and use_exact:
-        return u * Mw0 + v * Mw1 + Mw2
-    return depth
-
-
-@njit(cache=True, inline="always")
-def beyond_limit(u, v, use_exact, Mw0, Mw1, Mw2, depth, lim):
-    """Whether a blended surfel lies at or behind the pixel's depth limit ``lim`` (camera z, float64,
-    may be +inf): its intersection depth (centre depth where the low-pass fallback gave sigma) >= lim
-    (the specification's ``limit_depths`` / ``limit_by_depth``)."""
-    return surfel_depth_at(u, v, use_exact, True, Mw0, Mw1, Mw2, depth) >= lim
-
-
-@njit(cache=True)
-def load_tile_limits(limits, c, x0, y0, x1, y1):
-    """The depth limits [npix] float64 of one tile's pixels (limits [C, H, W] float64, +inf: none)."""
-    tw = x1 - x0
-    lim = np.empty(tw * (y1 - y0))
-    for py in range(y0, y1):
-        for px in range(x0, x1):
-            lim[(py - y0) * tw + px - x0] = limits[c, py, px]
-    return lim
-
-
-BOX_MARGIN = 1e-3  # pixels added around each surfel's alpha >= 1/255 box: rounding never drops a pixel
-
-
-T_LEVEL, T_CONIC = 0, 1  # columns of the per-surfel table: alpha level, row conic (a, b, d: 9 values)
-TABLE = 10
-
-
-@njit(cache=True, parallel=True)
-def alpha_boxes(M, means2d, opac, radii, boxes, table):
-    """Per surfel g, table[g] = (surfel_level, row_conic) (read per intersection by the pixel kernels)
-    and boxes[g] = (xmin, xmax, ymin, ymax) float64, pixel-centre coordinates outside which
-    its alpha is below 1/255 (so the kernels skip those pixels: the specification skips them too). The
-    region is {u^2 + v^2 <= 2 L} (the exact term; L = ln(255 opacity)), whose image is the ellipse of
-    the dual conic with (u, v) scaled by r = sqrt(2 L) (its box: the closed form of ``screen_boxes``),
-    united with the low-pass disc |q - mean2d|^2 <= L; plus BOX_MARGIN. Where the circle of radius r
-    reaches the camera plane (z <= 0 somewhere on it: its image is no ellipse) the box is unbounded.
-    Culled surfels and opacity < 1/255 get an empty box."""
-    for g in prange(M.shape[0]):
-        Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
-        table[g, T_LEVEL] = surfel_level(o)
-        conic = row_conic(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2)
-        for j in range(9):
-            table[g, T_CONIC + j] = conic[j]
-        if radii[g, 0] <= 0 or radii[g, 1] <= 0 or o * 255.0 < 1.0:
-            boxes[g, 0], boxes[g, 1], boxes[g, 2], boxes[g, 3] = 1.0, -1.0, 1.0, -1.0
-            continue
-        L = math.log(o * 255.0) + 1e-12
-        rd = math.sqrt(L)
-        a = 2.0 * L
-        dist = a * (Mw0 * Mw0 + Mw1 * Mw1) - Mw2 * Mw2
-        if not dist < -1e-9 * Mw2 * Mw2:  # the circle reaches z <= 0 (or nearly): no ellipse, no bound
-            boxes[g, 0], boxes[g, 1], boxes[g, 2], boxes[g, 3] = -np.inf, np.inf, -np.inf, np.inf
-            continue
-        cx = (a * (Mu0 * Mw0 + Mu1 * Mw1) - Mu2 * Mw2) / dist
-        cy = (a * (Mv0 * Mw0 + Mv1 * Mw1) - Mv2 * Mw2) / dist
-        hx = math.sqrt(max(cx * cx - (a * (Mu0 * Mu0 + Mu1 * Mu1) - Mu2 * Mu2) / dist, 0.0))
-        hy = math.sqrt(max(cy * cy - (a * (Mv0 * Mv0 + Mv1 * Mv1) - Mv2 * Mv2) / dist, 0.0))
-        boxes[g, 0] = min(cx - hx, mx - rd) - BOX_MARGIN
-        boxes[g, 1] = max(cx + hx, mx + rd) + BOX_MARGIN
-        boxes[g, 2] = min(cy - hy, my - rd) - BOX_MARGIN
-        boxes[g, 3] = max(cy + hy, my + rd) + BOX_MARGIN
 
 
 @njit(cache=True, inline="always")
@@ -177,379 +128,567 @@ def pixel_span(lo, hi, p0, p1):
 
 
 @njit(cache=True, inline="always")
+def alpha_box(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o):
+    """(xmin, xmax, ymin, ymax) float64, pixel-centre coordinates outside which a surfel's alpha is below
+    1/255. The region is {u^2 + v^2 <= 2 L} (the exact term; L = ln(255 opacity)), whose image is the
+    ellipse of the dual conic with (u, v) scaled by r = sqrt(2 L), united with the low-pass disc
+    |q - mean2d|^2 <= L; plus BOX_MARGIN. Where the circle of radius r reaches the camera plane (z <= 0
+    somewhere on it: its image is no ellipse) the box is unbounded. Opacity < 1/255: an empty box."""
+    if o * 255.0 < 1.0:
+        return 1.0, -1.0, 1.0, -1.0
+    L = math.log(o * 255.0) + 1e-12
+    rd = math.sqrt(L)
+    a = 2.0 * L
+    dist = a * (Mw0 * Mw0 + Mw1 * Mw1) - Mw2 * Mw2
+    if not dist < -1e-9 * Mw2 * Mw2:  # the circle reaches z <= 0 (or nearly): no ellipse, no bound
+        return -np.inf, np.inf, -np.inf, np.inf
+    cx = (a * (Mu0 * Mw0 + Mu1 * Mw1) - Mu2 * Mw2) / dist
+    cy = (a * (Mv0 * Mw0 + Mv1 * Mw1) - Mv2 * Mw2) / dist
+    hx = math.sqrt(max(cx * cx - (a * (Mu0 * Mu0 + Mu1 * Mu1) - Mu2 * Mu2) / dist, 0.0))
+    hy = math.sqrt(max(cy * cy - (a * (Mv0 * Mv0 + Mv1 * Mv1) - Mv2 * Mv2) / dist, 0.0))
+    return (min(cx - hx, mx - rd) - BOX_MARGIN, max(cx + hx, mx + rd) + BOX_MARGIN,
+            min(cy - hy, my - rd) - BOX_MARGIN, max(cy + hy, my + rd) + BOX_MARGIN)
+
+
+@njit(cache=True, parallel=True)
+def pack_surfels(M, means2d, opac, colors, depths, normals, radii, packed, rows):
+    """Per surfel g: packed[g] (storage dtype; colour channels the render lacks are 0) as the P_*
+    columns, and rows[g] (float64) as the R_* columns: the y range of its alpha box (alpha_box; culled
+    surfels and opacity < 1/255: empty, unbounded images: infinite), its alpha level and row conic."""
+    D = colors.shape[1]
+    for g in prange(M.shape[0]):
+        for j in range(9):
+            packed[g, P_M + j] = M[g, j]
+        packed[g, P_MX], packed[g, P_MY], packed[g, P_OP] = means2d[g, 0], means2d[g, 1], opac[g]
+        packed[g, P_DEPTH] = depths[g]
+        for j in range(3):
+            packed[g, P_N + j] = normals[g, j]
+            packed[g, P_C + j] = colors[g, j] if j < D else 0.0
+        Mu0, Mu1, Mu2 = np.float64(M[g, 0]), np.float64(M[g, 1]), np.float64(M[g, 2])
+        Mv0, Mv1, Mv2 = np.float64(M[g, 3]), np.float64(M[g, 4]), np.float64(M[g, 5])
+        Mw0, Mw1, Mw2 = np.float64(M[g, 6]), np.float64(M[g, 7]), np.float64(M[g, 8])
+        mx, my, o = np.float64(means2d[g, 0]), np.float64(means2d[g, 1]), np.float64(opac[g])
+        level = math.log(max(o * 255.0, 1e-300)) * (1.0 + LEVEL_MARGIN) + LEVEL_MARGIN
+        rows[g, R_MX], rows[g, R_MY], rows[g, R_LEVEL] = mx, my, level
+        chord_polynomials(rows, g, row_conic(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2), level)
+        if radii[g, 0] <= 0 or radii[g, 1] <= 0:
+            rows[g, R_YMIN], rows[g, R_YMAX] = 1.0, -1.0
+            continue
+        _, _, rows[g, R_YMIN], rows[g, R_YMAX] = alpha_box(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o)
+
+
+@njit(cache=True, inline="always")
 def row_conic(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2):
     """c = h_u x h_v is linear in the pixel: c = x a + y b + d with a = M_v x M_w, b = M_w x M_u,
-    d = M_u x M_v; returns (a, b, d) as 9 scalars (row_span solves for the row's x-range with them)."""
+    d = M_u x M_v; returns (a, b, d) as 9 scalars (row_reaches solves for a row's x-range with them)."""
     return (Mv1 * Mw2 - Mv2 * Mw1, Mv2 * Mw0 - Mv0 * Mw2, Mv0 * Mw1 - Mv1 * Mw0,
             Mw1 * Mu2 - Mw2 * Mu1, Mw2 * Mu0 - Mw0 * Mu2, Mw0 * Mu1 - Mw1 * Mu0,
             Mu1 * Mv2 - Mu2 * Mv1, Mu2 * Mv0 - Mu0 * Mv2, Mu0 * Mv1 - Mu1 * Mv0)
 
 
-ROW_MARGIN = 1e-3  # pixels added to each row's analytic x-range
-
-
 @njit(cache=True, inline="always")
-def row_span(y, xa, xb, bounded, a0, a1, a2, b0, b1, b2, d0, d1, d2, mx, my, level):
-    """Pixels [xa', xb') of [xa, xb) in the row of centre y where alpha >= 1/255 is possible: the
-    row's chord of the ellipse c_0^2 + c_1^2 <= 2 level c_2^2 (the exact term, a quadratic in x) united
-    with the chord of the low-pass disc |q - mean2d|^2 <= level, plus ROW_MARGIN; the whole [xa, xb)
-    for a surfel whose alpha box is unbounded (its image is no ellipse)."""
-    if not bounded:
-        return xa, xb
-    lo, hi = np.inf, -np.inf
-    dy = y - my
-    if dy * dy <= level:
-        r = math.sqrt(level - dy * dy)
-        lo, hi = mx - r, mx + r
-    e0, e1, e2 = b0 * y + d0, b1 * y + d1, b2 * y + d2
+def chord_polynomials(rows, g, conic, level):
+    """rows[g]'s chord columns from the row conic (a, b, d) and the alpha level L: on the row of centre
+    y the exact term's region c_0^2 + c_1^2 <= 2 L c_2^2 (c = x a + y b + d) is qa x^2 + qb x + qc <= 0
+    with qa constant, qb linear and qc quadratic in y; for qa > 0 (an ellipse) its chord has centre
+    -qb / (2 qa) and squared half-width centre^2 - qc / qa. qa <= 0 (no ellipse): R_BOUNDED 0."""
+    a0, a1, a2, b0, b1, b2, d0, d1, d2 = conic
     two = 2.0 * level
     qa = a0 * a0 + a1 * a1 - two * a2 * a2
-    qb = 2.0 * (a0 * e0 + a1 * e1 - two * a2 * e2)
-    qc = e0 * e0 + e1 * e1 - two * e2 * e2
-    if qa > 0.0:
-        disc = qb * qb - 4.0 * qa * qc
-        if disc < 0.0 and -disc <= 1e-9 * qb * qb:  # tangent up to rounding: keep the vertex
-            disc = 0.0
-        if disc >= 0.0:
-            sq = math.sqrt(disc)
-            q = -0.5 * (qb + (sq if qb >= 0.0 else -sq))
-            if q != 0.0:
-                r1, r2 = q / qa, qc / q
-            else:
-                r1 = r2 = -qb / (2.0 * qa)
-            lo, hi = min(lo, r1, r2), max(hi, r1, r2)
-    else:  # not an ellipse on this row after all: no bound
-        return xa, xb
-    if lo > hi:
-        return xa, xa
-    a, b = pixel_span(lo - ROW_MARGIN, hi + ROW_MARGIN, xa, xb)
-    return a, b
+    rows[g, R_BOUNDED] = 1.0 if qa > 0.0 else 0.0
+    if not qa > 0.0:
+        rows[g, R_XC1] = rows[g, R_XC0] = rows[g, R_Q2] = rows[g, R_Q1] = rows[g, R_Q0] = 0.0
+        return
+    # qb = 2 (a0 e0 + a1 e1 - 2L a2 e2), e = b y + d; qc = e0^2 + e1^2 - 2L e2^2
+    qb1 = 2.0 * (a0 * b0 + a1 * b1 - two * a2 * b2)
+    qb0 = 2.0 * (a0 * d0 + a1 * d1 - two * a2 * d2)
+    rows[g, R_XC1] = -qb1 / (2.0 * qa)
+    rows[g, R_XC0] = -qb0 / (2.0 * qa)
+    rows[g, R_Q2] = (b0 * b0 + b1 * b1 - two * b2 * b2) / qa
+    rows[g, R_Q1] = 2.0 * (b0 * d0 + b1 * d1 - two * b2 * d2) / qa
+    rows[g, R_Q0] = (d0 * d0 + d1 * d1 - two * d2 * d2) / qa
 
 
 @njit(cache=True, inline="always")
-def shrink_span(a, b, p0, level, least):
-    """[a, b) without the rows (or columns) at either end whose ``level`` (indexed from p0) is below
-    ``least`` (forward: no live pixel; backward: no pixel whose last blended surfel is that deep)."""
-    while a < b and level[a - p0] < least:
-        a += 1
-    while b > a and level[b - 1 - p0] < least:
-        b -= 1
-    return a, b
-
-
-@njit(cache=True, parallel=True)
-def forward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offsets, ids, tile_order, W, H, TW, ts,
-                   intersection, limits, render, alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k,
-                   median_k):
-    """Composite every pixel. Outputs [C, H, W, .] in the storage dtype: render (D), alpha (sum w),
-    T_out (prod (1 - alpha)), wz_out (sum w z), median_out, normal_out (3), dist_out; last_k / median_k
-    [C, H, W] int64: the intersection index of the last blended surfel / of the median one (-1: none).
-    Per tile, surfels front to back, each over the pixels of its alpha box (alpha_boxes) that are live.
-    ``limits`` [C, H, W] float64 depth limits (+inf: none) or None (a separate compilation with the
-    test pruned): a surfel at or behind a pixel's limit (beyond_limit) is skipped there."""
-    D = colors.shape[1]
-    TT = TW * ((H + ts - 1) // ts)
-    for it in prange(tile_order.shape[0]):
-        t = tile_order[it]
-        c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
-        start, end = offsets[t], offsets[t + 1]
-        tw = x1 - x0
-        npix = tw * (y1 - y0)
-        T = np.ones(npix)
-        done = np.zeros(npix, np.bool_)
-        acc = np.zeros((D, npix))
-        st = np.zeros((7, npix))  # sum w, sum w z, normal (3), distortion, median
-        last = np.full(npix, -1, np.int64)
-        med = np.full(npix, -1, np.int64)
-        col = np.empty(D)
-        row_live = np.full(y1 - y0, tw, np.int64)  # live pixels per row / column: spans shrink to them
-        col_live = np.full(tw, y1 - y0, np.int64)
-        if limits is not None:
-            lim = load_tile_limits(limits, c, x0, y0, x1, y1)
-            limited = lim.min() < np.inf  # a tile without a finite limit skips the test
-        n_done = 0
-        for k in range(start, end):
-            if n_done == npix:
-                break
-            g = ids[k]
-            xa, xb = pixel_span(boxes[g, 0], boxes[g, 1], x0, x1)
-            ya, yb = pixel_span(boxes[g, 2], boxes[g, 3], y0, y1)
-            xa, xb = shrink_span(xa, xb, x0, col_live, 1)
-            ya, yb = shrink_span(ya, yb, y0, row_live, 1)
-            if xa == xb or ya == yb:
-                continue
-            Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
-            level = table[g, T_LEVEL]
-            ca0, ca1, ca2 = table[g, T_CONIC], table[g, T_CONIC + 1], table[g, T_CONIC + 2]
-            cb0, cb1, cb2 = table[g, T_CONIC + 3], table[g, T_CONIC + 4], table[g, T_CONIC + 5]
-            cd0, cd1, cd2 = table[g, T_CONIC + 6], table[g, T_CONIC + 7], table[g, T_CONIC + 8]
-            bounded = boxes[g, 1] < np.inf
-            depth = np.float64(depths[g])
-            n0, n1, n2 = np.float64(normals[g, 0]), np.float64(normals[g, 1]), np.float64(normals[g, 2])
-            for j in range(D):
-                col[j] = np.float64(colors[g, j])
-            for py in range(ya, yb):
-                if row_live[py - y0] == 0:
-                    continue
-                ra, rb = row_span(py + 0.5, xa, xb, bounded, ca0, ca1, ca2, cb0, cb1, cb2, cd0, cd1, cd2, mx, my,
-                                  level)
-                for px in range(ra, rb):
-                    p = (py - y0) * tw + px - x0
-                    if done[p]:
-                        continue
-                    ok, al, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at_pixel(
-                        px + 0.5, py + 0.5, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, level)
-                    if not ok:
-                        continue
-                    if limits is not None and limited and beyond_limit(u, v, use_exact, Mw0, Mw1, Mw2, depth,
-                                                                        lim[p]):
-                        continue
-                    Tp = T[p]
-                    if Tp * (1.0 - al) <= T_MIN:
-                        done[p] = True
-                        n_done += 1
-                        row_live[py - y0] -= 1
-                        col_live[px - x0] -= 1
-                        continue
-                    w = al * Tp
-                    z = surfel_depth_at(u, v, use_exact, intersection, Mw0, Mw1, Mw2, depth)
-                    for j in range(D):
-                        acc[j, p] += w * col[j]
-                    st[2, p] += w * n0
-                    st[3, p] += w * n1
-                    st[4, p] += w * n2
-                    st[5, p] += 2.0 * w * (z * st[0, p] - st[1, p])
-                    st[0, p] += w
-                    st[1, p] += w * z
-                    if Tp > MEDIAN_T:
-                        st[6, p] = z
-                        med[p] = k
-                    T[p] = Tp * (1.0 - al)
-                    last[p] = k
-        for py in range(y0, y1):
-            for px in range(x0, x1):
-                p = (py - y0) * tw + px - x0
-                for j in range(D):
-                    render[c, py, px, j] = acc[j, p]
-                alpha_out[c, py, px, 0] = st[0, p]
-                T_out[c, py, px, 0] = T[p]
-                wz_out[c, py, px, 0] = st[1, p]
-                median_out[c, py, px, 0] = st[6, p]
-                normal_out[c, py, px, 0] = st[2, p]
-                normal_out[c, py, px, 1] = st[3, p]
-                normal_out[c, py, px, 2] = st[4, p]
-                dist_out[c, py, px, 0] = st[5, p]
-                last_k[c, py, px] = last[p]
-                median_k[c, py, px] = med[p]
-
-
-# per-pixel backward inputs, loaded once per tile (rows of the tile's [NB, npix] array)
-B_VA, B_VWZ, B_VD, B_VN, B_VMED, B_VTF, B_WALL, B_ZALL = 0, 1, 2, 3, 6, 7, 8, 9
-NB = 10
-
-
-@njit(cache=True, parallel=True)
-def backward_kernel(M, means2d, opac, colors, depths, normals, boxes, table, offsets, ids, tile_order, W, H, TW, ts,
-                    intersection, limits, alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz,
-                    v_median, v_normal, v_dist, grads):
-    """Per-intersection gradients grads [M, G_COLOR + D] (float64, every row written) from the cotangents
-    of the forward outputs (same shapes; v_alpha is d loss / d sum w). Per tile, surfels back to front,
-    each over the pixels of its alpha box whose last blended surfel is not in front of it, with
-    per-pixel running sums of what lies behind (sum w_j dL/dw_j, sum w_j, sum w_j z_j): per pixel, the
-    arithmetic and order of a back-to-front walk from its last blended surfel. ``limits``: as the
-    forward's (skipped surfels get nothing)."""
-    D = colors.shape[1]
-    TT = TW * ((H + ts - 1) // ts)
-    for it in prange(tile_order.shape[0]):
-        t = tile_order[it]
-        c, x0, y0, x1, y1 = tile_box(t, TW, TT, ts, W, H)
-        start, end = offsets[t], offsets[t + 1]
-        tw = x1 - x0
-        npix = tw * (y1 - y0)
-        T = np.empty(npix)
-        S = np.zeros(npix)  # sum over blended j > i of w_j dL/dw_j
-        W_after = np.zeros(npix)
-        Z_after = np.zeros(npix)
-        pv = np.empty((NB, npix))
-        vr = np.empty((D, npix))
-        last = np.empty(npix, np.int64)
-        med = np.empty(npix, np.int64)
-        top = start - 1
-        if limits is not None:
-            lim = load_tile_limits(limits, c, x0, y0, x1, y1)
-            limited = lim.min() < np.inf  # a tile without a finite limit skips the test
-        for py in range(y0, y1):
-            for px in range(x0, x1):
-                p = (py - y0) * tw + px - x0
-                Tf = np.float64(T_final[c, py, px, 0])
-                T[p] = Tf
-                last[p] = last_k[c, py, px]
-                med[p] = median_k[c, py, px]
-                top = max(top, last[p])
-                pv[B_VA, p] = v_alpha[c, py, px, 0]
-                pv[B_VWZ, p] = v_wz[c, py, px, 0]
-                pv[B_VD, p] = v_dist[c, py, px, 0]
-                for j in range(3):
-                    pv[B_VN + j, p] = v_normal[c, py, px, j]
-                pv[B_VMED, p] = v_median[c, py, px, 0]
-                pv[B_VTF, p] = np.float64(v_T[c, py, px, 0]) * Tf
-                pv[B_WALL, p] = alpha_sum[c, py, px, 0]
-                pv[B_ZALL, p] = wz_sum[c, py, px, 0]
-                for j in range(D):
-                    vr[j, p] = v_render[c, py, px, j]
-        for k in range(end - 1, top, -1):  # behind every pixel's last blended surfel: no gradient
-            grads[k, :] = 0.0
-        row_last = np.full(y1 - y0, -1, np.int64)  # per row / column the deepest last blended surfel:
-        col_last = np.full(tw, -1, np.int64)  # spans shrink to the rows and columns that reach k
-        for py in range(y0, y1):
-            for px in range(x0, x1):
-                q = last[(py - y0) * tw + px - x0]
-                row_last[py - y0] = max(row_last[py - y0], q)
-                col_last[px - x0] = max(col_last[px - x0], q)
-        gcol = np.zeros(D)
-        col = np.empty(D)
-        for k in range(top, start - 1, -1):
-            g = ids[k]
-            grads[k, :] = 0.0
-            xa, xb = pixel_span(boxes[g, 0], boxes[g, 1], x0, x1)
-            ya, yb = pixel_span(boxes[g, 2], boxes[g, 3], y0, y1)
-            xa, xb = shrink_span(xa, xb, x0, col_last, k)
-            ya, yb = shrink_span(ya, yb, y0, row_last, k)
-            if xa == xb or ya == yb:
-                continue
-            Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o = surfel_values(g, M, means2d, opac)
-            level = table[g, T_LEVEL]
-            ca0, ca1, ca2 = table[g, T_CONIC], table[g, T_CONIC + 1], table[g, T_CONIC + 2]
-            cb0, cb1, cb2 = table[g, T_CONIC + 3], table[g, T_CONIC + 4], table[g, T_CONIC + 5]
-            cd0, cd1, cd2 = table[g, T_CONIC + 6], table[g, T_CONIC + 7], table[g, T_CONIC + 8]
-            bounded = boxes[g, 1] < np.inf
-            depth = np.float64(depths[g])
-            n0, n1, n2 = np.float64(normals[g, 0]), np.float64(normals[g, 1]), np.float64(normals[g, 2])
-            for j in range(D):
-                col[j] = np.float64(colors[g, j])
-                gcol[j] = 0.0
-            gm0 = gm1 = go = gd = gn0 = gn1 = gn2 = 0.0
-            gM0 = gM1 = gM2 = gM3 = gM4 = gM5 = gM6 = gM7 = gM8 = 0.0
-            for py in range(ya, yb):
-                if row_last[py - y0] < k:
-                    continue
-                ra, rb = row_span(py + 0.5, xa, xb, bounded, ca0, ca1, ca2, cb0, cb1, cb2, cd0, cd1, cd2, mx, my,
-                                  level)
-                for px in range(ra, rb):
-                    p = (py - y0) * tw + px - x0
-                    if last[p] < k:
-                        continue
-                    x, y = px + 0.5, py + 0.5
-                    ok, al, e, u, v, use_exact, c0, c1, c2, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at_pixel(
-                        x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, level)
-                    if not ok:
-                        continue
-                    if limits is not None and limited and beyond_limit(u, v, use_exact, Mw0, Mw1, Mw2, depth,
-                                                                        lim[p]):
-                        continue
-                    inv_keep = 1.0 / (1.0 - al)
-                    Ti = T[p] * inv_keep
-                    T[p] = Ti
-                    w = al * Ti
-                    z = surfel_depth_at(u, v, use_exact, intersection, Mw0, Mw1, Mw2, depth)
-                    A = pv[B_WALL, p] - w - W_after[p]  # sum over j < i of w_j
-                    B = pv[B_ZALL, p] - w * z - Z_after[p]  # sum over j < i of w_j z_j
-                    vd = pv[B_VD, p]
-                    vn0, vn1, vn2 = pv[B_VN, p], pv[B_VN + 1, p], pv[B_VN + 2, p]
-                    gw = pv[B_VA, p] + pv[B_VWZ, p] * z + vn0 * n0 + vn1 * n1 + vn2 * n2
-                    for j in range(D):
-                        gw += vr[j, p] * col[j]
-                        gcol[j] += vr[j, p] * w
-                    gw += 2.0 * vd * (z * A - B + Z_after[p] - z * W_after[p])
-                    v_z = pv[B_VWZ, p] * w + 2.0 * vd * w * (A - W_after[p])
-                    if k == med[p]:
-                        v_z += pv[B_VMED, p]
-                    gn0 += vn0 * w
-                    gn1 += vn1 * w
-                    gn2 += vn2 * w
-                    v_al = Ti * gw - (S[p] + pv[B_VTF, p]) * inv_keep
-                    S[p] += w * gw
-                    W_after[p] += w
-                    Z_after[p] += w * z
-                    (d_m0, d_m1, d_o, d_d, d0, d1, d2, d3, d4, d5, d6, d7, d8) = surfel_gradients(
-                        x, y, e, u, v, use_exact, c2, hu0, hu1, hu2, hv0, hv1, hv2, v_al, v_z, intersection,
-                        Mw0, Mw1, mx, my, o)
-                    gm0 += d_m0
-                    gm1 += d_m1
-                    go += d_o
-                    gd += d_d
-                    gM0 += d0
-                    gM1 += d1
-                    gM2 += d2
-                    gM3 += d3
-                    gM4 += d4
-                    gM5 += d5
-                    gM6 += d6
-                    gM7 += d7
-                    gM8 += d8
-            grads[k, G_MEANS2D], grads[k, G_MEANS2D + 1] = gm0, gm1
-            grads[k, G_M], grads[k, G_M + 1], grads[k, G_M + 2] = gM0, gM1, gM2
-            grads[k, G_M + 3], grads[k, G_M + 4], grads[k, G_M + 5] = gM3, gM4, gM5
-            grads[k, G_M + 6], grads[k, G_M + 7], grads[k, G_M + 8] = gM6, gM7, gM8
-            grads[k, G_OPAC], grads[k, G_DEPTH] = go, gd
-            grads[k, G_NORMAL], grads[k, G_NORMAL + 1], grads[k, G_NORMAL + 2] = gn0, gn1, gn2
-            for j in range(D):
-                grads[k, G_COLOR + j] = gcol[j]
+def row_reaches(rows, g, y, mid, half):
+    """Whether surfel g's alpha can reach 1/255 at a pixel centre of the row of centre y within half of
+    mid (the tile's centres): its exact term's chord (chord_polynomials) or its low-pass disc's
+    |q - mean2d|^2 <= level, widened by ROW_MARGIN, meets [mid - half, mid + half]. No sqrt, no
+    division; True for a surfel whose image is no ellipse."""
+    if rows[g, R_BOUNDED] == 0.0:
+        return True
+    xc = rows[g, R_XC1] * y + rows[g, R_XC0]
+    hw2 = xc * xc - ((rows[g, R_Q2] * y + rows[g, R_Q1]) * y + rows[g, R_Q0])
+    gap = abs(xc - mid) - half - ROW_MARGIN  # from the chord's centre to the nearest centre of the tile
+    if hw2 >= -1e-9 * (1.0 + xc * xc) and (gap <= 0.0 or gap * gap <= hw2):
+        return True
+    dy = y - rows[g, R_MY]
+    rest = rows[g, R_LEVEL] - dy * dy
+    gap = abs(rows[g, R_MX] - mid) - half - ROW_MARGIN
+    return rest >= 0.0 and (gap <= 0.0 or gap * gap <= rest)
 
 
 @njit(cache=True, inline="always")
-def surfel_gradients(x, y, e, u, v, use_exact, c2, hu0, hu1, hu2, hv0, hv1, hv2, v_al, v_z, intersection, Mw0,
-                     Mw1, mx, my, o):
-    """Chain d loss / d alpha_i (v_al) and d loss / d z_i (v_z) through alpha = min(0.999, o e),
-    e = exp(-sigma), sigma = 0.5 min(u^2 + v^2, 2 |mean2d - q|^2), (u, v) = (c_x, c_y) / c_z,
-    c = h_u x h_v, h_u = x M_w - M_u, h_v = y M_w - M_v, and the depth. Returns the gradients of
-    (mean2d x, y, opacity, centre depth, M_u (3), M_v (3), M_w (3))."""
-    v_raw = v_al if o * e <= ALPHA_MAX else 0.0  # the clamp passes no gradient
-    d_o = v_raw * e
-    v_sigma = -v_raw * o * e
-    v_u = 0.0
-    v_v = 0.0
-    d_depth = 0.0
-    dw0 = dw1 = dw2 = 0.0
-    if intersection and use_exact:
-        v_u += v_z * Mw0
-        v_v += v_z * Mw1
-        dw0 += v_z * u
-        dw1 += v_z * v
-        dw2 += v_z
-    else:
-        d_depth = v_z
-    d_m0 = d_m1 = 0.0
-    if use_exact:
-        v_u += v_sigma * u
-        v_v += v_sigma * v
-    else:
-        d_m0 = v_sigma * 2.0 * (mx - x)
-        d_m1 = v_sigma * 2.0 * (my - y)
-    inv_c2 = 1.0 / c2
-    vc0 = v_u * inv_c2
-    vc1 = v_v * inv_c2
-    vc2 = -(v_u * u + v_v * v) * inv_c2
-    vhu0 = hv1 * vc2 - hv2 * vc1  # d/dh_u of vc . (h_u x h_v) = h_v x vc
-    vhu1 = hv2 * vc0 - hv0 * vc2
-    vhu2 = hv0 * vc1 - hv1 * vc0
-    vhv0 = vc1 * hu2 - vc2 * hu1  # d/dh_v = vc x h_u
-    vhv1 = vc2 * hu0 - vc0 * hu2
-    vhv2 = vc0 * hu1 - vc1 * hu0
-    return (d_m0, d_m1, d_o, d_depth, -vhu0, -vhu1, -vhu2, -vhv0, -vhv1, -vhv2, dw0 + x * vhu0 + y * vhv0,
-            dw1 + x * vhu1 + y * vhv1, dw2 + x * vhu2 + y * vhv2)
+def reached_rows(rows, g, ylo, yhi, x0, x1):
+    """[ylo, yhi) without the rows at either end that surfel g cannot reach (row_reaches) within the
+    tile's pixel centres x0 + 0.5 .. x1 - 0.5."""
+    mid, half = 0.5 * (x0 + x1), 0.5 * (x1 - x0 - 1)
+    while ylo < yhi and not row_reaches(rows, g, ylo + 0.5, mid, half):
+        ylo += 1
+    while yhi > ylo and not row_reaches(rows, g, yhi - 0.5, mid, half):
+        yhi -= 1
+    return ylo, yhi
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def surfel_at(x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o):
+    """A surfel at pixel centre (x, y), branch-free (the one definition for the forward and the
+    backward, which must agree exactly: the backward recovers T_i by dividing by 1 - alpha):
+    h_u = x M_w - M_u, h_v = y M_w - M_v, c = h_u x h_v, (u, v) = (c_0, c_1) / c_2,
+    sigma = 0.5 min(u^2 + v^2, 2 |mean2d - q|^2), e = exp(-sigma), alpha = min(0.999, o e), and the
+    intersection depth M_w . (u, v, 1). Returns (hit (c_2 != 0), alpha, e, u, v, use_exact, 1 / c_2,
+    z_hit, dx, dy, hu0, hu1, hu2, hv0, hv1, hv2) with d = mean2d - q; where there is no hit, 1 / c_2
+    is 1 (all finite)."""
+    zero, one, half, two = like(0.0, o), like(1.0, o), like(0.5, o), like(LOW_PASS_SCALE, o)
+    hu0 = x * Mw0 - Mu0
+    hu1 = x * Mw1 - Mu1
+    hu2 = x * Mw2 - Mu2
+    hv0 = y * Mw0 - Mv0
+    hv1 = y * Mw1 - Mv1
+    hv2 = y * Mw2 - Mv2
+    c0 = hu1 * hv2 - hu2 * hv1
+    c1 = hu2 * hv0 - hu0 * hv2
+    c2 = hu0 * hv1 - hu1 * hv0
+    hit = c2 != zero
+    r = one / select(hit, c2, one)
+    u = c0 * r
+    v = c1 * r
+    exact = u * u + v * v
+    dx = mx - x
+    dy = my - y
+    low = two * (dx * dx + dy * dy)
+    use_exact = exact <= low
+    sigma = half * select(use_exact, exact, low)
+    e = exp_kernel(-sigma)
+    al = o * e
+    al = select(al > like(ALPHA_MAX, o), like(ALPHA_MAX, o), al)
+    z_hit = u * Mw0 + v * Mw1 + Mw2
+    return hit & (sigma >= zero), al, e, u, v, use_exact, r, z_hit, dx, dy, hu0, hu1, hu2, hv0, hv1, hv2
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def forward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0, n1,
+                   n2, c0, c1, c2, intersection, extra):
+    """Blend surfel k into tile pixels [lo, hi), branch-free (inlined into forward_tile).
+
+    Per pixel: the surfel's alpha (surfel_at); it blends where it hits, alpha reaches the pixel's
+    threshold (1/255, or 2 once done), its limit depth (intersection depth where the exact term gave
+    sigma, else the centre depth) is in front of the pixel's limit and T (1 - alpha) > 1e-4, and the
+    pixel is done instead where T (1 - alpha) <= 1e-4. Adds w = alpha T times colours 0..2, normal,
+    z and 1 to the sums, the distortion term 2 w (z sum w - sum w z) before them, and records the
+    median (z and k of the last blend with T > 0.5) and the last blended k; w goes to F_W when
+    ``extra`` (channels >= 3 to add: accumulate_pixels)."""
+    zero, one, two = like(0.0, o), like(1.0, o), like(2.0, o)
+    tmin, done, tmed = like(T_MIN, o), like(2.0, o), like(MEDIAN_T, o)
+    k32, minus1 = np.int32(k), np.int32(-1)
+    for p in range(U(lo), U(hi)):
+        hit, al, _, _, _, use_exact, _, z_hit, _, _, _, _, _, _, _, _ = surfel_at(
+            st[U(F_CX) + p], st[U(F_CY) + p], Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o)
+        z_lim = select(use_exact, z_hit, depth)
+        thr = st[U(F_THR) + p]
+        Tp = st[U(F_T) + p]
+        next_T = Tp * (one - al)
+        ok = hit & (al >= thr) & (z_lim < st[U(F_LIM) + p])
+        stop = ok & (next_T <= tmin)
+        blend = ok & (next_T > tmin)
+        # Updates never store select(cond, new, the loaded value): LLVM turns that into a masked store,
+        # very slow on AMD cores (rasterizer.cpu.compositing).
+        w = select(blend, al * Tp, zero)
+        z = select(intersection & use_exact, z_hit, depth)
+        sw = st[U(F_SW) + p]
+        wz = st[U(F_WZ) + p]
+        st[U(F_DIST) + p] += two * w * (z * sw - wz)
+        st[U(F_SW) + p] = sw + w
+        st[U(F_WZ) + p] = wz + w * z
+        if extra:  # loop-invariant: LLVM unswitches it
+            st[U(F_W) + p] = w
+        st[U(F_N) + p] += w * n0
+        st[U(F_N + NPIX) + p] += w * n1
+        st[U(F_N + 2 * NPIX) + p] += w * n2
+        st[U(F_ACC) + p] += c0 * w
+        st[U(F_ACC + NPIX) + p] += c1 * w
+        st[U(F_ACC + 2 * NPIX) + p] += c2 * w
+        is_med = blend & (Tp > tmed)
+        m = select(is_med, one, zero)  # exact either way: med (1 - m) + z m
+        st[U(F_MED) + p] = st[U(F_MED) + p] * (one - m) + z * m
+        st[U(F_T) + p] = Tp * select(blend, one - al, one)
+        st[U(F_THR) + p] = select(stop, done, abs(thr))  # abs: LLVM cannot prove it is the old value
+        last[p] = max(last[p], select(blend, k32, minus1))  # k grows: the max is the last blended
+        medk[p] = max(medk[p], select(is_med, k32, minus1))
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def accumulate_pixels(st, lo, hi, colors, g):
+    """acc[ch, p] += colors[g, ch] * w[p] for p in [lo, hi) and channels ch >= 3 (forward_pixels adds
+    the first three; w from forward_pixels)."""
+    for ch in range(3, colors.shape[1]):
+        col = colors[g, ch]
+        base = U(F_ACC + ch * NPIX)
+        for p in range(U(lo), U(hi)):
+            st[base + p] += col * st[U(F_W) + p]
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def count_done(st, done_threshold):
+    """Number of tile pixels that are done (threshold raised to done_threshold) or outside the image."""
+    n = 0
+    for p in range(NPIX):
+        n += select(st[F_THR + p] == done_threshold, 1, 0)
+    return n
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def load_tile_limits(st, base, limits, c, x0, y0, x1, y1):
+    """The depth limits of one tile's pixels into st[base:base + NPIX] (limits [C, H, W] in the storage
+    dtype, finite)."""
+    for y in range(y0, y1):
+        for x in range(x0, x1):
+            st[base + (y - y0) * TS + x - x0] = limits[c, y, x]
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def surfel_scalars(packed, g):
+    """The P_* values of surfel g (19 scalars of the storage dtype)."""
+    return (packed[g, 0], packed[g, 1], packed[g, 2], packed[g, 3], packed[g, 4], packed[g, 5], packed[g, 6],
+            packed[g, 7], packed[g, 8], packed[g, P_MX], packed[g, P_MY], packed[g, P_OP], packed[g, P_DEPTH],
+            packed[g, P_N], packed[g, P_N + 1], packed[g, P_N + 2], packed[g, P_C], packed[g, P_C + 1],
+            packed[g, P_C + 2])
 
 
 @njit(cache=True, parallel=True)
-def sum_rows_per_surfel(grads, perm, starts, counts, out):
-    """out[g] = sum of grads[perm[q]] over surfel g's intersections q in [starts[g], starts[g] + counts[g])
-    (the binning's layout), in ascending q; out [G, cols] (any float dtype) is overwritten."""
+def forward_kernel(packed, rows, colors, offsets, ids, tile_order, W, H, TW, TH, intersection, limits, render,
+                   alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k, median_k):
+    """Composite every tile in parallel. Outputs [C, H, W, .] in the storage dtype: render (D), alpha
+    (sum w), T_out (prod (1 - alpha)), wz_out (sum w z), median_out, normal_out (3), dist_out; last_k /
+    median_k [C, H, W] int32: the intersection index of the last blended surfel / of the median one (-1:
+    none). ``limits`` [C, H, W] depth limits in the storage dtype (finite: the dtype's max is none) or None
+    (a separate compilation)."""
+    for it in prange(tile_order.shape[0]):
+        forward_tile(tile_order[it], packed, rows, colors, offsets, ids, W, H, TW, TH, intersection, limits, render,
+                     alpha_out, T_out, wz_out, median_out, normal_out, dist_out, last_k, median_k)
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def forward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, intersection, limits, render, alpha_out, T_out,
+                 wz_out, median_out, normal_out, dist_out, last_k, median_k):
+    """Forward pass of one tile t (see forward_kernel): surfels front to back, each over the rows its
+    alpha box crosses, until every pixel of the tile is done."""
+    D = colors.shape[1]
+    c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
+    st = np.zeros(F_ACC + max(D, 3) * NPIX, packed.dtype)
+    last = np.full(NPIX, -1, np.int32)
+    medk = np.full(NPIX, -1, np.int32)
+    init_tile_pixels(st, F_T, F_CX, F_CY, x0, y0)
+    done = like(2.0, st[0])
+    st[F_THR:F_THR + NPIX] = done
+    st[F_LIM:F_LIM + NPIX] = np.finfo(packed.dtype).max
+    for ly in range(y1 - y0):
+        for lx in range(x1 - x0):
+            st[F_THR + ly * TS + lx] = ALPHA_THRESHOLD
+    if limits is not None:  # None: a separate compilation with this pruned
+        load_tile_limits(st, F_LIM, limits, c, x0, y0, x1, y1)
+    start, end = offsets[t], offsets[t + 1]
+    for k in range(start, end):
+        if (k - start) % LIVE_CHECK == LIVE_CHECK - 1 and count_done(st, done) == NPIX:
+            break
+        if k + AHEAD < end:
+            ga = ids[k + AHEAD]
+            prefetch_span(packed, ga * PACKED, PACKED)
+            prefetch_span(rows, ga * ROWS, ROWS)
+        g = ids[k]
+        ylo, yhi = pixel_span(rows[g, R_YMIN], rows[g, R_YMAX], y0, y1)
+        ylo, yhi = reached_rows(rows, g, ylo, yhi, x0, x1)
+        if ylo >= yhi:
+            continue
+        lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
+        (Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0, n1, n2, c0, c1,
+         c2) = surfel_scalars(packed, g)
+        forward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0,
+                       n1, n2, c0, c1, c2, intersection, D > 3)
+        if D > 3:
+            accumulate_pixels(st, lo, hi, colors, g)
+    for y in range(y0, y1):
+        for x in range(x0, x1):
+            p = (y - y0) * TS + x - x0
+            for ch in range(D):
+                render[c, y, x, ch] = st[F_ACC + ch * NPIX + p]
+            alpha_out[c, y, x, 0] = st[F_SW + p]
+            T_out[c, y, x, 0] = st[F_T + p]
+            wz_out[c, y, x, 0] = st[F_WZ + p]
+            median_out[c, y, x, 0] = st[F_MED + p]
+            for j in range(3):
+                normal_out[c, y, x, j] = st[F_N + j * NPIX + p]
+            dist_out[c, y, x, 0] = st[F_DIST + p]
+            last_k[c, y, x] = last[p]
+            median_k[c, y, x] = medk[p]
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def backward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0, n1,
+                    n2, c0, c1, c2, intersection):
+    """Backward of surfel k over tile pixels [lo, hi) in one branch-free pass (inlined into
+    backward_tile). Where k was blended (the forward's test and k <= the pixel's last blended):
+    T_i = T_{i+1} / (1 - alpha), w = alpha T_i, and with A, B the sums of w and w z of the surfels in
+    front (all minus this one minus those behind),
+      dL/dw = v_alpha + v_wz z + v_normal . n + v_render . c + 2 v_dist (z A - B + Z_after - z W_after),
+      dL/dz = v_wz w + 2 v_dist w (A - W_after) (+ v_median where k gave the median),
+      dL/dalpha = T_i dL/dw - (S + T_final v_T) / (1 - alpha), S = sum behind of w dL/dw;
+    then through alpha = min(0.999, o e), sigma and (u, v) = (c_0, c_1) / c_2 to mean2d, opacity, centre
+    depth and vc = d loss / d c (the specification's chain). Elsewhere every term is an exact 0.
+    Updates T, S, W_after, Z_after and B_W (w). Returns the sums over the pixels: (mean2d x, y, opacity,
+    depth, normal (3), colour 0..2, and for ray_transform_gradients sum vc, sum x vc, sum y vc and the
+    intersection depth's d loss / d M_w)."""
+    zero, one, two = like(0.0, o), like(1.0, o), like(2.0, o)
+    amax, thr = like(ALPHA_MAX, o), like(ALPHA_THRESHOLD, o)
+    k32 = np.int32(k)
+    gm0 = gm1 = go = gd = gn0 = gn1 = gn2 = gc0 = gc1 = gc2 = zero
+    s0 = s1 = s2 = sx0 = sx1 = sx2 = sy0 = sy1 = sy2 = dw0 = dw1 = dw2 = zero
+    for p in range(U(lo), U(hi)):
+        x = st[U(B_CX) + p]
+        y = st[U(B_CY) + p]
+        hit, al, e, u, v, use_exact, r, z_hit, dx, dy, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at(
+            x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o)
+        z_lim = select(use_exact, z_hit, depth)
+        ok = hit & (al >= thr) & (k32 <= last[p]) & (z_lim < st[U(B_LIM) + p])
+        ra = one / (one - al)
+        ti = select(ok, st[U(B_T) + p] * ra, zero)
+        st[U(B_T) + p] *= select(ok, ra, one)  # arithmetic, not a masked store
+        ra = select(ok, ra, zero)
+        w = al * ti
+        ie = intersection & use_exact
+        z = select(ie, z_hit, depth)
+        w_after = st[U(B_WA) + p]
+        z_after = st[U(B_ZA) + p]
+        A = st[U(B_WALL) + p] - w - w_after
+        B = st[U(B_ZALL) + p] - w * z - z_after
+        vd = st[U(B_VD) + p]
+        vwz = st[U(B_VWZ) + p]
+        vn0 = st[U(B_VN) + p]
+        vn1 = st[U(B_VN + NPIX) + p]
+        vn2 = st[U(B_VN + 2 * NPIX) + p]
+        vr0 = st[U(B_VR) + p]
+        vr1 = st[U(B_VR + NPIX) + p]
+        vr2 = st[U(B_VR + 2 * NPIX) + p]
+        gw = st[U(B_VA) + p] + vwz * z + vn0 * n0 + vn1 * n1 + vn2 * n2
+        gw += vr0 * c0 + vr1 * c1 + vr2 * c2 + st[U(B_XG) + p]
+        gw += two * vd * (z * A - B + z_after - z * w_after)
+        v_z = vwz * w + two * vd * w * (A - w_after)
+        v_z += select(ok & (medk[p] == k32), st[U(B_VMED) + p], zero)
+        s = st[U(B_S) + p]
+        v_al = ti * gw - (s + st[U(B_VTF) + p]) * ra
+        st[U(B_S) + p] = s + w * gw
+        st[U(B_WA) + p] = w_after + w
+        st[U(B_ZA) + p] = z_after + w * z
+        st[U(B_W) + p] = w
+        gn0 = radd(gn0, vn0 * w)
+        gn1 = radd(gn1, vn1 * w)
+        gn2 = radd(gn2, vn2 * w)
+        gc0 = radd(gc0, vr0 * w)
+        gc1 = radd(gc1, vr1 * w)
+        gc2 = radd(gc2, vr2 * w)
+        ov = o * e
+        v_raw = select(ov <= amax, v_al, zero)  # the clamp passes no gradient
+        go = radd(go, v_raw * e)
+        v_sigma = -v_raw * ov
+        v_u = select(ie, v_z * Mw0, zero) + select(use_exact, v_sigma * u, zero)
+        v_v = select(ie, v_z * Mw1, zero) + select(use_exact, v_sigma * v, zero)
+        gd = radd(gd, select(ie, zero, v_z))
+        v_low = select(use_exact, zero, two * v_sigma)
+        gm0 = radd(gm0, v_low * dx)
+        gm1 = radd(gm1, v_low * dy)
+        vc0 = v_u * r
+        vc1 = v_v * r
+        vc2 = -(v_u * u + v_v * v) * r
+        s0 = radd(s0, vc0)
+        s1 = radd(s1, vc1)
+        s2 = radd(s2, vc2)
+        sx0 = radd(sx0, x * vc0)
+        sx1 = radd(sx1, x * vc1)
+        sx2 = radd(sx2, x * vc2)
+        sy0 = radd(sy0, y * vc0)
+        sy1 = radd(sy1, y * vc1)
+        sy2 = radd(sy2, y * vc2)
+        dw0 = radd(dw0, select(ie, v_z * u, zero))
+        dw1 = radd(dw1, select(ie, v_z * v, zero))
+        dw2 = radd(dw2, select(ie, v_z, zero))
+    return (gm0, gm1, go, gd, gn0, gn1, gn2, gc0, gc1, gc2, (s0, s1, s2), (sx0, sx1, sx2), (sy0, sy1, sy2),
+            (dw0, dw1, dw2))
+
+
+@njit(cache=True, inline="always")
+def cross(a, b):
+    """a x b of 3-tuples."""
+    return a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]
+
+
+@njit(cache=True, inline="always")
+def ray_transform_gradients(Mu, Mv, Mw, S, Sx, Sy, dW):
+    """d loss / d (M_u, M_v, M_w) from the pixel sums of vc = d loss / d c (S = sum vc, Sx = sum x vc,
+    Sy = sum y vc) and dW = sum of the intersection depth's d loss / d M_w. With h_u = x M_w - M_u,
+    h_v = y M_w - M_v and c = h_u x h_v, d loss / d h_u = h_v x vc and d loss / d h_v = vc x h_u, so
+      d/dM_u = -sum h_v x vc = M_v x S - M_w x Sy,
+      d/dM_v = -sum vc x h_u = S x M_u - Sx x M_w,
+      d/dM_w = dW + sum (x h_v x vc + y vc x h_u) = dW + Sx x M_v + M_u x Sy
+    (the x y terms cancel)."""
+    a, b = cross(Mv, S), cross(Mw, Sy)
+    c, d = cross(S, Mu), cross(Sx, Mw)
+    e, f = cross(Sx, Mv), cross(Mu, Sy)
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2], c[0] - d[0], c[1] - d[1], c[2] - d[2],
+            dW[0] + e[0] + f[0], dW[1] + e[1] + f[1], dW[2] + e[2] + f[2])
+
+
+@njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
+def extra_colour_pixels(st, lo, hi, colors, g):
+    """Renders with more than 3 channels, before backward_pixels: B_XG[p] = sum over channels ch >= 3 of
+    colors[g, ch] v_render[ch, p] for p in [lo, hi)."""
+    for p in range(U(lo), U(hi)):
+        st[U(B_XG) + p] = like(0.0, st[0])
+    for ch in range(3, colors.shape[1]):
+        col = colors[g, ch]
+        base = U(B_VR + ch * NPIX)
+        for p in range(U(lo), U(hi)):
+            st[U(B_XG) + p] += col * st[base + p]
+
+
+@njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
+def extra_colour_gradients(st, lo, hi, D, grads, k):
+    """Renders with more than 3 channels, after backward_pixels: grads[k, G_COLOR + ch] = sum over
+    [lo, hi) of w v_render[ch] for channels ch >= 3."""
+    for ch in range(3, D):
+        base = U(B_VR + ch * NPIX)
+        s = like(0.0, st[0])
+        for p in range(U(lo), U(hi)):
+            s += st[U(B_W) + p] * st[base + p]
+        grads[k, G_COLOR + ch] = s
+
+
+@njit(cache=True, parallel=True)
+def backward_kernel(packed, rows, colors, offsets, ids, row_of, tile_order, W, H, TW, TH, intersection, limits,
+                    alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz, v_median, v_normal,
+                    v_dist, grads):
+    """Per-intersection gradients grads [M, G_COLOR + D] (storage dtype, every row written) from the
+    cotangents of the forward outputs (same shapes; v_alpha is d loss / d sum w), tiles in parallel.
+    Intersection k's gradients go to row row_of[k] (inverse_permutation: the binning's surfel-major
+    order, which sum_rows_per_surfel then reads in sequence). ``limits``: as the forward's (skipped
+    surfels get nothing)."""
+    for it in prange(tile_order.shape[0]):
+        backward_tile(tile_order[it], packed, rows, colors, offsets, ids, row_of, W, H, TW, TH, intersection, limits,
+                      alpha_sum, T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz, v_median, v_normal,
+                      v_dist, grads)
+
+
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def backward_tile(t, packed, rows, colors, offsets, ids, row_of, W, H, TW, TH, intersection, limits, alpha_sum,
+                  T_final, wz_sum, last_k, median_k, v_render, v_alpha, v_T, v_wz, v_median, v_normal, v_dist, grads):
+    """Backward pass of one tile t: surfels back to front from the deepest last blended one, each over
+    the rows of its alpha box that reach it (a row whose pixels all stopped in front of k gives 0)."""
+    D = colors.shape[1]
+    c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
+    start, end = offsets[t], offsets[t + 1]
+    st = np.zeros(B_VR + max(D, 3) * NPIX, packed.dtype)
+    last = np.full(NPIX, -1, np.int32)
+    medk = np.full(NPIX, -1, np.int32)
+    row_last = np.full(TS, -1, np.int64)
+    init_tile_pixels(st, B_T, B_CX, B_CY, x0, y0)
+    st[B_LIM:B_LIM + NPIX] = np.finfo(packed.dtype).max
+    if limits is not None:
+        load_tile_limits(st, B_LIM, limits, c, x0, y0, x1, y1)
+    top = start - 1
+    for y in range(y0, y1):
+        for x in range(x0, x1):
+            p = (y - y0) * TS + x - x0
+            Tf = T_final[c, y, x, 0]
+            st[B_T + p] = Tf
+            st[B_VTF + p] = v_T[c, y, x, 0] * Tf
+            st[B_VA + p] = v_alpha[c, y, x, 0]
+            st[B_VWZ + p] = v_wz[c, y, x, 0]
+            st[B_VD + p] = v_dist[c, y, x, 0]
+            for j in range(3):
+                st[B_VN + j * NPIX + p] = v_normal[c, y, x, j]
+            st[B_VMED + p] = v_median[c, y, x, 0]
+            st[B_WALL + p] = alpha_sum[c, y, x, 0]
+            st[B_ZALL + p] = wz_sum[c, y, x, 0]
+            for ch in range(D):
+                st[B_VR + ch * NPIX + p] = v_render[c, y, x, ch]
+            last[p] = last_k[c, y, x]
+            medk[p] = median_k[c, y, x]
+            row_last[y - y0] = max(row_last[y - y0], np.int64(last[p]))
+        top = max(top, row_last[y - y0])
+    for k in range(top + 1, end):  # behind every pixel's last blended surfel: no gradient
+        grads[row_of[k], :] = 0.0
+    for k in range(top, start - 1, -1):
+        if k - AHEAD >= start:
+            ga = ids[k - AHEAD]
+            prefetch_span(packed, ga * PACKED, PACKED)
+            prefetch_span(grads, row_of[k - AHEAD] * grads.shape[1], grads.shape[1])
+            prefetch_span(rows, ga * ROWS, ROWS)
+        g = ids[k]
+        q = row_of[k]
+        ylo, yhi = pixel_span(rows[g, R_YMIN], rows[g, R_YMAX], y0, y1)
+        while ylo < yhi and row_last[ylo - y0] < k:
+            ylo += 1
+        while yhi > ylo and row_last[yhi - 1 - y0] < k:
+            yhi -= 1
+        ylo, yhi = reached_rows(rows, g, ylo, yhi, x0, x1)
+        if ylo >= yhi:
+            grads[q, :] = 0.0
+            continue
+        lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
+        if D > 3:
+            extra_colour_pixels(st, lo, hi, colors, g)
+        (Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0, n1, n2, c0, c1,
+         c2) = surfel_scalars(packed, g)
+        (grads[q, G_MEANS2D], grads[q, G_MEANS2D + 1], grads[q, G_OPAC], grads[q, G_DEPTH], grads[q, G_NORMAL],
+         grads[q, G_NORMAL + 1], grads[q, G_NORMAL + 2], gc0, gc1, gc2, S, Sx, Sy, dW) = backward_pixels(
+            st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0, n1, n2, c0,
+            c1, c2, intersection)
+        (grads[q, G_M], grads[q, G_M + 1], grads[q, G_M + 2], grads[q, G_M + 3], grads[q, G_M + 4], grads[q, G_M + 5],
+         grads[q, G_M + 6], grads[q, G_M + 7], grads[q, G_M + 8]) = ray_transform_gradients(
+            (Mu0, Mu1, Mu2), (Mv0, Mv1, Mv2), (Mw0, Mw1, Mw2), S, Sx, Sy, dW)
+        grads[q, G_COLOR] = gc0
+        if D > 1:
+            grads[q, G_COLOR + 1] = gc1
+        if D > 2:
+            grads[q, G_COLOR + 2] = gc2
+        if D > 3:
+            extra_colour_gradients(st, lo, hi, D, grads, q)
+
+
+@njit(cache=True, parallel=True)
+def inverse_permutation(perm):
+    """row_of [M] int64 with row_of[perm[q]] = q: the position of intersection k in the binning's
+    surfel-major order (perm: surfel g's intersections are ids[perm[starts[g]:starts[g] + counts[g]]])."""
+    row_of = np.empty_like(perm)
+    for q in prange(perm.shape[0]):
+        row_of[perm[q]] = q
+    return row_of
+
+
+@njit(cache=True, parallel=True)
+def sum_rows_per_surfel(grads, starts, counts, out, threads):
+    """out[g] = sum of rows [starts[g], starts[g] + counts[g]) of grads (surfel g's intersections in the
+    binning's surfel-major order, where backward_kernel wrote them), in ascending order; out [G, cols]
+    is overwritten. Surfels dealt to the threads in blocks (``rasterizer.cpu.schedule``); their runs of
+    rows lie in depth order, not in g's, so the run RUNS_AHEAD surfels on is prefetched."""
     G = starts.shape[0]
     cols = grads.shape[1]
-    for g in prange(G):
-        for j in range(cols):
-            out[g, j] = 0.0
-        for q in range(starts[g], starts[g] + counts[g]):
-            k = perm[q]
+    for it in prange(dealt_iterations(G, threads)):
+        lo, hi = dealt_block(it, G, threads)
+        for g in range(lo, hi):
+            if g + RUNS_AHEAD < G and counts[g + RUNS_AHEAD] > 0:
+                prefetch_span(grads, starts[g + RUNS_AHEAD] * cols, counts[g + RUNS_AHEAD] * cols)
             for j in range(cols):
-                out[g, j] += grads[k, j]
+                out[g, j] = 0.0
+            for q in range(starts[g], starts[g] + counts[g]):
+                for j in range(cols):
+                    out[g, j] += grads[q, j]

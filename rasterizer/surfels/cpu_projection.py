@@ -14,35 +14,31 @@ import torch
 from numba import njit, prange
 
 from ..cpu.launch import KERNEL_LOCK
-from ..cpu.projection_kernels import NORM_EPS, _normalized_quat, _rotmat
+from ..cpu.projection_kernels import NORM_EPS, _add, _mul, _normalized_quat, _rotmat, _t
 from .projection import EXTENT_SIGMAS, MIN_HALF_EXTENT_SQ, SurfelProjection
 
 
 @njit(cache=True, inline="always")
+def _mat3(A):
+    """The 3x3 block A[:3, :3] of a 2D array as a row-major 9-tuple of float64."""
+    return (np.float64(A[0, 0]), np.float64(A[0, 1]), np.float64(A[0, 2]), np.float64(A[1, 0]),
+            np.float64(A[1, 1]), np.float64(A[1, 2]), np.float64(A[2, 0]), np.float64(A[2, 1]),
+            np.float64(A[2, 2]))
+
+
+@njit(cache=True, inline="always")
 def _pair_frame(means, quats, scales, viewmats, Ks, c, n):
-    """(K W H as 9 row-major values, camera-frame centre (3), raw normal R_c t_w (3), R (9), R_c (9))."""
-    w, x, y, z, norm, den = _normalized_quat(quats, n)
-    R = _rotmat(w, x, y, z)
+    """(K W H, R_c = V_R R, the camera-frame centre p (3-tuple)) of pair (c, n), row-major 9-tuples
+    (float64). W H has the columns R_c s_u t_u, R_c s_v t_v, p."""
+    w, x, y, z, _, _ = _normalized_quat(quats, n)
     V = viewmats[c]
-    Rc = np.empty(9)
-    for i in range(3):
-        for j in range(3):
-            Rc[3 * i + j] = V[i, 0] * R[j] + V[i, 1] * R[3 + j] + V[i, 2] * R[6 + j]
-    p = np.empty(3)
-    for i in range(3):
-        p[i] = V[i, 0] * means[n, 0] + V[i, 1] * means[n, 1] + V[i, 2] * means[n, 2] + V[i, 3]
+    Rc = _mul(_mat3(V), _rotmat(w, x, y, z))
+    p = (V[0, 0] * means[n, 0] + V[0, 1] * means[n, 1] + V[0, 2] * means[n, 2] + V[0, 3],
+         V[1, 0] * means[n, 0] + V[1, 1] * means[n, 1] + V[1, 2] * means[n, 2] + V[1, 3],
+         V[2, 0] * means[n, 0] + V[2, 1] * means[n, 1] + V[2, 2] * means[n, 2] + V[2, 3])
     su, sv = np.float64(scales[n, 0]), np.float64(scales[n, 1])
-    WH = np.empty(9)  # row-major: columns R_c s_u t_u, R_c s_v t_v, p_c
-    for i in range(3):
-        WH[3 * i] = Rc[3 * i] * su
-        WH[3 * i + 1] = Rc[3 * i + 1] * sv
-        WH[3 * i + 2] = p[i]
-    KWH = np.empty(9)
-    K = Ks[c]
-    for i in range(3):
-        for j in range(3):
-            KWH[3 * i + j] = K[i, 0] * WH[j] + K[i, 1] * WH[3 + j] + K[i, 2] * WH[6 + j]
-    return KWH, p, Rc, R
+    WH = (Rc[0] * su, Rc[1] * sv, p[0], Rc[3] * su, Rc[4] * sv, p[1], Rc[6] * su, Rc[7] * sv, p[2])
+    return _mul(_mat3(Ks[c]), WH), Rc, p
 
 
 @njit(cache=True, parallel=True)
@@ -53,7 +49,7 @@ def project_forward_kernel(means, quats, scales, viewmats, Ks, width, height, ne
     C, N = depths.shape
     for it in prange(C * N):
         c, n = it // N, it % N
-        KWH, p, Rc, R = _pair_frame(means, quats, scales, viewmats, Ks, c, n)
+        KWH, Rc, p = _pair_frame(means, quats, scales, viewmats, Ks, c, n)
         keep = p[2] > near and p[2] < far
         dist = KWH[6] * KWH[6] + KWH[7] * KWH[7] - KWH[8] * KWH[8]
         keep = keep and dist != 0.0
@@ -82,10 +78,27 @@ def project_forward_kernel(means, quats, scales, viewmats, Ks, width, height, ne
         toward = -(Rc[2] * p[0] + Rc[5] * p[1] + Rc[8] * p[2]) > 0.0
         s = 1.0 if toward else -1.0
         flips[c, n] = 1 if toward else -1
+        normals[c, n, 0], normals[c, n, 1], normals[c, n, 2] = s * Rc[2], s * Rc[5], s * Rc[8]
         for i in range(3):
-            normals[c, n, i] = s * Rc[3 * i + 2]
             for j in range(3):
                 KWH_out[c, n, i, j] = KWH[3 * i + j]
+
+
+@njit(cache=True, inline="always")
+def _kwh_cotangent(KWH, v_KWH, vmx, vmy):
+    """d loss / d K W H (9-tuple): its own cotangent plus the means2d one's, means2d being the box
+    centre of the dual conic (screen_boxes): m = (M_u . M_w', M_v . M_w') / dist with
+    ' = diag(1, 1, -1) and dist = M_w . M_w'."""
+    dist = KWH[6] * KWH[6] + KWH[7] * KWH[7] - KWH[8] * KWH[8]
+    mx = (KWH[0] * KWH[6] + KWH[1] * KWH[7] - KWH[2] * KWH[8]) / dist
+    my = (KWH[3] * KWH[6] + KWH[4] * KWH[7] - KWH[5] * KWH[8]) / dist
+    r = 1.0 / dist
+    t = 2.0 * (vmx * mx + vmy * my)
+    return (v_KWH[0, 0] + vmx * KWH[6] * r, v_KWH[0, 1] + vmx * KWH[7] * r, v_KWH[0, 2] - vmx * KWH[8] * r,
+            v_KWH[1, 0] + vmy * KWH[6] * r, v_KWH[1, 1] + vmy * KWH[7] * r, v_KWH[1, 2] - vmy * KWH[8] * r,
+            v_KWH[2, 0] + (vmx * KWH[0] + vmy * KWH[3] - t * KWH[6]) * r,
+            v_KWH[2, 1] + (vmx * KWH[1] + vmy * KWH[4] - t * KWH[7]) * r,
+            v_KWH[2, 2] - (vmx * KWH[2] + vmy * KWH[5] - t * KWH[8]) * r)
 
 
 @njit(cache=True, parallel=True)
@@ -95,54 +108,29 @@ def project_backward_kernel(means, quats, scales, viewmats, Ks, radii, flips, v_
     means2d, depths and normals; culled pairs add nothing."""
     C, N = radii.shape[0], radii.shape[1]
     for n in prange(N):
-        gm = np.zeros(3)
-        gR = np.zeros(9)
-        gsu = gsv = 0.0
+        gm0 = gm1 = gm2 = gsu = gsv = 0.0
+        gR = (0.0,) * 9
         w, x, y, z, norm, den = _normalized_quat(quats, n)
+        su, sv = np.float64(scales[n, 0]), np.float64(scales[n, 1])
         for c in range(C):
             if radii[c, n, 0] <= 0 or radii[c, n, 1] <= 0:
                 continue
-            KWH, p, Rc, R = _pair_frame(means, quats, scales, viewmats, Ks, c, n)
-            vK = np.empty(9)
-            for i in range(9):
-                vK[i] = v_KWH[c, n, i // 3, i % 3]
-            # means2d = box centre of the dual conic (screen_boxes)
-            dist = KWH[6] * KWH[6] + KWH[7] * KWH[7] - KWH[8] * KWH[8]
-            mx = (KWH[0] * KWH[6] + KWH[1] * KWH[7] - KWH[2] * KWH[8]) / dist
-            my = (KWH[3] * KWH[6] + KWH[4] * KWH[7] - KWH[5] * KWH[8]) / dist
-            vmx, vmy = np.float64(v_means2d[c, n, 0]), np.float64(v_means2d[c, n, 1])
-            sgn = (1.0, 1.0, -1.0)
-            for j in range(3):
-                vK[j] += vmx * sgn[j] * KWH[6 + j] / dist
-                vK[3 + j] += vmy * sgn[j] * KWH[6 + j] / dist
-                vK[6 + j] += sgn[j] * (vmx * KWH[j] + vmy * KWH[3 + j]
-                                       - 2.0 * (vmx * mx + vmy * my) * KWH[6 + j]) / dist
-            # K W H = K @ W H: v_WH = K^T v_KWH
-            K = Ks[c]
-            vWH = np.empty(9)
-            for i in range(3):
-                for j in range(3):
-                    vWH[3 * i + j] = K[0, i] * vK[j] + K[1, i] * vK[3 + j] + K[2, i] * vK[6 + j]
-            vp = np.empty(3)
-            for i in range(3):
-                vp[i] = vWH[3 * i + 2]
-            vp[2] += np.float64(v_depths[c, n])
+            KWH, Rc, p = _pair_frame(means, quats, scales, viewmats, Ks, c, n)
+            vK = _kwh_cotangent(KWH, v_KWH[c, n], np.float64(v_means2d[c, n, 0]), np.float64(v_means2d[c, n, 1]))
+            vWH = _mul(_t(_mat3(Ks[c])), vK)  # K W H = K @ W H: v_WH = K^T v_KWH
+            vp0, vp1, vp2 = vWH[2], vWH[5], vWH[8] + np.float64(v_depths[c, n])
             V = viewmats[c]
-            for j in range(3):  # p_c = V_R mean + t
-                gm[j] += V[0, j] * vp[0] + V[1, j] * vp[1] + V[2, j] * vp[2]
-            su, sv = np.float64(scales[n, 0]), np.float64(scales[n, 1])
-            vRc = np.empty(9)
+            gm0 += V[0, 0] * vp0 + V[1, 0] * vp1 + V[2, 0] * vp2  # p_c = V_R mean + t
+            gm1 += V[0, 1] * vp0 + V[1, 1] * vp1 + V[2, 1] * vp2
+            gm2 += V[0, 2] * vp0 + V[1, 2] * vp1 + V[2, 2] * vp2
+            gsu += vWH[0] * Rc[0] + vWH[3] * Rc[3] + vWH[6] * Rc[6]
+            gsv += vWH[1] * Rc[1] + vWH[4] * Rc[4] + vWH[7] * Rc[7]
             f = np.float64(flips[c, n])
-            for i in range(3):
-                gsu += vWH[3 * i] * Rc[3 * i]
-                gsv += vWH[3 * i + 1] * Rc[3 * i + 1]
-                vRc[3 * i] = vWH[3 * i] * su
-                vRc[3 * i + 1] = vWH[3 * i + 1] * sv
-                vRc[3 * i + 2] = f * np.float64(v_normals[c, n, i])
-            for i in range(3):  # R_c = V_R R: v_R = V_R^T v_Rc
-                for j in range(3):
-                    gR[3 * i + j] += V[0, i] * vRc[j] + V[1, i] * vRc[3 + j] + V[2, i] * vRc[6 + j]
-        g_means[n, 0], g_means[n, 1], g_means[n, 2] = gm[0], gm[1], gm[2]
+            vRc = (vWH[0] * su, vWH[1] * sv, f * np.float64(v_normals[c, n, 0]),
+                   vWH[3] * su, vWH[4] * sv, f * np.float64(v_normals[c, n, 1]),
+                   vWH[6] * su, vWH[7] * sv, f * np.float64(v_normals[c, n, 2]))
+            gR = _add(gR, _mul(_t(_mat3(V)), vRc))  # R_c = V_R R: v_R = V_R^T v_Rc
+        g_means[n, 0], g_means[n, 1], g_means[n, 2] = gm0, gm1, gm2
         g_scales[n, 0], g_scales[n, 1] = gsu, gsv
         # rotation matrix -> normalised quaternion -> quaternion (as the 3D cpu projection)
         gw = 2.0 * (-gR[1] * z + gR[2] * y + gR[3] * z - gR[5] * x - gR[6] * y + gR[7] * x)

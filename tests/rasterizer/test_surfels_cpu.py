@@ -161,3 +161,55 @@ def test_cpu_projection_matches_reference_forward_and_backward():
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-10)
     for a, b in zip(cpu[1], ref[1]):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * float(b.abs().max()))
+
+
+def test_cpu_matches_reference_with_large_tilted_surfels():
+    """Surfels spanning many tiles, seen at a slant: the kernels trim each one's rows per tile to those its
+    ellipse reaches (and skip tiles its box reaches but its ellipse does not); results stay the reference's."""
+    p, viewmats, Ks = surfel_scene(n=60, width=70, height=52, n_cams=2, seed=13)
+    p["scales"] = (p["scales"].detach() * 4).requires_grad_(True)
+    w = _weights(2, 52, 70, seed=5)
+    for kw in ({}, {"surfel_depth": "intersection"}):
+        _assert_match(_run("cpu", p, viewmats, Ks, 70, 52, w, **kw), _run("reference", p, viewmats, Ks, 70, 52, w, **kw))
+
+
+def test_row_trimming_never_drops_a_reached_pixel():
+    """row_reaches (the kernels' per-row trim) is conservative: every row in which some pixel centre gets
+    alpha >= 1/255 from a surfel (the specification's surfel_alphas, float64) is reported reachable for
+    every tile span containing that pixel; and it does trim (some rows of the alpha boxes are not)."""
+    import numpy as np
+
+    from rasterizer.surfels import cpu_kernels as K
+    from rasterizer.surfels.composite import surfel_alphas
+    from rasterizer.surfels.projection import project_surfels
+
+    p, viewmats, Ks = surfel_scene(n=80, width=64, height=48, n_cams=1, seed=3, spread=1.5)
+    p["scales"] = p["scales"].detach() * 3
+    proj = project_surfels(p["means"], p["quats"], p["scales"], viewmats, Ks, 64, 48)
+    G = proj.means2d.shape[1]
+    M = proj.ray_transforms.detach().reshape(G, 9).numpy().copy()
+    m2d = proj.means2d.detach().reshape(G, 2).numpy().copy()
+    opac = p["opacities"].detach().numpy().copy()
+    packed, rows = np.empty((G, K.PACKED)), np.empty((G, K.ROWS))
+    K.pack_surfels(M, m2d, opac, p["colors"].detach().numpy().copy(), proj.depths.detach().reshape(G).numpy().copy(),
+                   proj.normals.detach().reshape(G, 3).numpy().copy(), proj.radii.reshape(G, 2).numpy().copy(),
+                   packed, rows)
+    ys, xs = torch.meshgrid(torch.arange(48, dtype=torch.float64), torch.arange(64, dtype=torch.float64),
+                            indexing="ij")
+    centres = torch.stack([xs.reshape(-1) + 0.5, ys.reshape(-1) + 0.5], -1)
+    alpha, _, _, _ = surfel_alphas(centres, proj.ray_transforms.detach()[0], proj.means2d.detach()[0],
+                                   p["opacities"].detach())
+    reached = (alpha > 0).reshape(48, 64, G).numpy()
+    kept = dropped = 0
+    reaches = K.row_reaches.py_func
+    for g in range(G):
+        if proj.radii[0, g, 0] <= 0:
+            continue
+        for y in range(48):
+            for x0 in range(0, 64, 16):
+                hit = reached[y, x0:x0 + 16, g].any()
+                ok = reaches(rows, g, y + 0.5, x0 + 8.0, 7.5)  # the centres x0 + 0.5 .. x0 + 15.5
+                assert ok or not hit, f"surfel {g} row {y} tile x {x0}: reached but trimmed"
+                kept += hit
+                dropped += not ok
+    assert kept > 100 and dropped > 100
