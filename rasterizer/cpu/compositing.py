@@ -218,14 +218,15 @@ def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def accumulate_pixels(st, lo, hi, colors, g):
+def accumulate_pixels(st, lo, hi, colors, g, acc=F_ACC, weights=F_W):
     """acc[ch, p] += colors[g, ch] * w[p] for p in [lo, hi) and channels ch >= 3 (forward_pixels adds
-    the first three in its own pass; w from forward_pixels)."""
+    the first three in its own pass; w from forward_pixels). ``acc`` and ``weights``: where the colour
+    sums [D, NPIX] and the weights [NPIX] lie in st (the surfel kernels' layout differs)."""
     for ch in range(3, colors.shape[1]):
         col = colors[g, ch]
-        base = U(F_ACC + ch * NPIX)
+        base = U(acc + ch * NPIX)
         for p in range(U(lo), U(hi)):
-            st[base + p] += col * st[U(F_W) + p]
+            st[base + p] += col * st[U(weights) + p]
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")

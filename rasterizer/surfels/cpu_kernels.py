@@ -31,7 +31,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from ..cpu.compositing import init_tile_pixels
+from ..cpu.compositing import F_THR as _F_THR_3D
+from ..cpu.compositing import accumulate_pixels, count_done, init_tile_pixels, tile_box
 from ..cpu.schedule import dealt_block, dealt_iterations
 from ..cpu.vecmath import FASTMATH, U, exp_kernel, like, prefetch, prefetch_span, radd, select
 
@@ -69,7 +70,7 @@ LEVEL_MARGIN = 1e-5  # relative margin on the alpha level ln(255 o)
 
 # forward tile state (offsets into one flat array of the storage dtype)
 F_T = 0  # [NPIX] transmittance T
-F_THR = F_T + NPIX  # [NPIX] alpha threshold: 1/255 while the pixel is live, 2 (unreachable) once done
+F_THR = F_T + NPIX  # [NPIX] alpha threshold: 1/255 while live, 2 once done (where the 3D count_done reads it)
 F_CX = F_THR + NPIX  # [NPIX] pixel-centre x
 F_CY = F_CX + NPIX  # [NPIX] pixel-centre y
 F_LIM = F_CY + NPIX  # [NPIX] depth limit (the dtype's max: none)
@@ -80,6 +81,7 @@ F_N = F_WZ + NPIX  # [3, NPIX] sum w n
 F_DIST = F_N + 3 * NPIX  # [NPIX] distortion
 F_MED = F_DIST + NPIX  # [NPIX] median depth
 F_ACC = F_MED + NPIX  # [max(D, 3), NPIX] colour
+assert F_THR == _F_THR_3D, "count_done (rasterizer.cpu.compositing) reads the thresholds at its F_THR"
 
 # backward tile state
 B_T = 0  # [NPIX] transmittance T_i, recovered back to front
@@ -102,17 +104,6 @@ B_W = B_XG + NPIX  # [NPIX] the current surfel's weights w (0 where not blended)
 B_VR = B_W + NPIX  # [max(D, 3), NPIX] d loss / d render
 
 FASTMATH_SUMS = FASTMATH | {"reassoc"}  # loops without exp: lets LLVM vectorise their sums
-
-
-@njit(cache=True, inline="always")
-def tile_box(t, TW, TT, ts, W, H):
-    """Camera and pixel box (c, x0, y0, x1, y1) of flat tile t."""
-    c = t // TT
-    r = t - c * TT
-    ty = r // TW
-    tx = r - ty * TW
-    x0, y0 = tx * ts, ty * ts
-    return c, x0, y0, min(x0 + ts, W), min(y0 + ts, H)
 
 
 @njit(cache=True, inline="always")
@@ -328,26 +319,6 @@ def forward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0,
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def accumulate_pixels(st, lo, hi, colors, g):
-    """acc[ch, p] += colors[g, ch] * w[p] for p in [lo, hi) and channels ch >= 3 (forward_pixels adds
-    the first three; w from forward_pixels)."""
-    for ch in range(3, colors.shape[1]):
-        col = colors[g, ch]
-        base = U(F_ACC + ch * NPIX)
-        for p in range(U(lo), U(hi)):
-            st[base + p] += col * st[U(F_W) + p]
-
-
-@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def count_done(st, done_threshold):
-    """Number of tile pixels that are done (threshold raised to done_threshold) or outside the image."""
-    n = 0
-    for p in range(NPIX):
-        n += select(st[F_THR + p] == done_threshold, 1, 0)
-    return n
-
-
-@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def load_tile_limits(st, base, limits, c, x0, y0, x1, y1):
     """The depth limits of one tile's pixels into st[base:base + NPIX] (limits [C, H, W] in the storage
     dtype, finite)."""
@@ -416,7 +387,7 @@ def forward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, intersecti
         forward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0,
                        n1, n2, c0, c1, c2, intersection, D > 3)
         if D > 3:
-            accumulate_pixels(st, lo, hi, colors, g)
+            accumulate_pixels(st, lo, hi, colors, g, F_ACC, F_W)
     for y in range(y0, y1):
         for x in range(x0, x1):
             p = (y - y0) * TS + x - x0
