@@ -81,7 +81,7 @@ def ensure_spot(out: Path, views: int, size: int, mesh: Path, log) -> Path:
 
 
 def train_run(data: Path, run: Path, method: str, steps: int, factor: int, device: str, progress: bool,
-              log, init_num_random: int | None = None) -> tuple[dict, bool]:
+              log, init_num_random: int | None = None, background: str | None = None) -> tuple[dict, bool]:
     """(metrics.json, trained now) of the run in ``run``: reused when finished at ``steps``, else trained
     (resuming its checkpoints)."""
     from recon.trainer import TrainConfig, train_model
@@ -94,7 +94,8 @@ def train_run(data: Path, run: Path, method: str, steps: int, factor: int, devic
     log(f"training {method} on {data} ({steps} steps, data factor {factor}) into {run}")
     cfg = TrainConfig(data=data, out=run, method=method, steps=steps, data_factor=factor, device=device,
                       progress=progress, save_every=max(1000, steps // 4),
-                      **({} if init_num_random is None else {"init_num_random": init_num_random}))
+                      **({} if init_num_random is None else {"init_num_random": init_num_random}),
+                      **({} if background is None else {"background": background}))
     return train_model(cfg, log=lambda *a: None), True
 
 
@@ -254,14 +255,15 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
         per_method = {}
         for method in args.methods:
             name = f"{dataset}-{method}-f{args.data_factor}-s{args.steps}" + \
-                ("" if args.init_num_random is None else f"-n{args.init_num_random}")
+                ("" if args.init_num_random is None else f"-n{args.init_num_random}") + \
+                ("" if args.background is None else f"-bg{args.background}")
             run = out / "runs" / name
             cache = out / "results" / f"{name}.json"
             key = {"eval_version": EVAL_VERSION, "geometry_views": args.geometry_views,
                    "mesh_resolution": args.mesh_resolution, "keep_largest": args.keep_largest, "data": str(data)}
             load0 = os.getloadavg()[0]
             metrics, trained = train_run(data, run, method, args.steps, args.data_factor, args.device,
-                                         args.progress, log, args.init_num_random)
+                                         args.progress, log, args.init_num_random, args.background)
             if not trained and cache.is_file():
                 cached = json.loads(cache.read_text())
                 if cached.get("key") == key:
@@ -313,6 +315,9 @@ def parse_args(argv=None):
                     help="do not pass --keep-largest to splatforge mesh")
     ap.add_argument("--init-num-random", type=int, default=None,
                     help="random initial Gaussians of every run (default: train's, 100k); the run folder name "
+                         "records it when given")
+    ap.add_argument("--background", default=None, choices=["auto", "white", "black", "random"],
+                    help="training background of every run (default: train's, auto); the run folder name "
                          "records it when given")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--progress", action="store_true", help="training progress bars (on stderr)")

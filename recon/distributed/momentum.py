@@ -150,27 +150,29 @@ class MomentumTrainer(Trainer):
     image_index: dict | None = None
 
     def train_step(self, step: int) -> StepResult:
-        from recon.trainer import background_color, check_finite_loss
+        """One step on the views of :meth:`Trainer.render_views`: per view its render seen through the
+        student appearance of its image, the photometric loss times the block weight, and the consistency
+        loss (student against teacher on the detached render), averaged over the views; plus the
+        strategy's regulariser."""
+        from recon.trainer import check_finite_loss
 
-        i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
-        bg = background_color(self.cfg, self.scene, self.view_gen).to(self.device)
-        gt = self.images.rgb(i, bg)
-        self.model.set_step(step, self.cfg.steps)
-        absgrad = getattr(self.strategy, "absgrad", False)
-        frame = self.scene.frames_train[i]
-        render, _, meta = self.model.render([frame.camera], self.active_sh_degree(step), bg, t=frame.time,
-                                            absgrad=absgrad)
-        index = self.image_index[frame.name]
+        picks, gts, render, meta = self.render_views(step)
         shared = self.shared
-        seen = shared.student(render[0], index)
-        pred = masked_render(seen, gt, self.images.mask(i))
         w = block_weight(shared.running_psnr, shared.best_psnr) if shared.best_psnr > 0 else 1.0
-        loss = w * photometric_loss(pred, gt, self.cfg.ssim_lambda) + self.strategy.regularization(self.model)
-        with torch.no_grad():
-            target = shared.teacher(render[0].detach(), index)
-        loss = loss + shared.weight * (shared.student(render[0].detach(), index) - target).abs().mean()
+        photo = consistency = 0.0
+        psnrs = []
+        for k, ((i, _), gt) in enumerate(zip(picks, gts)):
+            index = self.image_index[self.scene.frames_train[i].name]
+            pred = masked_render(shared.student(render[k], index), gt, self.images.mask(i))
+            photo = photo + photometric_loss(pred, gt, self.cfg.ssim_lambda)
+            with torch.no_grad():
+                target = shared.teacher(render[k].detach(), index)
+            consistency = consistency + (shared.student(render[k].detach(), index) - target).abs().mean()
+            psnrs.append(quick_psnr(pred.detach(), gt))
+        n = len(picks)
+        loss = w * photo / n + self.strategy.regularization(self.model) + shared.weight * consistency / n
         value = self.optimise(loss, meta, step)
-        psnr = quick_psnr(pred.detach(), gt)
+        psnr = sum(psnrs) / n
         shared.exchange(True, psnr)  # before the check: the other workers must not wait for a failed one
         check_finite_loss(value, step)
         return StepResult(value, psnr)

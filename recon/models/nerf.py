@@ -362,19 +362,24 @@ class NerfModel(SceneModel):
         ray chunks."""
         H, W = camera.height, camera.width
         o, d, zs = camera_pixel_rays(camera)
-        n = o.shape[0]
-        rgb, acc, depth, median = [], [], [], []
-        step = self._chunk_rays()
-        for s in range(0, n, step):
-            out = self.render_rays(o[s:s + step], d[s:s + step], background)
-            rgb.append(out["rgb"])
-            acc.append(out["opacity"])
-            depth.append(out["depth"])
-            median.append(out["median_depth"])
+        out = self._rays_in_chunks(o, d, background, ("rgb", "opacity", "depth", "median_depth"))
         zs = zs.to(self.device, torch.float32)
-        z, zm = torch.cat(depth) * zs, torch.cat(median) * zs
-        return (torch.cat(rgb).reshape(H, W, 3), torch.cat(acc).reshape(H, W, 1), z.reshape(H, W, 1),
-                zm.reshape(H, W, 1))
+        return (out["rgb"].reshape(H, W, 3), out["opacity"].reshape(H, W, 1), (out["depth"] * zs).reshape(H, W, 1),
+                (out["median_depth"] * zs).reshape(H, W, 1))
+
+    def _rays_in_chunks(self, o: Tensor, d: Tensor, background: Tensor, keys: tuple[str, ...],
+                        t_min: Tensor | None = None, t_max: Tensor | None = None) -> dict[str, Tensor]:
+        """The ``keys`` outputs of :meth:`render_rays` for rays [R, 3] (bounds [R] or None), marched
+        :meth:`_chunk_rays` rays at a time and concatenated (R > 0)."""
+        parts: dict[str, list[Tensor]] = {k: [] for k in keys}
+        step = self._chunk_rays()
+        for s in range(0, o.shape[0], step):
+            part = slice(s, s + step)
+            out = self.render_rays(o[part], d[part], background, t_min=None if t_min is None else t_min[part],
+                                   t_max=None if t_max is None else t_max[part])
+            for k in keys:
+                parts[k].append(out[k])
+        return {k: torch.cat(v) for k, v in parts.items()}
 
     def render(self, cameras: Sequence, sh_degree: int | None = None, background: Tensor | None = None, *,
                t: float | None = None, absgrad: bool = False, backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
@@ -442,19 +447,11 @@ class NerfModel(SceneModel):
                        ) -> tuple[Tensor, Tensor, Tensor]:
         """(rgb [R, 3] premultiplied, transmittance [R], expected distance [R]) of rays [R, 3] bounded by
         ``t_min`` (None: the model's near distance) and ``t_max`` [R], in chunks of :meth:`_chunk_rays` rays."""
-        black = torch.zeros(3)
-        rgb, trans, dist = [], [], []
-        step = self._chunk_rays()
-        for s in range(0, o.shape[0], step):
-            out = self.render_rays(o[s:s + step], d[s:s + step], black,
-                                   t_min=None if t_min is None else t_min[s:s + step], t_max=t_max[s:s + step])
-            rgb.append(out["rgb"])
-            trans.append(1.0 - out["opacity"])
-            dist.append(out["depth"])
-        if not rgb:
+        if o.shape[0] == 0:
             z = torch.zeros(0, device=self.device)
             return z.reshape(0, 3), z, z
-        return torch.cat(rgb), torch.cat(trans), torch.cat(dist)
+        out = self._rays_in_chunks(o, d, torch.zeros(3), ("rgb", "opacity", "depth"), t_min, t_max)
+        return out["rgb"], 1.0 - out["opacity"], out["depth"]
 
     def render_depth(self, cameras: Sequence, kind: str, background: Tensor | None = None):
         """Mesh extraction's seam (recon.mesh_extraction.render_depth): (rgb [C, H, W, 3], depth [C, H, W, 1],

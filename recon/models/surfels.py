@@ -60,6 +60,7 @@ class SurfelModel(GaussianModel):
 
     SCALE_DIMS = 2
     config_sections = ("surfels",)
+    RANDOM_TRAIN_BACKGROUND = True  # "auto" trains on random backgrounds when images have alpha (trainer)
 
     def __init__(self, params: dict[str, Tensor], sh_degree: int, extent: float, antialiased: bool = False,
                  lrs: LearningRates | None = None, surfel_depth: str = "intersection"):

@@ -262,3 +262,25 @@ def test_export_measures_the_surfel_run(trained, tmp_path, suffix):
     assert report.splats == len(trainer.model)
     assert abs(report.psnr_before - metrics["test"]["psnr"]) < 1e-4
     assert report.psnr_after > metrics["test"]["psnr"] - 1.0  # read back as surfels: the first two scales
+
+
+def test_auto_background_trains_surfels_on_random_colours_when_images_have_alpha(tmp_path):
+    """2dgs with background auto composites its training views on random colours when the images have alpha
+    (a fixed one is learnt as a shell of surfels); 3dgs keeps the dataset's, and an explicit choice stands."""
+    from recon.trainer import training_background
+
+    class Alpha:
+        def __init__(self, has):
+            self.has = has
+
+        def has_alpha(self):
+            return self.has
+
+    cfg = tiny(tmp_path, 1)
+    assert training_background(cfg, SurfelModel, Alpha(True)) == "random"
+    assert training_background(cfg, SurfelModel, Alpha(False)) == "auto"
+    assert training_background(cfg, GaussianModel, Alpha(True)) == "auto"
+    assert training_background(dataclass_replace(cfg, background="white"), SurfelModel, Alpha(True)) == "white"
+    trainer = Trainer(cfg, log=quiet)  # the procedural scene's images have alpha
+    assert trainer.images.has_alpha() and trainer.train_background == "random"
+    assert len({tuple(trainer.step_background().tolist()) for _ in range(4)}) == 4
