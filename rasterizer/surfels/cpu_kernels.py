@@ -18,10 +18,11 @@ surfel g = c * N + n, tile t = c * TT + ty * TW + tx, intersection k indexes the
 
 Per surfel, ``pack_surfels`` gathers once per render what the tile loops read (its K W H rows M_u,
 M_v, M_w, mean2d, opacity, centre depth, camera normal and colour channels 0..2) into one row
-[G, PACKED] and its alpha box's pixel-row range into rows [G, 2] (float64). Per-intersection
+[G, PACKED], and its alpha box's y range with the polynomials of its per-row chord into rows
+[G, ROWS] (float64; ``row_reaches`` trims each surfel's rows per tile with them). Per-intersection
 gradients are sums over the pixels (vectorised reductions) written to one row per k (one thread owns
-a tile, hence its k) with the columns G_* below, then summed per surfel (``sum_rows_per_surfel``)
-through the binning's permutation.
+a tile, hence its k) at k's place in the binning's surfel-major order (``inverse_permutation``), with
+the columns G_* below, then summed per surfel over consecutive rows (``sum_rows_per_surfel``).
 """
 
 from __future__ import annotations
