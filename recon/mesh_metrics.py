@@ -1,8 +1,13 @@
 """Geometry metrics between a reconstructed mesh and its ground truth.
 
-:func:`chamfer_distance`: points sampled uniformly (by area) on both surfaces; for each sample, the
-distance to the nearest sample of the other mesh; the Chamfer distance is the mean of the two directions'
-mean distances, reported in % of the ground-truth bounding-box diagonal (both meshes in the same frame).
+:func:`chamfer_distance`: points sampled uniformly (by area) on each surface; for each sample, the exact
+distance to the nearest point of the *other mesh's triangles* (open3d's ``RaycastingScene.compute_distance``);
+accuracy is the mean over the prediction's samples, completeness over the truth's, and the Chamfer distance
+is their mean, in % of the ground-truth bounding-box diagonal (both meshes in the same frame).
+
+Distances go to the triangles, not to a second point sample: nearest-sample distances carry a floor of their
+own (two independent 100k-point samplings of the same spot mesh are 0.146 % of its diagonal apart, more than
+half of what the reconstructions scored that way), which squeezed every method towards the same number.
 """
 
 from __future__ import annotations
@@ -24,16 +29,26 @@ def sample_surface(vertices: np.ndarray, faces: np.ndarray, count: int, rng: np.
     return a[:, None] * t[:, 0] + b[:, None] * t[:, 1] + c[:, None] * t[:, 2]
 
 
+def distance_to_mesh(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
+    """[P] float64 exact distance of ``points`` [P, 3] to the nearest point of the triangles ``faces`` [F, 3]
+    of ``vertices`` [V, 3] (open3d's ray-casting scene; computed in float32, about 1e-7 of the scene's size)."""
+    import open3d as o3d
+
+    scene = o3d.t.geometry.RaycastingScene()
+    scene.add_triangles(o3d.core.Tensor(np.ascontiguousarray(vertices, dtype=np.float32)),
+                        o3d.core.Tensor(np.ascontiguousarray(faces, dtype=np.uint32)))
+    query = o3d.core.Tensor(np.ascontiguousarray(points, dtype=np.float32))
+    return scene.compute_distance(query).numpy().astype(np.float64)
+
+
 def chamfer_distance(pred_vertices, pred_faces, true_vertices, true_faces, samples: int = 100_000,
                      seed: int = 0) -> dict:
     """{"chamfer_pct", "accuracy_pct" (pred -> truth), "completeness_pct" (truth -> pred), "diagonal"}."""
-    from scipy.spatial import cKDTree
-
     rng = np.random.default_rng(seed)
     p = sample_surface(pred_vertices, pred_faces, samples, rng)
     t = sample_surface(true_vertices, true_faces, samples, rng)
     tv = np.asarray(true_vertices, dtype=np.float64)
     diag = float(np.linalg.norm(tv.max(axis=0) - tv.min(axis=0)))
-    acc = float(cKDTree(t).query(p)[0].mean()) / diag * 100
-    comp = float(cKDTree(p).query(t)[0].mean()) / diag * 100
+    acc = float(distance_to_mesh(p, true_vertices, true_faces).mean()) / diag * 100
+    comp = float(distance_to_mesh(t, pred_vertices, pred_faces).mean()) / diag * 100
     return {"chamfer_pct": 0.5 * (acc + comp), "accuracy_pct": acc, "completeness_pct": comp, "diagonal": diag}

@@ -3,8 +3,8 @@
 - **Depth distortion**: the mean over pixels of the render's distortion map, sum_{i<j} w_i w_j |z_i - z_j|
   per pixel (``rasterize_surfels``' ``distortion``; gsplat's L1 camera-depth form).
 - **Normal consistency**: the mean over pixels of 1 - n . N_d, where n is the render's alpha-weighted
-  normal (sum w_i n_i, not normalised) and N_d the unit normal of the surface seen in the median-depth
-  map (cross product of central differences of the back-projected depth), times the detached alpha
+  normal (sum w_i n_i, not normalised) and N_d the unit normal of the surface seen in the median (or
+  expected: ``normal_depth``) depth map (cross product of central differences of the back-projected depth), times the detached alpha
   (as the 2DGS code: pixels that see nothing add nothing that can be lowered).
 
 Images are channels-last ``[C, H, W, D]``, camera frame (OpenCV: x right, y down, z forward), normals
@@ -56,6 +56,12 @@ class SurfelConfig:
     """normal-consistency weight (paper: 0.05)"""
     normal_start_iter: int = 7000
     """first step of the normal-consistency loss (paper: 7000; x steps_scaler)"""
+    normal_depth: Literal["median", "expected"] = "median"
+    """depth whose normals the rendered normals must match: the median depth (the 2DGS code's
+    ``depth_ratio`` 1, which its authors use for objects: only the surfel where T crosses 0.5 gets a
+    gradient) or the expected depth (``depth_ratio`` 0, its code's default: the gradient reaches every
+    surfel on the ray). Measured on lego_400 (data factor 2, 7,000 steps, random background): median
+    15.42 deg normal error, 32.02 dB; expected 16.28 deg, 31.88 dB"""
 
     def scaled(self, steps_scaler: float) -> "SurfelConfig":
         """Copy with the start steps multiplied by ``steps_scaler`` (rounded, at least 0)."""

@@ -282,12 +282,17 @@ def build_strategy(cfg: TrainConfig) -> ADCStrategy | MCMCStrategy:
 
 
 def background_color(cfg: TrainConfig, scene: Scene, generator: torch.Generator | None = None) -> torch.Tensor:
+    """[3] RGB of ``cfg.background``: see :func:`named_background`."""
+    return named_background(cfg.background, scene, generator)
+
+
+def named_background(name: str, scene: Scene, generator: torch.Generator | None = None) -> torch.Tensor:
     """[3] RGB: white/black, the scene's for auto, a random colour for random (scene's when no generator)."""
-    if cfg.background == "white":
+    if name == "white":
         return torch.ones(3)
-    if cfg.background == "black":
+    if name == "black":
         return torch.zeros(3)
-    if cfg.background == "random" and generator is not None:
+    if name == "random" and generator is not None:
         return torch.rand(3, generator=generator)
     return torch.tensor(scene.background, dtype=torch.float32)
 
@@ -546,8 +551,7 @@ class Trainer:
 
     def step_background(self) -> torch.Tensor:
         """[3] background of one training view (``train_background``: random ones drawn from ``view_gen``)."""
-        cfg = dataclasses.replace(self.cfg, background=self.train_background)
-        return background_color(cfg, self.scene, self.view_gen).to(self.device)
+        return named_background(self.train_background, self.scene, self.view_gen).to(self.device)
 
     def render_views(self, step: int) -> tuple[list, list, torch.Tensor, object]:
         """(picks [(index, background)], targets [H, W, 3] per pick, render [B, H, W, 3], meta) of

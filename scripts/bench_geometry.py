@@ -8,7 +8,8 @@
 Datasets:
 
 - ``spot``: rendered by scripts/make_mesh_dataset.py from ../shared/data/meshes/spot (made once into
-  ``OUT/datasets/spot_v{views}_s{size}``), with exact depth and normal images and the true mesh;
+  ``OUT/datasets/spot_v{views}_s{size}_p{samples}``, ``--spot-samples`` rays per pixel side, default 4:
+  antialiased silhouettes), with exact depth and normal images and the true mesh;
 - ``lego``: ../shared/data/lego_400, whose test split has depth and normal PNGs in an encoding
   established from the data (datasets/README.md; scripts/lego_gt_encoding.py): depth everywhere on the
   object, normals only where no component was clipped by the PNG.
@@ -28,7 +29,8 @@ factor x factor blocks, only blocks entirely on the object):
   ``normal_deg_depth_to_normal`` is the depth-to-normal error of every method (2dgs: of its median depth);
 - spot only, ``chamfer_pct``: Chamfer distance between the mesh of ``splatforge mesh`` (same code path:
   recon.commands.mesh.extract_run_mesh, its default depth per method) and the true mesh mapped with the
-  dataset's ``mesh_to_world``, in % of the true bounding-box diagonal (recon.mesh_metrics);
+  dataset's ``mesh_to_world``, in % of the true bounding-box diagonal (recon.mesh_metrics: samples of
+  each mesh against the other's triangles, exact distances);
 - ``train_seconds``, ``seconds_per_step``: from the run's metrics.json (one training run each: training
   is not repeated for a median; the load average around it is recorded).
 
@@ -59,23 +61,29 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 SHARED = ROOT.parent / "shared" / "data"
 SPOT_MESH = SHARED / "meshes" / "spot" / "spot_triangulated.obj"
+from make_mesh_dataset import DEFAULT_SAMPLES  # noqa: E402
 LEGO = SHARED / "lego_400"
-EVAL_VERSION = 2  # bump when the evaluation changes, so cached results are recomputed
+EVAL_VERSION = 3  # bump when the evaluation changes, so cached results are recomputed
 
 
 # ------------------------------------------------------------------------------ datasets and runs
 
-def ensure_spot(out: Path, views: int, size: int, mesh: Path, log) -> Path:
+def spot_label(samples: int) -> str:
+    """Dataset label of spot in run and result names: "spot" (one ray per pixel), else "spot-pN"."""
+    return "spot" if samples == 1 else f"spot-p{samples}"
+
+
+def ensure_spot(out: Path, views: int, size: int, mesh: Path, log, samples: int = 1) -> Path:
     """The spot dataset folder (rendered into a temporary folder and renamed into place on first use)."""
     from make_mesh_dataset import make_dataset
 
-    folder = out / "datasets" / f"spot_v{views}_s{size}"
+    folder = out / "datasets" / (f"spot_v{views}_s{size}" + ("" if samples == 1 else f"_p{samples}"))
     if (folder / "transforms_test.json").is_file() and (folder / "transforms_train.json").is_file():
         return folder
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    log(f"rendering the spot dataset ({views} views, {size} px) into {folder}")
-    make_dataset(mesh, tmp, views=views, size=size)
+    log(f"rendering the spot dataset ({views} views, {size} px, {samples}x{samples} rays per pixel) into {folder}")
+    make_dataset(mesh, tmp, views=views, size=size, samples=samples)
     tmp.replace(folder)
     return folder
 
@@ -245,7 +253,7 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
             if not Path(args.spot_mesh).is_file():
                 report["unavailable"][dataset] = f"{args.spot_mesh}: mesh not found"
                 continue
-            data = ensure_spot(out, args.spot_views, args.spot_size, Path(args.spot_mesh), log)
+            data = ensure_spot(out, args.spot_views, args.spot_size, Path(args.spot_mesh), log, args.spot_samples)
         else:
             data = Path(args.lego)
             if not (data / "transforms_test.json").is_file():
@@ -254,7 +262,8 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
         source = detect_source(data)
         per_method = {}
         for method in args.methods:
-            name = f"{dataset}-{method}-f{args.data_factor}-s{args.steps}" + \
+            label = spot_label(args.spot_samples) if dataset == "spot" else dataset
+            name = f"{label}-{method}-f{args.data_factor}-s{args.steps}" + \
                 ("" if args.init_num_random is None else f"-n{args.init_num_random}") + \
                 ("" if args.background is None else f"-bg{args.background}")
             run = out / "runs" / name
@@ -307,6 +316,9 @@ def parse_args(argv=None):
     ap.add_argument("--spot-views", type=int, default=100, help="training views of the spot dataset")
     ap.add_argument("--spot-size", type=int, default=400, help="image size of the spot dataset")
     ap.add_argument("--spot-mesh", type=Path, default=SPOT_MESH)
+    ap.add_argument("--spot-samples", type=int, default=DEFAULT_SAMPLES,
+                    help="rays per pixel side of the spot renders (make_mesh_dataset.py --samples; 1: aliased; "
+                         "runs and datasets of other values are named apart)")
     ap.add_argument("--lego", type=Path, default=LEGO)
     ap.add_argument("--geometry-views", type=int, default=0,
                     help="test views for depth/normal errors, evenly spaced (0: all)")

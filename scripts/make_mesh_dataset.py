@@ -11,16 +11,22 @@ in both transforms files. Cameras look at the origin from a sphere of radius ``C
 points; the test split uses a rotated set, so no test view repeats a training view), with
 ``camera_angle_x`` = ``FOV_X`` (lego's).
 
-Rendering (open3d ``RaycastingScene``, one ray per pixel centre): colour = texture at the interpolated UV
-(bilinear; the vertex colour or a flat grey without one) x (AMBIENT + (1 - AMBIENT) x max(0, n . L)) with
-a fixed world light direction L (view-independent Lambert, so every view agrees) and the interpolated
-vertex normal n.
+Rendering (open3d ``RaycastingScene``): colour = texture at the interpolated UV (bilinear; the vertex colour
+or a flat grey without one) x (AMBIENT + (1 - AMBIENT) x max(0, n . L)) with a fixed world light direction
+L (view-independent Lambert, so every view agrees) and the interpolated vertex normal n. Colour and alpha
+average ``--samples`` x ``--samples`` rays on a regular grid inside each pixel (default 4 x 4: a box
+filter, as a camera pixel integrates light, so silhouettes are antialiased like lego_400's Blender
+renders); depth and normal are those of the ray through the pixel centre. With one ray per pixel the
+silhouettes are hard steps that splats, whose edges are smooth, cannot match: the photometric loss's SSIM
+term then erodes the silhouettes and both 3dgs and 2dgs reconstructions come out shrunk by about a pixel
+(measured on spot: README "Meshes").
 
 Output (``DIR``), as lego_400: ``transforms_train.json``, ``transforms_test.json`` with ``camera_angle_x``
 and ``frames`` of ``file_path`` (``./train/r_0``, no extension) and ``transform_matrix`` (camera-to-world,
 OpenGL/Blender axes: x right, y up, looking along -z). Per frame:
 
-- ``r_K.png``: RGBA, 8 bit; alpha = 255 where the pixel's ray hits the mesh, else 0 (colour 0 there);
+- ``r_K.png``: RGBA, 8 bit, straight (not premultiplied) colour; alpha = the share of the pixel's rays
+  that hit the mesh (255: all of them; colour 0 where none does);
 - ``r_K_depth.png``: 16-bit grey, camera z depth (along the optical axis, scene units) =
   value / ``depth_scale`` (recorded in the JSON, 10000: 0.1 mm-equivalent steps up to 6.5 units); 0 = no hit;
 - ``r_K_normal.png``: 8-bit RGB, world-frame unit face normal n encoded as round((n + 1) / 2 x 255);
@@ -42,6 +48,7 @@ CAMERA_RADIUS = 1.15 / math.sin(FOV_X / 2)  # the unit sphere fills the view wit
 DEPTH_SCALE = 10000.0
 AMBIENT = 0.35
 LIGHT = np.array([0.4, 0.3, 0.87]) / np.linalg.norm([0.4, 0.3, 0.87])
+DEFAULT_SAMPLES = 4  # 4 x 4 rays per pixel for colour and alpha (see the module docstring)
 
 
 class MeshInputError(ValueError):
@@ -178,36 +185,62 @@ class MeshShader:
 
 # ------------------------------------------------------------------------------ rendering
 
-def render_view(scene, shader: MeshShader, c2w: np.ndarray, size: int) -> dict:
-    """{"rgba" uint8 [S, S, 4], "depth" uint16 [S, S], "normal" uint8 [S, S, 3]} of one camera (OpenGL c2w)."""
+def cast_pixels(scene, c2w: np.ndarray, xs: np.ndarray, ys: np.ndarray, size: int) -> dict:
+    """open3d hits of the rays through image points (xs, ys) [P] (pixel units, pixel centres at +0.5) of
+    the camera c2w (OpenGL axes): {"t" [P] camera z (inf: no hit), "tri", "bary", "face_n"}."""
     import open3d.core as o3c
 
     f = 0.5 * size / math.tan(0.5 * FOV_X)
-    ys, xs = np.mgrid[0:size, 0:size] + 0.5
     # camera-frame directions with OpenGL axes and unit forward depth: t_hit is then the camera z depth
     dirs_cam = np.stack([(xs - size / 2) / f, -(ys - size / 2) / f, -np.ones_like(xs)], -1).reshape(-1, 3)
     dirs = dirs_cam @ c2w[:3, :3].T
     origins = np.broadcast_to(c2w[:3, 3], dirs.shape)
-    rays = o3c.Tensor(np.concatenate([origins, dirs], 1).astype(np.float32))
-    hit = scene.cast_rays(rays)
-    t = hit["t_hit"].numpy()
-    ok = np.isfinite(t)
-    tri = hit["primitive_ids"].numpy()[ok].astype(np.int64)
-    bary = hit["primitive_uvs"].numpy()[ok].astype(np.float64)
-    face_n = hit["primitive_normals"].numpy()[ok].astype(np.float64)
-    rgba = np.zeros((size * size, 4))
+    hit = scene.cast_rays(o3c.Tensor(np.concatenate([origins, dirs], 1).astype(np.float32)))
+    return {"t": hit["t_hit"].numpy(), "tri": hit["primitive_ids"].numpy().astype(np.int64),
+            "bary": hit["primitive_uvs"].numpy().astype(np.float64),
+            "face_n": hit["primitive_normals"].numpy().astype(np.float64)}
+
+
+def shade(shader: MeshShader, hits: dict, ok: np.ndarray) -> np.ndarray:
+    """[ok.sum(), 3] colours in [0, 1] of the hit rays ``ok``: albedo x Lambert (see the module docstring)."""
+    tri, bary = hits["tri"][ok], hits["bary"][ok]
+    n_shade = shader.normal(tri, bary[:, 0], bary[:, 1])
+    light = AMBIENT + (1 - AMBIENT) * np.clip(n_shade @ LIGHT, 0, None)
+    return np.clip(shader.albedo(tri, bary[:, 0], bary[:, 1]) * light[:, None], 0, 1)
+
+
+def render_view(scene, shader: MeshShader, c2w: np.ndarray, size: int, samples: int = 1) -> dict:
+    """{"rgba" uint8 [S, S, 4], "depth" uint16 [S, S], "normal" uint8 [S, S, 3]} of one camera (OpenGL c2w).
+
+    Colour and alpha average ``samples`` x ``samples`` rays on a regular grid inside each pixel (a box
+    filter, as a camera's pixel integrates light; colour stored straight, not premultiplied); depth and
+    normal come from the ray through the pixel centre."""
+    ys, xs = np.mgrid[0:size, 0:size] + 0.5
+    centre = cast_pixels(scene, c2w, xs.ravel(), ys.ravel(), size)
+    ok = np.isfinite(centre["t"])
     normal = np.zeros((size * size, 3))
     depth = np.zeros(size * size)
     if ok.any():
-        n_shade = shader.normal(tri, bary[:, 0], bary[:, 1])
-        light = AMBIENT + (1 - AMBIENT) * np.clip(n_shade @ LIGHT, 0, None)
-        rgba[ok, :3] = np.clip(shader.albedo(tri, bary[:, 0], bary[:, 1]) * light[:, None], 0, 1) * 255
-        rgba[ok, 3] = 255
+        face_n = centre["face_n"][ok]
         face_n /= np.maximum(np.linalg.norm(face_n, axis=1, keepdims=True), 1e-12)
         normal[ok] = (face_n + 1) / 2 * 255
-        depth[ok] = t[ok] * DEPTH_SCALE
+        depth[ok] = centre["t"][ok] * DEPTH_SCALE
     if depth.max(initial=0) > 65535:
         raise MeshInputError("depth exceeds the 16-bit range; the scene is larger than expected")
+    premul = np.zeros((size * size, 3))
+    cover = np.zeros(size * size)
+    offsets = (np.arange(samples) + 0.5) / samples - 0.5
+    for dy in offsets:
+        for dx in offsets:
+            hits = centre if samples == 1 else cast_pixels(scene, c2w, xs.ravel() + dx, ys.ravel() + dy, size)
+            hit = np.isfinite(hits["t"])
+            if hit.any():
+                premul[hit] += shade(shader, hits, hit)
+                cover[hit] += 1
+    n = samples * samples
+    alpha = cover / n
+    rgb = np.where(cover[:, None] > 0, premul / np.maximum(cover, 1)[:, None], 0.0)
+    rgba = np.concatenate([rgb, alpha[:, None]], 1) * 255
     return {"rgba": np.round(rgba).astype(np.uint8).reshape(size, size, 4),
             "depth": np.round(depth).astype(np.uint16).reshape(size, size),
             "normal": np.round(normal).astype(np.uint8).reshape(size, size, 3)}
@@ -223,18 +256,18 @@ def write_png(path: Path, array: np.ndarray) -> None:
 
 
 def write_split(out: Path, split: str, scene, shader, c2ws: np.ndarray, size: int, mesh_to_world: np.ndarray,
-                progress) -> None:
+                progress, samples: int = 1) -> None:
     (out / split).mkdir(parents=True, exist_ok=True)
     frames = []
     for k, c2w in enumerate(c2ws):
-        images = render_view(scene, shader, c2w, size)
+        images = render_view(scene, shader, c2w, size, samples)
         stem = out / split / f"r_{k}"
         write_png(stem.with_name(f"r_{k}.png"), images["rgba"])
         write_png(stem.with_name(f"r_{k}_depth.png"), images["depth"])
         write_png(stem.with_name(f"r_{k}_normal.png"), images["normal"])
         frames.append({"file_path": f"./{split}/r_{k}", "rotation": 0.0, "transform_matrix": c2w.tolist()})
         progress()
-    doc = {"camera_angle_x": FOV_X, "depth_scale": DEPTH_SCALE, "normal_frame": "world",
+    doc = {"camera_angle_x": FOV_X, "depth_scale": DEPTH_SCALE, "normal_frame": "world", "pixel_samples": samples,
            "mesh_to_world": mesh_to_world.tolist(), "frames": frames}
     from recon.atomic import atomic_write_bytes
 
@@ -242,13 +275,15 @@ def write_split(out: Path, split: str, scene, shader, c2ws: np.ndarray, size: in
 
 
 def make_dataset(mesh_path: Path, out: Path, views: int = 100, test_views: int | None = None, size: int = 400,
-                 progress=lambda: None) -> dict:
+                 progress=lambda: None, samples: int = DEFAULT_SAMPLES) -> dict:
     """Render the dataset; returns {"mesh_to_world", "train", "test"} (view counts)."""
     import open3d as o3d
     import open3d.core as o3c
 
     if views < 1 or size < 8:
         raise MeshInputError(f"--views {views} / --size {size}: need at least 1 view of at least 8 pixels")
+    if samples < 1:
+        raise MeshInputError(f"--samples {samples}: need at least 1 ray per pixel side")
     test_views = max(1, views // 5) if test_views is None else test_views
     mesh = load_mesh(Path(mesh_path))
     m2w = normalisation(np.asarray(mesh.vertices))
@@ -258,8 +293,8 @@ def make_dataset(mesh_path: Path, out: Path, views: int = 100, test_views: int |
                         o3c.Tensor(np.asarray(mesh.faces, dtype=np.uint32)))
     shader = MeshShader(mesh)
     out.mkdir(parents=True, exist_ok=True)
-    write_split(out, "train", scene, shader, sphere_cameras(views), size, m2w, progress)
-    write_split(out, "test", scene, shader, sphere_cameras(test_views, rotation=0.5), size, m2w, progress)
+    write_split(out, "train", scene, shader, sphere_cameras(views), size, m2w, progress, samples)
+    write_split(out, "test", scene, shader, sphere_cameras(test_views, rotation=0.5), size, m2w, progress, samples)
     return {"mesh_to_world": m2w.tolist(), "train": views, "test": test_views}
 
 
@@ -269,6 +304,9 @@ def main(argv=None) -> int:
     parser.add_argument("--views", type=int, default=100, help="training views (default 100)")
     parser.add_argument("--test-views", type=int, default=None, help="test views (default views / 5)")
     parser.add_argument("--size", type=int, default=400, help="image width = height in pixels (default 400)")
+    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
+                        help=f"rays per pixel side for colour and alpha (box filter; default {DEFAULT_SAMPLES}, "
+                             f"1 = one ray through the pixel centre, aliased edges)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     from rich.progress import Progress
@@ -278,7 +316,7 @@ def main(argv=None) -> int:
             total = args.views + (max(1, args.views // 5) if args.test_views is None else args.test_views)
             task = bar.add_task("rendering", total=total)
             info = make_dataset(args.mesh, args.out, args.views, args.test_views, args.size,
-                                lambda: bar.advance(task, 1))
+                                lambda: bar.advance(task, 1), args.samples)
     except (MeshInputError, OSError) as err:
         print(f"make_mesh_dataset: {err}", file=sys.stderr)
         return 1

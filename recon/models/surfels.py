@@ -172,8 +172,8 @@ class SurfelModel(GaussianModel):
 
     def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
         """The 2DGS geometry losses switched on at this step: ``distortion`` (``dist_lambda`` x the mean
-        distortion, from ``dist_start_iter``) and ``normal`` (``normal_lambda`` x normal consistency, from
-        ``normal_start_iter``), start steps x the run's steps_scaler (``cfg.surfels``; recon/surfel_losses.py)."""
+        distortion, from ``dist_start_iter``) and ``normal`` (``normal_lambda`` x normal consistency with
+        the normals of the ``normal_depth`` depth, from ``normal_start_iter``), start steps x the run's steps_scaler (``cfg.surfels``; recon/surfel_losses.py)."""
         from recon.trainer import schedule_scaler
 
         sc = cfg.surfels.scaled(schedule_scaler(cfg))
@@ -181,8 +181,9 @@ class SurfelModel(GaussianModel):
         if sc.dist_lambda > 0 and step >= sc.dist_start_iter:
             terms["distortion"] = sc.dist_lambda * distortion_loss(meta["distortion"])
         if sc.normal_lambda > 0 and step >= sc.normal_start_iter:
-            terms["normal"] = sc.normal_lambda * normal_consistency_loss(meta["normals"], meta["median_depth"],
-                                                                         meta["alpha"], meta["Ks"])
+            depth = meta["depth" if sc.normal_depth == "expected" else "median_depth"]
+            terms["normal"] = sc.normal_lambda * normal_consistency_loss(meta["normals"], depth, meta["alpha"],
+                                                                         meta["Ks"])
         return terms
 
     def extra_outputs(self, meta: dict) -> dict[str, Tensor]:

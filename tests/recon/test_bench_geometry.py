@@ -36,8 +36,8 @@ def test_bench_geometry_tiny_spot(tmp_path, capsys):
     assert "chamfer_ratio_2dgs_over_3dgs" in report["comparisons"]["spot"]
     assert json.loads((tmp_path / "bench_geometry.json").read_text())["results"] == report["results"]
     # a second call reuses the runs and the cached evaluation (no training: no load record)
-    mtime = (tmp_path / "runs" / "spot-2dgs-f1-s12-n300" / "splats.ply").stat().st_mtime
+    mtime = (tmp_path / "runs" / f"spot-p{bg.DEFAULT_SAMPLES}-2dgs-f1-s12-n300" / "splats.ply").stat().st_mtime
     assert bg.main(argv) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["results"] == report["results"]
-    assert (tmp_path / "runs" / "spot-2dgs-f1-s12-n300" / "splats.ply").stat().st_mtime == mtime
+    assert (tmp_path / "runs" / f"spot-p{bg.DEFAULT_SAMPLES}-2dgs-f1-s12-n300" / "splats.ply").stat().st_mtime == mtime

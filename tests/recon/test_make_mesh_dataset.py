@@ -44,14 +44,37 @@ def test_spot_tiny_dataset(tmp_path):
     rgba = iio.imread(frame.with_name("r_0.png"))
     depth = iio.imread(frame.with_name("r_0_depth.png"))
     normal = iio.imread(frame.with_name("r_0_normal.png")).astype(float)
-    hit = rgba[..., 3] == 255
-    assert rgba.shape == (48, 48, 4) and 0.05 < hit.mean() < 0.9 and set(np.unique(rgba[..., 3])) <= {0, 255}
-    assert depth.dtype == np.uint16 and ((depth > 0) == hit).all()
+    assert train["pixel_samples"] == mmd.DEFAULT_SAMPLES > 1
+    # antialiased: partly covered pixels on the silhouette; depth is the pixel centre's ray
+    full, any_hit, centre = rgba[..., 3] == 255, rgba[..., 3] > 0, depth > 0
+    assert rgba.shape == (48, 48, 4) and 0.05 < full.mean() < 0.9 and ((0 < rgba[..., 3]) & ~full).any()
+    assert depth.dtype == np.uint16 and not (full & ~centre).any() and not (centre & ~any_hit).any()
+    hit = centre
     z = depth[hit] / train["depth_scale"]
     radius = np.linalg.norm(np.array(train["frames"][0]["transform_matrix"])[:3, 3])
     assert (z > radius - 1.01).all() and (z < radius + 1.01).all()  # inside the unit ball's depth range
     n = normal[hit] / 255 * 2 - 1
     assert np.allclose(np.linalg.norm(n, axis=1), 1, atol=0.02)
+
+
+@pytest.mark.skipif(not SPOT.is_file(), reason=f"{SPOT} absent (../shared data)")
+def test_one_sample_is_aliased_and_samples_average_it(tmp_path):
+    """--samples 1: binary alpha where the centre ray hits; --samples 4: alpha is the hit share of 16 rays,
+    so its mean over the image is close to the one-ray coverage, and fully covered pixels keep their colour."""
+    import imageio.v3 as iio
+
+    mmd.make_dataset(SPOT, tmp_path / "a", views=1, test_views=1, size=64, samples=1)
+    mmd.make_dataset(SPOT, tmp_path / "b", views=1, test_views=1, size=64, samples=4)
+    a = iio.imread(tmp_path / "a" / "train" / "r_0.png").astype(float)
+    b = iio.imread(tmp_path / "b" / "train" / "r_0.png").astype(float)
+    assert set(np.unique(a[..., 3])) == {0, 255}
+    partial = (b[..., 3] > 0) & (b[..., 3] < 255)
+    assert partial.sum() > 20
+    assert abs(a[..., 3].mean() - b[..., 3].mean()) < 0.02 * a[..., 3].mean()
+    inner = (b[..., 3] == 255) & (a[..., 3] == 255)
+    assert np.abs(a[inner, :3] - b[inner, :3]).mean() < 3.0  # colour levels of 255
+    with pytest.raises(mmd.MeshInputError, match="--samples 0"):
+        mmd.make_dataset(SPOT, tmp_path / "c", views=1, size=16, samples=0)
 
 
 def write(tmp_path, mesh, name="m.ply"):

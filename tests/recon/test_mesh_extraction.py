@@ -62,6 +62,33 @@ def test_sphere_tsdf_chamfer_small():
     assert chamfer_distance(mesh.vertices, mesh.faces, *icosphere(0.6), samples=20000)["chamfer_pct"] > 3
 
 
+def test_chamfer_is_exact_for_known_offsets():
+    """Distances go to the other mesh's triangles: the same mesh scores ~0 (no sampling floor), a sphere
+    0.05 larger scores 0.05 in both directions, and a cube shifted by 0.1 along x scores what the exact
+    point-to-surface distances of that shift are (mean over the area of the moved faces)."""
+    import trimesh
+
+    v, f = icosphere(0.5)
+    same = chamfer_distance(v, f, v, f, samples=20000)
+    assert same["chamfer_pct"] < 1e-4, same
+    big_v, big_f = icosphere(0.55)
+    cd = chamfer_distance(big_v, big_f, v, f, samples=20000)
+    diag = same["diagonal"]
+    # the icosphere's flat faces lie inside the true sphere by up to ~3e-3 of the radius: tolerance 5e-3 x r
+    for key in ("accuracy_pct", "completeness_pct"):
+        assert abs(cd[key] / 100 * diag - 0.05) < 5e-3 * 0.55, cd
+    box = trimesh.creation.box(extents=(1, 1, 1))
+    moved = box.copy()
+    moved.apply_translation((0.1, 0, 0))
+    cd = chamfer_distance(moved.vertices, moved.faces, box.vertices, box.faces, samples=60000, seed=3)
+    # points of the moved cube: its +x face (1/6 of the area) is 0.1 from the true one; its -x face lies
+    # inside the true cube, min(0.1, 0.5 - |y|, 0.5 - |z|) from its surface: mean = int_0^0.1 (1 - 2t)^2 dt
+    # = (1 - 0.8^3) / 6; each side face sticks out by 0 < s < 0.1 on 0.1 of its length (mean 0.05 there)
+    inner = (1 - 0.8 ** 3) / 6
+    expected = (0.1 + inner + 4 * 0.1 * 0.05) / 6
+    assert abs(cd["accuracy_pct"] / 100 * cd["diagonal"] - expected) < 5e-4, (cd, expected)
+
+
 def test_empty_depth_refused_and_empty_mesh_guard():
     views = sphere_views(n=4)
     views.depth[:] = 0

@@ -178,6 +178,18 @@ def test_each_loss_has_gradients(model_and_view, name):
         assert g is not None and torch.isfinite(g).all() and float(g.abs().sum()) > 0, (name, p)
 
 
+def test_normal_term_uses_the_configured_depth(model_and_view):
+    """--surfels.normal-depth picks the depth map whose normals the rendered normals must match."""
+    trainer, cams = model_and_view
+    _, _, meta = trainer.model.render(cams, 0, torch.ones(3))
+    for kind, key in (("expected", "depth"), ("median", "median_depth")):
+        cfg = dataclass_replace(trainer.cfg, surfels=SurfelConfig(normal_depth=kind))
+        want = cfg.surfels.normal_lambda * normal_consistency_loss(meta["normals"], meta[key], meta["alpha"],
+                                                                   meta["Ks"])
+        assert float(trainer.model.loss_terms(meta, 10**6, cfg)["normal"]) == pytest.approx(float(want), rel=1e-12)
+    assert not torch.equal(meta["depth"], meta["median_depth"])
+
+
 def test_normals_from_depth_of_planes():
     K = torch.tensor([[[20.0, 0, 8], [0, 20.0, 8], [0, 0, 1]]], dtype=torch.float64)
     flat = torch.full((1, 16, 16, 1), 3.0, dtype=torch.float64)
