@@ -16,10 +16,8 @@ or a flat grey without one) x (AMBIENT + (1 - AMBIENT) x max(0, n . L)) with a f
 L (view-independent Lambert, so every view agrees) and the interpolated vertex normal n. Colour and alpha
 average ``--samples`` x ``--samples`` rays on a regular grid inside each pixel (default 4 x 4: a box
 filter, as a camera pixel integrates light, so silhouettes are antialiased like lego_400's Blender
-renders); depth and normal are those of the ray through the pixel centre. With one ray per pixel the
-silhouettes are hard steps that splats, whose edges are smooth, cannot match: the photometric loss's SSIM
-term then erodes the silhouettes and both 3dgs and 2dgs reconstructions come out shrunk by about a pixel
-(measured on spot: README "Meshes").
+renders); depth and normal are those of the ray through the pixel centre. ``--samples 1`` is one ray
+per pixel centre (hard, aliased silhouettes).
 
 Output (``DIR``), as lego_400: ``transforms_train.json``, ``transforms_test.json`` with ``camera_angle_x``
 and ``frames`` of ``file_path`` (``./train/r_0``, no extension) and ``transform_matrix`` (camera-to-world,
