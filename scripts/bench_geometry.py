@@ -30,7 +30,8 @@ factor x factor blocks, only blocks entirely on the object):
 - spot only, ``chamfer_pct``: Chamfer distance between the mesh of ``splatforge mesh`` (same code path:
   recon.commands.mesh.extract_run_mesh, its default depth per method) and the true mesh mapped with the
   dataset's ``mesh_to_world``, in % of the true bounding-box diagonal (recon.mesh_metrics: samples of
-  each mesh against the other's triangles, exact distances);
+  each mesh against the other's triangles, exact distances); ``mesh_signed_median_pct``: the median signed
+  distance of the mesh's surface to the true one (negative: inside; scripts/surface_offset.py);
 - ``train_seconds``, ``seconds_per_step``: from the run's metrics.json (one training run each: training
   is not repeated for a median; the load average around it is recorded).
 
@@ -63,7 +64,7 @@ SHARED = ROOT.parent / "shared" / "data"
 SPOT_MESH = SHARED / "meshes" / "spot" / "spot_triangulated.obj"
 from make_mesh_dataset import DEFAULT_SAMPLES  # noqa: E402
 LEGO = SHARED / "lego_400"
-EVAL_VERSION = 3  # bump when the evaluation changes, so cached results are recomputed
+EVAL_VERSION = 4  # bump when the evaluation changes, so cached results are recomputed
 
 
 # ------------------------------------------------------------------------------ datasets and runs
@@ -192,6 +193,7 @@ def mesh_eval(run_dir: Path, data: Path, mesh_out: Path, resolution: int, keep_l
     from make_mesh_dataset import load_mesh
     from recon.commands.mesh import MeshConfig, extract_run_mesh
     from recon.mesh_metrics import chamfer_distance
+    from surface_offset import extracted_offset
 
     t = time.perf_counter()
     summary = extract_run_mesh(MeshConfig(run=run_dir, out=mesh_out, resolution=resolution,
@@ -203,7 +205,9 @@ def mesh_eval(run_dir: Path, data: Path, mesh_out: Path, resolution: int, keep_l
     truth.apply_transform(m2w)
     cd = chamfer_distance(np.asarray(pred.vertices), np.asarray(pred.faces), np.asarray(truth.vertices),
                           np.asarray(truth.faces))
+    offset = extracted_offset(truth, mesh_out)
     return {"chamfer_pct": cd["chamfer_pct"], "accuracy_pct": cd["accuracy_pct"],
+            "mesh_signed_median_pct": offset["signed_median_pct"],
             "completeness_pct": cd["completeness_pct"], "mesh": str(mesh_out), "mesh_faces": summary["faces"],
             "mesh_depth": summary["depth"], "mesh_voxel_size": summary["voxel_size"],
             "mesh_seconds": round(seconds, 2)}

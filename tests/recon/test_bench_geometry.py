@@ -29,6 +29,7 @@ def test_bench_geometry_tiny_spot(tmp_path, capsys):
         assert res["steps"] == 12 and res["train_seconds"] > 0 and res["seconds_per_step"] > 0
         assert math.isfinite(res["psnr"]) and res["depth_mae"] >= 0 and 0 <= res["normal_deg"] <= 180
         assert res["depth_pixels"] > 0 and res["normal_pixels"] > 0 and res["chamfer_pct"] > 0
+        assert math.isfinite(res["mesh_signed_median_pct"])
         assert Path(res["mesh"]).is_file()
     assert spot["2dgs"]["depth_kind"] == "median" and spot["3dgs"]["depth_kind"] == "expected"
     assert "rendered normals" in spot["2dgs"]["normal_source"]
