@@ -2,7 +2,8 @@
 
 :func:`quat_to_rotmat` is the single quaternion-to-matrix formula (PyTorch, batched, normalises its
 input); :func:`quat_to_rotmat_np` is its numpy adapter (float64 in and out) for file loaders, the
-viewer and exporters. :func:`rotmat_to_quat` is the inverse for one matrix. Order and meaning are
+viewer and exporters. :func:`rotmat_to_quat` is the inverse for one matrix; :func:`quat_z_to` the
+rotations taking +z onto given unit vectors (splats tangent to a surface). Order and meaning are
 those of rasterizer/CONVENTIONS.md: ``q = (w, x, y, z)``, ``R`` acts on column vectors.
 """
 
@@ -56,3 +57,15 @@ def rotmat_to_quat(R) -> np.ndarray:
         q = [(m[1, 0] - m[0, 1]) / s, (m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s]
     q = np.array(q) / np.linalg.norm(q)
     return q if q[0] >= 0 else -q
+
+
+def quat_z_to(normals: np.ndarray) -> np.ndarray:
+    """[N, 4] wxyz unit quaternions rotating +z onto the unit ``normals`` [N, 3] (the shortest rotation)."""
+    normals = np.asarray(normals, dtype=np.float64)
+    z = np.array([0.0, 0.0, 1.0])
+    axis = np.cross(np.broadcast_to(z, normals.shape), normals)
+    w = 1.0 + normals @ z
+    q = np.concatenate([w[:, None], axis], axis=1)
+    flip = w < 1e-6  # normal = -z: rotate 180 degrees about x
+    q[flip] = (0.0, 1.0, 0.0, 0.0)
+    return q / np.linalg.norm(q, axis=1, keepdims=True)

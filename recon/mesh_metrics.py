@@ -15,8 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 
-def sample_surface(vertices: np.ndarray, faces: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """[count, 3] points uniform by area on the triangles ``faces`` [F, 3] of ``vertices`` [V, 3]."""
+def sample_surface_faces(vertices: np.ndarray, faces: np.ndarray, count: int,
+                         rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """([count, 3] points uniform by area on the triangles ``faces`` [F, 3] of ``vertices`` [V, 3], [count]
+    index of each point's triangle)."""
     tri = np.asarray(vertices, dtype=np.float64)[np.asarray(faces)]
     area = 0.5 * np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
     if len(tri) == 0 or not area.sum() > 0:
@@ -26,7 +28,22 @@ def sample_surface(vertices: np.ndarray, faces: np.ndarray, count: int, rng: np.
     s = np.sqrt(r1)
     a, b, c = 1 - s, s * (1 - r2), s * r2
     t = tri[pick]
-    return a[:, None] * t[:, 0] + b[:, None] * t[:, 1] + c[:, None] * t[:, 2]
+    return a[:, None] * t[:, 0] + b[:, None] * t[:, 1] + c[:, None] * t[:, 2], pick
+
+
+def sample_surface(vertices: np.ndarray, faces: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """[count, 3] points uniform by area on the triangles ``faces`` [F, 3] of ``vertices`` [V, 3]."""
+    return sample_surface_faces(vertices, faces, count, rng)[0]
+
+
+def triangle_scene(vertices: np.ndarray, faces: np.ndarray):
+    """open3d ``RaycastingScene`` of the triangles ``faces`` [F, 3] of ``vertices`` [V, 3] (float32)."""
+    import open3d as o3d
+
+    scene = o3d.t.geometry.RaycastingScene()
+    scene.add_triangles(o3d.core.Tensor(np.ascontiguousarray(vertices, dtype=np.float32)),
+                        o3d.core.Tensor(np.ascontiguousarray(faces, dtype=np.uint32)))
+    return scene
 
 
 def distance_to_mesh(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
@@ -34,11 +51,8 @@ def distance_to_mesh(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray
     of ``vertices`` [V, 3] (open3d's ray-casting scene; computed in float32, about 1e-7 of the scene's size)."""
     import open3d as o3d
 
-    scene = o3d.t.geometry.RaycastingScene()
-    scene.add_triangles(o3d.core.Tensor(np.ascontiguousarray(vertices, dtype=np.float32)),
-                        o3d.core.Tensor(np.ascontiguousarray(faces, dtype=np.uint32)))
     query = o3d.core.Tensor(np.ascontiguousarray(points, dtype=np.float32))
-    return scene.compute_distance(query).numpy().astype(np.float64)
+    return triangle_scene(vertices, faces).compute_distance(query).numpy().astype(np.float64)
 
 
 def chamfer_distance(pred_vertices, pred_faces, true_vertices, true_faces, samples: int = 100_000,

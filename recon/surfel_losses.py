@@ -4,8 +4,9 @@
   per pixel (``rasterize_surfels``' ``distortion``; gsplat's L1 camera-depth form).
 - **Normal consistency**: the mean over pixels of 1 - n . N_d, where n is the render's alpha-weighted
   normal (sum w_i n_i, not normalised) and N_d the unit normal of the surface seen in the median (or
-  expected: ``normal_depth``) depth map (cross product of central differences of the back-projected depth), times the detached alpha
-  (as the 2DGS code: pixels that see nothing add nothing that can be lowered).
+  expected: ``normal_depth``) depth map (cross product of central differences of the back-projected
+  depth), times the detached alpha (as the 2DGS code: pixels that see nothing add nothing that can be
+  lowered).
 
 Images are channels-last ``[C, H, W, D]``, camera frame (OpenCV: x right, y down, z forward), normals
 facing the camera (n . p < 0 for a point p seen along the ray).

@@ -54,9 +54,9 @@ def signed_distance(truth, points: np.ndarray) -> np.ndarray:
     """[P] signed distance of points [P, 3] to the true surface (negative inside)."""
     import open3d as o3d
 
-    scene = o3d.t.geometry.RaycastingScene()
-    scene.add_triangles(o3d.core.Tensor(np.asarray(truth.vertices, dtype=np.float32)),
-                        o3d.core.Tensor(np.asarray(truth.faces, dtype=np.uint32)))
+    from recon.mesh_metrics import triangle_scene
+
+    scene = triangle_scene(np.asarray(truth.vertices), np.asarray(truth.faces))
     return scene.compute_signed_distance(o3d.core.Tensor(np.ascontiguousarray(points, dtype=np.float32))).numpy()
 
 
@@ -103,21 +103,15 @@ def tangent_splats(truth, count: int, rng: np.random.Generator):
     that its local z axis is the face normal."""
     import torch
 
-    faces = np.asarray(truth.faces)
-    tri = np.asarray(truth.vertices, dtype=np.float64)[faces]
-    area = 0.5 * np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
-    pick = rng.choice(len(tri), size=count, p=area / area.sum())
-    r1, r2 = rng.random(count), rng.random(count)
-    s = np.sqrt(r1)
-    t = tri[pick]
-    pts = (1 - s)[:, None] * t[:, 0] + (s * (1 - r2))[:, None] * t[:, 1] + (s * r2)[:, None] * t[:, 2]
+    from rasterizer.quaternions import quat_z_to
+    from recon.mesh_metrics import sample_surface_faces
+
+    vertices, faces = np.asarray(truth.vertices, dtype=np.float64), np.asarray(truth.faces)
+    pts, pick = sample_surface_faces(vertices, faces, count, rng)
+    t = vertices[faces[pick]]
     n = np.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0])
     n /= np.linalg.norm(n, axis=1, keepdims=True)
-    axis = np.cross([0.0, 0.0, 1.0], n)
-    sin_a = np.linalg.norm(axis, axis=1)
-    half = 0.5 * np.arctan2(sin_a, n[:, 2])
-    axis = axis / np.maximum(sin_a, 1e-12)[:, None]
-    quats = np.concatenate([np.cos(half)[:, None], axis * np.sin(half)[:, None]], axis=1)
+    quats = quat_z_to(n)
     return torch.tensor(pts, dtype=torch.float32), torch.tensor(quats, dtype=torch.float32)
 
 

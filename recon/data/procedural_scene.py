@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
+from rasterizer.quaternions import quat_z_to
 from recon.data.procedural import azimuth_step, orbit_cameras
 from recon.data.scene import WHITE, Frame, Scene
 from recon.errors import UsageError
@@ -53,22 +54,11 @@ class Surfels:
         return Surfels(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("means", "quats", "scales", "colors")))
 
 
-def _quat_z_to(normals: np.ndarray) -> np.ndarray:
-    """[N, 4] wxyz quaternions rotating +z onto the unit ``normals`` [N, 3]."""
-    z = np.array([0.0, 0.0, 1.0])
-    axis = np.cross(np.broadcast_to(z, normals.shape), normals)
-    w = 1.0 + normals @ z
-    q = np.concatenate([w[:, None], axis], axis=1)
-    flip = w < 1e-6  # normal = -z: rotate 180 degrees about x
-    q[flip] = (0.0, 1.0, 0.0, 0.0)
-    return q / np.linalg.norm(q, axis=1, keepdims=True)
-
-
 def _discs(points: np.ndarray, normals: np.ndarray, spacing: float, colors: np.ndarray) -> Surfels:
     """Flat Gaussians (0.6 spacing wide, 0.08 spacing thick) tangent to a surface."""
     n = len(points)
     scales = np.tile([0.6 * spacing, 0.6 * spacing, 0.08 * spacing], (n, 1))
-    return Surfels(points, _quat_z_to(normals), scales, colors)
+    return Surfels(points, quat_z_to(normals), scales, colors)
 
 
 def ground(half: float = 1.3, n: int = 36, tile: float = 0.325) -> Surfels:

@@ -173,7 +173,8 @@ class SurfelModel(GaussianModel):
     def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
         """The 2DGS geometry losses switched on at this step: ``distortion`` (``dist_lambda`` x the mean
         distortion, from ``dist_start_iter``) and ``normal`` (``normal_lambda`` x normal consistency with
-        the normals of the ``normal_depth`` depth, from ``normal_start_iter``), start steps x the run's steps_scaler (``cfg.surfels``; recon/surfel_losses.py)."""
+        the normals of the ``normal_depth`` depth, from ``normal_start_iter``), start steps x the run's
+        steps_scaler (``cfg.surfels``; recon/surfel_losses.py)."""
         from recon.trainer import schedule_scaler
 
         sc = cfg.surfels.scaled(schedule_scaler(cfg))

@@ -149,3 +149,15 @@ def test_camera_record_conversions():
     np.testing.assert_array_equal(f32.K_numpy(), K.astype(np.float32).astype(np.float64))
     d = camera_to_dict(cam)
     assert d == {"world_to_cam": np.eye(4).tolist(), "K": K.tolist(), "width": 64, "height": 48}
+
+
+def test_quat_z_to_rotates_z_onto_the_normals():
+    from rasterizer.quaternions import quat_z_to
+
+    rng = np.random.default_rng(4)
+    n = rng.normal(size=(200, 3))
+    n = np.concatenate([n, [[0, 0, 1.0], [0, 0, -1.0], [1e-9, 0, -1.0]]])
+    n /= np.linalg.norm(n, axis=1, keepdims=True)
+    q = quat_z_to(n)
+    assert np.allclose(np.linalg.norm(q, axis=1), 1)
+    assert np.allclose(quat_to_rotmat_np(q)[:, :, 2], n, atol=1e-6)
