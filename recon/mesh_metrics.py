@@ -55,14 +55,19 @@ def distance_to_mesh(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray
     return triangle_scene(vertices, faces).compute_distance(query).numpy().astype(np.float64)
 
 
+def bounding_diagonal(vertices: np.ndarray) -> float:
+    """Length of the axis-aligned bounding box's diagonal of ``vertices`` [V, 3]."""
+    v = np.asarray(vertices, dtype=np.float64)
+    return float(np.linalg.norm(v.max(axis=0) - v.min(axis=0)))
+
+
 def chamfer_distance(pred_vertices, pred_faces, true_vertices, true_faces, samples: int = 100_000,
                      seed: int = 0) -> dict:
     """{"chamfer_pct", "accuracy_pct" (pred -> truth), "completeness_pct" (truth -> pred), "diagonal"}."""
     rng = np.random.default_rng(seed)
     p = sample_surface(pred_vertices, pred_faces, samples, rng)
     t = sample_surface(true_vertices, true_faces, samples, rng)
-    tv = np.asarray(true_vertices, dtype=np.float64)
-    diag = float(np.linalg.norm(tv.max(axis=0) - tv.min(axis=0)))
+    diag = bounding_diagonal(true_vertices)
     acc = float(distance_to_mesh(p, true_vertices, true_faces).mean()) / diag * 100
     comp = float(distance_to_mesh(t, pred_vertices, pred_faces).mean()) / diag * 100
     return {"chamfer_pct": 0.5 * (acc + comp), "accuracy_pct": acc, "completeness_pct": comp, "diagonal": diag}

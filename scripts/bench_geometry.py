@@ -190,22 +190,19 @@ def mesh_eval(run_dir: Path, data: Path, mesh_out: Path, resolution: int, keep_l
     """Chamfer distance (% of the true bounding-box diagonal) of ``splatforge mesh``'s mesh of the run."""
     import trimesh
 
-    from make_mesh_dataset import load_mesh
     from recon.commands.mesh import MeshConfig, extract_run_mesh
     from recon.mesh_metrics import chamfer_distance
-    from surface_offset import extracted_offset
+    from surface_offset import mesh_offset, true_mesh_in_scene
 
     t = time.perf_counter()
     summary = extract_run_mesh(MeshConfig(run=run_dir, out=mesh_out, resolution=resolution,
                                           keep_largest=keep_largest, force=True, progress=False))
     seconds = time.perf_counter() - t
     pred = trimesh.load(mesh_out, process=False)
-    truth = load_mesh(true_mesh)
-    m2w = np.asarray(json.loads((data / "transforms_train.json").read_text())["mesh_to_world"], dtype=np.float64)
-    truth.apply_transform(m2w)
+    truth = true_mesh_in_scene(data, true_mesh)
     cd = chamfer_distance(np.asarray(pred.vertices), np.asarray(pred.faces), np.asarray(truth.vertices),
                           np.asarray(truth.faces))
-    offset = extracted_offset(truth, mesh_out)
+    offset = mesh_offset(truth, pred.vertices, pred.faces)
     return {"chamfer_pct": cd["chamfer_pct"], "accuracy_pct": cd["accuracy_pct"],
             "mesh_signed_median_pct": offset["signed_median_pct"],
             "completeness_pct": cd["completeness_pct"], "mesh": str(mesh_out), "mesh_faces": summary["faces"],

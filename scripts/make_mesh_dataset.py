@@ -230,7 +230,8 @@ def render_view(scene, shader: MeshShader, c2w: np.ndarray, size: int, samples: 
     offsets = (np.arange(samples) + 0.5) / samples - 0.5
     for dy in offsets:
         for dx in offsets:
-            hits = centre if samples == 1 else cast_pixels(scene, c2w, xs.ravel() + dx, ys.ravel() + dy, size)
+            at_centre = dx == 0 and dy == 0  # odd sample counts: the centre ray is one of the samples
+            hits = centre if at_centre else cast_pixels(scene, c2w, xs.ravel() + dx, ys.ravel() + dy, size)
             hit = np.isfinite(hits["t"])
             if hit.any():
                 premul[hit] += shade(shader, hits, hit)

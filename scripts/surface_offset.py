@@ -41,7 +41,7 @@ OPAQUE = 0.9
 SCALE_BINS = (0.0, 0.008, 0.015, 0.025, 0.04, np.inf)
 
 
-def true_mesh(data: Path, mesh: Path):
+def true_mesh_in_scene(data: Path, mesh: Path):
     """The true mesh in the dataset's scene coordinates (trimesh)."""
     from make_mesh_dataset import load_mesh
 
@@ -61,21 +61,27 @@ def signed_distance(truth, points: np.ndarray) -> np.ndarray:
 
 
 def diagonal(truth) -> float:
-    v = np.asarray(truth.vertices)
-    return float(np.linalg.norm(v.max(axis=0) - v.min(axis=0)))
+    from recon.mesh_metrics import bounding_diagonal
+
+    return bounding_diagonal(truth.vertices)
 
 
-def extracted_offset(truth, mesh_path: Path) -> dict:
+def mesh_offset(truth, vertices: np.ndarray, faces: np.ndarray) -> dict:
     """Signed offset statistics of a reconstructed mesh's surface samples, in % of the true diagonal."""
-    import trimesh
-
     from recon.mesh_metrics import sample_surface
 
-    m = trimesh.load(mesh_path, process=False)
-    pts = sample_surface(np.asarray(m.vertices), np.asarray(m.faces), SAMPLES, np.random.default_rng(0))
+    pts = sample_surface(np.asarray(vertices), np.asarray(faces), SAMPLES, np.random.default_rng(0))
     sd = signed_distance(truth, pts) / diagonal(truth) * 100
     return {"signed_mean_pct": float(sd.mean()), "signed_median_pct": float(np.median(sd)),
             "abs_p90_pct": float(np.percentile(np.abs(sd), 90)), "abs_p99_pct": float(np.percentile(np.abs(sd), 99))}
+
+
+def extracted_offset(truth, mesh_path: Path) -> dict:
+    """:func:`mesh_offset` of the mesh file ``mesh_path``."""
+    import trimesh
+
+    m = trimesh.load(mesh_path, process=False)
+    return mesh_offset(truth, m.vertices, m.faces)
 
 
 def run_offset(truth, run_dir: Path) -> dict:
@@ -157,7 +163,7 @@ def main(argv=None) -> int:
                     help="splat scales (scene units) of the silhouette test; none: skip it")
     ap.add_argument("--views", type=int, default=6, help="training views of the silhouette test")
     args = ap.parse_args(argv)
-    truth = true_mesh(args.data, args.mesh)
+    truth = true_mesh_in_scene(args.data, args.mesh)
     report = {"diagonal": diagonal(truth),
               "extracted": {str(m): extracted_offset(truth, m) for m in args.extracted},
               "runs": {str(r): run_offset(truth, r) for r in args.run},

@@ -26,7 +26,7 @@ def test_offsets_of_true_and_grown_meshes(tmp_path, capsys):
     mmd, so = load("make_mesh_dataset"), load("surface_offset")
     data = tmp_path / "spot"
     mmd.make_dataset(SPOT, data, views=2, test_views=1, size=48)
-    truth = so.true_mesh(data, SPOT)
+    truth = so.true_mesh_in_scene(data, SPOT)
     truth.export(tmp_path / "same.ply")
     grown = truth.copy()
     grown.vertices = grown.vertices + 0.01 * grown.vertex_normals  # 0.01 scene units outwards
