@@ -17,7 +17,8 @@ tests/rasterizer/test_image_geometry_cpu.py):
   extents  = 3 sqrt(max((s_xx, s_yy), 0)) or the fixed window    window_extents
   box      = pixel_box_axis(means_px, extents)                   image_sum.pixel_boxes
 
-Pass 2 also counts each Gaussian's 16x16 tiles (the first half of the tile binning, image_sum.tile_lists).
+Pass 2 also counts the 16x16 tiles of each Gaussian's windows (image_sum.count_box_tiles: the first half of the
+tile binning, image_sum.tile_lists).
 Frames and units as in geometry.py: normalised coordinates in, output pixels out.
 """
 

@@ -4,15 +4,23 @@ Same numerics as ``rasterizer/image/reference.py`` (the specification; float64 t
 render[y, x] = sum_n colour_n exp(-0.5 q_n), q_n = d^T conic_n d, over the Gaussians whose window holds
 the pixel centre (the 3-sigma ellipse q <= 9, or the fixed box of half extents ``extents``).
 
-- Binning: each Gaussian's inclusive pixel box goes to the 16x16 tiles it touches (in Gaussian order:
-  counted and filled per contiguous chunk of Gaussians, chunk after chunk, in parallel for many Gaussians).
-- Forward: runs of consecutive tiles in parallel; per tile, per Gaussian, per row of its box in the tile, the
-  tile's 16 columns in one flat branch-free loop that LLVM vectorises whole (``exp_kernel``: the vectorisable
-  float32 exp; columns outside the box and, for the ellipse, pixels with q > 9 get weight 0). Each tile
-  accumulates in a channel-major buffer (one per run of tiles), written out once.
+- Windows: each row of a Gaussian's inclusive pixel box is covered by windows of TS = 16 columns, starting at
+  the box's first column rounded down to ALIGN = 4 and every TS columns after. Windows aligned to the box
+  rather than to the tiles evaluate 24% fewer lanes (5.7M instead of 7.5M for 25,000 Gaussians fitted to
+  500x500; ALIGN 1, 2 and 8 measured slower: misaligned read-modify-writes, or more lanes).
+- Binning: a Gaussian goes to each 16x16 tile that holds one of its window starts in one of its rows (in
+  Gaussian order: counted and filled per contiguous chunk of Gaussians, chunk after chunk, in parallel for many
+  Gaussians).
+- Forward: the threads claim rows of tiles one at a time (schedule.claim: a thread that starts late takes
+  fewer); along a row, tile by tile, per Gaussian, per row of its box in the tile, its window's 16 columns in
+  one flat branch-free loop that LLVM vectorises whole (``exp_kernel``: the vectorisable float32 exp; columns
+  outside the box and, for the ellipse, pixels with q > 9 get weight 0), added into a channel-major strip of
+  the row of tiles (a window spills into the next tile), written out once. (Bands of 16 full-width rows
+  binned without tiles, so that each pixel summed its Gaussians in ascending order, measured 18% slower:
+  the band's Gaussians land all over the strip.)
 - The no-grad render (rasterizer/image/api.py) prepares its inputs with cpu/image_geometry.py instead of
   PyTorch ops and calls tile_lists and forward_render directly.
-- Backward: Gaussians in parallel (race-free: each owns its gradients), each over its own rows and chords,
+- Backward: Gaussians in parallel (race-free: each owns its gradients), each over its own rows and windows,
   reading d loss / d render; the mean and conic gradients come from five per-Gaussian sums.
 """
 
@@ -26,12 +34,12 @@ from numba import njit, prange
 from torch import Tensor
 
 from .launch import KERNEL_LOCK
-from .schedule import dealt_block, dealt_iterations, thread_count
+from .schedule import claim, dealt_block, dealt_iterations, thread_count
 from .vecmath import FASTMATH, U, exp_kernel, like, radd, select
 
 TS = 16  # tile size in pixels
+ALIGN = 4  # windows start at a multiple of ALIGN columns (16-byte aligned float32 vectors; measured fastest of 1, 2, 4, 8, 16)
 Q_MAX = 9.0  # the 3-sigma ellipse: q <= 3^2
-FORWARD_CHUNKS_PER_THREAD = 4  # runs of consecutive tiles per thread in the forward (load balance)
 PARALLEL_BINNING = 262_144  # Gaussians from which binning runs in parallel chunks. At 25,000 (500x500) two
 # chunks took 0.41 vs 0.53 ms (best of 80), but a parallel launch waits for both threads: with the 2-core
 # machine loaded 11 deep the fill averaged 14 ms per render (cProfile of 100), the serial one stays ~0.2 ms
@@ -70,12 +78,13 @@ def chunk_range(c, N, chunks):
 
 @njit(cache=True, inline="always")
 def count_box_tiles(x0, y0, x1, y1, tiles_x, counts):
-    """counts[t + 1] += 1 for each tile t the inclusive pixel box touches (none if empty)."""
+    """counts[t + 1] += 1 for each tile t that holds the start of one of the box's windows in one of its rows
+    (window_starts; none if the box is empty)."""
     if x1 < x0 or y1 < y0:
         return
     for ty in range(y0 // TS, y1 // TS + 1):
-        for tx in range(x0 // TS, x1 // TS + 1):
-            counts[ty * tiles_x + tx + 1] += 1
+        for xs in range(x0 - x0 % ALIGN, x1 + 1, TS):
+            counts[ty * tiles_x + xs // TS + 1] += 1
 
 
 @njit(cache=True)
@@ -87,14 +96,14 @@ def count_tiles(boxes, lo, hi, tiles_x, counts):
 
 @njit(cache=True)
 def fill_tiles(boxes, lo, hi, tiles_x, fill, ids):
-    """ids[fill[t]++] = g for each tile t of each box of Gaussians [lo, hi), in order."""
+    """ids[fill[t]++] = g for each tile t of each box of Gaussians [lo, hi) (count_box_tiles), in order."""
     for g in range(lo, hi):
         x0, y0, x1, y1 = boxes[g, 0], boxes[g, 1], boxes[g, 2], boxes[g, 3]
         if x1 < x0 or y1 < y0:
             continue
         for ty in range(y0 // TS, y1 // TS + 1):
-            for tx in range(x0 // TS, x1 // TS + 1):
-                t = ty * tiles_x + tx
+            for xs in range(x0 - x0 % ALIGN, x1 + 1, TS):
+                t = ty * tiles_x + xs // TS
                 ids[fill[t]] = g
                 fill[t] += 1
 
@@ -158,6 +167,13 @@ def bin_boxes(boxes: np.ndarray, tiles_x: int, tiles_y: int, chunks: int = 1) ->
     return tile_lists(boxes, counts, tiles_x)
 
 
+@njit(cache=True, inline="always")
+def centre(x, ref):
+    """The centre x + 0.5 of pixel x (an int below 2^23) in ref's float type, computed in that type: exact,
+    so the same value as float64 x + 0.5 rounded, without float64 arithmetic in the vector loops."""
+    return like(x, ref) + like(0.5, ref)
+
+
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
 def weight(a, b, c, dx, dy, ellipse):
     """exp(-0.5 q), 0 outside the ellipse when ``ellipse``; branch-free."""
@@ -172,35 +188,49 @@ def row_weights(a, b, c, mx, dy, x_start, x0, x1, ellipse, wrow):
     count, so LLVM vectorises it whole (no scalar remainder)."""
     for i in range(TS):
         x = x_start + i
-        w = weight(a, b, c, like(x + 0.5, mx) - mx, dy, ellipse)
+        w = weight(a, b, c, centre(x, mx) - mx, dy, ellipse)
         wrow[i] = select((x >= x0) & (x <= x1), w, like(0.0, mx))
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
-def accumulate_row3(a, b, c, mx, dy, x_start, x0, x1, ellipse, c0, c1, c2, buf, d0, r):
-    """Channels d0..d0+2 of one tile row in one fixed-width loop (weight and three channels per lane: LLVM
-    vectorises it whole; a loop per channel measured 3x slower)."""
+def accumulate_rows3(a, b, c, mx, my, y_first, y_last, y_base, x_start, x0, x1, ellipse, c0, c1, c2, buf, d0):
+    """Channels d0..d0+2 of one window, columns x_start..x_start + TS - 1, rows y_first..y_last, added into
+    buf[d, y - y_base, x_start..]: per row, one fixed-width loop over the TS columns (weight and three channels per
+    lane: LLVM vectorises it whole; a loop per channel measured 3x slower). Columns outside the box columns
+    [x0, x1] get weight 0. The row loop lives here, with the vector loop, so that LLVM keeps the loop's
+    constants in registers across rows."""
     zero = like(0.0, mx)
-    for i in range(TS):
-        x = x_start + i
-        w = select((x >= x0) & (x <= x1), weight(a, b, c, like(x + 0.5, mx) - mx, dy, ellipse), zero)
-        buf[d0, r, i] += c0 * w
-        buf[d0 + 1, r, i] += c1 * w
-        buf[d0 + 2, r, i] += c2 * w
+    xs, lo, hi = np.int32(x_start), np.int32(x0), np.int32(x1)
+    for y in range(y_first, y_last + 1):
+        dy = centre(y, mx) - my
+        r = U(y - y_base)
+        for i in range(TS):
+            x = np.int32(xs + i)
+            w = select((x >= lo) & (x <= hi), weight(a, b, c, centre(x, mx) - mx, dy, ellipse), zero)
+            buf[d0, r, U(x_start + i)] += c0 * w
+            buf[d0 + 1, r, U(x_start + i)] += c1 * w
+            buf[d0 + 2, r, U(x_start + i)] += c2 * w
+
+
+@njit(cache=True, inline="always")
+def window_start(x0, tx0):
+    """The start of the box's window (box columns x0, x0 + TS, x0 + 2 TS, ...) that lies in the tile whose first
+    column is tx0 (binning put the Gaussian in this tile because one does)."""
+    first = x0 - x0 % ALIGN
+    return first if first >= tx0 else first + (tx0 - first + TS - 1) // TS * TS
 
 
 @njit(cache=True, inline="always")
 def channel(colors, g, d):
     """colors[g, d], or 0 past the last channel (channels are processed in groups of three)."""
-    return colors[g, d] if d < colors.shape[1] else colors[g, 0] * 0
+    return colors[g, d] if d < colors.shape[1] else like(0.0, colors[g, 0])
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def tile_forward(means, conics, colors, boxes, offsets, ids, t, tiles_x, ellipse, buf):
-    """Accumulate tile t's Gaussians into buf [D', TS, TS] (channel-major, zeroed by the caller) by rows of TS
-    columns. (Half-width rows for the 57% of rows at 500x500 whose box columns lie within half a tile were
-    about 10% faster in one measurement, but LLVM contracts their arithmetic into FMAs differently, so pixels
-    at q = 9 flipped: not bit-identical to the full rows, not used.)"""
+    """Add the windows that start in tile t into buf [D', TS, 2 TS] (channel-major; columns TS.. are the next
+    tile's: a window spills up to TS - 1 columns into it): per Gaussian, per row of its box in the tile, the TS
+    columns from its window's start (window_start)."""
     D = colors.shape[1]
     tx0, ty0 = (t % tiles_x) * TS, (t // tiles_x) * TS
     for k in range(offsets[t], offsets[t + 1]):
@@ -208,40 +238,45 @@ def tile_forward(means, conics, colors, boxes, offsets, ids, t, tiles_x, ellipse
         mx, my = means[g, 0], means[g, 1]
         a, b, c = conics[g, 0], conics[g, 1], conics[g, 2]
         x0, x1 = boxes[g, 0], boxes[g, 2]
-        for y in range(max(boxes[g, 1], ty0), min(boxes[g, 3], ty0 + TS - 1) + 1):
-            dy = like(y + 0.5, mx) - my
-            r = U(y - ty0)
-            if D == 3:  # RGB: constant channel offsets vectorise best (measured 1.4x over the loop below)
-                accumulate_row3(a, b, c, mx, dy, tx0, x0, x1, ellipse, colors[g, 0], colors[g, 1], colors[g, 2],
-                                buf, 0, r)
-                continue
-            for d0 in range(0, D, 3):
-                accumulate_row3(a, b, c, mx, dy, tx0, x0, x1, ellipse, colors[g, d0], channel(colors, g, d0 + 1),
-                                channel(colors, g, d0 + 2), buf, d0, r)
+        x_start = window_start(x0, tx0)
+        y_first, y_last = max(boxes[g, 1], ty0), min(boxes[g, 3], ty0 + TS - 1)
+        if D == 3:  # RGB: constant channel offsets vectorise best (measured 1.4x over the loop below)
+            accumulate_rows3(a, b, c, mx, my, y_first, y_last, ty0, x_start, x0, x1, ellipse, colors[g, 0],
+                             colors[g, 1], colors[g, 2], buf, 0)
+            continue
+        for d0 in range(0, D, 3):
+            accumulate_rows3(a, b, c, mx, my, y_first, y_last, ty0, x_start, x0, x1, ellipse, colors[g, d0],
+                             channel(colors, g, d0 + 1), channel(colors, g, d0 + 2), buf, d0)
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
-def forward_kernel(means, conics, colors, boxes, offsets, ids, tiles_x, tiles_y, width, height, ellipse, chunks, out):
-    """out [H, W, D] = the sum over each tile's Gaussians: ``chunks`` runs of consecutive tiles in parallel,
-    each with one channel-major [D', TS, TS] buffer (D rounded up to a multiple of 3), zeroed per tile,
-    filled by tile_forward, then written out once."""
+def forward_kernel(means, conics, colors, boxes, offsets, ids, tiles_x, tiles_y, width, height, ellipse, threads, counter,
+                   out):
+    """out [H, W, D] = the sum of the windows, row of tiles by row of tiles: each of ``threads`` threads claims the
+    next unclaimed row from ``counter`` [1] (0; schedule.claim), adds it tile by tile, left to right, into its channel-major strip
+    [D', TS, (tiles_x + 1) TS] (D rounded up to a multiple of 3; tile_forward), and writes the row out. A pixel's
+    sum is the windows that started in the tile to its left (in Gaussian order), then those of its own tile,
+    whichever thread adds them."""
     D = colors.shape[1]
-    T = tiles_x * tiles_y
-    for ch in prange(chunks):
-        buf = np.empty((-(-D // 3) * 3, TS, TS), colors.dtype)
-        for t in range(ch * T // chunks, (ch + 1) * T // chunks):
-            buf[:] = 0
-            tile_forward(means, conics, colors, boxes, offsets, ids, t, tiles_x, ellipse, buf)
-            tx0, ty0 = (t % tiles_x) * TS, (t // tiles_x) * TS
+    for _ in prange(threads):
+        strip = np.empty((-(-D // 3) * 3, TS, (tiles_x + 1) * TS), colors.dtype)
+        while True:
+            ty = claim(counter)
+            if ty >= tiles_y:
+                break
+            strip[:] = 0
+            for tx in range(tiles_x):
+                tile_forward(means, conics, colors, boxes, offsets, ids, ty * tiles_x + tx, tiles_x, ellipse, strip)
+            ty0 = ty * TS
             for y in range(ty0, min(ty0 + TS, height)):
-                for x in range(tx0, min(tx0 + TS, width)):
+                for x in range(width):
                     for d in range(D):
-                        out[y, x, d] = buf[d, y - ty0, x - tx0]
+                        out[y, x, d] = strip[d, y - ty0, x]
 
 
 @njit(cache=True, parallel=True)
 def channel_major_padded(v_out, height_pad, width_pad):
-    """[H, W, D] -> [D, Hp, Wp] with zeros beyond the image (Hp, Wp multiples of TS)."""
+    """[H, W, D] -> [D, Hp, Wp] with zeros beyond the image (Hp >= H, Wp >= W)."""
     H, W, D = v_out.shape
     v = np.zeros((D, height_pad, width_pad), v_out.dtype)
     for y in prange(H):
@@ -253,15 +288,16 @@ def channel_major_padded(v_out, height_pad, width_pad):
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
 def row_gradients3(a, b, c, mx, dy, x_start, x0, x1, ellipse, c0, c1, c2, v, y, s_x, s_y, s_xx, s_xy, s_yy):
-    """One tile-aligned row of TS columns of a three-channel Gaussian's backward: the five running sums of
+    """One window row (TS columns from x_start) of a three-channel Gaussian's backward: the five running sums of
     s = d loss / d q (times dx, dy, dx^2, dx dy, dy^2) and the three colour-gradient sums of the row."""
     zero = like(0.0, mx)
     a0, a1, a2 = zero, zero, zero
+    xs, lo, hi = np.int32(x_start), np.int32(x0), np.int32(x1)
     for i in range(TS):
-        x = x_start + i
-        dx = like(x + 0.5, mx) - mx
-        w = select((x >= x0) & (x <= x1), weight(a, b, c, dx, dy, ellipse), zero)
-        v0, v1, v2 = v[0, y, U(x)], v[1, y, U(x)], v[2, y, U(x)]
+        x = np.int32(xs + i)
+        dx = centre(x, mx) - mx
+        w = select((x >= lo) & (x <= hi), weight(a, b, c, dx, dy, ellipse), zero)
+        v0, v1, v2 = v[0, y, U(x_start + i)], v[1, y, U(x_start + i)], v[2, y, U(x_start + i)]
         a0 = radd(a0, v0 * w)
         a1 = radd(a1, v1 * w)
         a2 = radd(a2, v2 * w)
@@ -277,7 +313,8 @@ def row_gradients3(a, b, c, mx, dy, x_start, x0, x1, ellipse, c0, c1, c2, v, y, 
 @njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
 def backward_kernel(means, conics, colors, boxes, v, ellipse, threads, g_means, g_conics, g_colors):
     """Per Gaussian (in parallel, dealt in blocks): d loss / d (mean, conic, colour) from d loss / d render
-    v [D, Hp, Wp] (channel-major, zero-padded to whole tiles), over its box in tile-aligned rows of TS columns.
+    v [D, H, W + TS] (channel-major, zero-padded on the right), over its box in the forward's windows of TS
+    columns (from the box's first column rounded down to ALIGN).
     With s = d loss / d q per pixel (-0.5 w sum_d v_d c_d): d/da = sum s dx^2, d/db = sum 2 s dx dy,
     d/dc = sum s dy^2, d/dmean = -sum s (2 (a dx + b dy), 2 (b dx + c dy))."""
     N, D = colors.shape
@@ -291,9 +328,8 @@ def backward_kernel(means, conics, colors, boxes, v, ellipse, threads, g_means, 
             zero = like(0.0, mx)
             s_x, s_y, s_xx, s_xy, s_yy = zero, zero, zero, zero, zero
             for y in range(boxes[g, 1], boxes[g, 3] + 1):
-                dy = like(y + 0.5, mx) - my
-                for cx in range(boxes[g, 0] // TS, boxes[g, 2] // TS + 1):
-                    x_start = cx * TS
+                dy = centre(y, mx) - my
+                for x_start in range(boxes[g, 0] - boxes[g, 0] % ALIGN, boxes[g, 2] + 1, TS):  # as the forward's windows
                     if D == 3:  # RGB: one fixed-width loop for everything (vectorises whole)
                         s_x, s_y, s_xx, s_xy, s_yy, a0, a1, a2 = row_gradients3(
                             a, b, c, mx, dy, x_start, boxes[g, 0], boxes[g, 2], ellipse, colors[g, 0], colors[g, 1],
@@ -314,7 +350,7 @@ def backward_kernel(means, conics, colors, boxes, v, ellipse, threads, g_means, 
                             dot[i] += vv * cd
                         g_colors[g, d] += acc
                     for i in range(TS):
-                        dx = like(x_start + i + 0.5, mx) - mx
+                        dx = centre(x_start + i, mx) - mx
                         s = like(-0.5, mx) * wrow[i] * dot[i]
                         s_x = radd(s_x, s * dx)
                         s_y = radd(s_y, s * dy)
@@ -340,7 +376,7 @@ def forward_render(means: np.ndarray, conics: np.ndarray, colors: np.ndarray, bo
     out = np.empty((height, width, colors.shape[1]), colors.dtype)
     with KERNEL_LOCK:
         forward_kernel(means, conics, colors, boxes, offsets, ids, -(-width // TS), -(-height // TS), width, height,
-                       ellipse, FORWARD_CHUNKS_PER_THREAD * thread_count(), out)
+                       ellipse, thread_count(), np.zeros(1, np.int64), out)
     return out
 
 
@@ -372,7 +408,7 @@ class SumComposite(torch.autograd.Function):
         if v_render is not None:
             with KERNEL_LOCK:
                 H, W = v_render.shape[:2]
-                v = channel_major_padded(_np(v_render.to(colors_dtype(col))), -(-H // TS) * TS, -(-W // TS) * TS)
+                v = channel_major_padded(_np(v_render.to(colors_dtype(col))), H, W + TS)
                 backward_kernel(means, con, col, boxes, v, ellipse, thread_count(), g_means, g_conics, g_colors)
         return (torch.from_numpy(g_means), torch.from_numpy(g_conics), torch.from_numpy(g_colors), None, None, None,
                 None)
