@@ -199,11 +199,13 @@ class SplatData:
 
     def to_torch(self, device=None, dtype=None) -> dict:
         """Dict of torch tensors keyed by field name (``means``, ``quats``, ``log_scales``,
-        ``logit_opacities``, ``sh``), same shapes, float32 unless ``dtype`` is given."""
+        ``logit_opacities``, ``sh``), same shapes, float32 unless ``dtype`` is given. Always copies: a model
+        built from them (``from_splat_data``) trains its own parameters, never this record's arrays (sharing them
+        let one block's training move the Gaussians the next block started from)."""
         import torch
 
         dtype = dtype or torch.float32
-        return {f: torch.as_tensor(getattr(self, f)).to(device=device, dtype=dtype) for f in FIELDS}
+        return {f: torch.tensor(getattr(self, f), dtype=dtype, device=device) for f in FIELDS}
 
     @classmethod
     def from_torch(cls, tensors: Mapping, antialiased: bool = False) -> "SplatData":

@@ -7,6 +7,8 @@
    refused, on every rank), checks ``OUT/config.yaml`` against this config (a rerun must be the same
    run), writes the partition (``--blocks auto``: made here; a file: checked against the dataset) to
    ``OUT/blocks.json`` and publishes the unfinished blocks.
+   With ``--prior-steps N`` rank 0 then trains the whole scene N steps (``OUT/prior``) while the others wait,
+   and each block starts from that prior (:mod:`recon.distributed.prior`).
 4. Every rank takes blocks from the :class:`recon.distributed.queue.BlockQueue` and trains each with
    :class:`recon.trainer.Trainer` (the block's scene handed in, its own folder ``OUT/blocks/block_NNN``
    with checkpoints every ``--save-every`` steps, its own seed ``seed + 1000 x id``), renewing its lease
@@ -77,6 +79,13 @@ class BlockOptions:
     """momentum mode: EMA factor of the teacher"""
     finetune_steps: int = 0
     """after the merge, train the merged model this many steps on the whole scene (rank 0; no densification)"""
+    prior_steps: int = 0
+    """CityGaussian's coarse global model: worker 0 first trains the whole scene this many steps (RUN/prior); each
+    block then refines the prior's Gaussians of its expanded box for --steps steps without densification
+    (recon/distributed/prior.py). The job's total: prior + blocks x --steps steps"""
+    prior_context: Literal["frozen", "none"] = "frozen"
+    """with --prior-steps: "frozen" keeps the prior's other Gaussians in each block, unchanged (the scene around
+    it); "none" gives a block only the Gaussians of its expanded box"""
     max_gaussians_per_block: Optional[int] = None
     """cap on each block's Gaussians (each worker's memory); default: --max-gaussians. The merged model may hold
     more than one worker could"""
@@ -85,7 +94,7 @@ class BlockOptions:
 
 # flags that take one value each and belong to BlockOptions (the rest are TrainConfig's)
 BLOCK_FLAGS = ("--blocks", "--lease-seconds", "--timeout-seconds", "--threads", "--poll-seconds", "--finetune-steps",
-               "--max-gaussians-per-block",
+               "--max-gaussians-per-block", "--prior-steps", "--prior-context",
                "--consistency", "--consistency-weight", "--momentum",
                "--blocks-xy", "--overlap", "--max-images-per-block", "--max-points-per-block",
                "--min-images-per-block", "--visibility", "--percentile")
@@ -259,6 +268,7 @@ class Job:
         self.lock = None
         self.block_seconds: dict[int, float] = {}
         self.rank = int(os.environ.get("RANK", 0))
+        self.prior = None
 
     def log(self, line: str) -> None:
         print(f"[worker {self.rank}] {line}", flush=True)
@@ -277,6 +287,11 @@ class Job:
             raise UsageError(f"--consistency-weight {self.opts.consistency_weight}: must be >= 0")
         if self.opts.finetune_steps < 0:
             raise UsageError(f"--finetune-steps {self.opts.finetune_steps}: must be >= 0")
+        if self.opts.prior_steps < 0:
+            raise UsageError(f"--prior-steps {self.opts.prior_steps}: must be >= 0")
+        if self.opts.prior_steps and self.opts.consistency == "momentum":
+            raise UsageError("--prior-steps works with --consistency independent (momentum mode trains its blocks "
+                             "from the dataset's points)")
         if self.opts.max_gaussians_per_block is not None and self.opts.max_gaussians_per_block < 1:
             raise UsageError(f"--max-gaussians-per-block {self.opts.max_gaussians_per_block}: must be >= 1")
         self.opts.split.check()
@@ -299,6 +314,7 @@ class Job:
             self.setup_folder()
             self.part = Partition.read(self.out / BLOCKS_FILE)
             pending = json.loads(self.store.get("pending"))
+            self.prior = self.train_prior() if self.opts.prior_steps and pending else None
             queue = BlockQueue(self.store, pending, f"rank{self.rank}@{socket.gethostname()}:{os.getpid()}",
                                self.opts.lease_seconds)
             if self.opts.consistency == "momentum":
@@ -376,15 +392,41 @@ class Job:
                  f"worker(s) ({backend_for(self.device)})")
 
     def clear_folder(self) -> None:
-        """--overwrite (first round only: a torchrun restart resumes): remove the blocks' folders, the merged
-        outputs and an automatic partition."""
+        """--overwrite (first round only: a torchrun restart resumes): remove the blocks' and the prior's folders,
+        the merged outputs and an automatic partition."""
         import shutil
 
         shutil.rmtree(self.out / "blocks", ignore_errors=True)
+        shutil.rmtree(self.out / "prior", ignore_errors=True)
         for name in (rf.SPLATS_FILE, rf.METRICS_FILE) + ((BLOCKS_FILE, "blocks.png") if self.opts.blocks == "auto" else ()):
             (self.out / name).unlink(missing_ok=True)
 
     # ---------------------------------------------------------------------------- training
+
+    def train_prior(self):
+        """--prior-steps: worker 0 trains the whole-scene prior in RUN/prior (resumed, or skipped once finished)
+        while the others wait (recon/distributed/prior.py); returns its Gaussians (every worker reads them)."""
+        from recon.distributed.prior import (PRIOR_DIR, PRIOR_KEY, PriorProgress, prior_config, prior_finished,
+                                             wait_for_prior)
+        from recon.export import read_splats
+
+        if self.rank == 0:
+            try:
+                if not prior_finished(self.out, self.opts.prior_steps):
+                    self.log(f"training the prior: {self.opts.prior_steps} steps on the whole scene")
+                    Trainer(prior_config(self.cfg, self.out, self.opts.prior_steps), scene=self.scene,
+                            device=self.device, log=lambda line: self.log(f"prior: {line}"),
+                            hooks=[PriorProgress(self.store), StopHook(self.stop)]).run()
+                self.store.set(PRIOR_KEY, "ok")
+            except Exception as err:  # noqa: BLE001 - told to the waiting ranks, then raised here
+                from recon.errors import describe
+
+                self.store.set(PRIOR_KEY, json.dumps({"type": type(err).__name__, "message": describe(err)}))
+                raise
+        else:
+            wait_for_prior(self.store, self.opts.timeout_seconds, self.opts.poll_seconds, self.log,
+                           stopped=lambda: bool(self.stop.get("signal")))
+        return read_splats(self.out / PRIOR_DIR / rf.SPLATS_FILE)
 
     def train_blocks(self, queue: BlockQueue) -> None:
         """Claim and train blocks until every block of the queue is done."""
@@ -442,6 +484,15 @@ class Job:
             trainer = MomentumTrainer(dataclasses.replace(cfg, overwrite=True), log=log, scene=scene,
                                       device=self.device, hooks=[StopHook(self.stop)])
             trainer.shared, trainer.image_index = self.shared, image_index
+        elif self.prior is not None:  # refine the prior's Gaussians (recon/distributed/prior.py)
+            from recon.distributed.prior import FrozenContext, block_start, refine_config
+            from recon.models.base import model_class
+
+            cfg = refine_config(cfg)
+            start, trained = block_start(self.prior, self.part, block, self.opts.prior_context)
+            hooks = [LeaseHook(queue, block_id, self.stop)] + ([] if trained is None else [FrozenContext(trained)])
+            model = model_class(cfg.method).from_splat_data(start, extent=scene.extent, lrs=cfg.lr)
+            trainer = Trainer(cfg, log=log, hooks=hooks, scene=scene, model=model, device=self.device)
         else:
             trainer = Trainer(cfg, log=log, hooks=[LeaseHook(queue, block_id, self.stop)], scene=scene,
                               device=self.device)

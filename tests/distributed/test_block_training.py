@@ -185,3 +185,26 @@ def test_momentum_mode_keeps_replicas_identical_with_an_idle_worker(tiny_city, t
     digests = {w["appearance_digest"] for w in metrics["workers"]}
     assert len(digests) == 1 and None not in digests  # one flattened all-reduce per step kept them equal
     assert (out / "appearance.pt").is_file()
+
+
+def test_prior_then_blocks_same_model_on_one_and_two_workers(tiny_city, tmp_path):
+    """--prior-steps: worker 0 trains the whole-scene prior (the other waits), the blocks refine it (frozen
+    context, no densification); 1 and 2 workers give the same merged model, and a rerun skips everything."""
+    args = lambda out: ["--data", str(tiny_city), "--blocks", "auto", "--blocks-xy", "2x1", "--out", str(out),  # noqa: E731
+                        "--steps", "15", "--prior-steps", "30", "--sh-degree", "0", "--save-every", "0"]
+    rc, output = run_job(1, args(tmp_path / "one"))
+    assert rc == 0, output
+    assert "training the prior: 30 steps on the whole scene" in output
+    prior = json.loads((tmp_path / "one" / "prior" / "metrics.json").read_text())
+    assert prior["steps"] == 30
+    for b in range(2):  # a block starts from every prior Gaussian and does not densify
+        block = json.loads((tmp_path / "one" / "blocks" / f"block_{b:03d}" / "metrics.json").read_text())
+        assert block["steps"] == 15 and block["num_gaussians"] == prior["num_gaussians"]
+    rc, output = run_job(2, args(tmp_path / "two"))
+    assert rc == 0, output
+    assert "[worker 1] the prior is ready" in output, output
+    same_model(tmp_path / "one" / "splats.ply", tmp_path / "two" / "splats.ply")
+    rc, output = run_job(1, args(tmp_path / "one"))
+    assert rc == 0, output
+    assert "training the prior" not in output and "4 blocks" not in output
+    assert "2 blocks, 2 finished before, 0 to train" in output, output
