@@ -38,7 +38,8 @@ from .schedule import claim, dealt_block, dealt_iterations, thread_count
 from .vecmath import FASTMATH, U, exp_kernel, like, radd, select
 
 TS = 16  # tile size in pixels
-ALIGN = 4  # windows start at a multiple of ALIGN columns (16-byte aligned float32 vectors; measured fastest of 1, 2, 4, 8, 16)
+ALIGN = 4  # windows start at a multiple of ALIGN columns (16-byte aligned float32 vectors; the fastest of 1, 2,
+# 4, 8 and 16 in a measurement at 500x500 and 2000x2000)
 Q_MAX = 9.0  # the 3-sigma ellipse: q <= 3^2
 PARALLEL_BINNING = 262_144  # Gaussians from which binning runs in parallel chunks. At 25,000 (500x500) two
 # chunks took 0.41 vs 0.53 ms (best of 80), but a parallel launch waits for both threads: with the 2-core
@@ -228,9 +229,9 @@ def channel(colors, g, d):
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def tile_forward(means, conics, colors, boxes, offsets, ids, t, tiles_x, ellipse, buf):
-    """Add the windows that start in tile t into buf [D', TS, 2 TS] (channel-major; columns TS.. are the next
-    tile's: a window spills up to TS - 1 columns into it): per Gaussian, per row of its box in the tile, the TS
-    columns from its window's start (window_start)."""
+    """Add the windows that start in tile t into its row of tiles, buf [D', TS, (tiles_x + 1) TS] (channel-major,
+    image columns; a window spills up to TS - 1 columns into the next tile): per Gaussian, per row of its box in
+    the tile, the TS columns from its window's start (window_start)."""
     D = colors.shape[1]
     tx0, ty0 = (t % tiles_x) * TS, (t // tiles_x) * TS
     for k in range(offsets[t], offsets[t + 1]):
@@ -250,13 +251,13 @@ def tile_forward(means, conics, colors, boxes, offsets, ids, t, tiles_x, ellipse
 
 
 @njit(cache=True, parallel=True, fastmath=FASTMATH, error_model="numpy")
-def forward_kernel(means, conics, colors, boxes, offsets, ids, tiles_x, tiles_y, width, height, ellipse, threads, counter,
-                   out):
+def forward_kernel(means, conics, colors, boxes, offsets, ids, tiles_x, tiles_y, width, height, ellipse, threads,
+                   counter, out):
     """out [H, W, D] = the sum of the windows, row of tiles by row of tiles: each of ``threads`` threads claims the
-    next unclaimed row from ``counter`` [1] (0; schedule.claim), adds it tile by tile, left to right, into its channel-major strip
-    [D', TS, (tiles_x + 1) TS] (D rounded up to a multiple of 3; tile_forward), and writes the row out. A pixel's
-    sum is the windows that started in the tile to its left (in Gaussian order), then those of its own tile,
-    whichever thread adds them."""
+    next unclaimed row from ``counter`` [1] (zeroed by the caller; schedule.claim), adds it tile by tile, left to
+    right, into its channel-major strip [D', TS, (tiles_x + 1) TS] (D rounded up to a multiple of 3;
+    tile_forward), and writes the row out. A pixel's sum is the windows that started in the tile to its left
+    (in Gaussian order), then those of its own tile, whichever thread adds them."""
     D = colors.shape[1]
     for _ in prange(threads):
         strip = np.empty((-(-D // 3) * 3, TS, (tiles_x + 1) * TS), colors.dtype)
@@ -329,7 +330,8 @@ def backward_kernel(means, conics, colors, boxes, v, ellipse, threads, g_means, 
             s_x, s_y, s_xx, s_xy, s_yy = zero, zero, zero, zero, zero
             for y in range(boxes[g, 1], boxes[g, 3] + 1):
                 dy = centre(y, mx) - my
-                for x_start in range(boxes[g, 0] - boxes[g, 0] % ALIGN, boxes[g, 2] + 1, TS):  # as the forward's windows
+                # the forward's windows
+                for x_start in range(boxes[g, 0] - boxes[g, 0] % ALIGN, boxes[g, 2] + 1, TS):
                     if D == 3:  # RGB: one fixed-width loop for everything (vectorises whole)
                         s_x, s_y, s_xx, s_xy, s_yy, a0, a1, a2 = row_gradients3(
                             a, b, c, mx, dy, x_start, boxes[g, 0], boxes[g, 2], ellipse, colors[g, 0], colors[g, 1],

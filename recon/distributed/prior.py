@@ -5,10 +5,10 @@ street): on the 402-image city, four blocks of 500 steps ended 3.6 dB below one 
 With a prior, worker 0 first trains the whole scene ``N`` steps (``RUN/prior``, a normal run folder: it resumes
 and is skipped once finished; the other workers wait, watching its step count so that a stalled worker 0 is
 an error after ``--timeout-seconds``). Each block then starts from the prior's Gaussians whose centres lie in
-its expanded box and refines them for ``--steps`` steps without densification (refine_config). With ``--prior-context frozen`` (the
-default) the block also holds the prior's other Gaussians, unchanged (their gradients are zeroed), so every
-pixel of its views is explained and no step goes into covering other blocks' content. The merge keeps each
-block's core Gaussians as before. The job's total is ``N + blocks x --steps`` steps.
+its expanded box and refines them for ``--steps`` steps without densification (refine_config). With
+``--prior-context frozen`` (the default) the block also holds the prior's other Gaussians, unchanged (their
+gradients are zeroed), so every pixel of its views is explained and no step goes into covering other blocks'
+content. The merge keeps each block's core Gaussians as before. The job's total is ``N + blocks x --steps`` steps.
 """
 
 from __future__ import annotations

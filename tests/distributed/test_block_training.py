@@ -190,8 +190,10 @@ def test_momentum_mode_keeps_replicas_identical_with_an_idle_worker(tiny_city, t
 def test_prior_then_blocks_same_model_on_one_and_two_workers(tiny_city, tmp_path):
     """--prior-steps: worker 0 trains the whole-scene prior (the other waits), the blocks refine it (frozen
     context, no densification); 1 and 2 workers give the same merged model, and a rerun skips everything."""
-    args = lambda out: ["--data", str(tiny_city), "--blocks", "auto", "--blocks-xy", "2x1", "--out", str(out),  # noqa: E731
-                        "--steps", "15", "--prior-steps", "30", "--sh-degree", "0", "--save-every", "0"]
+    def args(out):
+        return ["--data", str(tiny_city), "--blocks", "auto", "--blocks-xy", "2x1", "--out", str(out), "--steps", "15",
+                "--prior-steps", "30", "--sh-degree", "0", "--save-every", "0"]
+
     rc, output = run_job(1, args(tmp_path / "one"))
     assert rc == 0, output
     assert "training the prior: 30 steps on the whole scene" in output
