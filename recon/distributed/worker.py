@@ -289,9 +289,6 @@ class Job:
             raise UsageError(f"--finetune-steps {self.opts.finetune_steps}: must be >= 0")
         if self.opts.prior_steps < 0:
             raise UsageError(f"--prior-steps {self.opts.prior_steps}: must be >= 0")
-        if self.opts.prior_steps and self.opts.consistency == "momentum":
-            raise UsageError("--prior-steps works with --consistency independent (momentum mode trains its blocks "
-                             "from the dataset's points)")
         if self.opts.max_gaussians_per_block is not None and self.opts.max_gaussians_per_block < 1:
             raise UsageError(f"--max-gaussians-per-block {self.opts.max_gaussians_per_block}: must be >= 1")
         self.opts.split.check()
@@ -478,24 +475,23 @@ class Job:
         self.log(f"block {block_id}: {len(scene.frames_train)} images, "
                  f"{0 if scene.points is None else len(scene.points):,} points")
         log = lambda line: self.log(f"block {block_id}: {line}")  # noqa: E731
-        if queue is None:  # momentum mode: lock-step, so an unfinished block starts over
-            from recon.distributed.momentum import MomentumTrainer
-
-            trainer = MomentumTrainer(dataclasses.replace(cfg, overwrite=True), log=log, scene=scene,
-                                      device=self.device, hooks=[StopHook(self.stop)])
-            trainer.shared, trainer.image_index = self.shared, image_index
-        elif self.prior is not None:  # refine the prior's Gaussians (recon/distributed/prior.py)
+        model, hooks = None, [StopHook(self.stop) if queue is None else LeaseHook(queue, block_id, self.stop)]
+        if self.prior is not None:  # refine the prior's Gaussians (recon/distributed/prior.py)
             from recon.distributed.prior import FrozenContext, block_start, refine_config
             from recon.models.base import model_class
 
             cfg = refine_config(cfg)
             start, trained = block_start(self.prior, self.part, block, self.opts.prior_context)
-            hooks = [LeaseHook(queue, block_id, self.stop)] + ([] if trained is None else [FrozenContext(trained)])
+            hooks += [] if trained is None else [FrozenContext(trained)]
             model = model_class(cfg.method).from_splat_data(start, extent=scene.extent, lrs=cfg.lr)
-            trainer = Trainer(cfg, log=log, hooks=hooks, scene=scene, model=model, device=self.device)
+        if queue is None:  # momentum mode: lock-step, so an unfinished block starts over
+            from recon.distributed.momentum import MomentumTrainer
+
+            trainer = MomentumTrainer(dataclasses.replace(cfg, overwrite=True), log=log, scene=scene, model=model,
+                                      device=self.device, hooks=hooks)
+            trainer.shared, trainer.image_index = self.shared, image_index
         else:
-            trainer = Trainer(cfg, log=log, hooks=[LeaseHook(queue, block_id, self.stop)], scene=scene,
-                              device=self.device)
+            trainer = Trainer(cfg, log=log, hooks=hooks, scene=scene, model=model, device=self.device)
         metrics = trainer.run()
         psnr = metrics["test"]["psnr"]
         self.block_seconds[block_id] = round(time.perf_counter() - t0, 3)

@@ -210,3 +210,16 @@ def test_prior_then_blocks_same_model_on_one_and_two_workers(tiny_city, tmp_path
     assert rc == 0, output
     assert "training the prior" not in output and "4 blocks" not in output
     assert "2 blocks, 2 finished before, 0 to train" in output, output
+
+
+def test_momentum_mode_starts_its_blocks_from_the_prior(tiny_city, tmp_path):
+    out = tmp_path / "run"
+    rc, output = run_job(2, ["--data", str(tiny_city), "--blocks", "auto", "--blocks-xy", "2x1", "--out", str(out),
+                             "--steps", "10", "--prior-steps", "20", "--sh-degree", "0", "--save-every", "0",
+                             "--consistency", "momentum"])
+    assert rc == 0, output
+    prior = json.loads((out / "prior" / "metrics.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["consistency"] == "momentum" and metrics["num_blocks"] == 2
+    assert all(b["trained_gaussians"] == prior["num_gaussians"] for b in metrics["blocks"])  # prior + frozen context
+    assert len({w["appearance_digest"] for w in metrics["workers"]}) == 1
