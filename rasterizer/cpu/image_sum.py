@@ -78,13 +78,20 @@ def chunk_range(c, N, chunks):
 
 
 @njit(cache=True, inline="always")
+def first_window(x0):
+    """The first column of a box's first window: its first column x0 rounded down to ALIGN (the windows are
+    first_window(x0) + k TS, k = 0, 1, ... up to the box's last column)."""
+    return x0 - x0 % ALIGN
+
+
+@njit(cache=True, inline="always")
 def count_box_tiles(x0, y0, x1, y1, tiles_x, counts):
     """counts[t + 1] += 1 for each tile t that holds the start of one of the box's windows in one of its rows
     (window_starts; none if the box is empty)."""
     if x1 < x0 or y1 < y0:
         return
     for ty in range(y0 // TS, y1 // TS + 1):
-        for xs in range(x0 - x0 % ALIGN, x1 + 1, TS):
+        for xs in range(first_window(x0), x1 + 1, TS):
             counts[ty * tiles_x + xs // TS + 1] += 1
 
 
@@ -103,7 +110,7 @@ def fill_tiles(boxes, lo, hi, tiles_x, fill, ids):
         if x1 < x0 or y1 < y0:
             continue
         for ty in range(y0 // TS, y1 // TS + 1):
-            for xs in range(x0 - x0 % ALIGN, x1 + 1, TS):
+            for xs in range(first_window(x0), x1 + 1, TS):
                 t = ty * tiles_x + xs // TS
                 ids[fill[t]] = g
                 fill[t] += 1
@@ -217,7 +224,7 @@ def accumulate_rows3(a, b, c, mx, my, y_first, y_last, y_base, x_start, x0, x1, 
 def window_start(x0, tx0):
     """The start of the box's window (box columns x0, x0 + TS, x0 + 2 TS, ...) that lies in the tile whose first
     column is tx0 (binning put the Gaussian in this tile because one does)."""
-    first = x0 - x0 % ALIGN
+    first = first_window(x0)
     return first if first >= tx0 else first + (tx0 - first + TS - 1) // TS * TS
 
 
@@ -331,7 +338,7 @@ def backward_kernel(means, conics, colors, boxes, v, ellipse, threads, g_means, 
             for y in range(boxes[g, 1], boxes[g, 3] + 1):
                 dy = centre(y, mx) - my
                 # the forward's windows
-                for x_start in range(boxes[g, 0] - boxes[g, 0] % ALIGN, boxes[g, 2] + 1, TS):
+                for x_start in range(first_window(boxes[g, 0]), boxes[g, 2] + 1, TS):
                     if D == 3:  # RGB: one fixed-width loop for everything (vectorises whole)
                         s_x, s_y, s_xx, s_xy, s_yy, a0, a1, a2 = row_gradients3(
                             a, b, c, mx, dy, x_start, boxes[g, 0], boxes[g, 2], ellipse, colors[g, 0], colors[g, 1],

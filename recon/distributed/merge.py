@@ -54,18 +54,35 @@ def merge_blocks(part: Partition, out: Path) -> tuple[SplatData, list[dict]]:
     return concatenate(parts), counts
 
 
+def without_densification(cfg):
+    """``cfg`` with ADC / MCMC refinement off and no MCMC noise (refining a trained model keeps its Gaussians)."""
+    import dataclasses
+
+    return dataclasses.replace(cfg, adc=dataclasses.replace(cfg.adc, refine_stop_iter=0),
+                               mcmc=dataclasses.replace(cfg.mcmc, refine_stop_iter=0, noise_lr=0.0))
+
+
 def finetune_config(cfg, out: Path, steps: int):
     """The global fine-tune's config: ``steps`` steps on the whole scene in ``out/finetune``, no
-    densification (ADC / MCMC refinement off, no MCMC noise), means learning rate starting where the blocks'
+    densification (:func:`without_densification`), means learning rate starting where the blocks'
     schedule ended (``means x means_final_ratio``), started over whenever the merge is redone."""
     import dataclasses
 
-    return dataclasses.replace(
+    return without_densification(dataclasses.replace(
         cfg, out=Path(out) / FINETUNE_DIR, steps=steps, progress=False, viewer=False, overwrite=True,
         save_every=0, eval_every=0,
-        lr=dataclasses.replace(cfg.lr, means=cfg.lr.means * cfg.lr.means_final_ratio, means_final_ratio=1.0),
-        adc=dataclasses.replace(cfg.adc, refine_stop_iter=0),
-        mcmc=dataclasses.replace(cfg.mcmc, refine_stop_iter=0, noise_lr=0.0))
+        lr=dataclasses.replace(cfg.lr, means=cfg.lr.means * cfg.lr.means_final_ratio, means_final_ratio=1.0)))
+
+
+def run_finished(folder: Path, steps: int) -> bool:
+    """Whether the run folder ``folder`` finished training ``steps`` steps (its metrics.json, written last)."""
+    import json
+
+    path = Path(folder) / rf.METRICS_FILE
+    try:
+        return path.is_file() and json.loads(path.read_text()).get("steps") == steps
+    except ValueError:
+        return False
 
 
 def finetune(merged: SplatData, scene, cfg, out: Path, steps: int, device: torch.device, log=print):

@@ -37,7 +37,7 @@ from typing import Literal, Optional
 import torch
 
 from recon import run_files as rf
-from recon.distributed.merge import block_dir, merge_run
+from recon.distributed.merge import block_dir, merge_run, run_finished
 from recon.distributed.partition import Partition, PartitionConfig, check_blocks, partition_scene, block_scene, write_partition
 from recon.distributed.queue import BlockQueue
 from recon.errors import RunFolderError, RunLockedError, SplatforgeError, UsageError
@@ -238,15 +238,8 @@ class StopHook(TrainingHook):
 
 
 def block_finished(out: Path, block: int, steps: int) -> bool:
-    """Whether block ``block`` of job folder ``out`` finished training ``steps`` steps (its metrics.json,
-    written last)."""
-    path = block_dir(out, block) / rf.METRICS_FILE
-    if not path.is_file():
-        return False
-    try:
-        return json.loads(path.read_text()).get("steps") == steps
-    except ValueError:
-        return False
+    """Whether block ``block`` of job folder ``out`` finished training ``steps`` steps (merge.run_finished)."""
+    return run_finished(block_dir(out, block), steps)
 
 
 def block_config(cfg: TrainConfig, out: Path, block: int, max_gaussians: int | None = None) -> TrainConfig:
@@ -393,8 +386,10 @@ class Job:
         the merged outputs and an automatic partition."""
         import shutil
 
+        from recon.distributed.prior import PRIOR_DIR
+
         shutil.rmtree(self.out / "blocks", ignore_errors=True)
-        shutil.rmtree(self.out / "prior", ignore_errors=True)
+        shutil.rmtree(self.out / PRIOR_DIR, ignore_errors=True)
         for name in (rf.SPLATS_FILE, rf.METRICS_FILE) + ((BLOCKS_FILE, "blocks.png") if self.opts.blocks == "auto" else ()):
             (self.out / name).unlink(missing_ok=True)
 
