@@ -22,6 +22,10 @@ the pixel centre (the 3-sigma ellipse q <= 9, or the fixed box of half extents `
   PyTorch ops and calls tile_lists and forward_render directly.
 - Backward: Gaussians in parallel (race-free: each owns its gradients), each over its own rows and windows,
   reading d loss / d render; the mean and conic gradients come from five per-Gaussian sums.
+- Both vector loops are compiled for 512-bit registers where the CPU has AVX-512 (``vecmath.wide_vectors``):
+  a 16-lane float32 row is one vector instead of two. On a 2-vCPU Xeon (AVX-512) the 500x500 render went from
+  5.0-5.3 to 4.2-4.4 ms and the fit step from 16.9 to 15.5 ms; the forward's sums are the same bits (each lane
+  does the same float operations), the backward's reductions are added in another order (1e-8 relative).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from torch import Tensor
 
 from .launch import KERNEL_LOCK
 from .schedule import claim, dealt_block, dealt_iterations, thread_count
-from .vecmath import FASTMATH, U, exp_kernel, like, radd, select
+from .vecmath import FASTMATH, U, exp_kernel, like, radd, select, wide_vectors
 
 TS = 16  # tile size in pixels
 ALIGN = 4  # windows start at a multiple of ALIGN columns (16-byte aligned float32 vectors; the fastest of 1, 2,
@@ -239,6 +243,7 @@ def tile_forward(means, conics, colors, boxes, offsets, ids, t, tiles_x, ellipse
     """Add the windows that start in tile t into its row of tiles, buf [D', TS, (tiles_x + 1) TS] (channel-major,
     image columns; a window spills up to TS - 1 columns into the next tile): per Gaussian, per row of its box in
     the tile, the TS columns from its window's start (window_start)."""
+    wide_vectors()
     D = colors.shape[1]
     tx0, ty0 = (t % tiles_x) * TS, (t // tiles_x) * TS
     for k in range(offsets[t], offsets[t + 1]):
@@ -327,6 +332,7 @@ def backward_kernel(means, conics, colors, boxes, v, ellipse, threads, g_means, 
     d/dc = sum s dy^2, d/dmean = -sum s (2 (a dx + b dy), 2 (b dx + c dy))."""
     N, D = colors.shape
     for it in prange(dealt_iterations(N, threads)):
+        wide_vectors()  # marks the loop body's function (Numba outlines a prange body into one of its own)
         lo_g, hi_g = dealt_block(it, N, threads)
         wrow = np.empty(TS, colors.dtype)
         dot = np.empty(TS, colors.dtype)

@@ -7,7 +7,8 @@ import math
 import numpy as np
 from numba import njit
 
-from rasterizer.cpu.vecmath import FASTMATH, exp_kernel, like, prefetch, prefetch_span, radd, select
+from rasterizer.cpu.vecmath import (FASTMATH, WIDE_VECTORS, exp_kernel, U, like, prefetch, prefetch_span, radd,
+                                    select, wide_vectors)
 
 
 @njit(fastmath=FASTMATH)
@@ -91,3 +92,27 @@ def test_prefetch_is_only_a_hint():
     for dtype in (np.float32, np.float64, np.int64, np.uint64, np.int32):
         x = (np.arange(3 * 45) % 7).astype(dtype).reshape(3, 45)
         assert _sum_with_prefetch(x, 8) == float(x.sum())
+
+
+@njit(fastmath=FASTMATH, error_model="numpy")
+def _exp_rows(x, out):
+    wide_vectors()
+    for r in range(x.shape[0] // 16):
+        for i in range(16):
+            out[U(16 * r + i)] = exp_kernel(x[U(16 * r + i)])
+
+
+def test_wide_vectors_marks_the_calling_function():
+    """wide_vectors puts LLVM's "prefer-vector-width"="512" on the function that calls it (and changes no
+    value); with AVX-512 the loop is then vectorised in 512-bit registers."""
+    import llvmlite.binding as ll
+
+    x = np.linspace(-5.0, 0.0, 64).astype(np.float32)
+    out = np.empty_like(x)
+    _exp_rows(x, out)
+    np.testing.assert_array_equal(out, _exp_all(x))
+    sig = _exp_rows.signatures[0]
+    ir_text = _exp_rows.inspect_llvm(sig)
+    assert WIDE_VECTORS in ir_text
+    if "+avx512f" in ll.get_host_cpu_features().flatten():
+        assert "zmm" in _exp_rows.inspect_asm(sig)
