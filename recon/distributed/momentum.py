@@ -13,8 +13,13 @@
   ``w = 2 - exp(-dPSNR^2 / (2 x 10^2))``, dPSNR = (best running training PSNR among the active blocks) -
   (this block's), so weaker blocks weigh more (Momentum-GS's rule without its SSIM term).
 
+With ``--prior-steps`` the prior (recon/distributed/prior.py) is trained through the appearance module as
+well, by worker 0 alone (:class:`SharedAppearance` with ``collective=False``: no exchange), and the rounds
+start from its module (``OUT/prior/appearance.pt``): a prior trained without it bakes the training images'
+exposures into the Gaussians, which a block's few refinement steps cannot undo.
+
 Resuming works per round: a rerun skips finished blocks; an unfinished block starts over, with the
-appearance module of the last finished round (``OUT/appearance.pt``).
+appearance module of the last finished round (``OUT/appearance.pt``), else the prior's.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from recon.losses import masked_render, photometric_loss, quick_psnr
-from recon.trainer import StepResult, Trainer
+from recon.trainer import StepResult, Trainer, TrainingHook
 
 APPEARANCE_FILE = "appearance.pt"
 
@@ -82,19 +87,21 @@ class SharedAppearance:
     """The shared module, its Adam optimiser and EMA teacher on one rank, and the per-step exchange."""
 
     def __init__(self, num_images: int, rank: int, world: int, device: torch.device, seed: int, lr: float = 1e-3,
-                 momentum: float = 0.9, weight: float = 1.0, dim: int = 16):
+                 momentum: float = 0.9, weight: float = 1.0, dim: int = 16, collective: bool = True):
         gen = torch.Generator().manual_seed(seed)
         self.student = Appearance(num_images, dim, generator=gen).to(device)
         self.teacher = copy.deepcopy(self.student).requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.student.parameters(), lr=lr)
         self.rank, self.world, self.device = rank, world, device
         self.momentum, self.weight = momentum, weight
+        self.collective = collective  # False: one replica (the prior's), no all_reduce
         self.running_psnr = 0.0  # this rank's block (EMA of the training PSNR)
         self.best_psnr = 0.0  # best running PSNR of the active blocks, from the last exchange
 
     def exchange(self, active: bool, psnr: float | None) -> int:
         """One flattened all_reduce: this rank's gradients (zeros when idle), its active flag and running PSNR;
-        then the averaged Adam step and the teacher update on every rank. Returns the active count."""
+        then the averaged Adam step and the teacher update on every rank. Returns the active count. Without
+        ``collective`` the same step from this rank's values alone."""
         import torch.distributed as dist
 
         grads = flat_grads(self.student) if active else torch.zeros(
@@ -104,7 +111,8 @@ class SharedAppearance:
             self.running_psnr = psnr if self.running_psnr == 0 else 0.9 * self.running_psnr + 0.1 * psnr
             table[self.rank] = self.running_psnr
         flat = torch.cat([grads, torch.tensor([1.0 if active else 0.0], device=self.device), table])
-        dist.all_reduce(flat)
+        if self.collective:
+            dist.all_reduce(flat)
         count = int(round(float(flat[grads.numel()])))
         self.best_psnr = float(flat[grads.numel() + 1:].max())
         if count > 0:
@@ -139,6 +147,29 @@ class SharedAppearance:
 
         with atomic_open(path, force=True) as f:
             torch.save(self.state_dict(), f)
+
+    def load(self, path: Path) -> None:
+        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+
+
+class SaveAppearance(TrainingHook):
+    """The prior's appearance module to ``path`` with the trainer's checkpoints (every ``cfg.save_every`` steps)
+    and when training ends, so that a resumed prior resumes it too."""
+
+    def __init__(self, shared: SharedAppearance, path: Path):
+        self.shared, self.path = shared, Path(path)
+
+    def on_train_start(self, trainer) -> None:
+        if trainer.step > 0 and self.path.is_file():
+            self.shared.load(self.path)
+
+    def on_step(self, trainer, result) -> None:
+        every = trainer.cfg.save_every
+        if every and trainer.step % every == 0:
+            self.shared.save(self.path)
+
+    def on_train_end(self, trainer) -> None:
+        self.shared.save(self.path)
 
 
 class MomentumTrainer(Trainer):

@@ -77,6 +77,8 @@ class BlockOptions:
     """momentum mode: weight of the teacher consistency loss"""
     momentum: float = 0.9
     """momentum mode: EMA factor of the teacher"""
+    appearance_lr: float = 1e-3
+    """momentum mode: Adam learning rate of the appearance module (embeddings and MLP)"""
     finetune_steps: int = 0
     """after the merge, train the merged model this many steps on the whole scene (rank 0; no densification)"""
     prior_steps: int = 0
@@ -95,7 +97,7 @@ class BlockOptions:
 # flags that take one value each and belong to BlockOptions (the rest are TrainConfig's)
 BLOCK_FLAGS = ("--blocks", "--lease-seconds", "--timeout-seconds", "--threads", "--poll-seconds", "--finetune-steps",
                "--max-gaussians-per-block", "--prior-steps", "--prior-context",
-               "--consistency", "--consistency-weight", "--momentum",
+               "--consistency", "--consistency-weight", "--momentum", "--appearance-lr",
                "--blocks-xy", "--overlap", "--max-images-per-block", "--max-points-per-block",
                "--min-images-per-block", "--visibility", "--percentile")
 
@@ -276,6 +278,8 @@ class Job:
             raise UsageError("--threads must be >= 1, --lease-seconds and --timeout-seconds > 0")
         if self.opts.consistency == "momentum" and not 0 <= self.opts.momentum < 1:
             raise UsageError(f"--momentum {self.opts.momentum}: must be in [0, 1)")
+        if not self.opts.appearance_lr > 0:
+            raise UsageError(f"--appearance-lr {self.opts.appearance_lr}: must be > 0")
         if self.opts.consistency_weight < 0:
             raise UsageError(f"--consistency-weight {self.opts.consistency_weight}: must be >= 0")
         if self.opts.finetune_steps < 0:
@@ -406,9 +410,8 @@ class Job:
             try:
                 if not prior_finished(self.out, self.opts.prior_steps):
                     self.log(f"training the prior: {self.opts.prior_steps} steps on the whole scene")
-                    Trainer(prior_config(self.cfg, self.out, self.opts.prior_steps), scene=self.scene,
-                            device=self.device, log=lambda line: self.log(f"prior: {line}"),
-                            hooks=[PriorProgress(self.store), StopHook(self.stop)]).run()
+                    self.prior_trainer(prior_config(self.cfg, self.out, self.opts.prior_steps),
+                                       [PriorProgress(self.store), StopHook(self.stop)]).run()
                 self.store.set(PRIOR_KEY, "ok")
             except Exception as err:  # noqa: BLE001 - told to the waiting ranks, then raised here
                 from recon.errors import describe
@@ -419,6 +422,33 @@ class Job:
             wait_for_prior(self.store, self.opts.timeout_seconds, self.opts.poll_seconds, self.log,
                            stopped=lambda: bool(self.stop.get("signal")))
         return read_splats(self.out / PRIOR_DIR / rf.SPLATS_FILE)
+
+    def prior_trainer(self, cfg: TrainConfig, hooks: list) -> Trainer:
+        """The prior's trainer: a plain one, or in momentum mode one that trains through an appearance module
+        of its own (no exchange: worker 0 alone), kept in RUN/prior/appearance.pt for the rounds to start from
+        (recon/distributed/momentum.py)."""
+        log = lambda line: self.log(f"prior: {line}")  # noqa: E731
+        if self.opts.consistency != "momentum":
+            return Trainer(cfg, scene=self.scene, device=self.device, log=log, hooks=hooks)
+        from recon.distributed.momentum import APPEARANCE_FILE, MomentumTrainer, SaveAppearance
+
+        shared = self.appearance_module(collective=False)
+        trainer = MomentumTrainer(cfg, scene=self.scene, device=self.device, log=log,
+                                  hooks=hooks + [SaveAppearance(shared, Path(cfg.out) / APPEARANCE_FILE)])
+        trainer.shared, trainer.image_index = shared, self.image_index()
+        return trainer
+
+    def image_index(self) -> dict:
+        """Training image name -> its row in the appearance module (the whole scene's training images)."""
+        return {f.name: i for i, f in enumerate(self.scene.frames_train)}
+
+    def appearance_module(self, collective: bool = True):
+        from recon.distributed.momentum import SharedAppearance
+
+        return SharedAppearance(len(self.scene.frames_train), self.rank, self.world, self.device, self.cfg.seed,
+                                lr=self.opts.appearance_lr, momentum=self.opts.momentum,
+                                weight=self.opts.consistency_weight,
+                                collective=collective)
 
     def train_blocks(self, queue: BlockQueue) -> None:
         """Claim and train blocks until every block of the queue is done."""
@@ -440,15 +470,20 @@ class Job:
 
     def train_rounds(self, pending: list[int]) -> None:
         """Momentum mode: lock-step rounds over the unfinished blocks with the shared appearance module
-        (see :mod:`recon.distributed.momentum`); rank 0 saves the module after each round."""
-        from recon.distributed.momentum import APPEARANCE_FILE, SharedAppearance
+        (see :mod:`recon.distributed.momentum`), from the last finished round's module, else the prior's; rank 0
+        saves the module after each round."""
+        from recon.distributed.momentum import APPEARANCE_FILE
+        from recon.distributed.prior import PRIOR_DIR
 
-        names = {f.name: i for i, f in enumerate(self.scene.frames_train)}
-        self.shared = SharedAppearance(len(names), self.rank, self.world, self.device, self.cfg.seed,
-                                       momentum=self.opts.momentum, weight=self.opts.consistency_weight)
+        names = self.image_index()
+        self.shared = self.appearance_module()
         saved = self.out / APPEARANCE_FILE
+        prior = self.out / PRIOR_DIR / APPEARANCE_FILE
         if saved.is_file():
-            self.shared.load_state_dict(torch.load(saved, map_location=self.device, weights_only=True))
+            self.shared.load(saved)
+        elif self.prior is not None and prior.is_file():
+            self.shared.load(prior)
+            self.log(f"the blocks start from the prior's appearance module ({prior})")
         rounds = -(-len(pending) // self.world)
         for r in range(rounds):
             k = r * self.world + self.rank

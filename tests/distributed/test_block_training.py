@@ -223,3 +223,6 @@ def test_momentum_mode_starts_its_blocks_from_the_prior(tiny_city, tmp_path):
     assert metrics["consistency"] == "momentum" and metrics["num_blocks"] == 2
     assert all(b["trained_gaussians"] == prior["num_gaussians"] for b in metrics["blocks"])  # prior + frozen context
     assert len({w["appearance_digest"] for w in metrics["workers"]}) == 1
+    # the prior was trained through an appearance module of its own, which the rounds started from
+    assert (out / "prior" / "appearance.pt").is_file()
+    assert f"the blocks start from the prior's appearance module ({out / 'prior' / 'appearance.pt'})" in output, output
