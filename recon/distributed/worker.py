@@ -548,8 +548,11 @@ class Job:
         if not trained_now and (self.out / rf.METRICS_FILE).is_file() and (self.out / rf.SPLATS_FILE).is_file():
             self.log("every block was finished before; the merged model is up to date")
             return json.loads((self.out / rf.METRICS_FILE).read_text())
+        from recon.distributed.prior import PRIOR_DIR
+
+        prior = self.out / PRIOR_DIR / rf.SPLATS_FILE if self.opts.prior_steps else None
         return merge_run(self.out, self.part, self.scene, self.cfg, self.device, self.log, self.opts.finetune_steps,
-                         self.opts.consistency)
+                         self.opts.consistency, prior)
 
 
 def set_threads(n: int) -> None:

@@ -206,6 +206,10 @@ def test_prior_then_blocks_same_model_on_one_and_two_workers(tiny_city, tmp_path
     assert rc == 0, output
     assert "[worker 1] the prior is ready" in output, output
     same_model(tmp_path / "one" / "splats.ply", tmp_path / "two" / "splats.ply")
+    seams = json.loads((tmp_path / "two" / "metrics.json").read_text())["seams"]
+    ref = seams["reference"]  # the prior's seam metric: the gap without block borders
+    assert seams["gap_change"] == pytest.approx((seams["seam_psnr"] - seams["interior_psnr"])
+                                                - (ref["seam_psnr"] - ref["interior_psnr"]))
     rc, output = run_job(1, args(tmp_path / "one"))
     assert rc == 0, output
     assert "training the prior" not in output and "4 blocks" not in output

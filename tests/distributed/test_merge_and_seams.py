@@ -1,6 +1,7 @@
 """Merging keeps each Gaussian of exactly one block; seam pixels are found from back-projected depth."""
 
 import numpy as np
+import pytest
 import torch
 
 from recon.distributed.merge import concatenate, core_part
@@ -52,3 +53,15 @@ def test_surface_points_invert_the_projection():
     v, u = torch.meshgrid(torch.arange(24.0) + 0.5, torch.arange(32.0) + 0.5, indexing="ij")
     torch.testing.assert_close(uv, torch.stack([u.reshape(-1), v.reshape(-1)], 1).double(), rtol=0, atol=1e-9)
     torch.testing.assert_close(cam[:, 2], torch.full((24 * 32,), 3.0, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_seams_against_a_whole_scene_model():
+    from recon.distributed.merge import seams_against
+
+    merged = {"seam_psnr": 22.0, "interior_psnr": 23.5, "seam_pixels": 10, "interior_pixels": 40, "width": 0.5}
+    reference = {"seam_psnr": 21.0, "interior_psnr": 22.25, "seam_pixels": 12, "interior_pixels": 38, "width": 0.5}
+    out = seams_against(merged, reference)
+    assert out["gap_change"] == pytest.approx(-0.25)  # (22 - 23.5) - (21 - 22.25)
+    assert out["reference"] == {"seam_psnr": 21.0, "interior_psnr": 22.25}
+    assert out["seam_psnr"] == 22.0 and out["seam_pixels"] == 10
+    assert seams_against(merged, {**reference, "seam_psnr": None})["gap_change"] is None
