@@ -31,15 +31,21 @@ PRIOR_DIR = "prior"
 PRIOR_KEY, PRIOR_STEP_KEY = "prior", "prior_step"  # the store's keys: worker 0's outcome, its last step
 
 
+def prior_dir(out: Path) -> Path:
+    """The prior's run folder in job folder ``out`` (its splats.ply, metrics.json, momentum mode's
+    appearance.pt)."""
+    return Path(out) / PRIOR_DIR
+
+
 def prior_config(cfg: TrainConfig, out: Path, steps: int) -> TrainConfig:
     """The prior's training config: the job's flags, ``steps`` steps in ``out/prior``, no progress bar."""
-    return dataclasses.replace(cfg, out=Path(out) / PRIOR_DIR, steps=steps, progress=False, viewer=False,
+    return dataclasses.replace(cfg, out=prior_dir(out), steps=steps, progress=False, viewer=False,
                                overwrite=False)
 
 
 def prior_finished(out: Path, steps: int) -> bool:
     """Whether ``out/prior`` finished training ``steps`` steps."""
-    return run_finished(Path(out) / PRIOR_DIR, steps)
+    return run_finished(prior_dir(out), steps)
 
 
 def refine_config(cfg: TrainConfig) -> TrainConfig:

@@ -390,10 +390,10 @@ class Job:
         the merged outputs and an automatic partition."""
         import shutil
 
-        from recon.distributed.prior import PRIOR_DIR
+        from recon.distributed.prior import prior_dir
 
         shutil.rmtree(self.out / "blocks", ignore_errors=True)
-        shutil.rmtree(self.out / PRIOR_DIR, ignore_errors=True)
+        shutil.rmtree(prior_dir(self.out), ignore_errors=True)
         for name in (rf.SPLATS_FILE, rf.METRICS_FILE) + ((BLOCKS_FILE, "blocks.png") if self.opts.blocks == "auto" else ()):
             (self.out / name).unlink(missing_ok=True)
 
@@ -402,7 +402,7 @@ class Job:
     def train_prior(self):
         """--prior-steps: worker 0 trains the whole-scene prior in RUN/prior (resumed, or skipped once finished)
         while the others wait (recon/distributed/prior.py); returns its Gaussians (every worker reads them)."""
-        from recon.distributed.prior import (PRIOR_DIR, PRIOR_KEY, PriorProgress, prior_config, prior_finished,
+        from recon.distributed.prior import (PRIOR_KEY, PriorProgress, prior_config, prior_dir, prior_finished,
                                              wait_for_prior)
         from recon.export import read_splats
 
@@ -421,7 +421,7 @@ class Job:
         else:
             wait_for_prior(self.store, self.opts.timeout_seconds, self.opts.poll_seconds, self.log,
                            stopped=lambda: bool(self.stop.get("signal")))
-        return read_splats(self.out / PRIOR_DIR / rf.SPLATS_FILE)
+        return read_splats(prior_dir(self.out) / rf.SPLATS_FILE)
 
     def prior_trainer(self, cfg: TrainConfig, hooks: list) -> Trainer:
         """The prior's trainer: a plain one, or in momentum mode one that trains through an appearance module
@@ -443,12 +443,13 @@ class Job:
         return {f.name: i for i, f in enumerate(self.scene.frames_train)}
 
     def appearance_module(self, collective: bool = True):
+        """The appearance module of momentum mode from the job's flags (``collective=False``: the prior's, no
+        exchange)."""
         from recon.distributed.momentum import SharedAppearance
 
         return SharedAppearance(len(self.scene.frames_train), self.rank, self.world, self.device, self.cfg.seed,
                                 lr=self.opts.appearance_lr, momentum=self.opts.momentum,
-                                weight=self.opts.consistency_weight,
-                                collective=collective)
+                                weight=self.opts.consistency_weight, collective=collective)
 
     def train_blocks(self, queue: BlockQueue) -> None:
         """Claim and train blocks until every block of the queue is done."""
@@ -473,12 +474,12 @@ class Job:
         (see :mod:`recon.distributed.momentum`), from the last finished round's module, else the prior's; rank 0
         saves the module after each round."""
         from recon.distributed.momentum import APPEARANCE_FILE
-        from recon.distributed.prior import PRIOR_DIR
+        from recon.distributed.prior import prior_dir
 
         names = self.image_index()
         self.shared = self.appearance_module()
         saved = self.out / APPEARANCE_FILE
-        prior = self.out / PRIOR_DIR / APPEARANCE_FILE
+        prior = prior_dir(self.out) / APPEARANCE_FILE
         if saved.is_file():
             self.shared.load(saved)
         elif self.prior is not None and prior.is_file():
@@ -548,9 +549,9 @@ class Job:
         if not trained_now and (self.out / rf.METRICS_FILE).is_file() and (self.out / rf.SPLATS_FILE).is_file():
             self.log("every block was finished before; the merged model is up to date")
             return json.loads((self.out / rf.METRICS_FILE).read_text())
-        from recon.distributed.prior import PRIOR_DIR
+        from recon.distributed.prior import prior_dir
 
-        prior = self.out / PRIOR_DIR / rf.SPLATS_FILE if self.opts.prior_steps else None
+        prior = prior_dir(self.out) / rf.SPLATS_FILE if self.opts.prior_steps else None
         return merge_run(self.out, self.part, self.scene, self.cfg, self.device, self.log, self.opts.finetune_steps,
                          self.opts.consistency, prior)
 
