@@ -65,6 +65,18 @@ class Camera:
 
         return replace(self, world_to_cam=move(self.world_to_cam), K=move(self.K), distortion=move(self.distortion))
 
+    def scaled(self, scale: float) -> "Camera":
+        """The same view with the image scaled by ``scale``: size rounded (at least 1 px), K's first two rows
+        x the actual width / height ratios (pixel centres stay at +0.5: an integer ``scale`` s maps each
+        pixel onto an s x s block); extrinsics shared. ``scale`` 1 returns ``self``."""
+        if scale == 1:
+            return self
+        W, H = max(1, round(self.width * scale)), max(1, round(self.height * scale))
+        K = self.K.clone()
+        K[0] *= W / self.width
+        K[1] *= H / self.height
+        return replace(self, K=K, width=W, height=H)
+
     def world_to_cam_numpy(self) -> np.ndarray:
         """[4, 4] float64 numpy copy of ``world_to_cam`` (on the CPU, detached)."""
         return self.world_to_cam.detach().cpu().double().numpy()

@@ -22,6 +22,7 @@ from recon.lpips import NOTE as LPIPS_NOTE
 from recon.lpips import load_lpips, lpips_distance
 from recon.models.base import SceneModel, model_class
 from recon.output_images import draw_output
+from recon.supersample import render_supersampled
 from recon.run_files import METRICS_FILE, RENDERS_DIR, write_json, write_png
 
 ERROR_GAIN = 4.0  # error panel shows 4 x mean |gt - render| as grey
@@ -37,13 +38,15 @@ def side_by_side(gt: Tensor, render: Tensor) -> np.ndarray:
 @torch.no_grad()
 def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImages, background: Tensor,
                    sh_degree: int | None = None, renders_dir: Path | None = None,
-                   prefix: str = "test") -> dict:
+                   prefix: str = "test", supersample: int = 1) -> dict:
     """PSNR / SSIM of ``model`` (any :class:`SceneModel`) on ``frames`` (images composited on ``background`` [3]).
 
     Writes ``renders_dir/{prefix}_XXX.png`` (gt | render | error) when ``renders_dir`` is given, and
     ``{prefix}_XXX_{name}.png`` for each of the model's extra outputs (2dgs: depth, normals; drawn by
     :mod:`recon.output_images`). Each view is rendered at its frame's time (dynamic scenes; static models
-    ignore it).
+    ignore it). ``supersample`` N renders each view at N x its resolution and averages N x N pixel blocks
+    (a run trained with ``--supersample N``: :mod:`recon.supersample`; the extra outputs stay at the rendered
+    resolution).
     Returns ``{"psnr", "ssim", "lpips", "num_views", "per_view": [{"name", "psnr", "ssim", "lpips"}]}``
     (views with a time also carry ``time``, and the dict then has ``per_time``, see :func:`per_time_psnr`);
     psnr/ssim/lpips are means over views (None when there are no views; lpips None without its weights).
@@ -53,7 +56,8 @@ def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImag
     lpips_weights = load_lpips(model.device)
     for i, frame in enumerate(frames):
         gt = images.rgb(i, bg)
-        render, _, meta = model.render([frame.camera], sh_degree, bg, t=frame.time)  # each view at its own time
+        render, _, meta = render_supersampled(model, [frame.camera], supersample, sh_degree, bg,
+                                              t=frame.time)  # each view at its own time
         out = render[0].clamp(0, 1)
         lp = None if lpips_weights is None else float(lpips_distance(out, gt, lpips_weights))
         per_view.append({"name": frame.name, "psnr": psnr(out, gt), "ssim": float(auto_ssim(out, gt)), "lpips": lp,
@@ -104,8 +108,9 @@ RUN_FACTS = ("steps", "train_seconds", "seconds_per_step")  # metrics.json keys 
 
 def evaluate_on_scene(model: SceneModel, scene: Scene, out_dir: Path | None = None,
                       background: Sequence[float] | None = None, source: str = "",
-                      run_facts: dict | None = None) -> dict:
-    """Evaluate ``model`` on ``scene.frames_test``; optional renders and metrics.json under ``out_dir``.
+                      run_facts: dict | None = None, supersample: int = 1) -> dict:
+    """Evaluate ``model`` on ``scene.frames_test``; optional renders and metrics.json under ``out_dir``
+    (``supersample``: see :func:`evaluate_model`).
 
     metrics.json has the training run's schema (``test``, ``num_gaussians`` and :data:`RUN_FACTS`, taken
     from ``run_facts``, the run's own metrics.json, or null for a bare splat file) plus ``source``."""
@@ -114,7 +119,7 @@ def evaluate_on_scene(model: SceneModel, scene: Scene, out_dir: Path | None = No
     bg = torch.tensor(background if background is not None else scene.background, dtype=torch.float32)
     images = FrameImages(scene.frames_test, model.device)
     renders = Path(out_dir) / RENDERS_DIR if out_dir is not None else None
-    metrics = evaluate_model(model, scene.frames_test, images, bg, renders_dir=renders)
+    metrics = evaluate_model(model, scene.frames_test, images, bg, renders_dir=renders, supersample=supersample)
     if out_dir is not None:
         facts = {k: (run_facts or {}).get(k) for k in RUN_FACTS}
         write_json(Path(out_dir) / METRICS_FILE,

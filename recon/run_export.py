@@ -35,7 +35,8 @@ def export_psnr(run: Run, exported, original=None, device: str = "cpu") -> tuple
     values = []
     for data in (original, exported):
         model = run.model_of(data, device, extent=scene.extent)
-        values.append(evaluate_on_scene(model, scene, background=background)["psnr"])
+        values.append(evaluate_on_scene(model, scene, background=background,
+                                        supersample=run.config.supersample)["psnr"])
     if not all(v is not None and math.isfinite(v) for v in values):
         return None, "test PSNR not evaluated (not finite)"
     return (values[0], values[1]), ""

@@ -38,6 +38,7 @@ from recon.nerf.config import NerfConfig
 from recon import run_files as rf
 from recon.run_history import RunHistory
 from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCStrategy, OccupancyConfig
+from recon.supersample import render_supersampled
 from recon.surfel_losses import SurfelConfig
 from recon.spacetime_losses import SpaceTimeConfig
 
@@ -108,6 +109,10 @@ class TrainConfig:
     init_scale: float | None = None
     """initial scale factor on the 3-NN distance; default 1.0 (adc) or 0.1 (mcmc)"""
     ssim_lambda: float = 0.2
+    supersample: int = 1
+    """render each training view at N x its resolution and average N x N pixel blocks (a box filter: the
+    pixel integrates its area, as a camera's sensor and antialiased renders do; about N^2 the rasterizer
+    work). Evaluation renders the same way (recon.supersample)"""
     batch: int = 1
     """training views rendered per step (for dynamic scenes (camera, time) samples), their losses averaged;
     > 1 needs training images of one size"""
@@ -170,6 +175,7 @@ FIELD_RANGES = {
     "init_scale": (lambda v: v is None or (math.isfinite(v) and v > 0), "> 0"),
     "ssim_lambda": (lambda v: 0 <= v <= 1, "0..1"),
     "batch": (lambda v: v >= 1, ">= 1"),
+    "supersample": (lambda v: 1 <= v <= 8, "1..8"),
     "viewer_port": (lambda v: 0 <= v <= 65535, "0..65535"),
     "viewer_every": (lambda v: v >= 1, ">= 1"),
     "logger_every": (lambda v: v >= 1, ">= 1"),
@@ -569,8 +575,8 @@ class Trainer:
             bg, t = picks[0][1], frames[0].time
         else:
             bg, t = torch.stack([b for _, b in picks]), [f.time for f in frames]
-        render, _, meta = self.model.render([f.camera for f in frames], self.active_sh_degree(step), bg, t=t,
-                                            absgrad=absgrad)
+        render, _, meta = render_supersampled(self.model, [f.camera for f in frames], self.cfg.supersample,
+                                              self.active_sh_degree(step), bg, t=t, absgrad=absgrad)
         return picks, gts, render, meta
 
     def view_loss(self, step: int):
@@ -662,7 +668,8 @@ class Trainer:
         """Test-view metrics (see evaluate_model), recorded in ``history`` and passed to hooks' on_evaluate."""
         bg = background_color(self.cfg, self.scene)
         images = FrameImages(self.scene.frames_test, self.device)
-        test = evaluate_model(self.model, self.scene.frames_test, images, bg, self.cfg.sh_degree, renders_dir)
+        test = evaluate_model(self.model, self.scene.frames_test, images, bg, self.cfg.sh_degree, renders_dir,
+                              supersample=self.cfg.supersample)
         self.history.record_eval(self.step, test["psnr"], test["ssim"])
         for hook in self.hooks:  # hooks are duck-typed (the viewer's has no on_evaluate)
             if hasattr(hook, "on_evaluate"):

@@ -3,7 +3,7 @@
 
     python scripts/bench_geometry.py [--steps 7000] [--data-factor 2] [--datasets spot lego]
         [--methods 3dgs 2dgs] [--out bench_geometry] [--spot-views 100] [--spot-size 400]
-        [--geometry-views 0] [--mesh-resolution 512] [--no-keep-largest] [--device cpu]
+        [--geometry-views 0] [--mesh-resolution 512] [--no-keep-largest] [--supersample 1] [--device cpu]
 
 Datasets:
 
@@ -26,7 +26,11 @@ factor x factor blocks, only blocks entirely on the object):
 - ``normal_deg``: mean angle (degrees) between the method's normals and the true ones, world frame:
   2dgs its rendered normals, 3dgs the normals of its rendered expected depth (the 2DGS paper's
   depth-to-normal, recon.geometry_metrics.depth_to_normal); ``normal_source`` says which, and
-  ``normal_deg_depth_to_normal`` is the depth-to-normal error of every method (2dgs: of its median depth);
+  ``normal_deg_depth_to_normal`` is the depth-to-normal error of every method (2dgs: of its median depth).
+  Every method is scored on the same kind of pixels: true normal known, the pixel and its four neighbours
+  seen (alpha >= 0.5; depth-to-normal exists only there). Before ``EVAL_VERSION`` 5 rendered normals were
+  also scored on the silhouette ring (one pixel wide, the worst normals), which 3dgs's depth-to-normal never
+  is; that number stays as ``normal_deg_all_seen`` (methods with rendered normals);
 - spot only, ``chamfer_pct``: Chamfer distance between the mesh of ``splatforge mesh`` (same code path:
   recon.commands.mesh.extract_run_mesh, its default depth per method) and the true mesh mapped with the
   dataset's ``mesh_to_world``, in % of the true bounding-box diagonal (recon.mesh_metrics: samples of
@@ -64,7 +68,7 @@ SHARED = ROOT.parent / "shared" / "data"
 SPOT_MESH = SHARED / "meshes" / "spot" / "spot_triangulated.obj"
 from make_mesh_dataset import DEFAULT_SAMPLES  # noqa: E402
 LEGO = SHARED / "lego_400"
-EVAL_VERSION = 4  # bump when the evaluation changes, so cached results are recomputed
+EVAL_VERSION = 5  # bump when the evaluation changes, so cached results are recomputed
 
 
 # ------------------------------------------------------------------------------ datasets and runs
@@ -90,7 +94,8 @@ def ensure_spot(out: Path, views: int, size: int, mesh: Path, log, samples: int 
 
 
 def train_run(data: Path, run: Path, method: str, steps: int, factor: int, device: str, progress: bool,
-              log, init_num_random: int | None = None, background: str | None = None) -> tuple[dict, bool]:
+              log, init_num_random: int | None = None, background: str | None = None,
+              supersample: int = 1) -> tuple[dict, bool]:
     """(metrics.json, trained now) of the run in ``run``: reused when finished at ``steps``, else trained
     (resuming its checkpoints)."""
     from recon.trainer import TrainConfig, train_model
@@ -102,7 +107,7 @@ def train_run(data: Path, run: Path, method: str, steps: int, factor: int, devic
             return metrics, False
     log(f"training {method} on {data} ({steps} steps, data factor {factor}) into {run}")
     cfg = TrainConfig(data=data, out=run, method=method, steps=steps, data_factor=factor, device=device,
-                      progress=progress, save_every=max(1000, steps // 4),
+                      progress=progress, save_every=max(1000, steps // 4), supersample=supersample,
                       **({} if init_num_random is None else {"init_num_random": init_num_random}),
                       **({} if background is None else {"background": background}))
     return train_model(cfg, log=lambda *a: None), True
@@ -135,7 +140,8 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
     rendered_normals = hasattr(model, "render_depth")
     frames = view_subset(scene.frames_test, geometry_views)
     factor = run.config.data_factor
-    sums = {"depth": 0.0, "depth_px": 0, "gt_depth_px": 0, "normal": 0.0, "normal_px": 0, "d2n": 0.0, "d2n_px": 0}
+    sums = {"depth": 0.0, "depth_px": 0, "gt_depth_px": 0, "normal": 0.0, "normal_px": 0, "d2n": 0.0, "d2n_px": 0,
+            "normal_all_seen": 0.0, "normal_all_seen_px": 0}
     with torch.no_grad():
         for frame in frames:
             gt = gg.downscale_gt(gg.load_gt(scene.root, frame.name, source), factor)
@@ -157,11 +163,16 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
                                                   cam.K.double().cpu())
             d2n = gm.camera_to_world_normals(n_cam, cam.world_to_cam.double().cpu())
             gt_nv, gt_n = torch.from_numpy(gt.normal_valid), torch.from_numpy(gt.normals)
+            nmask = gt_nv & d2n_valid & seen  # every method on the same kind of pixels: seen with 4 neighbours
             if rendered_normals:
                 normals = model.render([cam], background=bg)[2]["normals_world"][0].double().cpu()
-                nmask = gt_nv & seen
+                edge_mask = gt_nv & seen  # also the silhouette ring (the definition before EVAL_VERSION 5)
+                if edge_mask.any():
+                    err, n = gm.mean_angle_error_deg(normals, gt_n, edge_mask)
+                    sums["normal_all_seen"] += err * n
+                    sums["normal_all_seen_px"] += n
             else:
-                normals, nmask = d2n, gt_nv & d2n_valid & seen
+                normals = d2n
             if nmask.any():
                 err, n = gm.mean_angle_error_deg(normals, gt_n, nmask)
                 sums["normal"] += err * n
@@ -182,6 +193,9 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
         "normal_source": "rendered normals (normals_world)" if rendered_normals
         else "depth_to_normal of the rendered expected depth (2DGS paper)",
         "normal_deg_depth_to_normal": sums["d2n"] / sums["d2n_px"] if sums["d2n_px"] else None,
+        **({"normal_deg_all_seen": sums["normal_all_seen"] / sums["normal_all_seen_px"]
+            if sums["normal_all_seen_px"] else None, "normal_all_seen_pixels": sums["normal_all_seen_px"]}
+           if rendered_normals else {}),
     }
 
 
@@ -266,14 +280,16 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
             label = spot_label(args.spot_samples) if dataset == "spot" else dataset
             name = f"{label}-{method}-f{args.data_factor}-s{args.steps}" + \
                 ("" if args.init_num_random is None else f"-n{args.init_num_random}") + \
-                ("" if args.background is None else f"-bg{args.background}")
+                ("" if args.background is None else f"-bg{args.background}") + \
+                ("" if args.supersample == 1 else f"-ss{args.supersample}")
             run = out / "runs" / name
             cache = out / "results" / f"{name}.json"
             key = {"eval_version": EVAL_VERSION, "geometry_views": args.geometry_views,
                    "mesh_resolution": args.mesh_resolution, "keep_largest": args.keep_largest, "data": str(data)}
             load0 = os.getloadavg()[0]
             metrics, trained = train_run(data, run, method, args.steps, args.data_factor, args.device,
-                                         args.progress, log, args.init_num_random, args.background)
+                                         args.progress, log, args.init_num_random, args.background,
+                                         args.supersample)
             if not trained and cache.is_file():
                 cached = json.loads(cache.read_text())
                 if cached.get("key") == key:
@@ -332,11 +348,14 @@ def parse_args(argv=None):
     ap.add_argument("--background", default=None, choices=["auto", "white", "black", "random"],
                     help="training background of every run (default: train's, auto); the run folder name "
                          "records it when given")
+    ap.add_argument("--supersample", type=int, default=1,
+                    help="train --supersample of every run (render at N x, average N x N blocks; the test PSNR "
+                         "renders the same way); the run folder name records it when not 1")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--progress", action="store_true", help="training progress bars (on stderr)")
     args = ap.parse_args(argv)
-    if args.steps < 1 or args.data_factor < 1:
-        ap.error("--steps and --data-factor must be >= 1")
+    if args.steps < 1 or args.data_factor < 1 or args.supersample < 1:
+        ap.error("--steps, --data-factor and --supersample must be >= 1")
     return args
 
 

@@ -58,7 +58,8 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     scene = opened.scene
     background = opened.background().tolist()  # the run's fixed background (dataset's for auto/random)
     model = opened.load_model(splats, resolve_device(device), extent=scene.extent)  # None: the run's own model
-    return evaluate_on_scene(model, scene, out, background, source=str(model_file), run_facts=run_facts)
+    return evaluate_on_scene(model, scene, out, background, source=str(model_file), run_facts=run_facts,
+                             supersample=opened.config.supersample)  # as the run trained (1 for a bare file)
 
 
 def bare_run(splats: Path, data: Path, data_factor: int | None):

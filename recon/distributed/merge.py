@@ -117,13 +117,14 @@ def merge_run(out: Path, part: Partition, scene, cfg, device: torch.device, log=
     images = FrameImages(scene.frames_test, device)
     before = None
     if finetune_steps > 0:
-        before = evaluate_model(model, scene.frames_test, images, bg, cfg.sh_degree)
+        before = evaluate_model(model, scene.frames_test, images, bg, cfg.sh_degree, supersample=cfg.supersample)
         log(f"merged model before the fine-tune: test PSNR {before['psnr']:.2f}; fine-tuning {finetune_steps} steps")
         model, _ = finetune(merged, scene, cfg, out, finetune_steps, device, log)
         model = model.to(device)
         merged = model.to_splat_data()
     write_splats(Path(out) / rf.SPLATS_FILE, merged, force=True)
-    test = evaluate_model(model, scene.frames_test, images, bg, cfg.sh_degree, Path(out) / rf.RENDERS_DIR)
+    test = evaluate_model(model, scene.frames_test, images, bg, cfg.sh_degree, Path(out) / rf.RENDERS_DIR,
+                          supersample=cfg.supersample)
     seams = seam_metric(model, scene.frames_test, images, bg, part) if cfg.method == "3dgs" else None
     if seams is not None and prior is not None and Path(prior).is_file():
         reference = model_class(cfg.method).from_splat_data(read_splats(Path(prior)), extent=scene.extent).to(device)

@@ -17,7 +17,6 @@ newest checkpoint) and was built for the same time; ``rebuild=True`` builds it a
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -61,14 +60,8 @@ class FrontDepth:
 
 
 def scaled_camera(camera, scale: float):
-    """``camera`` with its image scaled by ``scale`` (intrinsics and size; same extrinsics)."""
-    if scale == 1.0:
-        return camera
-    W, H = max(1, round(camera.width * scale)), max(1, round(camera.height * scale))
-    K = camera.K.clone()
-    K[0] *= W / camera.width
-    K[1] *= H / camera.height
-    return replace(camera, K=K, width=W, height=H)
+    """``camera`` with its image scaled by ``scale`` (intrinsics and size; same extrinsics): ``Camera.scaled``."""
+    return camera.scaled(scale)
 
 
 def pick_views(cameras: Sequence, max_views: int) -> list:

@@ -34,6 +34,9 @@ def test_bench_geometry_tiny_spot(tmp_path, capsys):
     assert spot["2dgs"]["depth_kind"] == "median" and spot["3dgs"]["depth_kind"] == "expected"
     assert "rendered normals" in spot["2dgs"]["normal_source"]
     assert "depth_to_normal" in spot["3dgs"]["normal_source"]
+    # both scored on pixels seen with their four neighbours; 2dgs also reports the score with the silhouette ring
+    assert spot["2dgs"]["normal_all_seen_pixels"] >= spot["2dgs"]["normal_pixels"]  # equal when all is seen
+    assert 0 <= spot["2dgs"]["normal_deg_all_seen"] <= 180 and "normal_deg_all_seen" not in spot["3dgs"]
     assert "chamfer_ratio_2dgs_over_3dgs" in report["comparisons"]["spot"]
     assert json.loads((tmp_path / "bench_geometry.json").read_text())["results"] == report["results"]
     # a second call reuses the runs and the cached evaluation (no training: no load record)
