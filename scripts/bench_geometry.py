@@ -29,8 +29,8 @@ factor x factor blocks, only blocks entirely on the object):
   ``normal_deg_depth_to_normal`` is the depth-to-normal error of every method (2dgs: of its median depth).
   Every method is scored on the same kind of pixels: true normal known, the pixel and its four neighbours
   seen (alpha >= 0.5; depth-to-normal exists only there). Before ``EVAL_VERSION`` 5 rendered normals were
-  also scored on the silhouette ring (one pixel wide, the worst normals), which 3dgs's depth-to-normal never
-  is; that number stays as ``normal_deg_all_seen`` (methods with rendered normals);
+  also scored where a neighbour was not seen, which 3dgs's depth-to-normal never is; that number stays as
+  ``normal_deg_all_seen`` (methods with rendered normals; lego and spot: within 0.01 degrees of the other);
 - spot only, ``chamfer_pct``: Chamfer distance between the mesh of ``splatforge mesh`` (same code path:
   recon.commands.mesh.extract_run_mesh, its default depth per method) and the true mesh mapped with the
   dataset's ``mesh_to_world``, in % of the true bounding-box diagonal (recon.mesh_metrics: samples of
