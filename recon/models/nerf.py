@@ -197,6 +197,9 @@ class NerfModel(SceneModel):
         if getattr(cfg, "batch", 1) != 1:
             raise ConfigValueError(f"--batch {cfg.batch}: --method nerf draws its rays across all training images "
                                    f"each step; size its batch with --nerf.target-samples / --nerf.max-rays")
+        if getattr(cfg, "supersample", 1) != 1:
+            raise ConfigValueError(f"--supersample {cfg.supersample}: --method nerf trains on rays through pixel "
+                                   f"centres drawn across the images, not on rendered views; leave --supersample 1")
         if cfg.nerf.box is not None:
             parse_box(cfg.nerf.box)
 

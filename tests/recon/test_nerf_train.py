@@ -113,6 +113,9 @@ def test_strategy_errors():
         Trainer(TrainConfig(method="nerf", data="procedural", progress=False), log=quiet)
     with pytest.raises(ConfigValueError, match="not available with --method 3dgs"):
         Trainer(TrainConfig(strategy="occupancy", data="procedural", progress=False), log=quiet)
+    with pytest.raises(ConfigValueError, match="--supersample 2: --method nerf"):
+        Trainer(TrainConfig(method="nerf", strategy="occupancy", supersample=2, data="procedural", progress=False),
+                log=quiet)
 
 
 def test_method_picks_its_preset():
