@@ -124,3 +124,13 @@ def test_run_evaluates_as_it_trained(tmp_path):
     plain = evaluate_on_scene(run.load_model(None, "cpu", extent=run.scene.extent), run.scene,
                               background=run.background().tolist())
     assert abs(plain["psnr"] - metrics["test"]["psnr"]) > 1e-3
+
+
+def test_4d_run_with_a_batch_of_times_trains_supersampled(tmp_path):
+    """--method 4dgs, two (camera, time) samples a step, rendered at 2x: trains and evaluates."""
+    from recon.trainer import train_model
+
+    metrics = train_model(TrainConfig(method="4dgs", data="procedural-4d", data_factor=4, steps=3, save_every=0,
+                                      progress=False, out=tmp_path / "run4d", supersample=2, batch=2),
+                          log=lambda *_: None)
+    assert metrics["steps"] == 3 and math.isfinite(metrics["test"]["psnr"])
