@@ -17,7 +17,10 @@ Datasets:
 Per dataset and method, one training run in ``OUT/runs/{dataset}-{method}-f{factor}-s{steps}`` (a
 finished run is reused; an interrupted one resumes), then on the test views (all of them, or
 ``--geometry-views`` evenly spaced ones), at the run's resolution (ground truth averaged over
-factor x factor blocks, only blocks entirely on the object):
+factor x factor blocks, only blocks entirely on the object). A run trained with ``--supersample N`` is
+rendered the way it trained: depth, normals and depth-to-normal on the N x grid, then averaged over N x N
+blocks like the ground truth (a block counts where all its pixels are seen; ``geometry_supersample`` in
+the JSON; results before stop 26 scored such runs at 1x):
 
 - ``psnr``: the run's own test PSNR (metrics.json, all test views);
 - ``depth_mae``: mean |rendered depth - true depth| (camera z, scene units) over pixels with true depth
@@ -122,13 +125,47 @@ def view_subset(frames: list, count: int) -> list:
     return [frames[i] for i in np.linspace(0, len(frames) - 1, count).round().astype(int)]
 
 
-def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) -> dict:
-    """Depth and normal errors of the run's final model on its scene's test views (see the module docstring)."""
+def view_geometry(model, cam, kind: str, bg, supersample: int, rendered_normals: bool):
+    """One test view's geometry on the camera's grid: (depth, seen, rendered normals or None, depth-to-normal,
+    depth-to-normal valid), numpy float64 / bool, world-frame normals.
+
+    Rendered at ``supersample`` x the resolution (the grid a ``--supersample`` run trains on), then every
+    map is averaged over supersample x supersample blocks the way the ground truth is averaged over data
+    factor blocks (recon.geometry_gt.downscale_gt: a block counts only where all its pixels do; normals
+    renormalised); depth-to-normal is taken on the rendered grid. supersample 1: the maps as rendered."""
     import torch
 
     from recon import geometry_gt as gg
     from recon import geometry_metrics as gm
     from recon import mesh_extraction as mx
+
+    fine = cam.scaled(supersample)
+    _, depth, alpha = mx.render_depth(model, [fine], kind, bg)
+    depth = depth[0, ..., 0].double().cpu()
+    seen = (alpha[0, ..., 0] >= mx.ALPHA_MIN).cpu() & torch.isfinite(depth)
+    depth = torch.where(seen, depth, torch.zeros_like(depth))
+    n_cam, d2n_valid = gm.depth_to_normal(depth, fine.K.double().cpu())
+    d2n = gm.camera_to_world_normals(n_cam, fine.world_to_cam.double().cpu())
+    normals = None
+    if rendered_normals:
+        normals = model.render([fine], background=bg)[2]["normals_world"][0].double().cpu().numpy()
+    depth, seen, d2n, d2n_valid = depth.numpy(), seen.numpy(), d2n.numpy(), (d2n_valid & seen).numpy()
+    if supersample == 1:
+        return depth, seen, normals, d2n, d2n_valid
+    placeholder = normals if normals is not None else np.zeros_like(d2n)
+    rendered = gg.downscale_gt(gg.GroundTruth(depth, seen, placeholder, seen), supersample)
+    from_depth = gg.downscale_gt(gg.GroundTruth(depth, seen, d2n, d2n_valid), supersample)
+    return (rendered.depth, rendered.depth_valid, rendered.normals if normals is not None else None,
+            from_depth.normals, from_depth.normal_valid)
+
+
+def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) -> dict:
+    """Depth and normal errors of the run's final model on its scene's test views (see the module docstring),
+    rendered the way the run trained (its ``--supersample``: :func:`view_geometry`)."""
+    import torch
+
+    from recon import geometry_gt as gg
+    from recon import geometry_metrics as gm
     from recon.commands.mesh import depth_kind
     from recon.run import Run
 
@@ -140,8 +177,10 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
     rendered_normals = hasattr(model, "render_depth")
     frames = view_subset(scene.frames_test, geometry_views)
     factor = run.config.data_factor
+    supersample = int(getattr(run.config, "supersample", 1))
     sums = {"depth": 0.0, "depth_px": 0, "gt_depth_px": 0, "normal": 0.0, "normal_px": 0, "d2n": 0.0, "d2n_px": 0,
             "normal_all_seen": 0.0, "normal_all_seen_px": 0}
+    t = torch.from_numpy
     with torch.no_grad():
         for frame in frames:
             gt = gg.downscale_gt(gg.load_gt(scene.root, frame.name, source), factor)
@@ -149,23 +188,19 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
             if gt.depth.shape != (cam.height, cam.width):
                 raise gg.GroundTruthError(f"{frame.name}: ground truth {gt.depth.shape} does not match the "
                                           f"{cam.width}x{cam.height} view at data factor {factor}")
-            _, depth, alpha = mx.render_depth(model, [cam], kind, bg)
-            depth = depth[0, ..., 0].double().cpu()
-            seen = (alpha[0, ..., 0] >= mx.ALPHA_MIN).cpu() & torch.isfinite(depth)
-            gt_depth, gt_dv = torch.from_numpy(gt.depth), torch.from_numpy(gt.depth_valid)
+            depth, seen, normals, d2n, d2n_valid = view_geometry(model, cam, kind, bg, supersample, rendered_normals)
+            depth, seen, d2n, d2n_valid = t(depth), t(seen), t(d2n), t(d2n_valid)
+            gt_depth, gt_dv = t(gt.depth), t(gt.depth_valid)
             mask = gt_dv & seen
             if mask.any():
                 err, n = gm.mean_abs_depth_error(depth, gt_depth, mask)
                 sums["depth"] += err * n
                 sums["depth_px"] += n
             sums["gt_depth_px"] += int(gt_dv.sum())
-            n_cam, d2n_valid = gm.depth_to_normal(torch.where(seen, depth, torch.zeros_like(depth)),
-                                                  cam.K.double().cpu())
-            d2n = gm.camera_to_world_normals(n_cam, cam.world_to_cam.double().cpu())
-            gt_nv, gt_n = torch.from_numpy(gt.normal_valid), torch.from_numpy(gt.normals)
-            nmask = gt_nv & d2n_valid & seen  # every method on the same kind of pixels: seen with 4 neighbours
-            if rendered_normals:
-                normals = model.render([cam], background=bg)[2]["normals_world"][0].double().cpu()
+            gt_nv, gt_n = t(gt.normal_valid), t(gt.normals)
+            nmask = gt_nv & d2n_valid  # every method on the same kind of pixels: seen with 4 neighbours
+            if normals is not None:
+                normals = t(normals)
                 edge_mask = gt_nv & seen  # also the silhouette ring (the definition before EVAL_VERSION 5)
                 if edge_mask.any():
                     err, n = gm.mean_angle_error_deg(normals, gt_n, edge_mask)
@@ -177,13 +212,12 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
                 err, n = gm.mean_angle_error_deg(normals, gt_n, nmask)
                 sums["normal"] += err * n
                 sums["normal_px"] += n
-            dmask = gt_nv & d2n_valid & seen
-            if dmask.any():
-                err, n = gm.mean_angle_error_deg(d2n, gt_n, dmask)
+                err, n = gm.mean_angle_error_deg(d2n, gt_n, nmask)
                 sums["d2n"] += err * n
                 sums["d2n_px"] += n
     return {
         "geometry_views": len(frames),
+        "geometry_supersample": supersample,
         "depth_kind": kind,
         "depth_mae": sums["depth"] / sums["depth_px"] if sums["depth_px"] else None,
         "depth_pixels": sums["depth_px"],
@@ -286,6 +320,8 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
             cache = out / "results" / f"{name}.json"
             key = {"eval_version": EVAL_VERSION, "geometry_views": args.geometry_views,
                    "mesh_resolution": args.mesh_resolution, "keep_largest": args.keep_largest, "data": str(data)}
+            if args.supersample > 1:  # scored on the supersampled grid, block-averaged (since stop 26)
+                key["geometry_supersample"] = args.supersample
             load0 = os.getloadavg()[0]
             metrics, trained = train_run(data, run, method, args.steps, args.data_factor, args.device,
                                          args.progress, log, args.init_num_random, args.background,

@@ -89,7 +89,6 @@ def synthetic(args: Args):
 
 def from_run(args: Args):
     from recon.hybrid.assets import PlacedAsset, load_mesh, parse_light, parse_material, parse_pose
-    from recon.hybrid.proxy import scaled_camera
     from recon.hybrid.render import HybridRenderer, ground_frame_of
     from recon.run import Run
 
@@ -100,7 +99,7 @@ def from_run(args: Args):
     r = HybridRenderer.for_run(run, [asset], [parse_light("sun:45,60", frame)], progress=True, bounces=args.bounces)
     load_s = time.perf_counter() - t0
     cam0 = run.cameras[0]
-    cam = scaled_camera(cam0, args.width / cam0.width)
+    cam = cam0.scaled(args.width / cam0.width)
     return r, cam, {"load_and_proxy_s": round(load_s, 2), "gaussians": len(r.model)}
 
 

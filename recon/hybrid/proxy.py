@@ -59,11 +59,6 @@ class FrontDepth:
         return rgb, depth, 1.0 - trans
 
 
-def scaled_camera(camera, scale: float):
-    """``camera`` with its image scaled by ``scale`` (intrinsics and size; same extrinsics): ``Camera.scaled``."""
-    return camera.scaled(scale)
-
-
 def pick_views(cameras: Sequence, max_views: int) -> list:
     """At most ``max_views`` of ``cameras``, evenly spaced in their order."""
     if len(cameras) <= max_views:
@@ -106,7 +101,7 @@ def build_proxy(model, cameras: Sequence, *, time: float | None = None, resoluti
     """The proxy mesh of ``model`` seen from (a subset of) ``cameras`` (module docstring)."""
     from rich.progress import Progress
 
-    views_cams = [scaled_camera(c, scale) for c in pick_views(cameras, max_views)]
+    views_cams = [c.scaled(scale) for c in pick_views(cameras, max_views)]
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("proxy: rendering depth", total=len(views_cams))
         views = render_scene_views(model, views_cams, time, background, lambda n: bar.advance(task, n))
@@ -188,4 +183,4 @@ def scene_bounds(run, proxy: mx.MeshArrays | None) -> tuple[np.ndarray, np.ndarr
 
 __all__ = ["DEFAULT_MAX_VIEWS", "DEFAULT_RESOLUTION", "DEFAULT_SCALE", "FrontDepth", "PROXY_FILE", "build_proxy",
            "fuse_views", "load_or_build_proxy", "model_source", "pick_views", "proxy_path", "read_proxy",
-           "render_scene_views", "scaled_camera", "scene_bounds"]
+           "render_scene_views", "scene_bounds"]

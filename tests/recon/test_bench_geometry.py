@@ -45,3 +45,56 @@ def test_bench_geometry_tiny_spot(tmp_path, capsys):
     again = json.loads(capsys.readouterr().out)
     assert again["results"] == report["results"]
     assert (tmp_path / "runs" / f"spot-p{bg.DEFAULT_SAMPLES}-2dgs-f1-s12-n300" / "splats.ply").stat().st_mtime == mtime
+
+
+class _PlaneModel:
+    """A fake model seen through ``render_depth`` / ``render``: a plane at camera z = 2 over the fine grid's
+    columns < ``seen_cols`` (alpha 1, elsewhere 0), rendered normals alternating per column between two
+    unit vectors whose mean is -z (the plane's true normal, facing the camera)."""
+
+    def __init__(self, seen_cols: int):
+        self.seen_cols = seen_cols
+
+    def _maps(self, cam):
+        import torch
+        H, W = cam.height, cam.width
+        alpha = torch.zeros(1, H, W, 1)
+        alpha[:, :, :self.seen_cols] = 1.0
+        depth = 2.0 * alpha
+        s = math.sqrt(0.5)
+        normals = torch.zeros(1, H, W, 3)
+        normals[..., 2] = -s
+        normals[:, :, 0::2, 0] = s
+        normals[:, :, 1::2, 0] = -s
+        return depth, alpha, normals
+
+    def render_depth(self, cameras, kind, background=None):
+        depth, alpha, _ = self._maps(cameras[0])
+        return depth.expand(-1, -1, -1, 3), depth, alpha
+
+    def render(self, cameras, background=None):
+        depth, alpha, normals = self._maps(cameras[0])
+        return depth.expand(-1, -1, -1, 3), alpha, {"normals_world": normals}
+
+
+def test_view_geometry_block_averages_the_supersampled_grid():
+    import torch
+    from rasterizer.camera import Camera
+
+    cam = Camera(world_to_cam=torch.eye(4), K=torch.tensor([[8.0, 0, 4], [0, 8.0, 4], [0, 0, 1]]), width=8, height=8)
+    # fine grid 16 x 16, seen columns 0..8: coarse column 4 is half seen (fine 8 seen, 9 not), so it does not count
+    depth, seen, normals, d2n, d2n_valid = bg.view_geometry(_PlaneModel(9), cam, "median", None, 2, True)
+    assert depth.shape == seen.shape == (8, 8) and normals.shape == d2n.shape == (8, 8, 3)
+    assert seen[:, :4].all() and not seen[:, 4:].any()
+    assert abs(depth[seen] - 2.0).max() < 1e-12
+    # each block averages one +x and one -x normal of every row: exactly the plane's normal
+    assert abs(normals[seen] - [0, 0, -1]).max() < 1e-12
+    # depth-to-normal on the fine grid (valid with four seen neighbours, so coarse column 0 and row 0 drop out)
+    assert d2n_valid[1:-1, 1:4].all() and not d2n_valid[:, 0].any() and not d2n_valid[:, 4:].any()
+    assert abs(d2n[d2n_valid] - [0, 0, -1]).max() < 1e-9
+    # supersample 1: the maps as rendered, column 8 seen with each column's own normal
+    depth1, seen1, normals1, _, _ = bg.view_geometry(_PlaneModel(9), cam.scaled(2), "median", None, 1, True)
+    assert seen1[:, :9].all() and not seen1[:, 9:].any()
+    assert abs(normals1[0, 1] - [-math.sqrt(0.5), 0, -math.sqrt(0.5)]).max() < 1e-7
+    # a method without rendered normals gets None there
+    assert bg.view_geometry(_PlaneModel(9), cam, "median", None, 2, False)[2] is None
