@@ -132,7 +132,8 @@ def view_geometry(model, cam, kind: str, bg, supersample: int, rendered_normals:
     Rendered at ``supersample`` x the resolution (the grid a ``--supersample`` run trains on), then every
     map is averaged over supersample x supersample blocks the way the ground truth is averaged over data
     factor blocks (recon.geometry_gt.downscale_gt: a block counts only where all its pixels do; normals
-    renormalised); depth-to-normal is taken on the rendered grid. supersample 1: the maps as rendered."""
+    renormalised); depth-to-normal is taken on the rendered grid. supersample 1: the maps as rendered
+    (``downscale_gt`` returns them unchanged)."""
     import torch
 
     from recon import geometry_gt as gg
@@ -150,8 +151,6 @@ def view_geometry(model, cam, kind: str, bg, supersample: int, rendered_normals:
     if rendered_normals:
         normals = model.render([fine], background=bg)[2]["normals_world"][0].double().cpu().numpy()
     depth, seen, d2n, d2n_valid = depth.numpy(), seen.numpy(), d2n.numpy(), (d2n_valid & seen).numpy()
-    if supersample == 1:
-        return depth, seen, normals, d2n, d2n_valid
     placeholder = normals if normals is not None else np.zeros_like(d2n)
     rendered = gg.downscale_gt(gg.GroundTruth(depth, seen, placeholder, seen), supersample)
     from_depth = gg.downscale_gt(gg.GroundTruth(depth, seen, d2n, d2n_valid), supersample)
