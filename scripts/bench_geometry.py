@@ -3,7 +3,8 @@
 
     python scripts/bench_geometry.py [--steps 7000] [--data-factor 2] [--datasets spot lego]
         [--methods 3dgs 2dgs] [--out bench_geometry] [--spot-views 100] [--spot-size 400]
-        [--geometry-views 0] [--mesh-resolution 512] [--no-keep-largest] [--supersample 1] [--device cpu]
+        [--geometry-views 0] [--mesh-resolution 512] [--no-keep-largest] [--supersample 1]
+        [--surfel-grow-grad2d G] [--device cpu]
 
 Datasets:
 
@@ -15,7 +16,8 @@ Datasets:
   object, normals only where no component was clipped by the PNG.
 
 Per dataset and method, one training run in ``OUT/runs/{dataset}-{method}-f{factor}-s{steps}`` (a
-finished run is reused; an interrupted one resumes), then on the test views (all of them, or
+finished run is reused; an interrupted one resumes; options other than their defaults add to the name,
+e.g. ``-bgrandom``, ``-ss2``, and for 2dgs ``-gg0.0003``: ``--surfel-grow-grad2d``), then on the test views (all of them, or
 ``--geometry-views`` evenly spaced ones), at the run's resolution (ground truth averaged over
 factor x factor blocks, only blocks entirely on the object). A run trained with ``--supersample N`` is
 rendered the way it trained: depth, normals and depth-to-normal on the N x grid, then averaged over N x N
@@ -98,9 +100,10 @@ def ensure_spot(out: Path, views: int, size: int, mesh: Path, log, samples: int 
 
 def train_run(data: Path, run: Path, method: str, steps: int, factor: int, device: str, progress: bool,
               log, init_num_random: int | None = None, background: str | None = None,
-              supersample: int = 1) -> tuple[dict, bool]:
+              supersample: int = 1, grow_grad2d: float | None = None) -> tuple[dict, bool]:
     """(metrics.json, trained now) of the run in ``run``: reused when finished at ``steps``, else trained
-    (resuming its checkpoints)."""
+    (resuming its checkpoints). ``grow_grad2d``: the run's ``--adc.grow-grad2d`` (None: train's default)."""
+    from recon.strategy import ADCConfig
     from recon.trainer import TrainConfig, train_model
 
     metrics_path = run / "metrics.json"
@@ -112,7 +115,8 @@ def train_run(data: Path, run: Path, method: str, steps: int, factor: int, devic
     cfg = TrainConfig(data=data, out=run, method=method, steps=steps, data_factor=factor, device=device,
                       progress=progress, save_every=max(1000, steps // 4), supersample=supersample,
                       **({} if init_num_random is None else {"init_num_random": init_num_random}),
-                      **({} if background is None else {"background": background}))
+                      **({} if background is None else {"background": background}),
+                      **({} if grow_grad2d is None else {"adc": ADCConfig(grow_grad2d=grow_grad2d)}))
     return train_model(cfg, log=lambda *a: None), True
 
 
@@ -286,6 +290,17 @@ def compare(res: dict) -> dict:
     return out
 
 
+def run_name(label: str, method: str, args, grow_grad2d: float | None) -> str:
+    """Folder and result name of one run: dataset label, method, factor, steps, then each option that is
+    not its default (``-n``: init_num_random, ``-bg``: background, ``-ss``: supersample, ``-gg``: ADC
+    grow threshold)."""
+    return (f"{label}-{method}-f{args.data_factor}-s{args.steps}"
+            + ("" if args.init_num_random is None else f"-n{args.init_num_random}")
+            + ("" if args.background is None else f"-bg{args.background}")
+            + ("" if args.supersample == 1 else f"-ss{args.supersample}")
+            + ("" if grow_grad2d is None else f"-gg{grow_grad2d:g}"))
+
+
 def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
     from recon.atomic import atomic_write_bytes
     from recon.geometry_gt import detect_source
@@ -311,10 +326,8 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
         per_method = {}
         for method in args.methods:
             label = spot_label(args.spot_samples) if dataset == "spot" else dataset
-            name = f"{label}-{method}-f{args.data_factor}-s{args.steps}" + \
-                ("" if args.init_num_random is None else f"-n{args.init_num_random}") + \
-                ("" if args.background is None else f"-bg{args.background}") + \
-                ("" if args.supersample == 1 else f"-ss{args.supersample}")
+            grow = args.surfel_grow_grad2d if method == "2dgs" else None
+            name = run_name(label, method, args, grow)
             run = out / "runs" / name
             cache = out / "results" / f"{name}.json"
             key = {"eval_version": EVAL_VERSION, "geometry_views": args.geometry_views,
@@ -324,7 +337,7 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
             load0 = os.getloadavg()[0]
             metrics, trained = train_run(data, run, method, args.steps, args.data_factor, args.device,
                                          args.progress, log, args.init_num_random, args.background,
-                                         args.supersample)
+                                         args.supersample, grow)
             if not trained and cache.is_file():
                 cached = json.loads(cache.read_text())
                 if cached.get("key") == key:
@@ -386,11 +399,17 @@ def parse_args(argv=None):
     ap.add_argument("--supersample", type=int, default=1,
                     help="train --supersample of every run (render at N x, average N x N blocks; the test PSNR "
                          "renders the same way); the run folder name records it when not 1")
+    ap.add_argument("--surfel-grow-grad2d", type=float, default=None,
+                    help="--adc.grow-grad2d of the 2dgs runs (default: train's, 0.0002; 3dgs runs keep theirs); "
+                         "the 2dgs run folder name records it when given (-gg0.0003)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--progress", action="store_true", help="training progress bars (on stderr)")
     args = ap.parse_args(argv)
     if args.steps < 1 or args.data_factor < 1 or args.supersample < 1:
         ap.error("--steps, --data-factor and --supersample must be >= 1")
+    if args.surfel_grow_grad2d is not None and not (math.isfinite(args.surfel_grow_grad2d)
+                                                    and args.surfel_grow_grad2d >= 0):
+        ap.error(f"--surfel-grow-grad2d {args.surfel_grow_grad2d}: must be a finite number >= 0")
     return args
 
 

@@ -98,3 +98,22 @@ def test_view_geometry_block_averages_the_supersampled_grid():
     assert abs(normals1[0, 1] - [-math.sqrt(0.5), 0, -math.sqrt(0.5)]).max() < 1e-7
     # a method without rendered normals gets None there
     assert bg.view_geometry(_PlaneModel(9), cam, "median", None, 2, False)[2] is None
+
+
+def test_surfel_grow_grad2d_reaches_only_the_2dgs_runs_and_their_names(tmp_path, monkeypatch):
+    args = bg.parse_args(["--supersample", "2", "--background", "random", "--surfel-grow-grad2d", "0.0003"])
+    assert bg.run_name("lego", "2dgs", args, args.surfel_grow_grad2d) == "lego-2dgs-f2-s7000-bgrandom-ss2-gg0.0003"
+    assert bg.run_name("lego", "3dgs", args, None) == "lego-3dgs-f2-s7000-bgrandom-ss2"
+    plain = bg.parse_args([])
+    assert plain.surfel_grow_grad2d is None and bg.run_name("spot", "2dgs", plain, None) == "spot-2dgs-f2-s7000"
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit):
+            bg.parse_args(["--surfel-grow-grad2d", bad])
+    # the value becomes the run's ADC threshold; None keeps train's default
+    import recon.trainer as trainer
+    seen = []
+    monkeypatch.setattr(trainer, "train_model", lambda cfg, log=None: seen.append(cfg) or {"steps": cfg.steps})
+    bg.train_run(tmp_path, tmp_path / "a", "2dgs", 5, 2, "cpu", False, print, grow_grad2d=0.0003)
+    bg.train_run(tmp_path, tmp_path / "b", "3dgs", 5, 2, "cpu", False, print)
+    assert seen[0].adc.grow_grad2d == 0.0003
+    assert seen[1].adc.grow_grad2d == trainer.ADCConfig().grow_grad2d == 0.0002
