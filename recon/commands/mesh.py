@@ -1,9 +1,14 @@
 """``splatforge mesh RUN --out mesh.ply|obj|glb [--voxel-size S] [--trunc VOXELS] [--depth median|expected]
-[--resolution N] [--keep-largest] [--max-memory-gb G] [--force]``
+[--resolution N] [--keep-largest] [--supersample N] [--max-memory-gb G] [--force]``
 
 Renders depth and colour of the run's training views, fuses them into a TSDF (open3d ``VoxelBlockGrid``),
 extracts a vertex-coloured triangle mesh and writes it atomically with trimesh; see
 :mod:`recon.mesh_extraction` for the pipeline, the default voxel size and the memory estimate.
+``--supersample N`` renders the views at N x their resolution (``Camera.scaled``), for voxels finer than a
+pixel's footprint. The default is 1 even for a run trained with ``--supersample``. Measured on spot (400 px,
+resolution 512, stop 27), fusing such runs' views at 2x rather than 1x moved the surface further inside
+(3dgs: median signed distance -0.044 -> -0.088 % of the diagonal) and raised the Chamfer distance
+(3dgs 0.166 -> 0.183 %, 2dgs 0.090 -> 0.092 %) in twice the time.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class MeshConfig:
     """Voxels across the diagonal of the rendered surface's bounding box (when --voxel-size is not given)."""
     keep_largest: bool = False
     """Keep only the largest connected component."""
+    supersample: int = 1
+    """Render depth and colour at N x the training views' resolution (for voxels finer than a pixel)."""
     max_memory_gb: float = 4.0
     """Refuse voxel sizes whose TSDF grid is estimated to need more memory than this."""
     data: Optional[Path] = None
@@ -70,6 +77,8 @@ def extract_run_mesh(cfg: MeshConfig) -> dict:
         raise UsageError(f"--out {cfg.out}: give a .ply, .obj or .glb file")
     if cfg.trunc <= 0:
         raise UsageError(f"--trunc {cfg.trunc}: must be > 0 (voxels)")
+    if cfg.supersample < 1:
+        raise UsageError(f"--supersample {cfg.supersample}: must be >= 1 (1: the training views' resolution)")
     refuse_overwrite(cfg.out, cfg.force)
     run = Run.open(cfg.run, data=cfg.data)
     cameras = run.cameras
@@ -77,6 +86,7 @@ def extract_run_mesh(cfg: MeshConfig) -> dict:
         raise UsageError(f"{cfg.run}: the run's dataset has no training cameras; nothing to fuse into a mesh")
     model = run.load_model()
     kind = depth_kind(model, cfg.depth)
+    cameras = [cam.scaled(cfg.supersample) for cam in cameras]
     with Progress(disable=not cfg.progress, transient=True) as bar:
         task = bar.add_task("rendering depth", total=len(cameras))
         views = mx.render_views(model, cameras, kind, run.background(), lambda n: bar.advance(task, n))
@@ -89,7 +99,7 @@ def extract_run_mesh(cfg: MeshConfig) -> dict:
         mesh = mx.keep_largest_component(mesh)
     atomic_write_bytes(cfg.out, mx.mesh_bytes(mesh, fmt), force=cfg.force)
     return {"out": str(cfg.out), "vertices": len(mesh.vertices), "faces": len(mesh.faces),
-            "voxel_size": voxel, "depth": kind, "views": len(cameras)}
+            "voxel_size": voxel, "depth": kind, "views": len(cameras), "supersample": cfg.supersample}
 
 
 def mesh(config: Annotated[MeshConfig, _NoPrefix] if _NoPrefix else MeshConfig) -> dict:
@@ -99,5 +109,6 @@ def mesh(config: Annotated[MeshConfig, _NoPrefix] if _NoPrefix else MeshConfig) 
     except USER_ERRORS as exc:
         fail("mesh", exc, status=1)
     print(f"wrote {summary['out']}: {summary['vertices']} vertices, {summary['faces']} faces "
-          f"(voxel {summary['voxel_size']:.4g}, {summary['depth']} depth, {summary['views']} views)")
+          f"(voxel {summary['voxel_size']:.4g}, {summary['depth']} depth, {summary['views']} views"
+          + (f" at {summary['supersample']}x" if summary["supersample"] > 1 else "") + ")")
     return summary

@@ -125,6 +125,38 @@ def test_mesh_command_on_tiny_3dgs_run(tmp_path):
     assert not (tmp_path / "big.glb").exists()
 
 
+def test_mesh_command_supersample_renders_finer_views(tmp_path, monkeypatch):
+    """--supersample N fuses views rendered at N x the training views' resolution (default 1, also for a run
+    trained with --supersample); it must be >= 1."""
+    from recon.commands.mesh import MeshConfig, extract_run_mesh
+    from recon.errors import UsageError
+    from recon.run import Run
+    from recon.trainer import TrainConfig, train_model
+
+    run = tmp_path / "run"
+    train_model(TrainConfig(data=Path("procedural"), out=run, steps=30, data_factor=2, save_every=0,
+                            supersample=2, progress=False), log=lambda *a: None)
+    base = Run.open(run).cameras
+    sizes = []
+    real = mx.render_views
+
+    def spy(model, cameras, *a, **k):
+        sizes.append([(c.width, c.height) for c in cameras])
+        return real(model, cameras, *a, **k)
+
+    monkeypatch.setattr(mx, "render_views", spy)
+    plain = extract_run_mesh(MeshConfig(run=run, out=tmp_path / "plain.ply", resolution=48, progress=False))
+    fine = extract_run_mesh(MeshConfig(run=run, out=tmp_path / "fine.ply", resolution=48, supersample=2,
+                                       progress=False))
+    assert plain["supersample"] == 1 and fine["supersample"] == 2
+    assert sizes[0] == [(c.width, c.height) for c in base]
+    assert sizes[1] == [(2 * c.width, 2 * c.height) for c in base]
+    assert plain["faces"] > 100 and fine["faces"] > 100
+    with pytest.raises(UsageError, match="--supersample 0"):
+        extract_run_mesh(MeshConfig(run=run, out=tmp_path / "bad.ply", supersample=0, progress=False))
+    assert not (tmp_path / "bad.ply").exists()
+
+
 def test_mesh_command_on_tiny_2dgs_run_uses_median_depth(tmp_path):
     import trimesh
     from recon.commands.mesh import MeshConfig, extract_run_mesh
