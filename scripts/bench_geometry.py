@@ -17,8 +17,8 @@ Datasets:
 
 Per dataset and method, one training run in ``OUT/runs/{dataset}-{method}-f{factor}-s{steps}`` (a
 finished run is reused; an interrupted one resumes; options other than their defaults add to the name,
-e.g. ``-bgrandom``, ``-ss2``, and for 2dgs ``-gg0.0003``: ``--surfel-grow-grad2d``), then on the test views (all of them, or
-``--geometry-views`` evenly spaced ones), at the run's resolution (ground truth averaged over
+e.g. ``-bgrandom``, ``-ss2``, and for 2dgs ``-gg0.0003``: ``--surfel-grow-grad2d``), then on the test
+views (all of them, or ``--geometry-views`` evenly spaced ones), at the run's resolution (ground truth averaged over
 factor x factor blocks, only blocks entirely on the object). A run trained with ``--supersample N`` is
 rendered the way it trained: depth, normals and depth-to-normal on the N x grid, then averaged over N x N
 blocks like the ground truth (a block counts where all its pixels are seen; ``geometry_supersample`` in
