@@ -314,6 +314,21 @@ def training_background(cfg: TrainConfig, model, images) -> str:
     return cfg.background
 
 
+def check_view_options(cls, cfg: TrainConfig) -> None:
+    """ConfigValueError for ``--batch`` or ``--supersample`` other than 1 with a method trained on rays drawn
+    across the images (``cls.RAY_BATCHES``, e.g. nerf): both options shape rendered training views, which such
+    a method does not have."""
+    if not getattr(cls, "RAY_BATCHES", False):
+        return
+    method = getattr(cls, "method", cfg.method)
+    if cfg.batch != 1:
+        raise ConfigValueError(f"--batch {cfg.batch}: --method {method} draws its rays across all training images "
+                               f"each step; {cls.RAY_BATCH_SIZE_HINT}")
+    if cfg.supersample != 1:
+        raise ConfigValueError(f"--supersample {cfg.supersample}: --method {method} trains on rays through pixel "
+                               f"centres drawn across the images, not on rendered views; leave --supersample 1")
+
+
 def check_batch(batch: int, frames) -> None:
     """ConfigValueError when ``--batch`` > 1 and the training images differ in size (views rendered together
     share one image size)."""
@@ -416,6 +431,7 @@ class Trainer:
     def __post_init__(self) -> None:
         cfg = self.cfg
         validate_config(cfg)
+        check_view_options(model_class(cfg.method), cfg)
         model_class(cfg.method).check_config(cfg)  # an unknown --method or an option it lacks fails before
         strategy_class(cfg)  # the scene is loaded, as does a --strategy the method lacks
         parse_init_box(cfg.init_box)  # a malformed --init-box fails before the scene is loaded

@@ -145,15 +145,17 @@ def view_geometry(model, cam, kind: str, bg, supersample: int, rendered_normals:
     from recon import mesh_extraction as mx
 
     fine = cam.scaled(supersample)
-    _, depth, alpha = mx.render_depth(model, [fine], kind, bg)
+    normals = None
+    if rendered_normals:  # one render gives the depth and the normals (model.render_geometry)
+        _, depth, alpha, normals = model.render_geometry([fine], kind, bg)
+        normals = normals[0].double().cpu().numpy()
+    else:
+        _, depth, alpha = mx.render_depth(model, [fine], kind, bg)
     depth = depth[0, ..., 0].double().cpu()
     seen = (alpha[0, ..., 0] >= mx.ALPHA_MIN).cpu() & torch.isfinite(depth)
     depth = torch.where(seen, depth, torch.zeros_like(depth))
     n_cam, d2n_valid = gm.depth_to_normal(depth, fine.K.double().cpu())
     d2n = gm.camera_to_world_normals(n_cam, fine.world_to_cam.double().cpu())
-    normals = None
-    if rendered_normals:
-        normals = model.render([fine], background=bg)[2]["normals_world"][0].double().cpu().numpy()
     depth, seen, d2n, d2n_valid = depth.numpy(), seen.numpy(), d2n.numpy(), (d2n_valid & seen).numpy()
     placeholder = normals if normals is not None else np.zeros_like(d2n)
     rendered = gg.downscale_gt(gg.GroundTruth(depth, seen, placeholder, seen), supersample)
@@ -177,7 +179,7 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
     model = run.load_model(device=device)
     bg = run.background()
     kind = depth_kind(model, "median")
-    rendered_normals = hasattr(model, "render_depth")
+    rendered_normals = hasattr(model, "render_geometry")  # 2dgs; 3dgs and nerf: normals from the depth
     frames = view_subset(scene.frames_test, geometry_views)
     factor = run.config.data_factor
     supersample = int(getattr(run.config, "supersample", 1))

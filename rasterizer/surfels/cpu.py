@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..cpu.binning import major_rows, sum_major_rows
 from ..cpu.composite import BinnedTiles
 from ..cpu.launch import KERNEL_LOCK
 from ..cpu.schedule import thread_count
@@ -77,11 +78,11 @@ class SurfelCompositeFunction(torch.autograd.Function):
         grads = np.empty((bins.ids.shape[0], K.G_COLOR + D), dt)  # every row written by the kernel
         per_surfel = np.empty((C * N, K.G_COLOR + D), dt)
         with KERNEL_LOCK:
-            row_of = K.inverse_permutation(bins.perm)
+            row_of = major_rows(bins.perm)
             K.backward_kernel(packed, rows, colors, bins.offsets, bins.ids, row_of, bins.order, width, height,
                               grid.tiles_x, grid.tiles_y, intersection, limits, alpha, T, wz, last_k, median_k, *cot,
                               grads)
-            K.sum_rows_per_surfel(grads, bins.starts, bins.counts, per_surfel, thread_count())
+            sum_major_rows(grads, bins.starts, bins.counts, per_surfel, thread_count())
         g = torch.from_numpy(per_surfel)
         return (g[:, K.G_MEANS2D:K.G_M].reshape(C, N, 2), g[:, K.G_M:K.G_OPAC].reshape(C, N, 3, 3),
                 g[:, K.G_OPAC].reshape(C, N), g[:, K.G_COLOR:].reshape(C, N, D), g[:, K.G_DEPTH].reshape(C, N),

@@ -21,8 +21,8 @@ M_v, M_w, mean2d, opacity, centre depth, camera normal and colour channels 0..2)
 [G, PACKED], and its alpha box's y range with the polynomials of its per-row chord into rows
 [G, ROWS] (float64; ``row_reaches`` trims each surfel's rows per tile with them). Per-intersection
 gradients are sums over the pixels (vectorised reductions) written to one row per k (one thread owns
-a tile, hence its k) at k's place in the binning's surfel-major order (``inverse_permutation``), with
-the columns G_* below, then summed per surfel over consecutive rows (``sum_rows_per_surfel``).
+a tile, hence its k) at k's place in the binning's surfel-major order (``binning.major_rows``), with
+the columns G_* below, then summed per surfel over consecutive rows (``binning.sum_major_rows``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from numba import njit, prange
 
 from ..cpu.compositing import F_THR as _F_THR_3D
 from ..cpu.compositing import accumulate_pixels, count_done, init_tile_pixels, tile_box
-from ..cpu.schedule import dealt_block, dealt_iterations
 from ..cpu.vecmath import FASTMATH, U, exp_kernel, like, prefetch, prefetch_span, radd, select
 
 ALPHA_THRESHOLD = 1.0 / 255.0
@@ -46,7 +45,6 @@ TS = 16
 NPIX = TS * TS
 LIVE_CHECK = 4  # forward: test for "every pixel done" every LIVE_CHECK surfels
 AHEAD = 8  # surfel rows read by a random index are prefetched AHEAD intersections on
-RUNS_AHEAD = 4  # sum_rows_per_surfel: runs of gradient rows prefetched RUNS_AHEAD surfels on (3-32 measured alike)
 
 # per-intersection gradient columns
 G_MEANS2D, G_M, G_OPAC, G_DEPTH, G_NORMAL, G_COLOR = 0, 2, 11, 12, 13, 16
@@ -120,32 +118,30 @@ def pixel_span(lo, hi, p0, p1):
 
 
 @njit(cache=True, inline="always")
-def alpha_box(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o):
-    """(xmin, xmax, ymin, ymax) float64, pixel-centre coordinates outside which a surfel's alpha is below
-    1/255. The region is {u^2 + v^2 <= 2 L} (the exact term; L = ln(255 opacity)), whose image is the
-    ellipse of the dual conic with (u, v) scaled by r = sqrt(2 L), united with the low-pass disc
-    |q - mean2d|^2 <= L; plus BOX_MARGIN. Where the circle of radius r reaches the camera plane (z <= 0
-    somewhere on it: its image is no ellipse) the box is unbounded. Opacity < 1/255: an empty box."""
+def alpha_y_range(Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, my, o):
+    """(ymin, ymax) float64, the pixel-centre rows outside which a surfel's alpha is below 1/255. The region
+    is {u^2 + v^2 <= 2 L} (the exact term; L = ln(255 opacity)), whose image is the ellipse of the dual
+    conic with (u, v) scaled by r = sqrt(2 L), united with the low-pass disc |q - mean2d|^2 <= L; plus
+    BOX_MARGIN. Where the circle of radius r reaches the camera plane (z <= 0 somewhere on it: its image
+    is no ellipse) the range is unbounded. Opacity < 1/255: an empty range. (Each row's x-range comes
+    from the chord polynomials, chord_polynomials / reached_rows, so no x-range is computed here.)"""
     if o * 255.0 < 1.0:
-        return 1.0, -1.0, 1.0, -1.0
+        return 1.0, -1.0
     L = math.log(o * 255.0) + 1e-12
     rd = math.sqrt(L)
     a = 2.0 * L
     dist = a * (Mw0 * Mw0 + Mw1 * Mw1) - Mw2 * Mw2
     if not dist < -1e-9 * Mw2 * Mw2:  # the circle reaches z <= 0 (or nearly): no ellipse, no bound
-        return -np.inf, np.inf, -np.inf, np.inf
-    cx = (a * (Mu0 * Mw0 + Mu1 * Mw1) - Mu2 * Mw2) / dist
+        return -np.inf, np.inf
     cy = (a * (Mv0 * Mw0 + Mv1 * Mw1) - Mv2 * Mw2) / dist
-    hx = math.sqrt(max(cx * cx - (a * (Mu0 * Mu0 + Mu1 * Mu1) - Mu2 * Mu2) / dist, 0.0))
     hy = math.sqrt(max(cy * cy - (a * (Mv0 * Mv0 + Mv1 * Mv1) - Mv2 * Mv2) / dist, 0.0))
-    return (min(cx - hx, mx - rd) - BOX_MARGIN, max(cx + hx, mx + rd) + BOX_MARGIN,
-            min(cy - hy, my - rd) - BOX_MARGIN, max(cy + hy, my + rd) + BOX_MARGIN)
+    return min(cy - hy, my - rd) - BOX_MARGIN, max(cy + hy, my + rd) + BOX_MARGIN
 
 
 @njit(cache=True, parallel=True)
 def pack_surfels(M, means2d, opac, colors, depths, normals, radii, packed, rows):
     """Per surfel g: packed[g] (storage dtype; colour channels the render lacks are 0) as the P_*
-    columns, and rows[g] (float64) as the R_* columns: the y range of its alpha box (alpha_box; culled
+    columns, and rows[g] (float64) as the R_* columns: the y range of its alpha box (alpha_y_range; culled
     surfels and opacity < 1/255: empty, unbounded images: infinite), its alpha level and row conic."""
     D = colors.shape[1]
     for g in prange(M.shape[0]):
@@ -166,7 +162,7 @@ def pack_surfels(M, means2d, opac, colors, depths, normals, radii, packed, rows)
         if radii[g, 0] <= 0 or radii[g, 1] <= 0:
             rows[g, R_YMIN], rows[g, R_YMAX] = 1.0, -1.0
             continue
-        _, _, rows[g, R_YMIN], rows[g, R_YMAX] = alpha_box(Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o)
+        rows[g, R_YMIN], rows[g, R_YMAX] = alpha_y_range(Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, my, o)
 
 
 @njit(cache=True, inline="always")
@@ -550,8 +546,8 @@ def backward_kernel(packed, rows, colors, offsets, ids, row_of, tile_order, W, H
                     v_dist, grads):
     """Per-intersection gradients grads [M, G_COLOR + D] (storage dtype, every row written) from the
     cotangents of the forward outputs (same shapes; v_alpha is d loss / d sum w), tiles in parallel.
-    Intersection k's gradients go to row row_of[k] (inverse_permutation: the binning's surfel-major
-    order, which sum_rows_per_surfel then reads in sequence). ``limits``: as the forward's (skipped
+    Intersection k's gradients go to row row_of[k] (binning.major_rows: the binning's surfel-major
+    order, which binning.sum_major_rows then reads in sequence). ``limits``: as the forward's (skipped
     surfels get nothing)."""
     for it in prange(tile_order.shape[0]):
         backward_tile(tile_order[it], packed, rows, colors, offsets, ids, row_of, W, H, TW, TH, intersection, limits,
@@ -634,33 +630,3 @@ def backward_tile(t, packed, rows, colors, offsets, ids, row_of, W, H, TW, TH, i
             grads[q, G_COLOR + 2] = gc2
         if D > 3:
             extra_colour_gradients(st, lo, hi, D, grads, q)
-
-
-@njit(cache=True, parallel=True)
-def inverse_permutation(perm):
-    """row_of [M] int64 with row_of[perm[q]] = q: the position of intersection k in the binning's
-    surfel-major order (perm: surfel g's intersections are ids[perm[starts[g]:starts[g] + counts[g]]])."""
-    row_of = np.empty_like(perm)
-    for q in prange(perm.shape[0]):
-        row_of[perm[q]] = q
-    return row_of
-
-
-@njit(cache=True, parallel=True)
-def sum_rows_per_surfel(grads, starts, counts, out, threads):
-    """out[g] = sum of rows [starts[g], starts[g] + counts[g]) of grads (surfel g's intersections in the
-    binning's surfel-major order, where backward_kernel wrote them), in ascending order; out [G, cols]
-    is overwritten. Surfels dealt to the threads in blocks (``rasterizer.cpu.schedule``); their runs of
-    rows lie in depth order, not in g's, so the run RUNS_AHEAD surfels on is prefetched."""
-    G = starts.shape[0]
-    cols = grads.shape[1]
-    for it in prange(dealt_iterations(G, threads)):
-        lo, hi = dealt_block(it, G, threads)
-        for g in range(lo, hi):
-            if g + RUNS_AHEAD < G and counts[g + RUNS_AHEAD] > 0:
-                prefetch_span(grads, starts[g + RUNS_AHEAD] * cols, counts[g + RUNS_AHEAD] * cols)
-            for j in range(cols):
-                out[g, j] = 0.0
-            for q in range(starts[g], starts[g] + counts[g]):
-                for j in range(cols):
-                    out[g, j] += grads[q, j]

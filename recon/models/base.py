@@ -134,7 +134,11 @@ class SceneModel(ABC):
     RAY_BATCHES: ClassVar[bool] = False
     """True: trained on rays drawn across the training images (the trainer calls ``ray_batch(images,
     cameras, background, generator) -> (pred [R, 3], target [R, 3], meta)`` and ``ray_loss(pred, target)``
-    instead of rendering one view; nerf)"""
+    instead of rendering one view; nerf). Such a method has no rendered training views, so the trainer refuses
+    ``--batch`` and ``--supersample`` other than 1 for it (recon.trainer.check_view_options)"""
+
+    RAY_BATCH_SIZE_HINT: ClassVar[str] = "size its rays per step with the method's own options"
+    """A ``RAY_BATCHES`` method's answer to ``--batch N``: the options that size its rays per step."""
 
     config_sections: ClassVar[tuple[str, ...]] = ()
     """TrainConfig sections read only by this method (other methods' runs ignore them on resume)."""

@@ -162,6 +162,7 @@ class NerfModel(SceneModel):
     """
 
     RAY_BATCHES: ClassVar[bool] = True  # trained on rays across images (Trainer.train_step)
+    RAY_BATCH_SIZE_HINT = "size its batch with --nerf.target-samples / --nerf.max-rays"
     SPLAT_FILE_IS_BAKED: ClassVar[bool] = True  # splats.ply is a baked stand-in: the viewer renders the field
     MODEL_IN_CHECKPOINTS: ClassVar[bool] = True  # splats.ply is a baked approximation (recon.run.Run.load_model)
     COUNT_NAME: ClassVar[str] = "occupied grid cells"  # what len(model) counts (the CLI's summary line)
@@ -189,17 +190,12 @@ class NerfModel(SceneModel):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        """--strategy must be occupancy; the nerf section's box must parse."""
+        """--strategy must be occupancy; the nerf section's box must parse (--batch and --supersample, options
+        of rendered views, are refused for every ``RAY_BATCHES`` method by recon.trainer.check_view_options)."""
         if cfg.strategy != "occupancy":
             raise ConfigValueError(f"--strategy {cfg.strategy}: --method nerf has no densification; it trains with "
                                    f"--strategy occupancy (the occupancy-grid updates; `splatforge train nerf` and "
                                    f"`splatforge train --method nerf` select it)")
-        if getattr(cfg, "batch", 1) != 1:
-            raise ConfigValueError(f"--batch {cfg.batch}: --method nerf draws its rays across all training images "
-                                   f"each step; size its batch with --nerf.target-samples / --nerf.max-rays")
-        if getattr(cfg, "supersample", 1) != 1:
-            raise ConfigValueError(f"--supersample {cfg.supersample}: --method nerf trains on rays through pixel "
-                                   f"centres drawn across the images, not on rendered views; leave --supersample 1")
         if cfg.nerf.box is not None:
             parse_box(cfg.nerf.box)
 

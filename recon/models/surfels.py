@@ -151,8 +151,16 @@ class SurfelModel(GaussianModel):
         """Mesh extraction's seam (recon.mesh_extraction.render_depth): (rgb [C, H, W, 3], depth [C, H, W, 1],
         alpha [C, H, W, 1]), depth the median depth (``kind`` "median", the 2DGS paper's choice for TSDF fusion)
         or the expected depth ("expected"), camera-space z, 0 where nothing is seen."""
+        rgb, depth, alpha, _ = self.render_geometry(cameras, kind, background)
+        return rgb, depth, alpha
+
+    @torch.no_grad()
+    def render_geometry(self, cameras: Sequence[Camera], kind: str, background: Tensor | None = None):
+        """:meth:`render_depth` and the rendered world-frame normals [C, H, W, 3] (``normals_world``, not
+        normalised) of the same single render: (rgb, depth, alpha, normals_world). The geometry benchmark's
+        seam (scripts/bench_geometry.py), for methods that render normals."""
         render, alpha, meta = self.render(cameras, background=background)
-        return render, meta["median_depth" if kind == "median" else "depth"], alpha
+        return render, meta["median_depth" if kind == "median" else "depth"], alpha, meta["normals_world"]
 
     def screen_gradient(self, meta: dict, absgrad: bool = False) -> Tensor | None:
         """[C, N, 2] gsplat's 2DGS densification signal after backward, in pixels: the cuda backend's

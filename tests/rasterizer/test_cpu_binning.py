@@ -61,3 +61,35 @@ def test_sum_per_gaussian_equals_scatter_add():
     K.sum_per_gaussian(srcs[0], srcs[1], srcs[2][:, 0], srcs[3], no_abs, bins.perm, bins.starts, bins.counts,
                        outs[0], outs[1], outs[2][:, 0], outs[3], no_abs, 1)
     np.testing.assert_array_equal(np.bincount(bins.ids, minlength=C * N), bins.counts)
+
+
+def test_major_rows_invert_perm_and_their_sums_equal_scatter_add():
+    """major_rows puts each Gaussian's intersections on consecutive rows; values written there and summed by
+    sum_major_rows equal the serial scatter-add over the tile-major intersections, bit for bit."""
+    g = torch.Generator().manual_seed(2)
+    C, N, W, H = 2, 400, 96, 80
+    grid = TileGrid.for_image(W, H)
+    means2d = torch.rand(C * N, 2, generator=g) * torch.tensor([W, H])
+    radii = torch.randint(0, 30, (C * N, 2), generator=g, dtype=torch.int32)
+    conics = torch.tensor([0.02, 0.0, 0.02]).repeat(C * N, 1)
+    bins = B.bin_gaussians(depth_order(torch.rand(C, N, generator=g).numpy()), means2d.numpy(), radii.numpy(),
+                           conics.numpy(), np.full(C * N, 0.9, np.float32), N, grid.tiles_x, grid.tiles_y,
+                           grid.tile_size, W, H)
+    M = bins.ids.shape[0]
+    assert M > C * N
+    row_of = B.major_rows(bins.perm)
+    np.testing.assert_array_equal(np.sort(row_of), np.arange(M))  # a permutation
+    np.testing.assert_array_equal(row_of[bins.perm], np.arange(M))  # the inverse of perm
+    for gid in np.flatnonzero(bins.counts)[:50]:  # Gaussian gid's rows are its own intersections
+        rows = np.arange(bins.starts[gid], bins.starts[gid] + bins.counts[gid])
+        np.testing.assert_array_equal(bins.ids[bins.perm[rows]], gid)
+    src = torch.randn(M, 5, generator=g).numpy()  # values of the tile-major intersection k
+    major = np.empty_like(src)
+    major[row_of] = src
+    for threads in (1, 3):
+        out = np.full((C * N, 5), np.nan, np.float32)
+        B.sum_major_rows(major, bins.starts, bins.counts, out, threads)
+        want = np.zeros((C * N, 5), np.float32)
+        for k in range(M):
+            want[bins.ids[k]] += src[k]
+        np.testing.assert_array_equal(out, want)

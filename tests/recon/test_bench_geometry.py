@@ -48,12 +48,13 @@ def test_bench_geometry_tiny_spot(tmp_path, capsys):
 
 
 class _PlaneModel:
-    """A fake model seen through ``render_depth`` / ``render``: a plane at camera z = 2 over the fine grid's
+    """A fake model seen through ``render_depth`` / ``render_geometry`` (each call recorded in ``calls``): a plane at camera z = 2 over the fine grid's
     columns < ``seen_cols`` (alpha 1, elsewhere 0), rendered normals alternating per column between two
     unit vectors whose mean is -z (the plane's true normal, facing the camera)."""
 
     def __init__(self, seen_cols: int):
         self.seen_cols = seen_cols
+        self.calls = []
 
     def _maps(self, cam):
         import torch
@@ -69,12 +70,14 @@ class _PlaneModel:
         return depth, alpha, normals
 
     def render_depth(self, cameras, kind, background=None):
+        self.calls.append("render_depth")
         depth, alpha, _ = self._maps(cameras[0])
         return depth.expand(-1, -1, -1, 3), depth, alpha
 
-    def render(self, cameras, background=None):
+    def render_geometry(self, cameras, kind, background=None):
+        self.calls.append("render_geometry")
         depth, alpha, normals = self._maps(cameras[0])
-        return depth.expand(-1, -1, -1, 3), alpha, {"normals_world": normals}
+        return depth.expand(-1, -1, -1, 3), depth, alpha, normals
 
 
 def test_view_geometry_block_averages_the_supersampled_grid():
@@ -83,7 +86,9 @@ def test_view_geometry_block_averages_the_supersampled_grid():
 
     cam = Camera(world_to_cam=torch.eye(4), K=torch.tensor([[8.0, 0, 4], [0, 8.0, 4], [0, 0, 1]]), width=8, height=8)
     # fine grid 16 x 16, seen columns 0..8: coarse column 4 is half seen (fine 8 seen, 9 not), so it does not count
-    depth, seen, normals, d2n, d2n_valid = bg.view_geometry(_PlaneModel(9), cam, "median", None, 2, True)
+    plane = _PlaneModel(9)
+    depth, seen, normals, d2n, d2n_valid = bg.view_geometry(plane, cam, "median", None, 2, True)
+    assert plane.calls == ["render_geometry"]  # one render for depth and normals
     assert depth.shape == seen.shape == (8, 8) and normals.shape == d2n.shape == (8, 8, 3)
     assert seen[:, :4].all() and not seen[:, 4:].any()
     assert abs(depth[seen] - 2.0).max() < 1e-12
@@ -97,7 +102,9 @@ def test_view_geometry_block_averages_the_supersampled_grid():
     assert seen1[:, :9].all() and not seen1[:, 9:].any()
     assert abs(normals1[0, 1] - [-math.sqrt(0.5), 0, -math.sqrt(0.5)]).max() < 1e-7
     # a method without rendered normals gets None there
-    assert bg.view_geometry(_PlaneModel(9), cam, "median", None, 2, False)[2] is None
+    plane = _PlaneModel(9)
+    assert bg.view_geometry(plane, cam, "median", None, 2, False)[2] is None
+    assert plane.calls == ["render_depth"]
 
 
 def test_surfel_grow_grad2d_reaches_only_the_2dgs_runs_and_their_names(tmp_path, monkeypatch):

@@ -116,6 +116,28 @@ def test_strategy_errors():
     with pytest.raises(ConfigValueError, match="--supersample 2: --method nerf"):
         Trainer(TrainConfig(method="nerf", strategy="occupancy", supersample=2, data="procedural", progress=False),
                 log=quiet)
+    with pytest.raises(ConfigValueError, match="--batch 2: --method nerf .*--nerf.target-samples"):
+        Trainer(TrainConfig(method="nerf", strategy="occupancy", batch=2, data="procedural", progress=False),
+                log=quiet)
+
+
+def test_view_options_are_refused_for_every_ray_batch_method():
+    """check_view_options reads the class's RAY_BATCHES, not the method name: a class with it set is refused
+    --batch/--supersample other than 1; 3dgs and 2dgs (rendered views) are not."""
+    from recon.trainer import check_view_options
+
+    class RayMethod:
+        RAY_BATCHES = True
+        RAY_BATCH_SIZE_HINT = "size it with --rays.count"
+        method = "rays"
+
+    with pytest.raises(ConfigValueError, match="--supersample 3: --method rays trains on rays"):
+        check_view_options(RayMethod, TrainConfig(supersample=3))
+    with pytest.raises(ConfigValueError, match="--batch 4: --method rays .*--rays.count"):
+        check_view_options(RayMethod, TrainConfig(batch=4))
+    check_view_options(RayMethod, TrainConfig())
+    for method in ("3dgs", "2dgs"):
+        check_view_options(model_class(method), TrainConfig(method=method, batch=4, supersample=3))
 
 
 def test_method_picks_its_preset():

@@ -190,6 +190,23 @@ def test_normal_term_uses_the_configured_depth(model_and_view):
     assert not torch.equal(meta["depth"], meta["median_depth"])
 
 
+def test_render_geometry_is_one_render_of_depth_and_normals(model_and_view):
+    """render_geometry returns what render_depth returns plus the same render's world normals."""
+    trainer, cams = model_and_view
+    model, bg = trainer.model, torch.ones(3)
+    with torch.no_grad():
+        rgb, alpha, meta = model.render(cams, background=bg)
+    for kind, key in (("median", "median_depth"), ("expected", "depth")):
+        g_rgb, g_depth, g_alpha, g_normals = model.render_geometry(cams, kind, bg)
+        torch.testing.assert_close(g_rgb, rgb, rtol=0, atol=0)
+        torch.testing.assert_close(g_depth, meta[key], rtol=0, atol=0)
+        torch.testing.assert_close(g_alpha, alpha, rtol=0, atol=0)
+        torch.testing.assert_close(g_normals, meta["normals_world"], rtol=0, atol=0)
+        d_rgb, d_depth, d_alpha = model.render_depth(cams, kind, bg)
+        assert torch.equal(d_rgb, g_rgb) and torch.equal(d_depth, g_depth) and torch.equal(d_alpha, g_alpha)
+    assert float(alpha.max()) > 0.5 and float(g_normals.abs().sum()) > 0
+
+
 def test_normals_from_depth_of_planes():
     K = torch.tensor([[[20.0, 0, 8], [0, 20.0, 8], [0, 0, 1]]], dtype=torch.float64)
     flat = torch.full((1, 16, 16, 1), 3.0, dtype=torch.float64)
