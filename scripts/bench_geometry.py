@@ -10,7 +10,9 @@ Datasets:
 
 - ``spot``: rendered by scripts/make_mesh_dataset.py from ../shared/data/meshes/spot (made once into
   ``OUT/datasets/spot_v{views}_s{size}_p{samples}``, ``--spot-samples`` rays per pixel side, default 4:
-  antialiased silhouettes), with exact depth and normal images and the true mesh;
+  antialiased silhouettes), with exact depth and normal images and the true mesh. ``--spot-mesh M``
+  runs the same pipeline on another mesh; its dataset and runs are named after it (``mesh_name``: the
+  file's stem and a hash of its bytes instead of ``spot``), the JSON key stays ``spot``;
 - ``lego``: ../shared/data/lego_400, whose test split has depth and normal PNGs in an encoding
   established from the data (datasets/README.md; scripts/lego_gt_encoding.py): depth everywhere on the
   object, normals only where no component was clipped by the PNG.
@@ -56,6 +58,7 @@ _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -78,21 +81,33 @@ EVAL_VERSION = 5  # bump when the evaluation changes, so cached results are reco
 
 # ------------------------------------------------------------------------------ datasets and runs
 
-def spot_label(samples: int) -> str:
-    """Dataset label of spot in run and result names: "spot" (one ray per pixel), else "spot-pN"."""
-    return "spot" if samples == 1 else f"spot-p{samples}"
+def mesh_name(mesh: Path) -> str:
+    """The mesh dataset's name in folder names: "spot" for ../shared's spot (the default ``--spot-mesh``),
+    else the file's stem (letters, digits, ``_`` and ``.`` kept) and the first 8 hex digits of the SHA-256
+    of its bytes, so that another mesh never reuses spot's dataset and runs, nor two meshes each other's."""
+    if mesh.resolve() == SPOT_MESH.resolve():
+        return "spot"
+    stem = "".join(ch if ch.isalnum() or ch in "_." else "_" for ch in mesh.stem)
+    return f"{stem}-{hashlib.sha256(mesh.read_bytes()).hexdigest()[:8]}"
+
+
+def spot_label(samples: int, mesh: Path = SPOT_MESH) -> str:
+    """Dataset label of the mesh dataset in run and result names: its :func:`mesh_name` ("spot"), with
+    ``-pN`` when rendered with N x N rays per pixel (N > 1)."""
+    return mesh_name(mesh) + ("" if samples == 1 else f"-p{samples}")
 
 
 def ensure_spot(out: Path, views: int, size: int, mesh: Path, log, samples: int = 1) -> Path:
-    """The spot dataset folder (rendered into a temporary folder and renamed into place on first use)."""
+    """The mesh dataset's folder (rendered into a temporary folder and renamed into place on first use)."""
     from make_mesh_dataset import make_dataset
 
-    folder = out / "datasets" / (f"spot_v{views}_s{size}" + ("" if samples == 1 else f"_p{samples}"))
+    folder = out / "datasets" / (f"{mesh_name(mesh)}_v{views}_s{size}" + ("" if samples == 1 else f"_p{samples}"))
     if (folder / "transforms_test.json").is_file() and (folder / "transforms_train.json").is_file():
         return folder
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    log(f"rendering the spot dataset ({views} views, {size} px, {samples}x{samples} rays per pixel) into {folder}")
+    log(f"rendering the {mesh.name} dataset ({views} views, {size} px, {samples}x{samples} rays per pixel) into "
+        f"{folder}")
     make_dataset(mesh, tmp, views=views, size=size, samples=samples)
     tmp.replace(folder)
     return folder
@@ -327,7 +342,7 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
         source = detect_source(data)
         per_method = {}
         for method in args.methods:
-            label = spot_label(args.spot_samples) if dataset == "spot" else dataset
+            label = spot_label(args.spot_samples, Path(args.spot_mesh)) if dataset == "spot" else dataset
             grow = args.surfel_grow_grad2d if method == "2dgs" else None
             name = run_name(label, method, args, grow)
             run = out / "runs" / name
@@ -382,7 +397,9 @@ def parse_args(argv=None):
                     help="output folder: datasets/, runs/, meshes/, results/ (finished runs are reused)")
     ap.add_argument("--spot-views", type=int, default=100, help="training views of the spot dataset")
     ap.add_argument("--spot-size", type=int, default=400, help="image size of the spot dataset")
-    ap.add_argument("--spot-mesh", type=Path, default=SPOT_MESH)
+    ap.add_argument("--spot-mesh", type=Path, default=SPOT_MESH,
+                    help="the mesh of the mesh dataset (default: ../shared's spot); another mesh's dataset and runs "
+                         "are named after its file (stem and content hash: mesh_name)")
     ap.add_argument("--spot-samples", type=int, default=DEFAULT_SAMPLES,
                     help="rays per pixel side of the spot renders (make_mesh_dataset.py --samples; 1: aliased; "
                          "runs and datasets of other values are named apart)")

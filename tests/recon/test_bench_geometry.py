@@ -124,3 +124,17 @@ def test_surfel_grow_grad2d_reaches_only_the_2dgs_runs_and_their_names(tmp_path,
     bg.train_run(tmp_path, tmp_path / "b", "3dgs", 5, 2, "cpu", False, print)
     assert seen[0].adc.grow_grad2d == 0.0003
     assert seen[1].adc.grow_grad2d == trainer.ADCConfig().grow_grad2d == 0.0002
+
+
+def test_another_mesh_gets_its_own_dataset_and_run_names(tmp_path):
+    """--spot-mesh with another mesh never reuses spot's dataset or runs: names carry its stem and content hash."""
+    a, b = tmp_path / "a" / "my mesh.obj", tmp_path / "b" / "my mesh.obj"
+    for path, text in ((a, "v 0 0 0\n"), (b, "v 1 0 0\n")):
+        path.parent.mkdir()
+        path.write_text(text)
+    name_a, name_b = bg.mesh_name(a), bg.mesh_name(b)
+    assert name_a.startswith("my_mesh-") and len(name_a) == len("my_mesh-") + 8 and name_a != name_b
+    assert bg.mesh_name(bg.SPOT_MESH) == "spot" and bg.spot_label(4) == "spot-p4" and bg.spot_label(1) == "spot"
+    assert bg.spot_label(4, a) == f"{name_a}-p4"
+    args = bg.parse_args(["--spot-mesh", str(a)])
+    assert bg.run_name(bg.spot_label(args.spot_samples, args.spot_mesh), "2dgs", args, None).startswith(name_a)

@@ -106,3 +106,19 @@ def test_non_manifold_mesh_refused(tmp_path):
 def test_manifold_box_accepted(tmp_path):
     path = write(tmp_path, trimesh.creation.box())
     mmd.check_mesh(mmd.load_mesh(path), path)
+
+
+def test_repeated_faces_are_dropped_not_refused(tmp_path):
+    """A scan's repeated triangles (same three positions, either orientation, also through split seam
+    vertices) are dropped and counted; a real third face on an edge is still refused."""
+    box = trimesh.creation.box()
+    v = np.vstack([box.vertices, box.vertices[box.faces[3]]])  # face 3's corners again, as new vertices
+    n = len(box.vertices)
+    f = np.vstack([box.faces, box.faces[0][::-1], [[n, n + 1, n + 2]]])  # face 0 reversed, face 3 via copies
+    path = write(tmp_path, trimesh.Trimesh(v, f, process=False))
+    mesh = mmd.load_mesh(path)
+    assert mesh.metadata["duplicate_faces_dropped"] == 2 and len(mesh.faces) == len(box.faces)
+    np.testing.assert_allclose(mesh.area, box.area)
+    info = mmd.make_dataset(path, tmp_path / "out", views=2, size=16, samples=1)
+    assert info["duplicate_faces_dropped"] == 2 and (tmp_path / "out" / "transforms_train.json").is_file()
+    assert mmd.load_mesh(write(tmp_path, box, "plain.ply")).metadata["duplicate_faces_dropped"] == 0
