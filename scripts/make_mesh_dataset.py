@@ -109,7 +109,8 @@ def check_mesh(mesh, path) -> None:
     _, counts = np.unique(edges, axis=0, return_counts=True)
     if (counts > 2).any():
         raise MeshInputError(f"{path}: non-manifold mesh (check 'each edge in at most two faces' failed for "
-                             f"{int((counts > 2).sum())} edges)")
+                             f"{int((counts > 2).sum())} edges); repair it first (e.g. MeshLab's 'Repair non "
+                             f"Manifold Edges') or use another mesh")
 
 
 def _welded_faces(mesh) -> np.ndarray:
