@@ -12,7 +12,8 @@ Datasets:
   ``OUT/datasets/spot_v{views}_s{size}_p{samples}``, ``--spot-samples`` rays per pixel side, default 4:
   antialiased silhouettes), with exact depth and normal images and the true mesh. ``--spot-mesh M``
   runs the same pipeline on another mesh; its dataset and runs are named after it (``mesh_name``: the
-  file's stem and a hash of its bytes instead of ``spot``), the JSON key stays ``spot``;
+  file's stem and a hash of its bytes instead of ``spot``), the JSON key stays ``spot``; other
+  ``--spot-views`` / ``--spot-size`` than 100 / 400 add ``-vV`` / ``-pxS`` to its run names;
 - ``lego``: ../shared/data/lego_400, whose test split has depth and normal PNGs in an encoding
   established from the data (datasets/README.md; scripts/lego_gt_encoding.py): depth everywhere on the
   object, normals only where no component was clipped by the PNG.
@@ -76,6 +77,7 @@ SHARED = ROOT.parent / "shared" / "data"
 SPOT_MESH = SHARED / "meshes" / "spot" / "spot_triangulated.obj"
 from make_mesh_dataset import DEFAULT_SAMPLES  # noqa: E402
 LEGO = SHARED / "lego_400"
+SPOT_VIEWS, SPOT_SIZE = 100, 400  # the mesh dataset's default training views and image size
 EVAL_VERSION = 5  # bump when the evaluation changes, so cached results are recomputed
 
 
@@ -91,10 +93,12 @@ def mesh_name(mesh: Path) -> str:
     return f"{stem}-{hashlib.sha256(mesh.read_bytes()).hexdigest()[:8]}"
 
 
-def spot_label(samples: int, mesh: Path = SPOT_MESH) -> str:
+def spot_label(samples: int, mesh: Path = SPOT_MESH, views: int = SPOT_VIEWS, size: int = SPOT_SIZE) -> str:
     """Dataset label of the mesh dataset in run and result names: its :func:`mesh_name` ("spot"), with
-    ``-pN`` when rendered with N x N rays per pixel (N > 1)."""
-    return mesh_name(mesh) + ("" if samples == 1 else f"-p{samples}")
+    ``-pN`` when rendered with N x N rays per pixel (N > 1), ``-vV`` / ``-pxS`` when it has V training views
+    or S pixels other than the defaults (runs on other renders of the mesh never share a folder)."""
+    return (mesh_name(mesh) + ("" if samples == 1 else f"-p{samples}") + ("" if views == SPOT_VIEWS else f"-v{views}")
+            + ("" if size == SPOT_SIZE else f"-px{size}"))
 
 
 def ensure_spot(out: Path, views: int, size: int, mesh: Path, log, samples: int = 1) -> Path:
@@ -117,13 +121,21 @@ def train_run(data: Path, run: Path, method: str, steps: int, factor: int, devic
               log, init_num_random: int | None = None, background: str | None = None,
               supersample: int = 1, grow_grad2d: float | None = None) -> tuple[dict, bool]:
     """(metrics.json, trained now) of the run in ``run``: reused when finished at ``steps``, else trained
-    (resuming its checkpoints). ``grow_grad2d``: the run's ``--adc.grow-grad2d`` (None: train's default)."""
+    (resuming its checkpoints). ``grow_grad2d``: the run's ``--adc.grow-grad2d`` (None: train's default).
+    UsageError for a finished run of another dataset (its config.yaml's ``data``): never scored on this one."""
     from recon.strategy import ADCConfig
     from recon.trainer import TrainConfig, train_model
+
+    from recon.errors import UsageError
+    from recon.run_files import read_config_dict
 
     metrics_path = run / "metrics.json"
     if metrics_path.is_file() and (run / "splats.ply").is_file():
         metrics = json.loads(metrics_path.read_text())
+        trained_on = read_config_dict(run / "config.yaml").get("data")
+        if Path(str(trained_on)).resolve() != Path(data).resolve():
+            raise UsageError(f"{run}: this finished run was trained on {trained_on}, not on {data}; remove the run "
+                             f"folder or use another --out")
         if metrics.get("steps") == steps:
             return metrics, False
     log(f"training {method} on {data} ({steps} steps, data factor {factor}) into {run}")
@@ -342,7 +354,8 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
         source = detect_source(data)
         per_method = {}
         for method in args.methods:
-            label = spot_label(args.spot_samples, Path(args.spot_mesh)) if dataset == "spot" else dataset
+            label = (spot_label(args.spot_samples, Path(args.spot_mesh), args.spot_views, args.spot_size)
+                     if dataset == "spot" else dataset)
             grow = args.surfel_grow_grad2d if method == "2dgs" else None
             name = run_name(label, method, args, grow)
             run = out / "runs" / name
@@ -395,8 +408,8 @@ def parse_args(argv=None):
     ap.add_argument("--methods", nargs="+", default=["3dgs", "2dgs"], choices=["3dgs", "2dgs"])
     ap.add_argument("--out", type=Path, default=Path("bench_geometry"),
                     help="output folder: datasets/, runs/, meshes/, results/ (finished runs are reused)")
-    ap.add_argument("--spot-views", type=int, default=100, help="training views of the spot dataset")
-    ap.add_argument("--spot-size", type=int, default=400, help="image size of the spot dataset")
+    ap.add_argument("--spot-views", type=int, default=SPOT_VIEWS, help="training views of the spot dataset")
+    ap.add_argument("--spot-size", type=int, default=SPOT_SIZE, help="image size of the spot dataset")
     ap.add_argument("--spot-mesh", type=Path, default=SPOT_MESH,
                     help="the mesh of the mesh dataset (default: ../shared's spot); another mesh's dataset and runs "
                          "are named after its file (stem and content hash: mesh_name)")

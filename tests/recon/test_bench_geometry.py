@@ -40,11 +40,19 @@ def test_bench_geometry_tiny_spot(tmp_path, capsys):
     assert "chamfer_ratio_2dgs_over_3dgs" in report["comparisons"]["spot"]
     assert json.loads((tmp_path / "bench_geometry.json").read_text())["results"] == report["results"]
     # a second call reuses the runs and the cached evaluation (no training: no load record)
-    mtime = (tmp_path / "runs" / f"spot-p{bg.DEFAULT_SAMPLES}-2dgs-f1-s12-n300" / "splats.ply").stat().st_mtime
+    run_2dgs = tmp_path / "runs" / f"spot-p{bg.DEFAULT_SAMPLES}-v6-px32-2dgs-f1-s12-n300"
+    mtime = (run_2dgs / "splats.ply").stat().st_mtime
     assert bg.main(argv) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["results"] == report["results"]
-    assert (tmp_path / "runs" / f"spot-p{bg.DEFAULT_SAMPLES}-2dgs-f1-s12-n300" / "splats.ply").stat().st_mtime == mtime
+    assert (run_2dgs / "splats.ply").stat().st_mtime == mtime
+    # another render of spot gets its own runs; a finished run of another dataset is refused, not scored
+    assert bg.spot_label(bg.DEFAULT_SAMPLES, bg.SPOT_MESH, 6, 40) != bg.spot_label(bg.DEFAULT_SAMPLES, bg.SPOT_MESH, 6, 32)
+    other = tmp_path / "datasets" / "elsewhere"
+    from recon.errors import UsageError
+
+    with pytest.raises(UsageError, match="finished run was trained on .*, not on .*elsewhere"):
+        bg.train_run(other, run_2dgs, "2dgs", 12, 1, "cpu", False, lambda *a: None)
 
 
 class _PlaneModel:
@@ -135,6 +143,7 @@ def test_another_mesh_gets_its_own_dataset_and_run_names(tmp_path):
     name_a, name_b = bg.mesh_name(a), bg.mesh_name(b)
     assert name_a.startswith("my_mesh-") and len(name_a) == len("my_mesh-") + 8 and name_a != name_b
     assert bg.mesh_name(bg.SPOT_MESH) == "spot" and bg.spot_label(4) == "spot-p4" and bg.spot_label(1) == "spot"
+    assert bg.spot_label(4, bg.SPOT_MESH, 50, 200) == "spot-p4-v50-px200"
     assert bg.spot_label(4, a) == f"{name_a}-p4"
     args = bg.parse_args(["--spot-mesh", str(a)])
     assert bg.run_name(bg.spot_label(args.spot_samples, args.spot_mesh), "2dgs", args, None).startswith(name_a)
