@@ -223,7 +223,25 @@ def fuse_tsdf(views: DepthViews, voxel_size: float, trunc_voxels: float = 4.0, b
     vertices = mesh.vertex.positions.numpy().astype(np.float64)
     colors = mesh.vertex.colors.numpy().astype(np.float32) if "colors" in mesh.vertex \
         else np.full_like(vertices, 0.7, dtype=np.float32)
-    return MeshArrays(vertices, mesh.triangle.indices.numpy().astype(np.int64), np.clip(colors, 0, 1))
+    return canonical_order(MeshArrays(vertices, mesh.triangle.indices.numpy().astype(np.int64), np.clip(colors, 0, 1)))
+
+
+def canonical_order(mesh: MeshArrays) -> MeshArrays:
+    """The same mesh in an order that depends only on its geometry: vertices sorted by (x, y, z, then colour),
+    each face rotated to start at its smallest vertex index (orientation kept), faces sorted. open3d's
+    marching cubes runs in parallel and lists the same vertices and triangles in a different order from one
+    call to the next; in this order the written mesh, ``--keep-largest``'s choice among equal components and
+    area-sampled metrics (Chamfer: seeded samples) repeat exactly."""
+    v, c = mesh.vertices, mesh.colors
+    order = np.lexsort((c[:, 2], c[:, 1], c[:, 0], v[:, 2], v[:, 1], v[:, 0]))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    f = rank[mesh.faces]
+    first = f.argmin(axis=1)
+    rows = np.arange(len(f))[:, None]
+    f = f[rows, (first[:, None] + np.arange(3)[None, :]) % 3]
+    f = f[np.lexsort((f[:, 2], f[:, 1], f[:, 0]))]
+    return MeshArrays(v[order], f, c[order])
 
 
 def keep_largest_component(mesh: MeshArrays) -> MeshArrays:

@@ -62,6 +62,35 @@ def test_sphere_tsdf_chamfer_small():
     assert chamfer_distance(mesh.vertices, mesh.faces, *icosphere(0.6), samples=20000)["chamfer_pct"] > 3
 
 
+def test_canonical_order_depends_only_on_the_geometry():
+    """A shuffled copy (vertices renumbered, faces reordered and cyclically rotated) comes out identical;
+    every triangle keeps its corners and orientation; fuse_tsdf returns meshes in that order."""
+    import trimesh
+
+    sphere = trimesh.creation.icosphere(subdivisions=2)
+    rng = np.random.default_rng(0)
+    colors = rng.random((len(sphere.vertices), 3)).astype(np.float32)
+    mesh = mx.MeshArrays(np.asarray(sphere.vertices), np.asarray(sphere.faces, dtype=np.int64), colors)
+    perm = rng.permutation(len(mesh.vertices))
+    rank = np.empty_like(perm)
+    rank[perm] = np.arange(len(perm))
+    faces = np.roll(rank[mesh.faces][rng.permutation(len(mesh.faces))], 1, axis=1)  # same oriented triangles
+    a, b = mx.canonical_order(mesh), mx.canonical_order(mx.MeshArrays(mesh.vertices[perm], faces, colors[perm]))
+    for x, y in ((a.vertices, b.vertices), (a.faces, b.faces), (a.colors, b.colors)):
+        np.testing.assert_array_equal(x, y)
+    assert (a.faces[:, 0] == a.faces.min(axis=1)).all() and (np.diff(a.faces[:, 0]) >= 0).all()
+
+    def normals(m):  # per-face (unnormalised) normals, rows sorted: the oriented triangles as a set
+        t = m.vertices[m.faces]
+        n = np.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0])
+        return n[np.lexsort(np.round(n, 9).T[::-1])]
+
+    np.testing.assert_allclose(normals(a), normals(mesh), atol=1e-12)
+    fused = mx.fuse_tsdf(sphere_views(n=8, size=32), 0.05, 4.0, 4000)
+    np.testing.assert_array_equal(fused.faces, mx.canonical_order(fused).faces)
+    np.testing.assert_array_equal(fused.vertices, mx.canonical_order(fused).vertices)
+
+
 def test_chamfer_is_exact_for_known_offsets():
     """Distances go to the other mesh's triangles: the same mesh scores ~0 (no sampling floor), a sphere
     0.05 larger scores 0.05 in both directions, and a cube shifted by 0.1 along x scores what the exact
