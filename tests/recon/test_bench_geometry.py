@@ -47,7 +47,8 @@ def test_bench_geometry_tiny_spot(tmp_path, capsys):
     assert again["results"] == report["results"]
     assert (run_2dgs / "splats.ply").stat().st_mtime == mtime
     # another render of spot gets its own runs; a finished run of another dataset is refused, not scored
-    assert bg.spot_label(bg.DEFAULT_SAMPLES, bg.SPOT_MESH, 6, 40) != bg.spot_label(bg.DEFAULT_SAMPLES, bg.SPOT_MESH, 6, 32)
+    samples = bg.DEFAULT_SAMPLES
+    assert bg.spot_label(samples, bg.SPOT_MESH, 6, 40) != bg.spot_label(samples, bg.SPOT_MESH, 6, 32)
     other = tmp_path / "datasets" / "elsewhere"
     from recon.errors import UsageError
 
@@ -56,9 +57,10 @@ def test_bench_geometry_tiny_spot(tmp_path, capsys):
 
 
 class _PlaneModel:
-    """A fake model seen through ``render_depth`` / ``render_geometry`` (each call recorded in ``calls``): a plane at camera z = 2 over the fine grid's
-    columns < ``seen_cols`` (alpha 1, elsewhere 0), rendered normals alternating per column between two
-    unit vectors whose mean is -z (the plane's true normal, facing the camera)."""
+    """A fake model seen through ``render_depth`` / ``render_geometry`` (each call recorded in ``calls``): a
+    plane at camera z = 2 over the fine grid's columns < ``seen_cols`` (alpha 1, elsewhere 0), rendered
+    normals alternating per column between two unit vectors whose mean is -z (the plane's true normal,
+    facing the camera)."""
 
     def __init__(self, seen_cols: int):
         self.seen_cols = seen_cols
