@@ -87,18 +87,15 @@ B_T = 0  # [NPIX] transmittance T_i, recovered back to front
 B_CX = B_T + NPIX
 B_CY = B_CX + NPIX
 B_LIM = B_CY + NPIX
-B_S = B_LIM + NPIX  # [NPIX] sum over blended j > i of w_j dL/dw_j
-B_WA = B_S + NPIX  # [NPIX] sum over blended j > i of w_j
-B_ZA = B_WA + NPIX  # [NPIX] sum over blended j > i of w_j z_j
-B_VA = B_ZA + NPIX  # [NPIX] d loss / d sum w
+B_S = B_LIM + NPIX  # [NPIX] T_final dL/dT_final + sum over blended j > i of w_j dL/dw_j
+B_P = B_S + NPIX  # [NPIX] P = sum w (all blended) - 2 sum over blended j > i of w_j
+B_Q = B_P + NPIX  # [NPIX] Q = sum w z (all blended) - 2 sum over blended j > i of w_j z_j
+B_VA = B_Q + NPIX  # [NPIX] d loss / d sum w
 B_VWZ = B_VA + NPIX  # [NPIX] d loss / d sum w z
 B_VD = B_VWZ + NPIX  # [NPIX] d loss / d distortion
 B_VN = B_VD + NPIX  # [3, NPIX] d loss / d normal
 B_VMED = B_VN + 3 * NPIX  # [NPIX] d loss / d median depth
-B_VTF = B_VMED + NPIX  # [NPIX] T_final d loss / d T_final
-B_WALL = B_VTF + NPIX  # [NPIX] sum w (all blended)
-B_ZALL = B_WALL + NPIX  # [NPIX] sum w z (all blended)
-B_XG = B_ZALL + NPIX  # [NPIX] the current surfel's sum over channels >= 3 of c v_render (0 for D <= 3)
+B_XG = B_VMED + NPIX  # [NPIX] the current surfel's sum over channels >= 3 of c v_render (0 for D <= 3)
 B_W = B_XG + NPIX  # [NPIX] the current surfel's weights w (0 where not blended)
 B_VR = B_W + NPIX  # [max(D, 3), NPIX] d loss / d render
 
@@ -266,13 +263,13 @@ def surfel_at(x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o):
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
 def forward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0, n1,
-                   n2, c0, c1, c2, intersection, extra):
+                   n2, c0, c1, c2, intersection, extra, limited):
     """Blend surfel k into tile pixels [lo, hi), branch-free (inlined into forward_tile).
 
     Per pixel: the surfel's alpha (surfel_at); it blends where it hits, alpha reaches the pixel's
     threshold (1/255, or 2 once done), its limit depth (intersection depth where the exact term gave
-    sigma, else the centre depth) is in front of the pixel's limit and T (1 - alpha) > 1e-4, and the
-    pixel is done instead where T (1 - alpha) <= 1e-4. Adds w = alpha T times colours 0..2, normal,
+    sigma, else the centre depth) is in front of the pixel's limit (only when ``limited``: limits given)
+    and T (1 - alpha) > 1e-4, and the pixel is done instead where T (1 - alpha) <= 1e-4. Adds w = alpha T times colours 0..2, normal,
     z and 1 to the sums, the distortion term 2 w (z sum w - sum w z) before them, and records the
     median (z and k of the last blend with T > 0.5) and the last blended k; w goes to F_W when
     ``extra`` (channels >= 3 to add: accumulate_pixels)."""
@@ -282,11 +279,12 @@ def forward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0,
     for p in range(U(lo), U(hi)):
         hit, al, _, _, _, use_exact, _, z_hit, _, _, _, _, _, _, _, _ = surfel_at(
             st[U(F_CX) + p], st[U(F_CY) + p], Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o)
-        z_lim = select(use_exact, z_hit, depth)
         thr = st[U(F_THR) + p]
         Tp = st[U(F_T) + p]
         next_T = Tp * (one - al)
-        ok = hit & (al >= thr) & (z_lim < st[U(F_LIM) + p])
+        ok = hit & (al >= thr)
+        if limited:  # loop-invariant (limits given): LLVM unswitches it
+            ok = ok & (select(use_exact, z_hit, depth) < st[U(F_LIM) + p])
         stop = ok & (next_T <= tmin)
         blend = ok & (next_T > tmin)
         # Updates never store select(cond, new, the loaded value): LLVM turns that into a masked store,
@@ -382,7 +380,7 @@ def forward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, intersecti
         (Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0, n1, n2, c0, c1,
          c2) = surfel_scalars(packed, g)
         forward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0,
-                       n1, n2, c0, c1, c2, intersection, D > 3)
+                       n1, n2, c0, c1, c2, intersection, D > 3, limits is not None)
         if D > 3:
             accumulate_pixels(st, lo, hi, colors, g, F_ACC, F_W)
     for y in range(y0, y1):
@@ -403,17 +401,20 @@ def forward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, intersecti
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
 def backward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0, n1,
-                    n2, c0, c1, c2, intersection):
+                    n2, c0, c1, c2, intersection, extra, limited):
     """Backward of surfel k over tile pixels [lo, hi) in one branch-free pass (inlined into
     backward_tile). Where k was blended (the forward's test and k <= the pixel's last blended):
-    T_i = T_{i+1} / (1 - alpha), w = alpha T_i, and with A, B the sums of w and w z of the surfels in
-    front (all minus this one minus those behind),
-      dL/dw = v_alpha + v_wz z + v_normal . n + v_render . c + 2 v_dist (z A - B + Z_after - z W_after),
-      dL/dz = v_wz w + 2 v_dist w (A - W_after) (+ v_median where k gave the median),
-      dL/dalpha = T_i dL/dw - (S + T_final v_T) / (1 - alpha), S = sum behind of w dL/dw;
+    T_i = T_{i+1} / (1 - alpha), w = alpha T_i. The distortion sum_{i, j < i} 2 w_i w_j (z_i - z_j) has
+    dD/dw = 2 (z A - B) + 2 (Z_after - z W_after), with A, B the sums of w and w z in front (all minus
+    this one minus those behind) and W_after, Z_after those behind; with the running P = W_all - 2 W_after
+    and Q = Z_all - 2 Z_after (B_P, B_Q: A - W_after = P - w, B - Z_after = Q - w z) that is 2 (z P - Q), so
+      dL/dw = v_alpha + v_wz z + v_normal . n + v_render . c + 2 v_dist (z P - Q),
+      dL/dz = v_wz w + 2 v_dist w (P - w) (+ v_median where k gave the median),
+      dL/dalpha = T_i dL/dw - S / (1 - alpha), S = T_final v_T + sum behind of w dL/dw (B_S);
     then through alpha = min(0.999, o e), sigma and (u, v) = (c_0, c_1) / c_2 to mean2d, opacity, centre
     depth and vc = d loss / d c (the specification's chain). Elsewhere every term is an exact 0.
-    Updates T, S, W_after, Z_after and B_W (w). Returns the sums over the pixels: (mean2d x, y, opacity,
+    Updates T, S, P (-= 2 w), Q (-= 2 w z), and when ``extra`` (channels >= 3: B_XG holds their
+    v_render . c) B_W (w). Returns the sums over the pixels: (mean2d x, y, opacity,
     depth, normal (3), colour 0..2, and for ray_transform_gradients sum vc, sum x vc, sum y vc and the
     intersection depth's d loss / d M_w)."""
     zero, one, two = like(0.0, o), like(1.0, o), like(2.0, o)
@@ -426,8 +427,9 @@ def backward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0
         y = st[U(B_CY) + p]
         hit, al, e, u, v, use_exact, r, z_hit, dx, dy, hu0, hu1, hu2, hv0, hv1, hv2 = surfel_at(
             x, y, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o)
-        z_lim = select(use_exact, z_hit, depth)
-        ok = hit & (al >= thr) & (k32 <= last[p]) & (z_lim < st[U(B_LIM) + p])
+        ok = hit & (al >= thr) & (k32 <= last[p])
+        if limited:
+            ok = ok & (select(use_exact, z_hit, depth) < st[U(B_LIM) + p])
         ra = one / (one - al)
         ti = select(ok, st[U(B_T) + p] * ra, zero)
         st[U(B_T) + p] *= select(ok, ra, one)  # arithmetic, not a masked store
@@ -435,10 +437,8 @@ def backward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0
         w = al * ti
         ie = intersection & use_exact
         z = select(ie, z_hit, depth)
-        w_after = st[U(B_WA) + p]
-        z_after = st[U(B_ZA) + p]
-        A = st[U(B_WALL) + p] - w - w_after
-        B = st[U(B_ZALL) + p] - w * z - z_after
+        P = st[U(B_P) + p]
+        Q = st[U(B_Q) + p]
         vd = st[U(B_VD) + p]
         vwz = st[U(B_VWZ) + p]
         vn0 = st[U(B_VN) + p]
@@ -448,16 +448,19 @@ def backward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0
         vr1 = st[U(B_VR + NPIX) + p]
         vr2 = st[U(B_VR + 2 * NPIX) + p]
         gw = st[U(B_VA) + p] + vwz * z + vn0 * n0 + vn1 * n1 + vn2 * n2
-        gw += vr0 * c0 + vr1 * c1 + vr2 * c2 + st[U(B_XG) + p]
-        gw += two * vd * (z * A - B + z_after - z * w_after)
-        v_z = vwz * w + two * vd * w * (A - w_after)
+        gw += vr0 * c0 + vr1 * c1 + vr2 * c2
+        if extra:  # loop-invariant: LLVM unswitches it
+            gw += st[U(B_XG) + p]
+        gw += two * vd * (z * P - Q)
+        v_z = vwz * w + two * vd * w * (P - w)
         v_z += select(ok & (medk[p] == k32), st[U(B_VMED) + p], zero)
         s = st[U(B_S) + p]
-        v_al = ti * gw - (s + st[U(B_VTF) + p]) * ra
+        v_al = ti * gw - s * ra
         st[U(B_S) + p] = s + w * gw
-        st[U(B_WA) + p] = w_after + w
-        st[U(B_ZA) + p] = z_after + w * z
-        st[U(B_W) + p] = w
+        st[U(B_P) + p] = P - two * w
+        st[U(B_Q) + p] = Q - two * w * z
+        if extra:
+            st[U(B_W) + p] = w
         gn0 = radd(gn0, vn0 * w)
         gn1 = radd(gn1, vn1 * w)
         gn2 = radd(gn2, vn2 * w)
@@ -577,15 +580,15 @@ def backward_tile(t, packed, rows, colors, offsets, ids, row_of, W, H, TW, TH, i
             p = (y - y0) * TS + x - x0
             Tf = T_final[c, y, x, 0]
             st[B_T + p] = Tf
-            st[B_VTF + p] = v_T[c, y, x, 0] * Tf
+            st[B_S + p] = v_T[c, y, x, 0] * Tf
             st[B_VA + p] = v_alpha[c, y, x, 0]
             st[B_VWZ + p] = v_wz[c, y, x, 0]
             st[B_VD + p] = v_dist[c, y, x, 0]
             for j in range(3):
                 st[B_VN + j * NPIX + p] = v_normal[c, y, x, j]
             st[B_VMED + p] = v_median[c, y, x, 0]
-            st[B_WALL + p] = alpha_sum[c, y, x, 0]
-            st[B_ZALL + p] = wz_sum[c, y, x, 0]
+            st[B_P + p] = alpha_sum[c, y, x, 0]
+            st[B_Q + p] = wz_sum[c, y, x, 0]
             for ch in range(D):
                 st[B_VR + ch * NPIX + p] = v_render[c, y, x, ch]
             last[p] = last_k[c, y, x]
@@ -619,7 +622,7 @@ def backward_tile(t, packed, rows, colors, offsets, ids, row_of, W, H, TW, TH, i
         (grads[q, G_MEANS2D], grads[q, G_MEANS2D + 1], grads[q, G_OPAC], grads[q, G_DEPTH], grads[q, G_NORMAL],
          grads[q, G_NORMAL + 1], grads[q, G_NORMAL + 2], gc0, gc1, gc2, S, Sx, Sy, dW) = backward_pixels(
             st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0, Mw1, Mw2, mx, my, o, depth, n0, n1, n2, c0,
-            c1, c2, intersection)
+            c1, c2, intersection, D > 3, limits is not None)
         (grads[q, G_M], grads[q, G_M + 1], grads[q, G_M + 2], grads[q, G_M + 3], grads[q, G_M + 4], grads[q, G_M + 5],
          grads[q, G_M + 6], grads[q, G_M + 7], grads[q, G_M + 8]) = ray_transform_gradients(
             (Mu0, Mu1, Mu2), (Mv0, Mv1, Mv2), (Mw0, Mw1, Mw2), S, Sx, Sy, dW)
