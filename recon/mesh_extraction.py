@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from recon.errors import UsageError
+from recon.open3d_import import open3d
 
 DepthKind = Literal["median", "expected"]
 ALPHA_MIN = 0.5  # pixels less opaque than this are treated as background (no depth)
@@ -196,8 +197,8 @@ def fuse_tsdf(views: DepthViews, voxel_size: float, trunc_voxels: float = 4.0, b
     """TSDF-fuse ``views`` into open3d's ``VoxelBlockGrid`` and extract its triangle mesh.
 
     EmptyMeshError when marching cubes finds no triangle."""
-    import open3d as o3d
-    import open3d.core as o3c
+    o3d = open3d("TSDF fusion (splatforge mesh)")
+    o3c = o3d.core
 
     dev = o3c.Device("CPU:0")
     grid = o3d.t.geometry.VoxelBlockGrid(

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from recon.open3d_import import open3d
+
 
 def sample_surface_faces(vertices: np.ndarray, faces: np.ndarray, count: int,
                          rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -38,7 +40,7 @@ def sample_surface(vertices: np.ndarray, faces: np.ndarray, count: int, rng: np.
 
 def triangle_scene(vertices: np.ndarray, faces: np.ndarray):
     """open3d ``RaycastingScene`` of the triangles ``faces`` [F, 3] of ``vertices`` [V, 3] (float32)."""
-    import open3d as o3d
+    o3d = open3d("mesh distances")
 
     scene = o3d.t.geometry.RaycastingScene()
     scene.add_triangles(o3d.core.Tensor(np.ascontiguousarray(vertices, dtype=np.float32)),
@@ -49,7 +51,7 @@ def triangle_scene(vertices: np.ndarray, faces: np.ndarray):
 def distance_to_mesh(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
     """[P] float64 exact distance of ``points`` [P, 3] to the nearest point of the triangles ``faces`` [F, 3]
     of ``vertices`` [V, 3] (open3d's ray-casting scene; computed in float32, about 1e-7 of the scene's size)."""
-    import open3d as o3d
+    o3d = open3d("mesh distances")
 
     query = o3d.core.Tensor(np.ascontiguousarray(points, dtype=np.float32))
     return triangle_scene(vertices, faces).compute_distance(query).numpy().astype(np.float64)

@@ -43,6 +43,7 @@ import torch
 from rasterizer.tracing import build_gaussian_accel, candidates_cpu, trace_gaussians
 from rasterizer.tracing.evaluate import composite_candidates
 from rasterizer.tracing.geometry import GAUSSIAN, gaussian_frames
+from recon.open3d_import import open3d
 
 
 def make_scene(n: int, seed: int = 0, sh_degree: int = 3):
@@ -200,7 +201,7 @@ def main() -> None:
 
             case["trace_forward_backward_ms"], _, _ = timed(trace_backward, args.repeats)
         if args.open3d:
-            import open3d as o3d
+            o3d = open3d("bench_tracing.py --open3d")
 
             with torch.no_grad():
                 A = gaussian_frames(quats, scales)

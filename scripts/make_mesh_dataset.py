@@ -41,6 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when splatforge is not installed
+from recon.open3d_import import Open3DMissingError, open3d  # noqa: E402
+
 FOV_X = 0.6911112070083618  # lego_400's camera_angle_x
 CAMERA_RADIUS = 1.15 / math.sin(FOV_X / 2)  # the unit sphere fills the view with a 15% margin
 DEPTH_SCALE = 10000.0
@@ -213,7 +216,7 @@ class MeshShader:
 def cast_pixels(scene, c2w: np.ndarray, xs: np.ndarray, ys: np.ndarray, size: int) -> dict:
     """open3d hits of the rays through image points (xs, ys) [P] (pixel units, pixel centres at +0.5) of
     the camera c2w (OpenGL axes): {"t" [P] camera z (inf: no hit), "tri", "bary", "face_n"}."""
-    import open3d.core as o3c
+    o3c = open3d("make_mesh_dataset.py").core
 
     f = 0.5 * size / math.tan(0.5 * FOV_X)
     # camera-frame directions with OpenGL axes and unit forward depth: t_hit is then the camera z depth
@@ -303,8 +306,8 @@ def write_split(out: Path, split: str, scene, shader, c2ws: np.ndarray, size: in
 def make_dataset(mesh_path: Path, out: Path, views: int = 100, test_views: int | None = None, size: int = 400,
                  progress=lambda: None, samples: int = DEFAULT_SAMPLES) -> dict:
     """Render the dataset; returns {"mesh_to_world", "train", "test"} (view counts)."""
-    import open3d as o3d
-    import open3d.core as o3c
+    o3d = open3d("make_mesh_dataset.py")
+    o3c = o3d.core
 
     if views < 1 or size < 8:
         raise MeshInputError(f"--views {views} / --size {size}: need at least 1 view of at least 8 pixels")
@@ -344,7 +347,7 @@ def main(argv=None) -> int:
             task = bar.add_task("rendering", total=total)
             info = make_dataset(args.mesh, args.out, args.views, args.test_views, args.size,
                                 lambda: bar.advance(task, 1), args.samples)
-    except (MeshInputError, OSError) as err:
+    except (MeshInputError, Open3DMissingError, OSError) as err:
         print(f"make_mesh_dataset: {err}", file=sys.stderr)
         return 1
     print(json.dumps({"out": str(args.out), **info}))

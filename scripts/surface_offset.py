@@ -36,6 +36,8 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from recon.open3d_import import open3d  # noqa: E402
+
 SAMPLES = 200_000
 OPAQUE = 0.9
 SCALE_BINS = (0.0, 0.008, 0.015, 0.025, 0.04, np.inf)
@@ -52,7 +54,7 @@ def true_mesh_in_scene(data: Path, mesh: Path):
 
 def signed_distance(truth, points: np.ndarray) -> np.ndarray:
     """[P] signed distance of points [P, 3] to the true surface (negative inside)."""
-    import open3d as o3d
+    o3d = open3d("surface_offset.py")
 
     from recon.mesh_metrics import triangle_scene
 

@@ -45,6 +45,7 @@ import numpy as np
 from recon.commands.insert_outputs import (colourise_depth, colourise_mask, depth_png16, preview_path,  # noqa: F401
                                           write_outputs)
 from recon.errors import USER_ERRORS, OutputError, UsageError, fail
+from recon.open3d_import import open3d
 
 try:
     import tyro
@@ -407,7 +408,7 @@ def drop_to_ground(assets, frame: np.ndarray, proxy, warn) -> list:
     assets, and assets with no surface under them, stay where they are (with a warning)."""
     import dataclasses
 
-    import open3d as o3d
+    o3d = open3d("splatforge insert")
 
     from recon.hybrid.assets import Pose
 

@@ -20,6 +20,7 @@ from typing import Annotated, Literal, Optional
 from recon.atomic import atomic_write_bytes, refuse_overwrite
 from recon.errors import USER_ERRORS, UsageError, fail
 from recon import mesh_extraction as mx
+from recon.open3d_import import open3d
 
 try:
     import tyro
@@ -80,6 +81,7 @@ def extract_run_mesh(cfg: MeshConfig) -> dict:
     if cfg.supersample < 1:
         raise UsageError(f"--supersample {cfg.supersample}: must be >= 1 (1: the training views' resolution)")
     refuse_overwrite(cfg.out, cfg.force)
+    open3d("splatforge mesh")  # before rendering: a missing library is reported at once
     run = Run.open(cfg.run, data=cfg.data)
     cameras = run.cameras
     if not cameras:

@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from recon.hybrid.assets import PlacedAsset
+from recon.open3d_import import open3d
 
 NO_HIT = -1
 SHADOW_EPS = 1e-4  # relative offset (of the scene scale) that keeps shadow and secondary rays off their surface
@@ -46,14 +47,14 @@ class Hits:
 
 
 def _rays(origins: np.ndarray, dirs: np.ndarray):
-    import open3d as o3d
+    o3d = open3d("ray casting against meshes")
 
     rays = np.concatenate([origins, dirs], axis=1).astype(np.float32)
     return o3d.core.Tensor(np.ascontiguousarray(rays))
 
 
 def _tensor_mesh(vertices: np.ndarray, faces: np.ndarray):
-    import open3d as o3d
+    o3d = open3d("ray casting against meshes")
 
     mesh = o3d.t.geometry.TriangleMesh()
     mesh.vertex.positions = o3d.core.Tensor(np.ascontiguousarray(vertices, np.float32))
@@ -72,7 +73,7 @@ class MeshScene:
 
     def __init__(self, assets: Sequence[PlacedAsset], frame: np.ndarray, time: float | None = None,
                  proxy: tuple[np.ndarray, np.ndarray] | None = None):
-        import open3d as o3d
+        o3d = open3d("ray casting against meshes")
 
         self.assets = list(assets)
         self.frame = np.asarray(frame, np.float64)
