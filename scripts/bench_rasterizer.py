@@ -74,14 +74,21 @@ def time_once(params, viewmats, Ks, width, height, backend, backward):
     return time.perf_counter() - t0
 
 
+def surfel_params(params):
+    """The scene's parameters as a surfel model holds them: log-scales [N, 2] (the first two, their own
+    contiguous tensor, as ``recon``'s SurfelModel stores them)."""
+    means, quats, log_scales, opacities, colors = params
+    return [means, quats, log_scales[:, :2].contiguous(), opacities, colors]
+
+
 def time_surfels_once(params, viewmats, Ks, width, height, backend, backward):
-    """Seconds for one surfel forward (+ backward) pass on the same scene (scales: the first two)."""
+    """Seconds for one surfel forward (+ backward) pass; params from ``surfel_params``."""
     leaves = [p.detach().clone().requires_grad_(backward) for p in params]
     means, quats, log_scales, opacities, colors = leaves
     sync = torch.cuda.synchronize if means.is_cuda else (lambda: None)
     sync()
     t0 = time.perf_counter()
-    out = rasterize_surfels(means, quats, torch.exp(log_scales[:, :2]), opacities, colors, viewmats, Ks, width,
+    out = rasterize_surfels(means, quats, torch.exp(log_scales), opacities, colors, viewmats, Ks, width,
                             height, backend=backend)
     if backward:
         (out.render.sum() + out.alpha.sum() + out.depth.sum() + out.normals.sum() + out.distortion.sum()).backward()
@@ -97,10 +104,11 @@ def run_case(name, backend, repeats, warmup, device, primitive="gaussians"):
     cfg = CASES[name]
     params, viewmats, Ks = make_scene(cfg["n"], cfg["width"], cfg["height"], device)
     kinds = ["gaussians", "surfels"] if primitive == "both" else [primitive]
+    scene = {"gaussians": params, "surfels": surfel_params(params)}
     times = {k: [] for k in kinds}
     for i in range(warmup + repeats):
         for kind in kinds:
-            t = TIMERS[kind](params, viewmats, Ks, cfg["width"], cfg["height"], backend, cfg["backward"])
+            t = TIMERS[kind](scene[kind], viewmats, Ks, cfg["width"], cfg["height"], backend, cfg["backward"])
             if i >= warmup:
                 times[kind].append(t)
     result = {"case": name, "backend": backend, "gaussians": cfg["n"], "width": cfg["width"],

@@ -17,7 +17,8 @@ its conventions at the non-differentiable points:
 
 Both kernels run in parallel over Gaussians and loop over cameras inside, so the reduction over cameras
 in the backward is race-free (each thread owns its Gaussians' gradient rows). Arithmetic runs in float64
-whatever the storage dtype (values are converted with ``float()`` when loaded). ``error_model="numpy"``
+whatever the storage dtype (values are widened with ``np.float64()`` when loaded: Numba's ``float()`` keeps
+a float32 float32). ``error_model="numpy"``
 gives IEEE semantics (x / 0 = inf or nan, as in PyTorch) instead of raising ZeroDivisionError. Repeated
 divisions by z, det and |q| are multiplications by reciprocals, and per-camera constants (including the
 clamp limits) are tabulated once per launch (``camera_table``): differences from the reference are
@@ -83,7 +84,8 @@ def _clamp(x, lo, hi):
 @njit(cache=True, error_model="numpy")
 def _normalized_quat(quats, n):
     """(w, x, y, z) / max(|q|, 1e-12) and the norm."""
-    qw, qx, qy, qz = float(quats[n, 0]), float(quats[n, 1]), float(quats[n, 2]), float(quats[n, 3])
+    qw, qx = np.float64(quats[n, 0]), np.float64(quats[n, 1])
+    qy, qz = np.float64(quats[n, 2]), np.float64(quats[n, 3])
     norm = math.sqrt(qw * qw + qx * qx + qy * qy + qz * qz)
     den = norm
     if den < NORM_EPS:
@@ -103,12 +105,12 @@ def _rotmat(w, x, y, z):
 def _world_covar(quats, scales, covars, n, has_covars):
     """World covariance (9-tuple): covars[n], or R S S^T R^T from quats[n], scales[n]."""
     if has_covars:
-        return (float(covars[n, 0, 0]), float(covars[n, 0, 1]), float(covars[n, 0, 2]),
-                float(covars[n, 1, 0]), float(covars[n, 1, 1]), float(covars[n, 1, 2]),
-                float(covars[n, 2, 0]), float(covars[n, 2, 1]), float(covars[n, 2, 2]))
+        return (np.float64(covars[n, 0, 0]), np.float64(covars[n, 0, 1]), np.float64(covars[n, 0, 2]),
+                np.float64(covars[n, 1, 0]), np.float64(covars[n, 1, 1]), np.float64(covars[n, 1, 2]),
+                np.float64(covars[n, 2, 0]), np.float64(covars[n, 2, 1]), np.float64(covars[n, 2, 2]))
     w, x, y, z, _, _ = _normalized_quat(quats, n)
     R = _rotmat(w, x, y, z)
-    s0, s1, s2 = float(scales[n, 0]), float(scales[n, 1]), float(scales[n, 2])
+    s0, s1, s2 = np.float64(scales[n, 0]), np.float64(scales[n, 1]), np.float64(scales[n, 2])
     M = (R[0] * s0, R[1] * s1, R[2] * s2, R[3] * s0, R[4] * s1, R[5] * s2, R[6] * s0, R[7] * s1, R[8] * s2)
     return _mul(M, _t(M))
 
@@ -190,7 +192,7 @@ def _write_culled(means2d, conics, depths, radii, comps, antialiased, c, n):
 @njit(cache=True, error_model="numpy")
 def _max_scale_sq(scales, n):
     """Largest squared scale of Gaussian n: the largest eigenvalue of its covariance R S S^T R^T."""
-    s0, s1, s2 = float(scales[n, 0]), float(scales[n, 1]), float(scales[n, 2])
+    s0, s1, s2 = np.float64(scales[n, 0]), np.float64(scales[n, 1]), np.float64(scales[n, 2])
     return max(s0 * s0, s1 * s1, s2 * s2)
 
 
@@ -218,7 +220,7 @@ def project_forward_kernel(means, quats, scales, covars, has_covars, viewmats, K
             have_S = False
             S = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
             smax2 = 0.0 if has_covars else _max_scale_sq(scales, n)
-            px, py, pz = float(means[n, 0]), float(means[n, 1]), float(means[n, 2])
+            px, py, pz = np.float64(means[n, 0]), np.float64(means[n, 1]), np.float64(means[n, 2])
             for c in range(C):
                 Rv, (t0, t1, t2), Kc, (lo_x, hi_x, lo_y, hi_y) = _camera(cams, c)
                 tx = Rv[0] * px + Rv[1] * py + Rv[2] * pz + t0
@@ -347,17 +349,17 @@ def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, 
                     g_scales[n, 0] = g_scales[n, 1] = g_scales[n, 2] = 0.0
                 continue
             S = _world_covar(quats, scales, covars, n, has_covars)
-            px, py, pz = float(means[n, 0]), float(means[n, 1]), float(means[n, 2])
+            px, py, pz = np.float64(means[n, 0]), np.float64(means[n, 1]), np.float64(means[n, 2])
             gp0 = gp1 = gp2 = 0.0
             gS = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
             for c in range(C):
                 # ---- zero cotangents (culled or hidden in this view, the common case) add exactly zero: skip
                 if not _pair_has_cotangent(radii, v_means2d, v_conics, v_depths, v_comps, antialiased, c, n):
                     continue
-                ga, gb, gc = float(v_conics[c, n, 0]), float(v_conics[c, n, 1]), float(v_conics[c, n, 2])
-                vm0, vm1 = float(v_means2d[c, n, 0]), float(v_means2d[c, n, 1])
-                g_depth = float(v_depths[c, n])
-                g_comp = float(v_comps[c, n]) if antialiased else 0.0
+                ga, gb, gc = np.float64(v_conics[c, n, 0]), np.float64(v_conics[c, n, 1]), np.float64(v_conics[c, n, 2])
+                vm0, vm1 = np.float64(v_means2d[c, n, 0]), np.float64(v_means2d[c, n, 1])
+                g_depth = np.float64(v_depths[c, n])
+                g_comp = np.float64(v_comps[c, n]) if antialiased else 0.0
                 # ---- recompute the forward
                 Rv, (t0, t1, t2), Kc, (lo_x, hi_x, lo_y, hi_y) = _camera(cams, c)
                 tx = Rv[0] * px + Rv[1] * py + Rv[2] * pz + t0
@@ -477,7 +479,7 @@ def project_backward_kernel(means, quats, scales, covars, has_covars, viewmats, 
             # ---- Sigma = M M^T, M = R diag(s)
             w, x, y, z, norm, den = _normalized_quat(quats, n)
             R = _rotmat(w, x, y, z)
-            s0, s1, s2 = float(scales[n, 0]), float(scales[n, 1]), float(scales[n, 2])
+            s0, s1, s2 = np.float64(scales[n, 0]), np.float64(scales[n, 1]), np.float64(scales[n, 2])
             M = (R[0] * s0, R[1] * s1, R[2] * s2, R[3] * s0, R[4] * s1, R[5] * s2, R[6] * s0, R[7] * s1, R[8] * s2)
             gM = _mul(_add(gS, _t(gS)), M)
             g_scales[n, 0] = gM[0] * R[0] + gM[3] * R[3] + gM[6] * R[6]

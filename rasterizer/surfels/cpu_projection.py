@@ -148,40 +148,52 @@ def project_backward_kernel(means, quats, scales, viewmats, Ks, radii, flips, v_
         g_quats[n, 0], g_quats[n, 1], g_quats[n, 2], g_quats[n, 3] = gw, gx, gy, gz
 
 
+def _np(x):
+    return x.detach().contiguous().numpy()
+
+
 def _np64(x):
     return np.ascontiguousarray(x.detach().numpy(), dtype=np.float64)
 
 
 class SurfelProjectFunction(torch.autograd.Function):
     """(K W H [C,N,3,3], means2d [C,N,2], depths [C,N], normals [C,N,3], radii [C,N,2] int32) from means
-    [N,3], quats [N,4], scales [N,2], viewmats [C,4,4], Ks [C,3,3]; gradients to means, quats, scales."""
+    [N,3], quats [N,4], scales [N,2], viewmats [C,4,4], Ks [C,3,3]; gradients to means, quats, scales.
+    The kernels read means, quats, scales and the cotangents in their dtype (every value is widened
+    to float64 before arithmetic) and store into arrays of that dtype (float64 values rounded once, as
+    ``.to(dtype)`` would): no float64 copies; cameras are copied to float64 (small)."""
 
     @staticmethod
     def forward(ctx, means, quats, scales, viewmats, Ks, width, height, near_plane, far_plane):
         C, N, dt = viewmats.shape[0], means.shape[0], means.dtype
-        inputs = (_np64(means), _np64(quats), _np64(scales), _np64(viewmats), _np64(Ks))
-        KWH, m2d, depths = np.empty((C, N, 3, 3)), np.empty((C, N, 2)), np.empty((C, N))
-        normals, radii, flips = np.empty((C, N, 3)), np.empty((C, N, 2), np.int32), np.empty((C, N), np.int8)
+        inputs = (_np(means), _np(quats), _np(scales), _np64(viewmats), _np64(Ks))
+        npdt = inputs[0].dtype
+        KWH, m2d, depths = np.empty((C, N, 3, 3), npdt), np.empty((C, N, 2), npdt), np.empty((C, N), npdt)
+        normals, radii, flips = np.empty((C, N, 3), npdt), np.empty((C, N, 2), np.int32), np.empty((C, N), np.int8)
         with KERNEL_LOCK:
             project_forward_kernel(*inputs, width, height, near_plane, far_plane, KWH, m2d, depths, normals, radii,
                                    flips)
+        ctx.save_for_backward(means, quats, scales)  # the backward reads their memory: in-place changes are caught
         ctx.state = (inputs, radii, flips, dt)
         ctx.set_materialize_grads(False)
         radii_t = torch.from_numpy(radii)
         ctx.mark_non_differentiable(radii_t)
-        return tuple(torch.from_numpy(a).to(dt) for a in (KWH, m2d, depths, normals)) + (radii_t,)
+        return tuple(torch.from_numpy(a) for a in (KWH, m2d, depths, normals)) + (radii_t,)
 
     @staticmethod
     def backward(ctx, v_KWH, v_means2d, v_depths, v_normals, v_radii):
+        ctx.saved_tensors  # noqa: B018  (raises if an input was modified in place since the forward)
         inputs, radii, flips, dt = ctx.state
         C, N = radii.shape[0], radii.shape[1]
-        cot = lambda v, shape: np.zeros(shape) if v is None else _np64(v)  # noqa: E731
-        g_means, g_quats, g_scales = np.empty((N, 3)), np.empty((N, 4)), np.empty((N, 2))
+        npdt = inputs[0].dtype
+        # the cotangents as they come (often strided column views of the compositing's gradient rows: the
+        # kernel reads them in place, no copies)
+        cot = lambda v, shape: np.zeros(shape, npdt) if v is None else np.asarray(v.detach().numpy(), npdt)  # noqa: E731
+        g_means, g_quats, g_scales = np.empty((N, 3), npdt), np.empty((N, 4), npdt), np.empty((N, 2), npdt)
         with KERNEL_LOCK:
             project_backward_kernel(*inputs, radii, flips, cot(v_KWH, (C, N, 3, 3)), cot(v_means2d, (C, N, 2)),
                                     cot(v_depths, (C, N)), cot(v_normals, (C, N, 3)), g_means, g_quats, g_scales)
-        out = [torch.from_numpy(a).to(dt) for a in (g_means, g_quats, g_scales)]
-        return tuple(out) + (None,) * 6
+        return tuple(torch.from_numpy(a) for a in (g_means, g_quats, g_scales)) + (None,) * 6
 
 
 def project_surfels_cpu(means, quats, scales, viewmats, Ks, width, height, *, near_plane=0.01,
