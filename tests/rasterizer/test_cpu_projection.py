@@ -326,3 +326,27 @@ def test_radius_bound_with_a_scaled_view_matrix():
             ref, cpu = both(means, quats, scales, None, viewmats, Ks, opacities=torch.ones(1, dtype=torch.float64))
         assert (ref.radii > 0).all()
         assert torch.equal(cpu.radii, ref.radii)
+
+
+@pytest.mark.parametrize("use_covars", [False, True])
+def test_float32_runs_float64_arithmetic(use_covars):
+    """Float32 inputs are widened when loaded and the float64 results rounded once when stored: outputs
+    and gradients equal the float64 run on the same (float32-valued) inputs and cotangents, rounded to
+    float32, bit for bit. (Numba's float() keeps a float32 a float32: the quaternion normalisation and
+    the covariance were once float32 arithmetic.)"""
+    means, quats, scales, opac, viewmats, Ks = make_scene(torch.float32, seed=8)
+    covars = covariance_from_quat_scale(quats, scales) if use_covars else None
+    runs = {}
+    for dt in (torch.float32, torch.float64):
+        ins = leaves(*(t.to(dt) for t in ((means, covars) if use_covars else (means, quats, scales))))
+        m, q, s, cv = (ins[0], None, None, ins[1]) if use_covars else (*ins, None)
+        proj = project_cpu(m, q, s, cv, viewmats.to(dt), Ks.to(dt), W, H, eps2d=0.3, near_plane=0.01,
+                           far_plane=1e10, opacities=opac.to(dt), antialiased=True)
+        cot = [c.to(dt) for c in random_cotangents(project_cpu(means, quats, scales, None, viewmats, Ks, W, H,
+                                                               eps2d=0.3, near_plane=0.01, far_plane=1e10,
+                                                               opacities=opac, antialiased=True))]
+        runs[dt] = ([proj.means2d, proj.conics, proj.depths, proj.compensations], vjp(proj, ins, cot))
+    (out32, grad32), (out64, grad64) = runs[torch.float32], runs[torch.float64]
+    for a, b in zip(out32 + list(grad32), out64 + list(grad64)):
+        assert a.dtype == torch.float32
+        assert torch.equal(a, b.to(torch.float32))

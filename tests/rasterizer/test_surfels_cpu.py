@@ -213,3 +213,27 @@ def test_row_trimming_never_drops_a_reached_pixel():
                 kept += hit
                 dropped += not ok
     assert kept > 100 and dropped > 100
+
+
+def test_cpu_projection_float32_runs_float64_arithmetic():
+    """The surfel cpu projection reads float32 inputs and cotangents in place, widening each load, and
+    stores float64 results rounded once: bit for bit the float64 run on the same values, rounded."""
+    from rasterizer.surfels.cpu_projection import project_surfels_cpu
+
+    p, viewmats, Ks = surfel_scene(n=300, width=64, height=48, n_cams=3, seed=14, spread=2.5)
+    runs = {}
+    for dt in (torch.float32, torch.float64):
+        leaves = [p[k].detach().to(torch.float32).to(dt).requires_grad_(True) for k in ("means", "quats", "scales")]
+        f32 = lambda t: t.to(torch.float32).to(dt)  # noqa: E731  (float32 values in either dtype)
+        proj = project_surfels_cpu(*leaves, f32(viewmats), f32(Ks), 64, 48)
+        g = torch.Generator().manual_seed(2)
+        outs = (proj.ray_transforms, proj.means2d, proj.depths, proj.normals)
+        # cotangents as strided views too (the compositing passes column slices of its gradient rows)
+        cots = [torch.randn(t.shape + (2,), generator=g).to(dt)[..., 0] for t in outs]
+        grads = torch.autograd.grad(outs, leaves, cots)
+        runs[dt] = (list(outs) + list(grads), proj.radii)
+    (a32, r32), (a64, r64) = runs[torch.float32], runs[torch.float64]
+    assert torch.equal(r32, r64)
+    for a, b in zip(a32, a64):
+        assert a.dtype == torch.float32
+        assert torch.equal(a, b.to(torch.float32))
