@@ -269,10 +269,10 @@ def forward_pixels(st, last, medk, lo, hi, k, Mu0, Mu1, Mu2, Mv0, Mv1, Mv2, Mw0,
     Per pixel: the surfel's alpha (surfel_at); it blends where it hits, alpha reaches the pixel's
     threshold (1/255, or 2 once done), its limit depth (intersection depth where the exact term gave
     sigma, else the centre depth) is in front of the pixel's limit (only when ``limited``: limits given)
-    and T (1 - alpha) > 1e-4, and the pixel is done instead where T (1 - alpha) <= 1e-4. Adds w = alpha T times colours 0..2, normal,
-    z and 1 to the sums, the distortion term 2 w (z sum w - sum w z) before them, and records the
-    median (z and k of the last blend with T > 0.5) and the last blended k; w goes to F_W when
-    ``extra`` (channels >= 3 to add: accumulate_pixels)."""
+    and T (1 - alpha) > 1e-4, and the pixel is done instead where T (1 - alpha) <= 1e-4. Adds w = alpha T
+    times colours 0..2, normal, z and 1 to the sums, the distortion term 2 w (z sum w - sum w z) before
+    them, and records the median (z and k of the last blend with T > 0.5) and the last blended k; w goes
+    to F_W when ``extra`` (channels >= 3 to add: accumulate_pixels)."""
     zero, one, two = like(0.0, o), like(1.0, o), like(2.0, o)
     tmin, done, tmed = like(T_MIN, o), like(2.0, o), like(MEDIAN_T, o)
     k32, minus1 = np.int32(k), np.int32(-1)

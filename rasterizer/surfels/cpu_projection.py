@@ -188,7 +188,9 @@ class SurfelProjectFunction(torch.autograd.Function):
         npdt = inputs[0].dtype
         # the cotangents as they come (often strided column views of the compositing's gradient rows: the
         # kernel reads them in place, no copies)
-        cot = lambda v, shape: np.zeros(shape, npdt) if v is None else np.asarray(v.detach().numpy(), npdt)  # noqa: E731
+        def cot(v, shape):
+            return np.zeros(shape, npdt) if v is None else np.asarray(v.detach().numpy(), npdt)
+
         g_means, g_quats, g_scales = np.empty((N, 3), npdt), np.empty((N, 4), npdt), np.empty((N, 2), npdt)
         with KERNEL_LOCK:
             project_backward_kernel(*inputs, radii, flips, cot(v_KWH, (C, N, 3, 3)), cot(v_means2d, (C, N, 2)),

@@ -6,8 +6,8 @@ gsplat is asked for "RGB+ED" with ``distloss=True`` so that the depth channel ex
 and distortion read the last composited channel, which is only a depth in the +D modes); the depth
 channel is split off. gsplat takes three scales and ignores the third (its kernel builds the surfel
 frame with 1 there); a column of ones is appended. Colours [N, D] are broadcast to [C, N, D] (gsplat's
-2DGS wrapper, unlike its 3D one, concatenates the depth channel without broadcasting). gsplat returns world-frame normals; the camera-frame
-ones are R_c n. Transmittance is 1 - alpha (gsplat has no separate output).
+2DGS wrapper, unlike its 3D one, concatenates the depth channel without broadcasting). gsplat returns
+world-frame normals; the camera-frame ones are R_c n. Transmittance is 1 - alpha (gsplat has no separate output).
 """
 
 from __future__ import annotations

@@ -170,7 +170,8 @@ def test_cpu_matches_reference_with_large_tilted_surfels():
     p["scales"] = (p["scales"].detach() * 4).requires_grad_(True)
     w = _weights(2, 52, 70, seed=5)
     for kw in ({}, {"surfel_depth": "intersection"}):
-        _assert_match(_run("cpu", p, viewmats, Ks, 70, 52, w, **kw), _run("reference", p, viewmats, Ks, 70, 52, w, **kw))
+        _assert_match(_run("cpu", p, viewmats, Ks, 70, 52, w, **kw),
+                      _run("reference", p, viewmats, Ks, 70, 52, w, **kw))
 
 
 def test_row_trimming_never_drops_a_reached_pixel():
