@@ -14,6 +14,7 @@ import torch
 from numba import njit, prange
 
 from ..cpu.launch import KERNEL_LOCK
+from ..cpu.projection import _np, _np64
 from ..cpu.projection_kernels import NORM_EPS, _add, _mul, _normalized_quat, _rotmat, _t
 from .projection import EXTENT_SIGMAS, MIN_HALF_EXTENT_SQ, SurfelProjection
 
@@ -148,14 +149,6 @@ def project_backward_kernel(means, quats, scales, viewmats, Ks, radii, flips, v_
         g_quats[n, 0], g_quats[n, 1], g_quats[n, 2], g_quats[n, 3] = gw, gx, gy, gz
 
 
-def _np(x):
-    return x.detach().contiguous().numpy()
-
-
-def _np64(x):
-    return np.ascontiguousarray(x.detach().numpy(), dtype=np.float64)
-
-
 class SurfelProjectFunction(torch.autograd.Function):
     """(K W H [C,N,3,3], means2d [C,N,2], depths [C,N], normals [C,N,3], radii [C,N,2] int32) from means
     [N,3], quats [N,4], scales [N,2], viewmats [C,4,4], Ks [C,3,3]; gradients to means, quats, scales.
@@ -165,7 +158,7 @@ class SurfelProjectFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, means, quats, scales, viewmats, Ks, width, height, near_plane, far_plane):
-        C, N, dt = viewmats.shape[0], means.shape[0], means.dtype
+        C, N = viewmats.shape[0], means.shape[0]
         inputs = (_np(means), _np(quats), _np(scales), _np64(viewmats), _np64(Ks))
         npdt = inputs[0].dtype
         KWH, m2d, depths = np.empty((C, N, 3, 3), npdt), np.empty((C, N, 2), npdt), np.empty((C, N), npdt)
@@ -174,7 +167,7 @@ class SurfelProjectFunction(torch.autograd.Function):
             project_forward_kernel(*inputs, width, height, near_plane, far_plane, KWH, m2d, depths, normals, radii,
                                    flips)
         ctx.save_for_backward(means, quats, scales)  # the backward reads their memory: in-place changes are caught
-        ctx.state = (inputs, radii, flips, dt)
+        ctx.state = (inputs, radii, flips)
         ctx.set_materialize_grads(False)
         radii_t = torch.from_numpy(radii)
         ctx.mark_non_differentiable(radii_t)
@@ -183,7 +176,7 @@ class SurfelProjectFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, v_KWH, v_means2d, v_depths, v_normals, v_radii):
         ctx.saved_tensors  # noqa: B018  (raises if an input was modified in place since the forward)
-        inputs, radii, flips, dt = ctx.state
+        inputs, radii, flips = ctx.state
         C, N = radii.shape[0], radii.shape[1]
         npdt = inputs[0].dtype
         # the cotangents as they come (often strided column views of the compositing's gradient rows: the
