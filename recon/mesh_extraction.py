@@ -15,8 +15,9 @@ Pipeline (``splatforge mesh``, :func:`extract_mesh`):
    and refuses (:class:`MeshMemoryError`, with the number) above ``max_memory_gb`` before anything is
    allocated.
 4. :func:`fuse_tsdf` integrates each view into open3d's tensor ``VoxelBlockGrid`` (OpenCV intrinsics /
-   world-to-camera extrinsics, metric float depth) and runs marching cubes; vertex colours come from the
-   fused colour channel. An empty result is :class:`EmptyMeshError` saying what to try.
+   world-to-camera extrinsics, metric float depth) and runs marching cubes (in pieces above open3d's
+   32,768-block limit: :mod:`recon.tsdf_extraction`); vertex colours come from the fused colour channel.
+   An empty result is :class:`EmptyMeshError` saying what to try.
 5. :func:`keep_largest_component` optionally keeps the connected component with the most faces.
 """
 
@@ -30,6 +31,7 @@ import torch
 
 from recon.errors import UsageError
 from recon.open3d_import import open3d
+from recon.tsdf_extraction import EXTRACT_BLOCK_LIMIT, extract_triangles
 
 DepthKind = Literal["median", "expected"]
 ALPHA_MIN = 0.5  # pixels less opaque than this are treated as background (no depth)
@@ -193,8 +195,9 @@ class MeshArrays:
 
 
 def fuse_tsdf(views: DepthViews, voxel_size: float, trunc_voxels: float = 4.0, block_count: int = 10000,
-              progress: Callable[[int], None] | None = None) -> MeshArrays:
-    """TSDF-fuse ``views`` into open3d's ``VoxelBlockGrid`` and extract its triangle mesh.
+              progress: Callable[[int], None] | None = None, max_blocks: int = EXTRACT_BLOCK_LIMIT) -> MeshArrays:
+    """TSDF-fuse ``views`` into open3d's ``VoxelBlockGrid`` and extract its triangle mesh (in pieces of at
+    most ``max_blocks`` voxel blocks: :mod:`recon.tsdf_extraction`).
 
     EmptyMeshError when marching cubes finds no triangle."""
     o3d = open3d("TSDF fusion (splatforge mesh)")
@@ -215,16 +218,14 @@ def fuse_tsdf(views: DepthViews, voxel_size: float, trunc_voxels: float = 4.0, b
             grid.integrate(coords, d_img, c_img, intr, intr, extr, 1.0, depth_max, float(trunc_voxels))
         if progress:
             progress(1)
-    mesh = grid.extract_triangle_mesh(weight_threshold=1.0) if grid.hashmap().size() > 0 else None
-    if mesh is None or "positions" not in mesh.vertex or mesh.vertex.positions.shape[0] == 0 \
-            or "indices" not in mesh.triangle or mesh.triangle.indices.shape[0] == 0:
+    vertices, faces, colors = extract_triangles(grid, o3d, voxel_size, max_blocks)
+    if len(vertices) == 0 or len(faces) == 0:
         raise EmptyMeshError(f"TSDF fusion at voxel size {voxel_size:g} produced an empty mesh; try a larger "
                              f"--voxel-size or --trunc, the other --depth, or check that the run's renders show "
                              f"the scene")
-    vertices = mesh.vertex.positions.numpy().astype(np.float64)
-    colors = mesh.vertex.colors.numpy().astype(np.float32) if "colors" in mesh.vertex \
-        else np.full_like(vertices, 0.7, dtype=np.float32)
-    return canonical_order(MeshArrays(vertices, mesh.triangle.indices.numpy().astype(np.int64), np.clip(colors, 0, 1)))
+    vertices = vertices.astype(np.float64)
+    colors = np.full_like(vertices, 0.7, dtype=np.float32) if colors is None else colors
+    return canonical_order(MeshArrays(vertices, faces, np.clip(colors, 0, 1)))
 
 
 def canonical_order(mesh: MeshArrays) -> MeshArrays:

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("open3d")
 
 from recon import mesh_extraction as mx
+from recon.tsdf_extraction import sub_grid as SUB_GRID
 from recon.mesh_metrics import chamfer_distance
 
 
@@ -200,3 +201,33 @@ def test_mesh_command_on_tiny_2dgs_run_uses_median_depth(tmp_path):
         summaries[kind] = extract_run_mesh(MeshConfig(run=run, out=out, depth=kind, resolution=64, progress=False))
         assert summaries[kind]["depth"] == kind and summaries[kind]["faces"] > 100
         assert len(trimesh.load(out, process=False).faces) == summaries[kind]["faces"]
+
+
+@pytest.mark.parametrize("max_blocks", [27, 100])
+def test_extraction_in_pieces_equals_one_call(max_blocks, monkeypatch):
+    """Above open3d's block limit marching cubes runs in pieces (recon.tsdf_extraction): with a limit of a few
+    blocks the sphere's grid is cut into many slabs (most triangles' neighbours in another piece) and the
+    mesh is the one call's, vertex for vertex and face for face."""
+    from recon import tsdf_extraction as tx
+
+    views = sphere_views(n=12, size=48)
+    whole = mx.fuse_tsdf(views, 0.012, 4.0, 4000)
+    made = []
+    monkeypatch.setattr(tx, "sub_grid", lambda *a: made.append(len(a[-1])) or SUB_GRID(*a))
+    pieces = mx.fuse_tsdf(views, 0.012, 4.0, 4000, max_blocks=max_blocks)
+    assert len(whole.faces) > 5000 and len(made) >= 3 and max(made) <= max_blocks  # pieces with borders
+    np.testing.assert_array_equal(pieces.vertices, whole.vertices)
+    np.testing.assert_array_equal(pieces.colors, whole.colors)
+    np.testing.assert_array_equal(pieces.faces, whole.faces)
+
+
+def test_pieces_are_slabs_and_neighbours_only_active_blocks():
+    from recon import tsdf_extraction as tx
+
+    keys = np.array([[x, y, z] for x in range(10) for y in range(3) for z in range(2)])
+    groups = tx.piece_groups(keys, 6)
+    assert sorted(np.concatenate(groups).tolist()) == list(range(len(keys)))
+    assert all(len(np.unique(keys[g][:, 0])) == 1 for g in groups)  # cut across the longest axis (x)
+    near = tx.with_neighbours(keys[groups[0]], keys)  # the x = 0 slab and its x = 1 neighbours
+    assert sorted(np.unique(near[:, 0]).tolist()) == [0, 1] and len(near) == 12
+    assert len(np.unique(tx.block_codes(np.array([[-5, 0, 7], [7, 0, -5], [0, -5, 7]])))) == 3
