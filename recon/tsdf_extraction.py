@@ -143,6 +143,7 @@ def owned(vertices: np.ndarray, faces: np.ndarray, own: np.ndarray, voxel_size: 
 def weld(pieces):
     """One mesh from the pieces' (vertices, faces, colours): unused vertices dropped, vertices with equal
     positions (a cut's edges, computed by both of its pieces from the same values) merged."""
+    pieces = [p for p in pieces if len(p[1])] or pieces[:1]  # a piece without faces adds nothing (nor colours)
     vertices, faces, colors, base = [], [], [], 0
     for v, f, c in pieces:
         used = np.unique(f)

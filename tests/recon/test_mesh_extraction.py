@@ -231,3 +231,15 @@ def test_pieces_are_slabs_and_neighbours_only_active_blocks():
     near = tx.with_neighbours(keys[groups[0]], keys)  # the x = 0 slab and its x = 1 neighbours
     assert sorted(np.unique(near[:, 0]).tolist()) == [0, 1] and len(near) == 12
     assert len(np.unique(tx.block_codes(np.array([[-5, 0, 7], [7, 0, -5], [0, -5, 7]])))) == 3
+
+
+def test_weld_merges_equal_vertices_and_ignores_faceless_pieces():
+    from recon import tsdf_extraction as tx
+
+    v1 = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [9, 9, 9]], np.float32)  # the last one unused
+    v2 = np.array([[1, 0, 0], [0, 1, 0], [1, 1, 0]], np.float32)  # shares an edge with the first piece
+    c1, c2 = np.full((4, 3), 0.25, np.float32), np.full((3, 3), 0.25, np.float32)
+    empty = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int64), None)
+    v, f, c = tx.weld([(v1, np.array([[0, 1, 2]]), c1), empty, (v2, np.array([[0, 2, 1]]), c2)])
+    assert len(v) == 4 and c is not None and c.shape == (4, 3)
+    np.testing.assert_array_equal(v[f], np.stack([v1[[0, 1, 2]], v2[[0, 2, 1]]]))
