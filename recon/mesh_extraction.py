@@ -31,7 +31,7 @@ import torch
 
 from recon.errors import UsageError
 from recon.open3d_import import open3d
-from recon.tsdf_extraction import EXTRACT_BLOCK_LIMIT, extract_triangles
+from recon.tsdf_extraction import ATTRIBUTES, EXTRACT_BLOCK_LIMIT, extract_triangles
 
 DepthKind = Literal["median", "expected"]
 ALPHA_MIN = 0.5  # pixels less opaque than this are treated as background (no depth)
@@ -205,7 +205,7 @@ def fuse_tsdf(views: DepthViews, voxel_size: float, trunc_voxels: float = 4.0, b
 
     dev = o3c.Device("CPU:0")
     grid = o3d.t.geometry.VoxelBlockGrid(
-        attr_names=("tsdf", "weight", "color"), attr_dtypes=(o3c.float32, o3c.float32, o3c.float32),
+        attr_names=ATTRIBUTES, attr_dtypes=(o3c.float32, o3c.float32, o3c.float32),
         attr_channels=((1,), (1,), (3,)), voxel_size=float(voxel_size), block_resolution=BLOCK_RESOLUTION,
         block_count=int(block_count), device=dev)
     depth_max = float(views.depth.max()) * 1.01 + voxel_size * trunc_voxels

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 EXTRACT_BLOCK_LIMIT = 32_768  # 2^31 / (16^3 voxels x 16 bytes): open3d 0.20's int32 table offsets
-ATTRIBUTES = ("tsdf", "weight", "color")  # what mesh_extraction.fuse_tsdf's grids hold
+ATTRIBUTES = ("tsdf", "weight", "color")  # the attributes of mesh_extraction.fuse_tsdf's grids
 OFFSETS = np.array(np.meshgrid([-1, 0, 1], [-1, 0, 1], [-1, 0, 1], indexing="ij")).reshape(3, -1).T  # [27, 3]
 
 
@@ -44,11 +44,11 @@ def extract_triangles(grid, o3d, voxel_size: float, max_blocks: int = EXTRACT_BL
     if hashmap.size() <= max_blocks:
         return mesh_arrays(grid.extract_triangle_mesh(weight_threshold=weight_threshold))
     keys = hashmap.key_tensor()[hashmap.active_buf_indices()].numpy().astype(np.int64)  # [B, 3] block coords
-    pieces = []
+    pieces, resolution = [], grid_resolution(grid)
     for own, sub_keys in pieces_within(keys, max_blocks):
         sub = sub_grid(grid, o3d, voxel_size, sub_keys)
         vertices, faces, colors = mesh_arrays(sub.extract_triangle_mesh(weight_threshold=weight_threshold))
-        faces = faces[owned(vertices, faces, keys[own], voxel_size, grid_resolution(grid))]
+        faces = faces[owned(vertices, faces, keys[own], voxel_size, resolution)]
         pieces.append((vertices, faces, colors))
     return weld(pieces)
 
