@@ -1,8 +1,10 @@
 """Numba kernels of the `cpu` backend's tile binning: which 16x16 tiles each Gaussian reaches.
 
 A Gaussian joins a tile only if its alpha can reach 1/255 at one of the tile's pixel centres (an exact
-ellipse-vs-rectangle test, ``min_sigma_on_rect``); pairs are laid out Gaussian by Gaussian in depth
-order, then counting-sorted by tile (stable: depth order within a tile). ``bin_gaussians`` runs it all
+ellipse-vs-rectangle test, ``min_sigma_on_rect``; for splats described by row chords instead, the
+surfels, the columns their ellipse and disc reach in each tile row, ``chords.band_columns``); pairs are
+laid out Gaussian by Gaussian in depth order, then counting-sorted by tile (stable: depth order within
+a tile). ``bin_gaussians`` runs it all
 and returns :class:`Bins`, which the compositing kernels (``compositing.py``) read.
 
 Arrays are flattened over cameras: Gaussian index g = c * N + n; tile index t = c * TT + ty * TW + tx.
@@ -16,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from .chords import band_columns, chord_ellipse
 from .launch import KERNEL_LOCK
 from .schedule import dealt_block, dealt_iterations, thread_count
 from .vecmath import like, prefetch_span
@@ -59,9 +62,12 @@ MASK_TILES = 64  # boxes of at most this many tiles keep their reached tiles as 
 
 
 @njit(cache=True, inline="always")
-def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, tile_base, TW, out_tile, out_gauss, pos):
+def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, chords, ts, W, H, tile_base, TW, out_tile, out_gauss,
+                        pos):
     """Visit the tiles of Gaussian g's box that it can reach with alpha >= 1/255 at some pixel centre
-    (a conservative test on the rectangle spanned by the tile's pixel centres).
+    (a conservative test on the rectangle spanned by the tile's pixel centres, from its conic; or, with
+    ``chords`` [G, chords.ROWS] given instead of None, from its row chords: the tile columns
+    chords.band_columns finds per tile row).
 
     With out_tile empty (size 0) it only counts; else it writes tile ids and g from ``pos`` on.
     Returns (number of reached tiles, bitmask of them in box order (bit (ty - ty0) * box_w + tx - tx0)
@@ -77,6 +83,8 @@ def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, tile_bas
     pd = is_positive_definite(a, b, c)
     inv_a = 1.0 / a if pd else 0.0
     inv_c = 1.0 / c if pd else 0.0
+    if chords is not None:  # None: a separate compilation with this pruned
+        ell = chord_ellipse(chords, g)
     box_w = tmax[g, 0] - tmin[g, 0]
     small = box_w * (tmax[g, 1] - tmin[g, 1]) <= MASK_TILES
     n = 0
@@ -84,10 +92,15 @@ def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, tile_bas
     for ty in range(tmin[g, 1], tmax[g, 1]):
         y0 = ty * ts
         y1 = min(y0 + ts, H)
+        if chords is not None:
+            ea, eb, da, db = band_columns(chords, g, ell, y0, y1, ts, W)
         for tx in range(tmin[g, 0], tmax[g, 0]):
             x0 = tx * ts
-            reached = not pd or min_sigma_on_rect(mx, my, a, b, c, inv_a, inv_c, x0 + 0.5, min(x0 + ts, W) - 0.5,
-                                                  y0 + 0.5, y1 - 0.5) <= level
+            if chords is not None:
+                reached = (ea <= tx <= eb) or (da <= tx <= db)
+            else:
+                reached = not pd or min_sigma_on_rect(mx, my, a, b, c, inv_a, inv_c, x0 + 0.5, min(x0 + ts, W) - 0.5,
+                                                      y0 + 0.5, y1 - 0.5) <= level
             if reached:
                 if out_tile.shape[0] > 0:
                     out_tile[pos + n] = tile_base + ty * TW + tx
@@ -115,12 +128,13 @@ def fill_from_mask(g, mask, tmin, tmax, tile_base, TW, out_tile, out_gauss, pos)
 
 
 @njit(cache=True, parallel=True)
-def touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW, TH, ts, W, H, threads):
+def touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, chords, N, TW, TH, ts, W, H, threads):
     """Tiles each Gaussian really reaches, listed Gaussian by Gaussian in depth order.
 
     Args:
         order [C, N] Gaussian indices per camera sorted near to far; counts, masks [C*N], tmin/tmax
-        [C*N, 2] from gaussian_extents; means2d [C*N, 2]; conics [C*N, 3]; opac [C*N].
+        [C*N, 2] from gaussian_extents; means2d [C*N, 2]; conics [C*N, 3]; opac [C*N]; chords: None or
+        [C*N, chords.ROWS] (count_or_fill_tiles).
     Returns:
         pair_tile [M] flat tile ids and pair_gauss [M] flat Gaussian ids, grouped by Gaussian in the
         order of ``order`` (camera-major, near to far), tiles ascending within a Gaussian; starts [C*N]:
@@ -145,8 +159,8 @@ def touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW
                 if masks[g] != np.uint64(0):
                     fill_from_mask(g, masks[g], tmin, tmax, (g // N) * TT, TW, pair_tile, pair_gauss, starts[g])
                 else:
-                    count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, (g // N) * TT, TW, pair_tile,
-                                        pair_gauss, starts[g])
+                    count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, chords, ts, W, H, (g // N) * TT, TW,
+                                        pair_tile, pair_gauss, starts[g])
     return pair_tile, pair_gauss, starts
 
 
@@ -202,12 +216,12 @@ def row_half_extent(conics, opac, g):
 
 
 @njit(cache=True, parallel=True)
-def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H, threads):
+def gaussian_extents(means2d, radii, conics, opac, chords, ts, TW, TH, W, H, threads):
     """Per Gaussian, in one parallel pass: tile rectangles tmin, tmax [G, 2] int64 (tile_rect), row half
     extents [G] float64 (row_half_extent), and the tiles it reaches (count_or_fill_tiles, counting):
-    counts [G] int64 and masks [G] uint64. means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G];
-    image W x H. Culled Gaussians (a zero radius) get the empty rectangle (0, 0)-(0, 0), row half
-    extent -1 and no tiles. Gaussians are dealt to ``threads`` threads in blocks (schedule.py)."""
+    counts [G] int64 and masks [G] uint64. means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G],
+    chords None or [G, chords.ROWS] (the reach test: count_or_fill_tiles); image W x H. Culled Gaussians
+    (a zero radius) get the empty rectangle (0, 0)-(0, 0), row half extent -1 and no tiles. Gaussians are dealt to ``threads`` threads in blocks (schedule.py)."""
     G = means2d.shape[0]
     tmin = np.empty((G, 2), np.int64)
     tmax = np.empty((G, 2), np.int64)
@@ -227,8 +241,8 @@ def gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H, threads):
                 continue
             tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax)
             row_half[g] = row_half_extent(conics, opac, g)
-            counts[g], masks[g] = count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, ts, W, H, 0, TW, none,
-                                                      none, 0)
+            counts[g], masks[g] = count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, chords, ts, W, H, 0, TW,
+                                                      none, none, 0)
     return tmin, tmax, row_half, counts, masks
 
 
@@ -243,14 +257,17 @@ class Bins(NamedTuple):
     counts: np.ndarray  # [C*N] int64
 
 
-def bin_gaussians(order, means2d, radii, conics, opac, N, TW, TH, ts, W, H) -> Bins:
+def bin_gaussians(order, means2d, radii, conics, opac, N, TW, TH, ts, W, H, chords=None) -> Bins:
     """Per-tile, depth-sorted Gaussian lists (see touched_tiles and sort_pairs_by_tile) from depth
-    order [C, N], means2d [C*N, 2], radii [C*N, 2] int32, conics [C*N, 3], opac [C*N]."""
+    order [C, N], means2d [C*N, 2], radii [C*N, 2] int32, conics [C*N, 3], opac [C*N]; with chords
+    [C*N, chords.ROWS] (float64) the tiles are those the row chords reach, and conics are not read
+    for that (count_or_fill_tiles)."""
     with KERNEL_LOCK:
         threads = thread_count()
-        tmin, tmax, row_half, counts, masks = gaussian_extents(means2d, radii, conics, opac, ts, TW, TH, W, H, threads)
-        pair_tile, pair_gauss, starts = touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, N, TW,
-                                                      TH, ts, W, H, threads)
+        tmin, tmax, row_half, counts, masks = gaussian_extents(means2d, radii, conics, opac, chords, ts, TW, TH, W, H,
+                                                               threads)
+        pair_tile, pair_gauss, starts = touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, chords,
+                                                      N, TW, TH, ts, W, H, threads)
     offsets, ids, perm = sort_pairs_by_tile(pair_tile, pair_gauss, order.shape[0] * TW * TH)
     return Bins(row_half, offsets, ids, perm, starts, counts)
 

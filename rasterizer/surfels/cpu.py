@@ -1,9 +1,10 @@
 """The surfels' `cpu` backend: Numba compositing (``cpu_kernels.py``) with a hand-written backward,
 behind one autograd function, on the 3D path's depth sort and tile binning (``rasterizer.cpu``).
 
-Binning: ``rasterizer.cpu.composite.BinnedTiles`` with zero conics, which its exact ellipse test reads
-as "reaches every tile of its box" (surfels have no conic): the same (tile, surfel) pairs as the
-reference's ``intersect_tiles``, less surfels with opacity < 1/255 (never blended). The projection is
+Binning: ``rasterizer.cpu.composite.BinnedTiles`` with the surfels' row chords (``pack_surfels``; the
+layout and tests of ``rasterizer.cpu.chords``) as its tile test: the reference's ``intersect_tiles``
+pairs less those whose surfel the kernels' row trim finds no row of the tile for (it reaches no pixel
+there with alpha >= 1/255), so every output and gradient is the one of the whole box, bit for bit. The projection is
 ``cpu_projection.py`` (Numba, hand-written backward; cameras get no gradient, as in the 3D cpu
 backend) and SH colours are the 3D cpu backend's kernels. Every parallel launch holds ``KERNEL_LOCK``.
 """
@@ -43,19 +44,20 @@ class SurfelCompositeFunction(torch.autograd.Function):
         C, N, D = colors.shape
         flat = (_np(ray_transforms.reshape(C * N, 9)), _np(means2d.reshape(C * N, 2)), _np(opac.reshape(C * N)),
                 _np(colors.reshape(C * N, D)), _np(depths.reshape(C * N)), _np(normals.reshape(C * N, 3)))
-        no_conics = torch.zeros(C, N, 3, dtype=means2d.dtype)
-        bins = BinnedTiles(means2d, no_conics, opac, radii, depths, grid, width, height)
+        dt = flat[3].dtype
+        packed, rows = np.empty((C * N, K.PACKED), dt), np.empty((C * N, K.ROWS))
+        with KERNEL_LOCK:
+            K.pack_surfels(*flat, _np(radii.reshape(C * N, 2)), packed, rows)
+        no_conics = torch.zeros(C, N, 3, dtype=means2d.dtype)  # not read: the row chords decide the tiles
+        bins = BinnedTiles(means2d, no_conics, opac, radii, depths, grid, width, height, chords=rows)
         if bins.ids.shape[0] >= 2**31:
             raise ValueError("more than 2^31 tile-surfel intersections (per-pixel indices are int32)")
-        dt = flat[3].dtype
         limits = kernel_limits(depth_limit, dt)
-        packed, rows = np.empty((C * N, K.PACKED), dt), np.empty((C * N, K.ROWS))
         img = lambda ch: np.zeros((C, height, width, ch), dt)  # noqa: E731
         render, alpha, T, wz, median, nrm, dist = img(D), img(1), img(1), img(1), img(1), img(3), img(1)
         last_k = np.empty((C, height, width), np.int32)
         median_k = np.empty((C, height, width), np.int32)
         with KERNEL_LOCK:
-            K.pack_surfels(*flat, _np(radii.reshape(C * N, 2)), packed, rows)
             K.forward_kernel(packed, rows, flat[3], bins.offsets, bins.ids, bins.order, width, height, grid.tiles_x,
                              grid.tiles_y, intersection, limits, render, alpha, T, wz, median, nrm, dist, last_k,
                              median_k)

@@ -33,6 +33,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..cpu.compositing import F_THR as _F_THR_3D
+from ..cpu.chords import (R_BOUNDED, R_LEVEL, R_MX, R_MY, R_Q0, R_Q1, R_Q2, R_XC0, R_XC1, R_YMAX, R_YMIN,  # noqa: F401
+                          ROW_MARGIN, ROWS, pixel_span, reached_rows, row_reaches, tile_rows)
 from ..cpu.compositing import accumulate_pixels, count_done, init_tile_pixels, tile_box
 from ..cpu.vecmath import FASTMATH, U, exp_kernel, like, prefetch, prefetch_span, radd, select
 
@@ -55,13 +57,10 @@ PACKED = 19
 
 BOX_MARGIN = 1e-3  # pixels added around each surfel's alpha >= 1/255 box: rounding never drops a pixel
 
-# per-surfel float64 row geometry (pack_surfels): the alpha box's y range, and the polynomials in the
-# row's y of its alpha region's chord (row_reaches) with which the kernels trim a surfel's block of rows
-# to those it can reach in a tile: the exact term's ellipse, centre x_c(y) = XC1 y + XC0 and squared
-# half-width x_c^2 - (Q2 y^2 + Q1 y + Q0), and the low-pass disc (mean2d, level)
-R_YMIN, R_YMAX, R_XC1, R_XC0, R_Q2, R_Q1, R_Q0, R_MX, R_MY, R_LEVEL, R_BOUNDED = range(11)
-ROWS = 11
-ROW_MARGIN = 1e-2  # pixels added to each row's chord (float32 rounding of sigma stays inside)
+# per-surfel float64 row geometry (pack_surfels) in the layout of rasterizer.cpu.chords: the alpha box's y
+# range, and the polynomials in the row's y of its alpha region's chord, with which the binning drops the
+# tiles a surfel reaches no pixel of and the kernels trim its block of rows to those it can reach in a
+# tile: the exact term's ellipse and the low-pass disc (mean2d, level)
 LEVEL_MARGIN = 1e-5  # relative margin on the alpha level ln(255 o)
 
 # "No limit" in the tile's depth limits: the largest finite value of the dtype (the kernels are compiled
@@ -100,18 +99,6 @@ B_W = B_XG + NPIX  # [NPIX] the current surfel's weights w (0 where not blended)
 B_VR = B_W + NPIX  # [max(D, 3), NPIX] d loss / d render
 
 FASTMATH_SUMS = FASTMATH | {"reassoc"}  # loops without exp: lets LLVM vectorise their sums
-
-
-@njit(cache=True, inline="always")
-def pixel_span(lo, hi, p0, p1):
-    """Pixels [a, b) of [p0, p1) whose centres p + 0.5 lie in [lo, hi]."""
-    a = p0
-    if lo > p0 + 0.5:
-        a = p1 if lo - 0.5 >= p1 else int(math.ceil(lo - 0.5))
-    b = p1
-    if hi < p1 - 0.5:
-        b = p0 if hi - 0.5 < p0 else int(math.floor(hi - 0.5)) + 1
-    return a, max(a, b)
 
 
 @njit(cache=True, inline="always")
@@ -192,37 +179,6 @@ def chord_polynomials(rows, g, conic, level):
     rows[g, R_Q2] = (b0 * b0 + b1 * b1 - two * b2 * b2) / qa
     rows[g, R_Q1] = 2.0 * (b0 * d0 + b1 * d1 - two * b2 * d2) / qa
     rows[g, R_Q0] = (d0 * d0 + d1 * d1 - two * d2 * d2) / qa
-
-
-@njit(cache=True, inline="always")
-def row_reaches(rows, g, y, mid, half):
-    """Whether surfel g's alpha can reach 1/255 at a pixel centre of the row of centre y within half of
-    mid (the tile's centres): its exact term's chord (chord_polynomials) or its low-pass disc's
-    |q - mean2d|^2 <= level, widened by ROW_MARGIN, meets [mid - half, mid + half]. No sqrt, no
-    division; True for a surfel whose image is no ellipse."""
-    if rows[g, R_BOUNDED] == 0.0:
-        return True
-    xc = rows[g, R_XC1] * y + rows[g, R_XC0]
-    hw2 = xc * xc - ((rows[g, R_Q2] * y + rows[g, R_Q1]) * y + rows[g, R_Q0])
-    gap = abs(xc - mid) - half - ROW_MARGIN  # from the chord's centre to the nearest centre of the tile
-    if hw2 >= -1e-9 * (1.0 + xc * xc) and (gap <= 0.0 or gap * gap <= hw2):
-        return True
-    dy = y - rows[g, R_MY]
-    rest = rows[g, R_LEVEL] - dy * dy
-    gap = abs(rows[g, R_MX] - mid) - half - ROW_MARGIN
-    return rest >= 0.0 and (gap <= 0.0 or gap * gap <= rest)
-
-
-@njit(cache=True, inline="always")
-def reached_rows(rows, g, ylo, yhi, x0, x1):
-    """[ylo, yhi) without the rows at either end that surfel g cannot reach (row_reaches) within the
-    tile's pixel centres x0 + 0.5 .. x1 - 0.5."""
-    mid, half = 0.5 * (x0 + x1), 0.5 * (x1 - x0 - 1)
-    while ylo < yhi and not row_reaches(rows, g, ylo + 0.5, mid, half):
-        ylo += 1
-    while yhi > ylo and not row_reaches(rows, g, yhi - 0.5, mid, half):
-        yhi -= 1
-    return ylo, yhi
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
@@ -372,8 +328,7 @@ def forward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, intersecti
             prefetch_span(packed, ga * PACKED, PACKED)
             prefetch_span(rows, ga * ROWS, ROWS)
         g = ids[k]
-        ylo, yhi = pixel_span(rows[g, R_YMIN], rows[g, R_YMAX], y0, y1)
-        ylo, yhi = reached_rows(rows, g, ylo, yhi, x0, x1)
+        ylo, yhi = tile_rows(rows, g, x0, y0, x1, y1)
         if ylo >= yhi:
             continue
         lo, hi = (ylo - y0) * TS, (yhi - y0) * TS

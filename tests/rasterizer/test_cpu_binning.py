@@ -26,7 +26,7 @@ def test_tile_rectangles_match_tile_ranges(dtype):
     conics = torch.tensor([0.5, 0.1, 0.4], dtype=dtype).repeat(G, 1)
     got_min, got_max, _, counts, _ = B.gaussian_extents(
         means2d.reshape(-1, 2).numpy(), radii.reshape(-1, 2).numpy(), conics.numpy(),
-        torch.full((G,), 0.5, dtype=dtype).numpy(), grid.tile_size, grid.tiles_x, grid.tiles_y, W, H, 2)
+        torch.full((G,), 0.5, dtype=dtype).numpy(), None, grid.tile_size, grid.tiles_x, grid.tiles_y, W, H, 2)
     kept = (radii > 0).all(-1).reshape(-1).numpy()
     np.testing.assert_array_equal(got_min[kept], tmin.reshape(-1, 2).numpy()[kept])
     np.testing.assert_array_equal(got_max[kept], tmax.reshape(-1, 2).numpy()[kept])

@@ -1,0 +1,168 @@
+"""Row chords: a splat's alpha >= 1/255 region described pixel row by pixel row, and the tests that read
+it (which rows of a tile, and whether a tile at all, a splat can reach).
+
+The region is the union of a conic region, whose chord on the row of centre y has centre
+x_c(y) = XC1 y + XC0 and squared half-width x_c^2 - (Q2 y^2 + Q1 y + Q0), and a disc |q - m|^2 <= LEVEL
+around (MX, MY), inside the y range [YMIN, YMAX]. BOUNDED 0 marks a conic region that is no ellipse
+(every row reachable). One float64 row [ROWS] per splat with the R_* columns below; who makes them says
+what the region is (the surfels: ``rasterizer.surfels.cpu_kernels.pack_surfels``, the exact term's
+ellipse u^2 + v^2 <= 2 ln(255 o) and the low-pass disc).
+
+The compositing kernels visit a splat's rows of a tile that ``row_reaches`` keeps (``tile_rows``); the
+tile binning (``binning.count_or_fill_tiles``) keeps a (tile, splat) pair when the tile's column is
+among those ``band_columns`` finds for its tile row: where the splat's ellipse (``chord_ellipse``, the
+chords in centred form) or disc meets the band of the row's pixel centres, widened by CHORD_PAD (at
+least the rows' margin). A band holds its rows, so the binning keeps every pair of which the kernels
+would composite a row: dropping the others changes no output bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+R_YMIN, R_YMAX, R_XC1, R_XC0, R_Q2, R_Q1, R_Q0, R_MX, R_MY, R_LEVEL, R_BOUNDED = range(11)
+ROWS = 11
+ROW_MARGIN = 1e-2  # pixels added to each row's chord (float32 rounding of sigma stays inside)
+
+
+@njit(cache=True, inline="always")
+def pixel_span(lo, hi, p0, p1):
+    """Pixels [a, b) of [p0, p1) whose centres p + 0.5 lie in [lo, hi]."""
+    a = p0
+    if lo > p0 + 0.5:
+        a = p1 if lo - 0.5 >= p1 else int(math.ceil(lo - 0.5))
+    b = p1
+    if hi < p1 - 0.5:
+        b = p0 if hi - 0.5 < p0 else int(math.floor(hi - 0.5)) + 1
+    return a, max(a, b)
+
+
+@njit(cache=True, inline="always")
+def row_reaches(rows, g, y, mid, half):
+    """Whether splat g's alpha can reach 1/255 at a pixel centre of the row of centre y within half of
+    mid (the tile's centres): its conic chord or its disc's |q - m|^2 <= level, widened by ROW_MARGIN,
+    meets [mid - half, mid + half]. No sqrt, no division; True for a conic region that is no ellipse."""
+    if rows[g, R_BOUNDED] == 0.0:
+        return True
+    xc = rows[g, R_XC1] * y + rows[g, R_XC0]
+    hw2 = xc * xc - ((rows[g, R_Q2] * y + rows[g, R_Q1]) * y + rows[g, R_Q0])
+    gap = abs(xc - mid) - half - ROW_MARGIN  # from the chord's centre to the nearest centre of the tile
+    if hw2 >= -1e-9 * (1.0 + xc * xc) and (gap <= 0.0 or gap * gap <= hw2):
+        return True
+    dy = y - rows[g, R_MY]
+    rest = rows[g, R_LEVEL] - dy * dy
+    gap = abs(rows[g, R_MX] - mid) - half - ROW_MARGIN
+    return rest >= 0.0 and (gap <= 0.0 or gap * gap <= rest)
+
+
+@njit(cache=True, inline="always")
+def reached_rows(rows, g, ylo, yhi, x0, x1):
+    """[ylo, yhi) without the rows at either end that splat g cannot reach (row_reaches) within the
+    tile's pixel centres x0 + 0.5 .. x1 - 0.5."""
+    mid, half = 0.5 * (x0 + x1), 0.5 * (x1 - x0 - 1)
+    while ylo < yhi and not row_reaches(rows, g, ylo + 0.5, mid, half):
+        ylo += 1
+    while yhi > ylo and not row_reaches(rows, g, yhi - 0.5, mid, half):
+        yhi -= 1
+    return ylo, yhi
+
+
+@njit(cache=True, inline="always")
+def tile_rows(rows, g, x0, y0, x1, y1):
+    """The rows [ylo, yhi) of the tile of pixels [x0, x1) x [y0, y1) that splat g can reach: those of its
+    y range (pixel_span) less the ends it cannot (reached_rows). Empty: g reaches no pixel of the tile."""
+    ylo, yhi = pixel_span(rows[g, R_YMIN], rows[g, R_YMAX], y0, y1)
+    return reached_rows(rows, g, ylo, yhi, x0, x1)
+
+
+CHORD_PAD = ROW_MARGIN + 1e-6  # pixels band_columns widens chords by: at least row_reaches' chord margin
+ELLIPSE_RTOL = 1e-12  # chord_ellipse: a y^2 coefficient not below -this x its terms' size is no ellipse
+
+
+@njit(cache=True, inline="always")
+def chord_ellipse(rows, g):
+    """Splat g's conic region in centred form, for whole-band tests: on row y its chord is
+    (x - x_c(y))^2 <= h(y), x_c = XC1 y + XC0 and h(y) = x_c^2 - (Q2 y^2 + Q1 y + Q0) = A y^2 + B y + C; with
+    ye = -B / (2 A), xe = x_c(ye), level = h(ye) = C - B^2 / (4 A) and dy = y - ye that is
+    x_c = xe + XC1 dy, h = level + A dy^2, an ellipse when A < 0 (and level >= 0). Over dy its chord's
+    right end xe + XC1 dy + sqrt(h) is concave with its maximum at dy_r = XC1 sqrt(level / (A (A - XC1^2))),
+    its left end convex with its minimum at -dy_r, and h >= 0 for |dy| <= half_h = sqrt(level / -A).
+    Returns (xe, ye, XC1, A, level, dy_r, half_h, bounded); bounded False for a region that is no
+    ellipse, or nearly none (A within ELLIPSE_RTOL of 0: the centre is ill-conditioned)."""
+    xc1, xc0 = rows[g, R_XC1], rows[g, R_XC0]
+    A = xc1 * xc1 - rows[g, R_Q2]
+    B = 2.0 * xc1 * xc0 - rows[g, R_Q1]
+    C = xc0 * xc0 - rows[g, R_Q0]
+    if rows[g, R_BOUNDED] == 0.0 or not A < -ELLIPSE_RTOL * (xc1 * xc1 + abs(rows[g, R_Q2])):
+        return 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, False
+    ye = -B / (2.0 * A)
+    level = C - B * B / (4.0 * A)
+    if level < 0.0:  # an empty ellipse: no row has a chord (row_reaches' tolerance aside: at most a point)
+        level = 0.0
+    return (xc1 * ye + xc0, ye, xc1, A, level, xc1 * math.sqrt(level / (A * (A - xc1 * xc1))),
+            math.sqrt(level / -A), True)
+
+
+@njit(cache=True, inline="always")
+def column_range(lo, hi, ts, W):
+    """(a, b): the tile columns a..b (inclusive; empty when b < a) having a pixel centre in [lo, hi];
+    column tx's centres run from tx ts + 0.5 to min(tx ts + ts, W) - 0.5."""
+    if not (lo <= hi and lo <= W - 0.5 and hi >= 0.5):
+        return 0, -1
+    lo, hi = max(lo, -1.0), min(hi, W + 1.0)  # no overflow in the conversions below
+    return int(math.ceil((lo + 0.5) / ts)) - 1, int(math.floor((hi - 0.5) / ts))
+
+
+@njit(cache=True, inline="always")
+def row_chord_extent(rows, g, ylo, yhi):
+    """(lo, hi): the least and greatest x of splat g's conic chords on the pixel rows [ylo, yhi) that have
+    one (row_reaches' test: squared half-width >= -1e-9 (1 + x_c^2)), widened by CHORD_PAD; lo > hi
+    when none has. Row by row, for conic regions chord_ellipse cannot put in centred form."""
+    lo, hi = math.inf, -math.inf
+    for yi in range(ylo, yhi):
+        y = yi + 0.5
+        xc = rows[g, R_XC1] * y + rows[g, R_XC0]
+        hw2 = xc * xc - ((rows[g, R_Q2] * y + rows[g, R_Q1]) * y + rows[g, R_Q0])
+        if hw2 >= -1e-9 * (1.0 + xc * xc):
+            hw = math.sqrt(max(hw2, 0.0)) + CHORD_PAD
+            lo, hi = min(lo, xc - hw), max(hi, xc + hw)
+    return lo, hi
+
+
+@njit(cache=True, inline="always")
+def band_columns(rows, g, ell, y0, y1, ts, W):
+    """The tile columns in which splat g can reach a pixel centre of the pixel rows [y0, y1), as two
+    ranges (ellipse a, b, disc a, b; inclusive, empty when b < a): the x extents over the band of its
+    pixel-centre rows in g's y range (pixel_span) of its ellipse (``ell``: chord_ellipse; its chord ends
+    at the clamped extreme rows; chords of no ellipse: row_chord_extent; no chords: every column) and of
+    its disc, each widened by CHORD_PAD (at least row_reaches' margin). The band holds its rows, so every column where row_reaches keeps a row is in one range;
+    a few more may be (a band's ellipse can pass between rows)."""
+    ylo, yhi = pixel_span(rows[g, R_YMIN], rows[g, R_YMAX], y0, y1)
+    if ylo >= yhi:
+        return 0, -1, 0, -1
+    rlo, rhi = ylo + 0.5, yhi - 0.5
+    xe, ye, xc1, A, level, dy_r, half_h, bounded = ell
+    if rows[g, R_BOUNDED] == 0.0:  # every row reachable (row_reaches)
+        ea, eb = 0, W // ts + 1
+    elif not bounded:  # chords of no ellipse (h convex in y): the rows' own extremes
+        lo, hi = row_chord_extent(rows, g, ylo, yhi)
+        ea, eb = column_range(lo, hi, ts, W)
+    else:
+        lo, hi = max(rlo - ye, -half_h), min(rhi - ye, half_h)
+        if lo > hi:
+            ea, eb = 0, -1
+        else:
+            dr = min(max(dy_r, lo), hi)
+            dl = min(max(-dy_r, lo), hi)
+            right = xe + xc1 * dr + math.sqrt(max(level + A * dr * dr, 0.0))
+            left = xe + xc1 * dl - math.sqrt(max(level + A * dl * dl, 0.0))
+            ea, eb = column_range(left - CHORD_PAD, right + CHORD_PAD, ts, W)
+    dy = min(max(rows[g, R_MY], rlo), rhi) - rows[g, R_MY]
+    rest = rows[g, R_LEVEL] - dy * dy
+    if rest < 0.0:
+        return ea, eb, 0, -1
+    r = math.sqrt(rest) + CHORD_PAD
+    da, db = column_range(rows[g, R_MX] - r, rows[g, R_MX] + r, ts, W)
+    return ea, eb, da, db
