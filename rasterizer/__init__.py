@@ -9,13 +9,18 @@ Never imports recon or viewer.
 
 Importing it applies the process settings of :mod:`rasterizer.runtime`: glibc keeps freed memory,
 and, when imported before torch, the OpenMP spin count (the ``splatforge`` command imports it first;
-imported after torch, the first cpu-backend render warns once with the fix).
+imported after torch, the first cpu-backend render warns once with the fix); and it points Numba's
+kernel cache at a folder named for the kernels' sources (:mod:`rasterizer.kernel_cache`).
 """
 
 from . import runtime as _runtime
 
 _runtime.apply()
 GOMP_SPINCOUNT_DEFAULT = _runtime.GOMP_SPINCOUNT_DEFAULT
+
+from .kernel_cache import key_numba_cache as _key_numba_cache  # before any kernel is defined
+
+_key_numba_cache(__path__[0])
 
 from .api import rasterize_gaussians, resolve_backend
 from .camera import Camera, stack_cameras
