@@ -20,7 +20,7 @@ GOMP_SPINCOUNT_DEFAULT = _runtime.GOMP_SPINCOUNT_DEFAULT
 
 from .kernel_cache import key_numba_cache as _key_numba_cache  # before any kernel is defined
 
-_key_numba_cache(__path__[0])
+_key_numba_cache()
 
 from .api import rasterize_gaussians, resolve_backend
 from .camera import Camera, stack_cameras

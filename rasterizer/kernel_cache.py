@@ -1,18 +1,22 @@
-"""Numba's on-disk cache of the cpu kernels, in a folder named for their sources.
+"""Numba's on-disk cache of the cpu kernels, in a folder named for the sources they are built from.
 
 Every kernel is ``@njit(cache=True)``. Numba checks a cached kernel against its own source file only: a
 kernel whose inlined helper in another module changed (``binning.count_or_fill_tiles`` calls
-``chords.band_columns``) loads its stale machine code and computes the old thing, silently. That is what
-a ``git pull`` or an edit of a helper module does to an editable install. So the cache folder is keyed by
-a hash of every source file of the kernel packages that mentions numba: any change to one of them gives
-a fresh folder, and every kernel compiles once again (on first use) against the sources it now has.
+``chords.band_columns``), or whose frozen global constant did (``EXTENT_SIGMAS`` of
+``surfels/projection.py`` in ``surfels/cpu_projection.py``), loads its stale machine code and computes
+the old thing, silently. That is what a ``git pull`` or an edit does to an editable install. So the cache
+folder is keyed by a hash of every ``*.py`` file of the kernel packages (:data:`KERNEL_PACKAGES`, the
+folders of that name beside this package): any change gives a fresh folder, where every kernel compiles
+again on first use against the sources it now has.
 
-The folder is ``$NUMBA_CACHE_DIR/splatforge-<key>``, or ``$XDG_CACHE_HOME/splatforge/numba/splatforge-<key>``
-(``~/.cache/...``) when NUMBA_CACHE_DIR is not set. Of the keyed folders beside it the newest
-:data:`KEEP_FOLDERS` are kept and older ones removed. A package that holds kernels calls
-:func:`key_numba_cache` with its folder before it defines any (``rasterizer`` and ``recon`` do, in their
-``__init__``): kernels defined afterwards are cached under the key of every package given so far.
-Nothing here imports torch.
+The folder is ``<base>/splatforge-<key>``; base is ``$NUMBA_CACHE_DIR`` as the process found it, else
+``$XDG_CACHE_HOME/splatforge/numba`` (``~/.cache/...``), else the temporary folder; the first writable one.
+The chosen folder is also put in the environment (``NUMBA_CACHE_DIR``) so that Numba, which re-reads its
+NUMBA_* settings from there when they change, and child processes (distributed workers) keep it; a child
+that finds a keyed folder there takes its parent as base. Keyed folders not used for
+:data:`PRUNE_AFTER_DAYS` are removed, the :data:`KEEP_FOLDERS` newest kept whatever their age.
+:func:`key_numba_cache` runs when ``rasterizer`` is imported, before any kernel is defined (``recon``
+imports ``rasterizer`` first). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -20,63 +24,93 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
+import time
+import warnings
 from pathlib import Path
 
 import numba
 
 PREFIX = "splatforge-"
-KEEP_FOLDERS = 4  # keyed folders kept side by side (other checkouts, recent versions)
+KERNEL_PACKAGES = ("rasterizer", "recon")  # packages holding Numba kernels, hashed for the key
+KEEP_FOLDERS = 3  # keyed folders kept whatever their age (other checkouts, recent versions)
+PRUNE_AFTER_DAYS = 7  # other keyed folders unused this long are removed
 
-_roots: list[Path] = []
-_base: Path | None = None
+_folder: Path | None = None
+
+
+def package_dirs() -> list[Path]:
+    """The folders of KERNEL_PACKAGES beside this package (those that exist)."""
+    here = Path(__file__).resolve().parent.parent
+    return [here / name for name in KERNEL_PACKAGES if (here / name).is_dir()]
 
 
 def source_key(roots: list[Path]) -> str:
-    """sha1 (16 hex digits) over the relative paths and bytes of the ``*.py`` files under ``roots`` that
-    mention numba, in sorted order."""
+    """sha1 (16 hex digits) over the relative paths and bytes of every ``*.py`` file under ``roots``, in
+    sorted order."""
     digest = hashlib.sha1()
     for root in roots:
         for path in sorted(root.rglob("*.py")):
-            data = path.read_bytes()
-            if b"numba" in data:
-                digest.update(f"{root.name}/{path.relative_to(root).as_posix()}\0".encode())
-                digest.update(data)
+            digest.update(f"{root.name}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def cache_base() -> Path:
-    """Where keyed folders go: NUMBA_CACHE_DIR as the process started (numba read it into its config),
-    else the user's cache folder."""
-    if numba.config.CACHE_DIR and not Path(numba.config.CACHE_DIR).name.startswith(PREFIX):
-        return Path(numba.config.CACHE_DIR)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "splatforge" / "numba"
-
-
-def prune(base: Path, current: Path, keep: int = KEEP_FOLDERS) -> None:
-    """Remove the keyed folders in ``base`` beyond the ``keep`` most recently used (``current`` stays)."""
-    folders = sorted((p for p in base.glob(PREFIX + "*") if p.is_dir() and p != current),
-                     key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in folders[max(keep - 1, 0):]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def key_numba_cache(package_dir: str | os.PathLike) -> Path | None:
-    """Add ``package_dir`` to the kernel packages and point Numba's cache at the folder of their key
-    (``numba.config.CACHE_DIR``, read when a kernel is defined). Returns the folder, or None where it
-    cannot be written (then Numba's own default places apply)."""
-    global _base
-    root = Path(package_dir).resolve()
-    if root not in _roots:
-        _roots.append(root)
-    if _base is None:
-        _base = cache_base()
-    folder = _base / (PREFIX + source_key(_roots))
+def base_candidates() -> list[Path]:
+    """Where keyed folders may go, in order of preference (see the module docstring)."""
+    found = []
+    env = os.environ.get("NUMBA_CACHE_DIR")
+    if env:
+        path = Path(env)
+        found.append(path.parent if path.name.startswith(PREFIX) else path)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        os.utime(folder)
-        prune(_base, folder)
-    except OSError:
-        return None
-    numba.config.CACHE_DIR = str(folder)
-    return folder
+        found.append(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "splatforge" / "numba")
+    except RuntimeError:  # no home folder (HOME unset, no passwd entry)
+        pass
+    found.append(Path(tempfile.gettempdir()) / f"splatforge-numba-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    return found
+
+
+def prune(base: Path, current: Path, keep: int = KEEP_FOLDERS, after_days: float = PRUNE_AFTER_DAYS) -> None:
+    """Remove the keyed folders in ``base`` other than ``current`` and the ``keep`` - 1 most recently used
+    that were not used for ``after_days``; folders that vanish meanwhile (another process) are skipped."""
+    aged = []
+    for path in base.glob(PREFIX + "*"):
+        try:
+            if path != current and path.is_dir():
+                aged.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    aged.sort(reverse=True)
+    cutoff = time.time() - after_days * 86400
+    for mtime, path in aged[max(keep - 1, 0):]:
+        if mtime < cutoff:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def key_numba_cache(roots: list[Path] | None = None) -> Path | None:
+    """Point Numba's cache (``numba.config.CACHE_DIR`` and ``NUMBA_CACHE_DIR``) at the keyed folder of the
+    sources under ``roots`` (default: the kernel packages, package_dirs), in the first writable base;
+    returns it (computed once per process), or None with a warning when no base can be written (Numba's
+    own places apply then)."""
+    global _folder
+    if _folder is not None:
+        return _folder
+    name = PREFIX + source_key(package_dirs() if roots is None else [Path(r) for r in roots])
+    for base in base_candidates():
+        folder = base / name
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=folder).close()  # writable, as Numba checks it
+            os.utime(folder)
+        except OSError:
+            continue
+        prune(base, folder)
+        _folder = folder
+        numba.config.CACHE_DIR = str(folder)
+        os.environ["NUMBA_CACHE_DIR"] = str(folder)
+        return folder
+    warnings.warn(f"splatforge: no folder for Numba's kernel cache could be written (tried "
+                  f"{', '.join(str(b) for b in base_candidates())}); set NUMBA_CACHE_DIR to a writable folder",
+                  RuntimeWarning, stacklevel=2)
+    return None

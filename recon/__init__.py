@@ -1,9 +1,7 @@
 """splatforge's reconstruction side: data, training, evaluation, export and the command line.
 
-Its Numba kernels (SSIM, the NeRF hash grid and ray marching) are cached under the key of their sources
-too (``rasterizer.kernel_cache``), set here before any of them is defined.
+``rasterizer`` is imported first: it keys Numba's kernel cache by the sources of both packages
+(``rasterizer.kernel_cache``) before any kernel here (SSIM, the NeRF hash grid, ray marching) is defined.
 """
 
-from rasterizer.kernel_cache import key_numba_cache as _key_numba_cache
-
-_key_numba_cache(__path__[0])
+import rasterizer  # noqa: F401

@@ -25,6 +25,8 @@ from numba import njit
 R_YMIN, R_YMAX, R_XC1, R_XC0, R_Q2, R_Q1, R_Q0, R_MX, R_MY, R_LEVEL, R_BOUNDED = range(11)
 ROWS = 11
 ROW_MARGIN = 1e-2  # pixels added to each row's chord (float32 rounding of sigma stays inside)
+ROW_TOL = 1e-9  # row_reaches takes a row whose squared half-width is >= -ROW_TOL (1 + x_c^2) (rounding)
+TOL_PAD = 1e-6  # pixels added in y to the rows chord_ellipse finds row_reaches takes
 
 
 @njit(cache=True, inline="always")
@@ -49,7 +51,7 @@ def row_reaches(rows, g, y, mid, half):
     xc = rows[g, R_XC1] * y + rows[g, R_XC0]
     hw2 = xc * xc - ((rows[g, R_Q2] * y + rows[g, R_Q1]) * y + rows[g, R_Q0])
     gap = abs(xc - mid) - half - ROW_MARGIN  # from the chord's centre to the nearest centre of the tile
-    if hw2 >= -1e-9 * (1.0 + xc * xc) and (gap <= 0.0 or gap * gap <= hw2):
+    if hw2 >= -ROW_TOL * (1.0 + xc * xc) and (gap <= 0.0 or gap * gap <= hw2):
         return True
     dy = y - rows[g, R_MY]
     rest = rows[g, R_LEVEL] - dy * dy
@@ -77,7 +79,7 @@ def tile_rows(rows, g, x0, y0, x1, y1):
     return reached_rows(rows, g, ylo, yhi, x0, x1)
 
 
-CHORD_PAD = ROW_MARGIN + 1e-6  # pixels band_columns widens chords by: at least row_reaches' chord margin
+CHORD_PAD = ROW_MARGIN + 1e-6  # pixels band_columns widens chords by (widened): at least row_reaches' margin
 ELLIPSE_RTOL = 1e-12  # chord_ellipse: a y^2 coefficient not below -this x its terms' size is no ellipse
 
 
@@ -89,20 +91,30 @@ def chord_ellipse(rows, g):
     x_c = xe + XC1 dy, h = level + A dy^2, an ellipse when A < 0 (and level >= 0). Over dy its chord's
     right end xe + XC1 dy + sqrt(h) is concave with its maximum at dy_r = XC1 sqrt(level / (A (A - XC1^2))),
     its left end convex with its minimum at -dy_r, and h >= 0 for |dy| <= half_h = sqrt(level / -A).
-    Returns (xe, ye, XC1, A, level, dy_r, half_h, bounded); bounded False for a region that is no
-    ellipse, or nearly none (A within ELLIPSE_RTOL of 0: the centre is ill-conditioned)."""
+    row_reaches also takes rows with h >= -ROW_TOL (1 + x_c^2) (rounding), there as the point x_c: a
+    quadratic in y too, whose dy interval [t_lo, t_hi] (widened by TOL_PAD) holds [-half_h, half_h].
+    Returns (xe, ye, XC1, A, level, dy_r, half_h, t_lo, t_hi, bounded); bounded False for a region that
+    is no ellipse, or nearly none (that quadratic's y^2 coefficient within ELLIPSE_RTOL of 0: its roots
+    are ill-conditioned)."""
     xc1, xc0 = rows[g, R_XC1], rows[g, R_XC0]
     A = xc1 * xc1 - rows[g, R_Q2]
     B = 2.0 * xc1 * xc0 - rows[g, R_Q1]
     C = xc0 * xc0 - rows[g, R_Q0]
-    if rows[g, R_BOUNDED] == 0.0 or not A < -ELLIPSE_RTOL * (xc1 * xc1 + abs(rows[g, R_Q2])):
-        return 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, False
+    At = A + ROW_TOL * xc1 * xc1  # h + ROW_TOL (1 + x_c^2) = At y^2 + Bt y + Ct
+    Bt = B + 2.0 * ROW_TOL * xc1 * xc0
+    Ct = C + ROW_TOL * (1.0 + xc0 * xc0)
+    if rows[g, R_BOUNDED] == 0.0 or not At < -ELLIPSE_RTOL * (xc1 * xc1 + abs(rows[g, R_Q2])):
+        return 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, 1.0, -1.0, False
     ye = -B / (2.0 * A)
-    level = C - B * B / (4.0 * A)
-    if level < 0.0:  # an empty ellipse: no row has a chord (row_reaches' tolerance aside: at most a point)
-        level = 0.0
+    level = max(C - B * B / (4.0 * A), 0.0)  # < 0: an empty ellipse (no chord but tolerated points)
+    disc = Bt * Bt - 4.0 * At * Ct
+    if disc < 0.0:  # no row is taken
+        t_lo, t_hi = 1.0, -1.0
+    else:
+        mid, half = -Bt / (2.0 * At) - ye, math.sqrt(disc) / (-2.0 * At)
+        t_lo, t_hi = mid - half - TOL_PAD, mid + half + TOL_PAD
     return (xc1 * ye + xc0, ye, xc1, A, level, xc1 * math.sqrt(level / (A * (A - xc1 * xc1))),
-            math.sqrt(level / -A), True)
+            math.sqrt(level / -A), t_lo, t_hi, True)
 
 
 @njit(cache=True, inline="always")
@@ -118,17 +130,49 @@ def column_range(lo, hi, ts, W):
 @njit(cache=True, inline="always")
 def row_chord_extent(rows, g, ylo, yhi):
     """(lo, hi): the least and greatest x of splat g's conic chords on the pixel rows [ylo, yhi) that have
-    one (row_reaches' test: squared half-width >= -1e-9 (1 + x_c^2)), widened by CHORD_PAD; lo > hi
+    one (row_reaches' test: squared half-width >= -ROW_TOL (1 + x_c^2)), widened (``widened``); lo > hi
     when none has. Row by row, for conic regions chord_ellipse cannot put in centred form."""
     lo, hi = math.inf, -math.inf
     for yi in range(ylo, yhi):
         y = yi + 0.5
         xc = rows[g, R_XC1] * y + rows[g, R_XC0]
         hw2 = xc * xc - ((rows[g, R_Q2] * y + rows[g, R_Q1]) * y + rows[g, R_Q0])
-        if hw2 >= -1e-9 * (1.0 + xc * xc):
-            hw = math.sqrt(max(hw2, 0.0)) + CHORD_PAD
+        if hw2 >= -ROW_TOL * (1.0 + xc * xc):
+            hw = math.sqrt(max(hw2, 0.0))
             lo, hi = min(lo, xc - hw), max(hi, xc + hw)
-    return lo, hi
+    return widened(lo, hi)
+
+
+@njit(cache=True, inline="always")
+def widened(lo, hi):
+    """[lo, hi] widened by CHORD_PAD and by sqrt(ROW_TOL (1 + x^2)), x the larger end: the most by which
+    the kernels' squared half-widths (fast-math, fused multiply-adds) may exceed the binning's where they
+    are near 0, as a half-width (0.06 px at x = 2000). Empty stays empty."""
+    if lo > hi:
+        return lo, hi
+    pad = CHORD_PAD + math.sqrt(ROW_TOL * (1.0 + max(lo * lo, hi * hi)))
+    return lo - pad, hi + pad
+
+
+@njit(cache=True, inline="always")
+def ellipse_band_extent(ell, lo, hi):
+    """(left, right): the least and greatest x of the chords of the ellipse ``ell`` (chord_ellipse) on the
+    rows dy in [lo, hi] (dy = y - ye) that row_reaches takes, widened (``widened``); left > right when
+    none. Within |dy| <= half_h the chord ends' extremes lie at the clamped dy_r and -dy_r; on the rows
+    taken beyond (t_lo <= dy <= t_hi) the chord is the point x_c, linear in dy, so the hull includes x_c
+    at the ends of [lo, hi] within [t_lo, t_hi]."""
+    xe, ye, xc1, A, level, dy_r, half_h, t_lo, t_hi, bounded = ell
+    lo, hi = max(lo, t_lo), min(hi, t_hi)
+    if lo > hi:
+        return 1.0, -1.0
+    left, right = min(xe + xc1 * lo, xe + xc1 * hi), max(xe + xc1 * lo, xe + xc1 * hi)
+    elo, ehi = max(lo, -half_h), min(hi, half_h)
+    if elo <= ehi:
+        dr = min(max(dy_r, elo), ehi)
+        dl = min(max(-dy_r, elo), ehi)
+        right = max(right, xe + xc1 * dr + math.sqrt(max(level + A * dr * dr, 0.0)))
+        left = min(left, xe + xc1 * dl - math.sqrt(max(level + A * dl * dl, 0.0)))
+    return widened(left, right)
 
 
 @njit(cache=True, inline="always")
@@ -137,32 +181,26 @@ def band_columns(rows, g, ell, y0, y1, ts, W):
     ranges (ellipse a, b, disc a, b; inclusive, empty when b < a): the x extents over the band of its
     pixel-centre rows in g's y range (pixel_span) of its ellipse (``ell``: chord_ellipse; its chord ends
     at the clamped extreme rows; chords of no ellipse: row_chord_extent; no chords: every column) and of
-    its disc, each widened by CHORD_PAD (at least row_reaches' margin). The band holds its rows, so every column where row_reaches keeps a row is in one range;
-    a few more may be (a band's ellipse can pass between rows)."""
+    its disc, widened (``widened``: at least row_reaches' margin). The band holds its rows, so
+    every column where row_reaches keeps a row is in one range; a few more may be (a band's ellipse can
+    pass between rows)."""
     ylo, yhi = pixel_span(rows[g, R_YMIN], rows[g, R_YMAX], y0, y1)
     if ylo >= yhi:
         return 0, -1, 0, -1
     rlo, rhi = ylo + 0.5, yhi - 0.5
-    xe, ye, xc1, A, level, dy_r, half_h, bounded = ell
     if rows[g, R_BOUNDED] == 0.0:  # every row reachable (row_reaches)
         ea, eb = 0, W // ts + 1
-    elif not bounded:  # chords of no ellipse (h convex in y): the rows' own extremes
+    elif not ell[-1]:  # chords of no ellipse (chord_ellipse's bounded False): the rows' own extremes
         lo, hi = row_chord_extent(rows, g, ylo, yhi)
         ea, eb = column_range(lo, hi, ts, W)
     else:
-        lo, hi = max(rlo - ye, -half_h), min(rhi - ye, half_h)
-        if lo > hi:
-            ea, eb = 0, -1
-        else:
-            dr = min(max(dy_r, lo), hi)
-            dl = min(max(-dy_r, lo), hi)
-            right = xe + xc1 * dr + math.sqrt(max(level + A * dr * dr, 0.0))
-            left = xe + xc1 * dl - math.sqrt(max(level + A * dl * dl, 0.0))
-            ea, eb = column_range(left - CHORD_PAD, right + CHORD_PAD, ts, W)
+        left, right = ellipse_band_extent(ell, rlo - ell[1], rhi - ell[1])
+        ea, eb = column_range(left, right, ts, W)
     dy = min(max(rows[g, R_MY], rlo), rhi) - rows[g, R_MY]
     rest = rows[g, R_LEVEL] - dy * dy
     if rest < 0.0:
         return ea, eb, 0, -1
-    r = math.sqrt(rest) + CHORD_PAD
-    da, db = column_range(rows[g, R_MX] - r, rows[g, R_MX] + r, ts, W)
+    r = math.sqrt(rest)
+    left, right = widened(rows[g, R_MX] - r, rows[g, R_MX] + r)
+    da, db = column_range(left, right, ts, W)
     return ea, eb, da, db

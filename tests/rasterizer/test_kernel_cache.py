@@ -4,7 +4,9 @@ helper in another module changed is compiled again instead of loaded stale."""
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import numba
@@ -49,7 +51,7 @@ def _run_toy(tmp_path: Path, cache: Path, keyed: bool) -> int:
             spec = importlib.util.spec_from_file_location("kernel_cache", {str(KERNEL_CACHE_FILE)!r})
             kc = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(kc)
-            kc.key_numba_cache({str(tmp_path / "toy")!r})
+            kc.key_numba_cache([{str(tmp_path / "toy")!r}])
         from toy.kernel import kernel
         print(kernel())
     """)
@@ -69,39 +71,74 @@ def test_a_changed_helper_is_compiled_again_not_loaded_stale(tmp_path):
     assert _run_toy(tmp_path, tmp_path / "keyed", keyed=True) == 20
 
 
-def test_key_follows_numba_sources_only(tmp_path):
+def test_key_follows_every_python_source(tmp_path):
+    """Any .py file counts (a kernel freezes constants of modules that never mention numba)."""
     root = tmp_path / "pkg"
     root.mkdir()
     (root / "k.py").write_text("from numba import njit\n")
-    (root / "plain.py").write_text("x = 1\n")
+    (root / "constants.py").write_text("ALPHA_MAX = 0.99\n")
+    (root / "notes.txt").write_text("a\n")
     key = KC.source_key([root])
-    (root / "plain.py").write_text("x = 2\n")
-    assert KC.source_key([root]) == key  # no numba in it: not part of the key
-    (root / "k.py").write_text("from numba import njit  # edited\n")
+    (root / "notes.txt").write_text("b\n")
+    assert KC.source_key([root]) == key
+    (root / "constants.py").write_text("ALPHA_MAX = 0.999\n")
     assert KC.source_key([root]) != key
 
 
-def test_key_numba_cache_sets_the_folder_and_prunes_old_ones(tmp_path, monkeypatch):
-    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "base"))
-    monkeypatch.setattr(KC, "_roots", [])
-    monkeypatch.setattr(KC, "_base", None)
+def test_every_project_kernel_is_cached_in_the_keyed_folder():
+    """Every cached Numba kernel of rasterizer/ and recon/ writes under the folder key_numba_cache chose."""
+    import importlib
+    import pkgutil
+
+    import rasterizer
+    import recon
+
+    folder = KC.key_numba_cache()
+    assert folder is not None and folder.name == KC.PREFIX + KC.source_key(KC.package_dirs())
+    kernels = 0
+    for package in (rasterizer, recon):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            path = Path(importlib.util.find_spec(info.name).origin or "")
+            if path.suffix != ".py" or "numba" not in path.read_text():
+                continue
+            module = importlib.import_module(info.name)
+            for obj in vars(module).values():
+                cache = getattr(obj, "_cache", None)
+                if isinstance(obj, numba.core.registry.CPUDispatcher) and getattr(cache, "_cache_path", None):
+                    assert Path(cache._cache_path).is_relative_to(folder), (info.name, obj)
+                    kernels += 1
+    assert kernels > 50
+
+
+def test_folder_choice_prunes_old_folders_and_survives_no_home(tmp_path, monkeypatch):
+    base = tmp_path / "base"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(base))
+    monkeypatch.setattr(numba.config, "CACHE_DIR", numba.config.CACHE_DIR)
+    monkeypatch.setattr(KC, "_folder", None)
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    (pkg / "k.py").write_text("import numba\n")
-    folders = []
-    for i in range(KC.KEEP_FOLDERS + 2):
-        (pkg / "k.py").write_text(f"import numba  # version {i}\n")
-        monkeypatch.setattr(KC, "_roots", [])
-        folder = KC.key_numba_cache(pkg)
-        assert folder == tmp_path / "base" / (KC.PREFIX + KC.source_key([pkg.resolve()]))
-        assert numba.config.CACHE_DIR == str(folder) and folder.is_dir()
-        folders.append(folder)
-        os.utime(folder, (i + 1e9, i + 1e9))  # distinct ages, oldest first
-    left = sorted(p.name for p in (tmp_path / "base").iterdir())
-    assert len(left) == KC.KEEP_FOLDERS and folders[-1].name in left and folders[0].name not in left
-    # a second package joins the key: a new folder under the same base
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "m.py").write_text("from numba import njit\n")
-    both = KC.key_numba_cache(other)
-    assert both != folders[-1] and both.parent == tmp_path / "base"
+    old = time.time() - 30 * 86400
+    made = []
+    for i in range(KC.KEEP_FOLDERS + 3):
+        (pkg / "k.py").write_text(f"x = {i}\n")
+        monkeypatch.setattr(KC, "_folder", None)
+        folder = KC.key_numba_cache([pkg])
+        assert folder == base / (KC.PREFIX + KC.source_key([pkg])) and folder.is_dir()
+        assert numba.config.CACHE_DIR == str(folder) and os.environ["NUMBA_CACHE_DIR"] == str(folder)
+        made.append(folder)
+        os.utime(folder, (old + i, old + i))  # unused for a month, oldest first
+    os.utime(made[-1])
+    left = {p.name for p in base.iterdir()}
+    assert left == {p.name for p in made[-KC.KEEP_FOLDERS:]}, "the newest kept, the old rest removed"
+    fresh = base / (KC.PREFIX + "0" * 16)
+    fresh.mkdir()  # another checkout's folder, in use: young, so kept
+    monkeypatch.setattr(KC, "_folder", None)
+    KC.key_numba_cache([pkg])
+    assert fresh.is_dir()
+    # a child process inherits the keyed folder as NUMBA_CACHE_DIR: its base is that folder's parent
+    assert KC.base_candidates()[0] == base
+    # no home folder and nothing writable before the temporary folder
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(RuntimeError("no home"))))
+    assert KC.base_candidates()[-1].parent == Path(tempfile.gettempdir())

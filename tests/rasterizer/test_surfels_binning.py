@@ -144,3 +144,41 @@ def test_band_columns_hold_every_column_a_row_reaches():
                 extra += kept and not reach
     assert kinds["ellipse"] > 100 and kinds["no ellipse"] > 3 and kinds["unbounded"] > 0, kinds
     assert extra <= 0.02 * needed
+
+
+@pytest.mark.parametrize("width, x_range, n", [(150, (-20, 170), 400), (4100, (1900, 4100), 150)],
+                         ids=["small image", "x to 4100 px"])
+def test_band_columns_on_extreme_ellipses(width, x_range, n):
+    """Ellipses of every shape (log-uniform y^2 coefficients from -1e-8 to -1e4, levels from 1e-6 to 1e4,
+    slopes up to 50 px per row: slivers, needles, points, ellipses beyond the image), written straight
+    into chord rows: band_columns holds every tile column in which row_reaches takes a row, including the
+    rows its rounding tolerance (which grows with x^2) takes beyond a sliver's end."""
+    rng = np.random.default_rng(width)
+    G, Wi, Hi = n, width, 120
+    rows = np.zeros((G, CH.ROWS))
+    A = -(10.0 ** rng.uniform(-8, 4, G))
+    level = 10.0 ** rng.uniform(-6, 4, G)
+    ye, xe = rng.uniform(-20, Hi + 20, G), rng.uniform(*x_range, G)
+    xc1 = rng.uniform(-50, 50, G) * (rng.random(G) < 0.8)
+    xc0 = xe - xc1 * ye
+    B, C = -2 * A * ye, level + A * ye * ye  # h = A y^2 + B y + C with its top at ye
+    rows[:, CH.R_XC1], rows[:, CH.R_XC0] = xc1, xc0
+    rows[:, CH.R_Q2], rows[:, CH.R_Q1], rows[:, CH.R_Q0] = xc1 * xc1 - A, 2 * xc1 * xc0 - B, xc0 * xc0 - C
+    rows[:, CH.R_YMIN], rows[:, CH.R_YMAX], rows[:, CH.R_BOUNDED] = -np.inf, np.inf, 1.0
+    rows[:, CH.R_MX], rows[:, CH.R_MY], rows[:, CH.R_LEVEL] = -1e6, -1e6, -1.0  # no disc
+    needed = tolerated = 0
+    TW = (Wi + 15) // 16
+    for g in range(G):
+        ell = CH.chord_ellipse.py_func(rows, g)
+        near = range(max(0, int(xe[g] // 16) - 8), min(TW, int(xe[g] // 16) + 9))  # tiles near its centre
+        for ty in range((Hi + 15) // 16):
+            y0, y1 = 16 * ty, min(16 * ty + 16, Hi)
+            ea, eb, _, _ = CH.band_columns.py_func(rows, g, ell, y0, y1, 16, Wi)
+            for tx in (range(TW) if Wi < 1000 else near):
+                x0, x1 = 16 * tx, min(16 * tx + 16, Wi)
+                if _reaches(rows, g, x0, y0, x1, y1):
+                    assert ea <= tx <= eb, f"ellipse {g} tile ({tx}, {ty}) missing"
+                    needed += 1
+                    ys = np.arange(y0, y1) + 0.5
+                    tolerated += bool(((A[g] * (ys - ye[g]) ** 2 + level[g]) < 0).all())
+    assert needed > 500 and tolerated > 0, (needed, tolerated)
