@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from .chords import band_columns, chord_ellipse
+from .chords import band_columns, chord_ellipse, chord_pad
 from .launch import KERNEL_LOCK
 from .schedule import dealt_block, dealt_iterations, thread_count
 from .vecmath import like, prefetch_span
@@ -85,6 +85,7 @@ def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, chords, ts, W, H, 
     inv_c = 1.0 / c if pd else 0.0
     if chords is not None:  # None: a separate compilation with this pruned
         ell = chord_ellipse(chords, g)
+        pad = chord_pad(W, ts)
     box_w = tmax[g, 0] - tmin[g, 0]
     small = box_w * (tmax[g, 1] - tmin[g, 1]) <= MASK_TILES
     n = 0
@@ -93,7 +94,7 @@ def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, chords, ts, W, H, 
         y0 = ty * ts
         y1 = min(y0 + ts, H)
         if chords is not None:
-            ea, eb, da, db = band_columns(chords, g, ell, y0, y1, ts, W)
+            ea, eb, da, db = band_columns(chords, g, ell, y0, y1, ts, W, pad)
         for tx in range(tmin[g, 0], tmax[g, 0]):
             x0 = tx * ts
             if chords is not None:

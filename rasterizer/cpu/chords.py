@@ -11,9 +11,10 @@ ellipse u^2 + v^2 <= 2 ln(255 o) and the low-pass disc).
 The compositing kernels visit a splat's rows of a tile that ``row_reaches`` keeps (``tile_rows``); the
 tile binning (``binning.count_or_fill_tiles``) keeps a (tile, splat) pair when the tile's column is
 among those ``band_columns`` finds for its tile row: where the splat's ellipse (``chord_ellipse``, the
-chords in centred form) or disc meets the band of the row's pixel centres, widened by CHORD_PAD (at
-least the rows' margin). A band holds its rows, so the binning keeps every pair of which the kernels
-would composite a row: dropping the others changes no output bit.
+chords in centred form) or disc meets the band of the row's pixel centres (the rows row_reaches takes
+by its rounding tolerance included), widened by ``chord_pad`` (the rows' margin and the kernels'
+fast-math rounding). A band holds its rows, so the binning keeps every pair of which the kernels would
+composite a row: dropping the others changes no output bit.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def tile_rows(rows, g, x0, y0, x1, y1):
     return reached_rows(rows, g, ylo, yhi, x0, x1)
 
 
-CHORD_PAD = ROW_MARGIN + 1e-6  # pixels band_columns widens chords by (widened): at least row_reaches' margin
+CHORD_PAD = ROW_MARGIN + 1e-6  # pixels band_columns widens chords by, at least (chord_pad): row_reaches' margin
 ELLIPSE_RTOL = 1e-12  # chord_ellipse: a y^2 coefficient not below -this x its terms' size is no ellipse
 
 
@@ -130,8 +131,7 @@ def column_range(lo, hi, ts, W):
 @njit(cache=True, inline="always")
 def row_chord_extent(rows, g, ylo, yhi):
     """(lo, hi): the least and greatest x of splat g's conic chords on the pixel rows [ylo, yhi) that have
-    one (row_reaches' test: squared half-width >= -ROW_TOL (1 + x_c^2)), widened (``widened``); lo > hi
-    when none has. Row by row, for conic regions chord_ellipse cannot put in centred form."""
+    one (row_reaches' test: squared half-width >= -ROW_TOL (1 + x_c^2)); lo > hi when none has. Row by row, for conic regions chord_ellipse cannot put in centred form."""
     lo, hi = math.inf, -math.inf
     for yi in range(ylo, yhi):
         y = yi + 0.5
@@ -140,25 +140,23 @@ def row_chord_extent(rows, g, ylo, yhi):
         if hw2 >= -ROW_TOL * (1.0 + xc * xc):
             hw = math.sqrt(max(hw2, 0.0))
             lo, hi = min(lo, xc - hw), max(hi, xc + hw)
-    return widened(lo, hi)
+    return lo, hi
 
 
 @njit(cache=True, inline="always")
-def widened(lo, hi):
-    """[lo, hi] widened by CHORD_PAD and by sqrt(ROW_TOL (1 + x^2)), x the larger end: the most by which
-    the kernels' squared half-widths (fast-math, fused multiply-adds) may exceed the binning's where they
-    are near 0, as a half-width (0.06 px at x = 2000). Empty stays empty."""
-    if lo > hi:
-        return lo, hi
-    pad = CHORD_PAD + math.sqrt(ROW_TOL * (1.0 + max(lo * lo, hi * hi)))
-    return lo - pad, hi + pad
+def chord_pad(W, ts):
+    """Pixels band_columns widens every chord by on an image W wide: CHORD_PAD and sqrt(ROW_TOL (1 + x^2))
+    at x = W + ts, the most by which the kernels' squared half-widths (fast-math, fused multiply-adds)
+    may exceed the binning's where they are near 0 (a chord end that matters lies within a tile of the
+    image), as a half-width: 0.06 px at W = 2000."""
+    x = W + ts
+    return CHORD_PAD + math.sqrt(ROW_TOL * (1.0 + x * x))
 
 
 @njit(cache=True, inline="always")
 def ellipse_band_extent(ell, lo, hi):
     """(left, right): the least and greatest x of the chords of the ellipse ``ell`` (chord_ellipse) on the
-    rows dy in [lo, hi] (dy = y - ye) that row_reaches takes, widened (``widened``); left > right when
-    none. Within |dy| <= half_h the chord ends' extremes lie at the clamped dy_r and -dy_r; on the rows
+    rows dy in [lo, hi] (dy = y - ye) that row_reaches takes; left > right when none. Within |dy| <= half_h the chord ends' extremes lie at the clamped dy_r and -dy_r; on the rows
     taken beyond (t_lo <= dy <= t_hi) the chord is the point x_c, linear in dy, so the hull includes x_c
     at the ends of [lo, hi] within [t_lo, t_hi]."""
     xe, ye, xc1, A, level, dy_r, half_h, t_lo, t_hi, bounded = ell
@@ -172,16 +170,16 @@ def ellipse_band_extent(ell, lo, hi):
         dl = min(max(-dy_r, elo), ehi)
         right = max(right, xe + xc1 * dr + math.sqrt(max(level + A * dr * dr, 0.0)))
         left = min(left, xe + xc1 * dl - math.sqrt(max(level + A * dl * dl, 0.0)))
-    return widened(left, right)
+    return left, right
 
 
 @njit(cache=True, inline="always")
-def band_columns(rows, g, ell, y0, y1, ts, W):
+def band_columns(rows, g, ell, y0, y1, ts, W, pad):
     """The tile columns in which splat g can reach a pixel centre of the pixel rows [y0, y1), as two
     ranges (ellipse a, b, disc a, b; inclusive, empty when b < a): the x extents over the band of its
     pixel-centre rows in g's y range (pixel_span) of its ellipse (``ell``: chord_ellipse; its chord ends
     at the clamped extreme rows; chords of no ellipse: row_chord_extent; no chords: every column) and of
-    its disc, widened (``widened``: at least row_reaches' margin). The band holds its rows, so
+    its disc, widened by ``pad`` (chord_pad: at least row_reaches' margin). The band holds its rows, so
     every column where row_reaches keeps a row is in one range; a few more may be (a band's ellipse can
     pass between rows)."""
     ylo, yhi = pixel_span(rows[g, R_YMIN], rows[g, R_YMAX], y0, y1)
@@ -192,15 +190,14 @@ def band_columns(rows, g, ell, y0, y1, ts, W):
         ea, eb = 0, W // ts + 1
     elif not ell[-1]:  # chords of no ellipse (chord_ellipse's bounded False): the rows' own extremes
         lo, hi = row_chord_extent(rows, g, ylo, yhi)
-        ea, eb = column_range(lo, hi, ts, W)
+        ea, eb = column_range(lo - pad, hi + pad, ts, W)
     else:
         left, right = ellipse_band_extent(ell, rlo - ell[1], rhi - ell[1])
-        ea, eb = column_range(left, right, ts, W)
+        ea, eb = column_range(left - pad, right + pad, ts, W)
     dy = min(max(rows[g, R_MY], rlo), rhi) - rows[g, R_MY]
     rest = rows[g, R_LEVEL] - dy * dy
     if rest < 0.0:
         return ea, eb, 0, -1
-    r = math.sqrt(rest)
-    left, right = widened(rows[g, R_MX] - r, rows[g, R_MX] + r)
-    da, db = column_range(left, right, ts, W)
+    r = math.sqrt(rest) + pad
+    da, db = column_range(rows[g, R_MX] - r, rows[g, R_MX] + r, ts, W)
     return ea, eb, da, db

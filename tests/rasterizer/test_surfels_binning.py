@@ -134,7 +134,7 @@ def test_band_columns_hold_every_column_a_row_reaches():
         kinds["unbounded" if rows[g, CH.R_BOUNDED] == 0 else "ellipse" if ell[-1] else "no ellipse"] += 1
         for ty in range(grid.tiles_y):
             y0, y1 = 16 * ty, min(16 * ty + 16, H)
-            ea, eb, da, db = CH.band_columns.py_func(rows, g, ell, y0, y1, 16, W)
+            ea, eb, da, db = CH.band_columns.py_func(rows, g, ell, y0, y1, 16, W, CH.chord_pad(W, 16))
             for tx in range(grid.tiles_x):
                 x0, x1 = 16 * tx, min(16 * tx + 16, W)
                 kept = ea <= tx <= eb or da <= tx <= db
@@ -173,7 +173,7 @@ def test_band_columns_on_extreme_ellipses(width, x_range, n):
         near = range(max(0, int(xe[g] // 16) - 8), min(TW, int(xe[g] // 16) + 9))  # tiles near its centre
         for ty in range((Hi + 15) // 16):
             y0, y1 = 16 * ty, min(16 * ty + 16, Hi)
-            ea, eb, _, _ = CH.band_columns.py_func(rows, g, ell, y0, y1, 16, Wi)
+            ea, eb, _, _ = CH.band_columns.py_func(rows, g, ell, y0, y1, 16, Wi, CH.chord_pad(Wi, 16))
             for tx in (range(TW) if Wi < 1000 else near):
                 x0, x1 = 16 * tx, min(16 * tx + 16, Wi)
                 if _reaches(rows, g, x0, y0, x1, y1):
