@@ -11,12 +11,13 @@ again on first use against the sources it now has.
 
 The folder is ``<base>/splatforge-<key>``; base is ``$NUMBA_CACHE_DIR`` as the process found it, else
 ``$XDG_CACHE_HOME/splatforge/numba`` (``~/.cache/...``), else the temporary folder; the first writable one.
-The chosen folder is also put in the environment (``NUMBA_CACHE_DIR``) so that Numba, which re-reads its
-NUMBA_* settings from there when they change, and child processes (distributed workers) keep it; a child
-that finds a keyed folder there takes its parent as base. Keyed folders not used for
+The chosen folder goes into ``NUMBA_CACHE_DIR`` when Numba is not imported yet (the usual case: the
+``splatforge`` command imports ``rasterizer`` first), so that Numba and child processes (distributed
+workers) read it from there; a child that finds a keyed folder there takes its parent as base. Once
+Numba is imported only its config is set (:func:`point_numba_at`). Keyed folders not used for
 :data:`PRUNE_AFTER_DAYS` are removed, the :data:`KEEP_FOLDERS` newest kept whatever their age.
 :func:`key_numba_cache` runs when ``rasterizer`` is imported, before any kernel is defined (``recon``
-imports ``rasterizer`` first). Nothing here imports torch.
+imports ``rasterizer`` first). Nothing here imports torch or Numba.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
-
-import numba
 
 PREFIX = "splatforge-"
 KERNEL_PACKAGES = ("rasterizer", "recon")  # packages holding Numba kernels, hashed for the key
@@ -88,9 +88,23 @@ def prune(base: Path, current: Path, keep: int = KEEP_FOLDERS, after_days: float
             shutil.rmtree(path, ignore_errors=True)
 
 
+def point_numba_at(folder: Path) -> None:
+    """Numba's cache folder. Before Numba is imported: ``NUMBA_CACHE_DIR``, which it reads on import (and
+    child processes inherit). After: ``numba.config.CACHE_DIR`` only, the environment left alone, because
+    Numba re-reads every NUMBA_* variable at the next compile once one of them changed, which would undo
+    the settings made in code since its import (``cpu/launch.py``'s threading layer: the CI run of stop 42
+    warned of Numba trying TBB)."""
+    if "numba" in sys.modules:
+        import numba
+
+        numba.config.CACHE_DIR = str(folder)
+    else:
+        os.environ["NUMBA_CACHE_DIR"] = str(folder)
+
+
 def key_numba_cache(roots: list[Path] | None = None) -> Path | None:
-    """Point Numba's cache (``numba.config.CACHE_DIR`` and ``NUMBA_CACHE_DIR``) at the keyed folder of the
-    sources under ``roots`` (default: the kernel packages, package_dirs), in the first writable base;
+    """Point Numba's cache (point_numba_at) at the keyed folder of the sources under ``roots`` (default:
+    the kernel packages, package_dirs), in the first writable base;
     returns it (computed once per process), or None with a warning when no base can be written (Numba's
     own places apply then)."""
     global _folder
@@ -107,8 +121,7 @@ def key_numba_cache(roots: list[Path] | None = None) -> Path | None:
             continue
         prune(base, folder)
         _folder = folder
-        numba.config.CACHE_DIR = str(folder)
-        os.environ["NUMBA_CACHE_DIR"] = str(folder)
+        point_numba_at(folder)
         return folder
     warnings.warn(f"splatforge: no folder for Numba's kernel cache could be written (tried "
                   f"{', '.join(str(b) for b in base_candidates())}); set NUMBA_CACHE_DIR to a writable folder",

@@ -124,7 +124,8 @@ def test_folder_choice_prunes_old_folders_and_survives_no_home(tmp_path, monkeyp
         monkeypatch.setattr(KC, "_folder", None)
         folder = KC.key_numba_cache([pkg])
         assert folder == base / (KC.PREFIX + KC.source_key([pkg])) and folder.is_dir()
-        assert numba.config.CACHE_DIR == str(folder) and os.environ["NUMBA_CACHE_DIR"] == str(folder)
+        assert numba.config.CACHE_DIR == str(folder)
+        assert os.environ["NUMBA_CACHE_DIR"] == str(base), "numba is imported: its environment is left alone"
         made.append(folder)
         os.utime(folder, (old + i, old + i))  # unused for a month, oldest first
     os.utime(made[-1])
@@ -136,9 +137,38 @@ def test_folder_choice_prunes_old_folders_and_survives_no_home(tmp_path, monkeyp
     KC.key_numba_cache([pkg])
     assert fresh.is_dir()
     # a child process inherits the keyed folder as NUMBA_CACHE_DIR: its base is that folder's parent
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(made[-1]))
     assert KC.base_candidates()[0] == base
     # no home folder and nothing writable before the temporary folder
     monkeypatch.delenv("NUMBA_CACHE_DIR")
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(RuntimeError("no home"))))
     assert KC.base_candidates()[-1].parent == Path(tempfile.gettempdir())
+
+
+def test_import_keys_the_environment_and_keeps_the_threading_layer(tmp_path):
+    """A fresh process: importing rasterizer (before numba) puts the keyed folder in NUMBA_CACHE_DIR, and
+    after a cpu render Numba still runs cpu/launch.py's workqueue layer, without trying another (a
+    NUMBA_* variable changed after Numba's import made it re-read them all and drop that setting)."""
+    script = textwrap.dedent("""
+        import os, sys, warnings
+        warnings.simplefilter("error")
+        import rasterizer
+        import numba, torch
+        from rasterizer import rasterize_gaussians
+        from rasterizer.kernel_cache import PREFIX
+        folder = os.environ["NUMBA_CACHE_DIR"]
+        assert os.path.basename(folder).startswith(PREFIX) and numba.config.CACHE_DIR == folder, folder
+        n = 50
+        g = torch.Generator().manual_seed(0)
+        rasterize_gaussians(torch.rand(n, 3, generator=g) + torch.tensor([0.0, 0.0, 3.0]), torch.randn(n, 4, generator=g),
+                            torch.full((n, 3), 0.05), torch.full((n,), 0.5), torch.rand(n, 3, generator=g),
+                            torch.eye(4)[None], torch.tensor([[[40.0, 0, 16], [0, 40.0, 16], [0, 0, 1]]]), 32, 32,
+                            backend="cpu")
+        print(numba.config.THREADING_LAYER, numba.threading_layer())
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "cache")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-2:] == ["workqueue", "workqueue"], out.stdout
