@@ -138,10 +138,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     args = ap.parse_args()
-    sys_path = str(_Path(__file__).resolve().parent)
-    if sys_path not in _sys.path:
-        _sys.path.insert(0, sys_path)
-    from bench_rasterizer import machine
+    from bench_rasterizer import machine  # scripts/ is sys.path[0] when this script runs
 
     if args.run:
         views, step = run_views(args.run, args.views)

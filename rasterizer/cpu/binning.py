@@ -4,8 +4,8 @@ A Gaussian joins a tile only if its alpha can reach 1/255 at one of the tile's p
 ellipse-vs-rectangle test, ``min_sigma_on_rect``; for splats described by row chords instead, the
 surfels, the columns their ellipse and disc reach in each tile row, ``chords.band_columns``); pairs are
 laid out Gaussian by Gaussian in depth order, then counting-sorted by tile (stable: depth order within
-a tile). ``bin_gaussians`` runs it all
-and returns :class:`Bins`, which the compositing kernels (``compositing.py``) read.
+a tile). ``bin_gaussians`` runs it all and returns :class:`Bins`, which the compositing kernels
+(``compositing.py``) read.
 
 Arrays are flattened over cameras: Gaussian index g = c * N + n; tile index t = c * TT + ty * TW + tx.
 """
@@ -222,7 +222,8 @@ def gaussian_extents(means2d, radii, conics, opac, chords, ts, TW, TH, W, H, thr
     extents [G] float64 (row_half_extent), and the tiles it reaches (count_or_fill_tiles, counting):
     counts [G] int64 and masks [G] uint64. means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G],
     chords None or [G, chords.ROWS] (the reach test: count_or_fill_tiles); image W x H. Culled Gaussians
-    (a zero radius) get the empty rectangle (0, 0)-(0, 0), row half extent -1 and no tiles. Gaussians are dealt to ``threads`` threads in blocks (schedule.py)."""
+    (a zero radius) get the empty rectangle (0, 0)-(0, 0), row half extent -1 and no tiles. Gaussians
+    are dealt to ``threads`` threads in blocks (schedule.py)."""
     G = means2d.shape[0]
     tmin = np.empty((G, 2), np.int64)
     tmax = np.empty((G, 2), np.int64)

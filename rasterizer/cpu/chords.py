@@ -26,7 +26,7 @@ from numba import njit
 R_YMIN, R_YMAX, R_XC1, R_XC0, R_Q2, R_Q1, R_Q0, R_MX, R_MY, R_LEVEL, R_BOUNDED = range(11)
 ROWS = 11
 ROW_MARGIN = 1e-2  # pixels added to each row's chord (float32 rounding of sigma stays inside)
-ROW_TOL = 1e-9  # row_reaches takes a row whose squared half-width is >= -ROW_TOL (1 + x_c^2) (rounding)
+ROW_TOL = 1e-9  # row_chord takes a row whose squared half-width is >= -ROW_TOL (1 + x_c^2) (rounding)
 TOL_PAD = 1e-6  # pixels added in y to the rows chord_ellipse finds row_reaches takes
 
 
@@ -43,16 +43,24 @@ def pixel_span(lo, hi, p0, p1):
 
 
 @njit(cache=True, inline="always")
+def row_chord(rows, g, y):
+    """(x_c, hw2, taken): the centre and squared half-width of splat g's conic chord on the row of centre
+    y, and whether the row has one (hw2 >= -ROW_TOL (1 + x_c^2): rounding of a zero width tolerated)."""
+    xc = rows[g, R_XC1] * y + rows[g, R_XC0]
+    hw2 = xc * xc - ((rows[g, R_Q2] * y + rows[g, R_Q1]) * y + rows[g, R_Q0])
+    return xc, hw2, hw2 >= -ROW_TOL * (1.0 + xc * xc)
+
+
+@njit(cache=True, inline="always")
 def row_reaches(rows, g, y, mid, half):
     """Whether splat g's alpha can reach 1/255 at a pixel centre of the row of centre y within half of
     mid (the tile's centres): its conic chord or its disc's |q - m|^2 <= level, widened by ROW_MARGIN,
     meets [mid - half, mid + half]. No sqrt, no division; True for a conic region that is no ellipse."""
     if rows[g, R_BOUNDED] == 0.0:
         return True
-    xc = rows[g, R_XC1] * y + rows[g, R_XC0]
-    hw2 = xc * xc - ((rows[g, R_Q2] * y + rows[g, R_Q1]) * y + rows[g, R_Q0])
+    xc, hw2, taken = row_chord(rows, g, y)
     gap = abs(xc - mid) - half - ROW_MARGIN  # from the chord's centre to the nearest centre of the tile
-    if hw2 >= -ROW_TOL * (1.0 + xc * xc) and (gap <= 0.0 or gap * gap <= hw2):
+    if taken and (gap <= 0.0 or gap * gap <= hw2):
         return True
     dy = y - rows[g, R_MY]
     rest = rows[g, R_LEVEL] - dy * dy
@@ -131,13 +139,12 @@ def column_range(lo, hi, ts, W):
 @njit(cache=True, inline="always")
 def row_chord_extent(rows, g, ylo, yhi):
     """(lo, hi): the least and greatest x of splat g's conic chords on the pixel rows [ylo, yhi) that have
-    one (row_reaches' test: squared half-width >= -ROW_TOL (1 + x_c^2)); lo > hi when none has. Row by row, for conic regions chord_ellipse cannot put in centred form."""
+    one (row_chord's test); lo > hi when none has. Row by row, for conic regions chord_ellipse cannot put
+    in centred form."""
     lo, hi = math.inf, -math.inf
     for yi in range(ylo, yhi):
-        y = yi + 0.5
-        xc = rows[g, R_XC1] * y + rows[g, R_XC0]
-        hw2 = xc * xc - ((rows[g, R_Q2] * y + rows[g, R_Q1]) * y + rows[g, R_Q0])
-        if hw2 >= -ROW_TOL * (1.0 + xc * xc):
+        xc, hw2, taken = row_chord(rows, g, yi + 0.5)
+        if taken:
             hw = math.sqrt(max(hw2, 0.0))
             lo, hi = min(lo, xc - hw), max(hi, xc + hw)
     return lo, hi
@@ -156,9 +163,10 @@ def chord_pad(W, ts):
 @njit(cache=True, inline="always")
 def ellipse_band_extent(ell, lo, hi):
     """(left, right): the least and greatest x of the chords of the ellipse ``ell`` (chord_ellipse) on the
-    rows dy in [lo, hi] (dy = y - ye) that row_reaches takes; left > right when none. Within |dy| <= half_h the chord ends' extremes lie at the clamped dy_r and -dy_r; on the rows
-    taken beyond (t_lo <= dy <= t_hi) the chord is the point x_c, linear in dy, so the hull includes x_c
-    at the ends of [lo, hi] within [t_lo, t_hi]."""
+    rows dy in [lo, hi] (dy = y - ye) that row_reaches takes; left > right when none. Within
+    |dy| <= half_h the chord ends' extremes lie at the clamped dy_r and -dy_r; on the rows taken beyond
+    (t_lo <= dy <= t_hi) the chord is the point x_c, linear in dy, so the hull includes x_c at the ends
+    of [lo, hi] within [t_lo, t_hi]."""
     xe, ye, xc1, A, level, dy_r, half_h, t_lo, t_hi, bounded = ell
     lo, hi = max(lo, t_lo), min(hi, t_hi)
     if lo > hi:

@@ -4,8 +4,8 @@ behind one autograd function, on the 3D path's depth sort and tile binning (``ra
 Binning: ``rasterizer.cpu.composite.BinnedTiles`` with the surfels' row chords (``pack_surfels``; the
 layout and tests of ``rasterizer.cpu.chords``) as its tile test: the reference's ``intersect_tiles``
 pairs less those whose surfel the kernels' row trim finds no row of the tile for (it reaches no pixel
-there with alpha >= 1/255), so every output and gradient is the one of the whole box, bit for bit. The projection is
-``cpu_projection.py`` (Numba, hand-written backward; cameras get no gradient, as in the 3D cpu
+there with alpha >= 1/255), so every output and gradient is the one of the whole box, bit for bit. The
+projection is ``cpu_projection.py`` (Numba, hand-written backward; cameras get no gradient, as in the 3D cpu
 backend) and SH colours are the 3D cpu backend's kernels. Every parallel launch holds ``KERNEL_LOCK``.
 """
 

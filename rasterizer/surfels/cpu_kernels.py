@@ -33,8 +33,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..cpu.compositing import F_THR as _F_THR_3D
-from ..cpu.chords import (R_BOUNDED, R_LEVEL, R_MX, R_MY, R_Q0, R_Q1, R_Q2, R_XC0, R_XC1, R_YMAX, R_YMIN,  # noqa: F401
-                          ROW_MARGIN, ROWS, pixel_span, reached_rows, row_reaches, tile_rows)
+from ..cpu.chords import (R_BOUNDED, R_LEVEL, R_MX, R_MY, R_Q0, R_Q1, R_Q2, R_XC0, R_XC1, R_YMAX, R_YMIN, ROWS,
+                          pixel_span, reached_rows, tile_rows)
 from ..cpu.compositing import accumulate_pixels, count_done, init_tile_pixels, tile_box
 from ..cpu.vecmath import FASTMATH, U, exp_kernel, like, prefetch, prefetch_span, radd, select
 

@@ -161,10 +161,10 @@ def test_import_keys_the_environment_and_keeps_the_threading_layer(tmp_path):
         assert os.path.basename(folder).startswith(PREFIX) and numba.config.CACHE_DIR == folder, folder
         n = 50
         g = torch.Generator().manual_seed(0)
-        rasterize_gaussians(torch.rand(n, 3, generator=g) + torch.tensor([0.0, 0.0, 3.0]), torch.randn(n, 4, generator=g),
-                            torch.full((n, 3), 0.05), torch.full((n,), 0.5), torch.rand(n, 3, generator=g),
-                            torch.eye(4)[None], torch.tensor([[[40.0, 0, 16], [0, 40.0, 16], [0, 0, 1]]]), 32, 32,
-                            backend="cpu")
+        means = torch.rand(n, 3, generator=g) + torch.tensor([0.0, 0.0, 3.0])
+        rasterize_gaussians(means, torch.randn(n, 4, generator=g), torch.full((n, 3), 0.05), torch.full((n,), 0.5),
+                            torch.rand(n, 3, generator=g), torch.eye(4)[None],
+                            torch.tensor([[[40.0, 0, 16], [0, 40.0, 16], [0, 0, 1]]]), 32, 32, backend="cpu")
         print(numba.config.THREADING_LAYER, numba.threading_layer())
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}

@@ -202,7 +202,9 @@ def test_row_trimming_never_drops_a_reached_pixel():
                                    p["opacities"].detach())
     reached = (alpha > 0).reshape(48, 64, G).numpy()
     kept = dropped = 0
-    reaches = K.row_reaches.py_func
+    from rasterizer.cpu.chords import row_reaches
+
+    reaches = row_reaches.py_func
     for g in range(G):
         if proj.radii[0, g, 0] <= 0:
             continue
