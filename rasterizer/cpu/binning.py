@@ -67,7 +67,8 @@ def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, chords, ts, W, H, 
     """Visit the tiles of Gaussian g's box that it can reach with alpha >= 1/255 at some pixel centre
     (a conservative test on the rectangle spanned by the tile's pixel centres, from its conic; or, with
     ``chords`` [G, chords.ROWS] given instead of None, from its row chords: the tile columns
-    chords.band_columns finds per tile row).
+    chords.band_columns finds per tile row, and ``conics`` may be None). With both None, every tile of
+    the box. Each None is a separate compilation with its branch pruned.
 
     With out_tile empty (size 0) it only counts; else it writes tile ids and g from ``pos`` on.
     Returns (number of reached tiles, bitmask of them in box order (bit (ty - ty0) * box_w + tx - tx0)
@@ -75,17 +76,18 @@ def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, chords, ts, W, H, 
     mask = np.uint64(0)
     if tmax[g, 0] <= tmin[g, 0] or tmax[g, 1] <= tmin[g, 1]:  # empty box (culled, or off the image)
         return 0, mask
-    mx, my = means2d[g, 0], means2d[g, 1]
-    a, b, c = conics[g, 0], conics[g, 1], conics[g, 2]
     level = alpha_level(opac[g])
     if level < 0.0:
         return 0, mask
-    pd = is_positive_definite(a, b, c)
-    inv_a = 1.0 / a if pd else 0.0
-    inv_c = 1.0 / c if pd else 0.0
     if chords is not None:  # None: a separate compilation with this pruned
         ell = chord_ellipse(chords, g)
         pad = chord_pad(W, ts)
+    elif conics is not None:
+        mx, my = means2d[g, 0], means2d[g, 1]
+        a, b, c = conics[g, 0], conics[g, 1], conics[g, 2]
+        pd = is_positive_definite(a, b, c)
+        inv_a = 1.0 / a if pd else 0.0
+        inv_c = 1.0 / c if pd else 0.0
     box_w = tmax[g, 0] - tmin[g, 0]
     small = box_w * (tmax[g, 1] - tmin[g, 1]) <= MASK_TILES
     n = 0
@@ -99,6 +101,8 @@ def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, chords, ts, W, H, 
             x0 = tx * ts
             if chords is not None:
                 reached = (ea <= tx <= eb) or (da <= tx <= db)
+            elif conics is None:
+                reached = True
             else:
                 reached = not pd or min_sigma_on_rect(mx, my, a, b, c, inv_a, inv_c, x0 + 0.5, min(x0 + ts, W) - 0.5,
                                                       y0 + 0.5, y1 - 0.5) <= level
@@ -134,8 +138,8 @@ def touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, chord
 
     Args:
         order [C, N] Gaussian indices per camera sorted near to far; counts, masks [C*N], tmin/tmax
-        [C*N, 2] from gaussian_extents; means2d [C*N, 2]; conics [C*N, 3]; opac [C*N]; chords: None or
-        [C*N, chords.ROWS] (count_or_fill_tiles).
+        [C*N, 2] from gaussian_extents; means2d [C*N, 2]; conics None or [C*N, 3]; opac [C*N]; chords:
+        None or [C*N, chords.ROWS] (count_or_fill_tiles).
     Returns:
         pair_tile [M] flat tile ids and pair_gauss [M] flat Gaussian ids, grouped by Gaussian in the
         order of ``order`` (camera-major, near to far), tiles ascending within a Gaussian; starts [C*N]:
@@ -205,12 +209,14 @@ def tile_rect(g, means2d, radii, inv_ts, TW, TH, tmin, tmax):
 @njit(cache=True)
 def row_half_extent(conics, opac, g):
     """Half height in pixels (+ SPAN_MARGIN) of Gaussian g's alpha >= 1/255 ellipse sigma <= ln(255
-    opacity), float64; -1 for opacity <= 0 (no rows), inf for a conic that is not positive definite
-    (every row). The tile kernels only offset it by the mean (gaussian_rows)."""
+    opacity), float64; -1 for opacity <= 0 (no rows), inf for a conic that is not positive definite or
+    for conics None (every row). The tile kernels only offset it by the mean (gaussian_rows)."""
     level = alpha_level(np.float64(opac[g]))
-    a, b, c = np.float64(conics[g, 0]), np.float64(conics[g, 1]), np.float64(conics[g, 2])
     if level < 0.0:
         return -1.0
+    if conics is None:  # None: a separate compilation with the conic pruned
+        return np.inf
+    a, b, c = np.float64(conics[g, 0]), np.float64(conics[g, 1]), np.float64(conics[g, 2])
     if not is_positive_definite(a, b, c):
         return np.inf
     return math.sqrt(2.0 * level * a / (a * c - b * b)) + SPAN_MARGIN
@@ -220,8 +226,8 @@ def row_half_extent(conics, opac, g):
 def gaussian_extents(means2d, radii, conics, opac, chords, ts, TW, TH, W, H, threads):
     """Per Gaussian, in one parallel pass: tile rectangles tmin, tmax [G, 2] int64 (tile_rect), row half
     extents [G] float64 (row_half_extent), and the tiles it reaches (count_or_fill_tiles, counting):
-    counts [G] int64 and masks [G] uint64. means2d [G, 2], radii [G, 2] int32, conics [G, 3], opac [G],
-    chords None or [G, chords.ROWS] (the reach test: count_or_fill_tiles); image W x H. Culled Gaussians
+    counts [G] int64 and masks [G] uint64. means2d [G, 2], radii [G, 2] int32, conics None or [G, 3],
+    opac [G], chords None or [G, chords.ROWS] (the reach test: count_or_fill_tiles); image W x H. Culled Gaussians
     (a zero radius) get the empty rectangle (0, 0)-(0, 0), row half extent -1 and no tiles. Gaussians
     are dealt to ``threads`` threads in blocks (schedule.py)."""
     G = means2d.shape[0]
@@ -261,9 +267,10 @@ class Bins(NamedTuple):
 
 def bin_gaussians(order, means2d, radii, conics, opac, N, TW, TH, ts, W, H, chords=None) -> Bins:
     """Per-tile, depth-sorted Gaussian lists (see touched_tiles and sort_pairs_by_tile) from depth
-    order [C, N], means2d [C*N, 2], radii [C*N, 2] int32, conics [C*N, 3], opac [C*N]; with chords
-    [C*N, chords.ROWS] (float64) the tiles are those the row chords reach, and conics are not read
-    for that (count_or_fill_tiles)."""
+    order [C, N], means2d [C*N, 2], radii [C*N, 2] int32, conics [C*N, 3] or None, opac [C*N]; with
+    chords [C*N, chords.ROWS] (float64) the tiles are those the row chords reach, and conics may be
+    None (count_or_fill_tiles); with neither, every tile of each box. Without conics the row half
+    extents are inf (every row; -1 for culled or transparent Gaussians): only the 3D kernels read them."""
     with KERNEL_LOCK:
         threads = thread_count()
         tmin, tmax, row_half, counts, masks = gaussian_extents(means2d, radii, conics, opac, chords, ts, TW, TH, W, H,

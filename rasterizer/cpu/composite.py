@@ -30,16 +30,18 @@ def interleaved_tile_order(n_tiles: int) -> np.ndarray:
 class BinnedTiles:
     """Per-tile depth-sorted Gaussian lists for C cameras (numpy; the fields of binning.Bins) and the
     tile visiting order, computed once per render. ``chords`` [C*N, chords.ROWS] (float64 numpy, the
-    splats' row chords: rasterizer.cpu.chords) replaces the conics' tile test (binning.bin_gaussians)."""
+    splats' row chords: rasterizer.cpu.chords) replaces the conics' tile test (binning.bin_gaussians);
+    conics [C, N, 3] None: no conic test (with chords None too, every tile of each box)."""
 
-    def __init__(self, means2d: Tensor, conics: Tensor, opac: Tensor, radii: Tensor, depths: Tensor,
+    def __init__(self, means2d: Tensor, conics: Tensor | None, opac: Tensor, radii: Tensor, depths: Tensor,
                  grid: TileGrid, width: int, height: int, chords: np.ndarray | None = None):
         C, N = depths.shape
         self.depths32 = _np(depths.detach().to(torch.float32))  # [C, N] the sort keys
         with KERNEL_LOCK:
             order = depth_order(self.depths32, _np(radii))
         self.row_half, self.offsets, self.ids, self.perm, self.starts, self.counts = B.bin_gaussians(
-            order, _np(means2d.reshape(C * N, 2)), _np(radii.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)),
+            order, _np(means2d.reshape(C * N, 2)), _np(radii.reshape(C * N, 2)),
+            None if conics is None else _np(conics.reshape(C * N, 3)),
             _np(opac.reshape(C * N)), N, grid.tiles_x, grid.tiles_y, grid.tile_size, width, height, chords)
         self.order = interleaved_tile_order(C * grid.tiles_x * grid.tiles_y)
 

@@ -48,8 +48,7 @@ class SurfelCompositeFunction(torch.autograd.Function):
         packed, rows = np.empty((C * N, K.PACKED), dt), np.empty((C * N, K.ROWS))
         with KERNEL_LOCK:
             K.pack_surfels(*flat, _np(radii.reshape(C * N, 2)), packed, rows)
-        no_conics = torch.zeros(C, N, 3, dtype=means2d.dtype)  # not read: the row chords decide the tiles
-        bins = BinnedTiles(means2d, no_conics, opac, radii, depths, grid, width, height, chords=rows)
+        bins = BinnedTiles(means2d, None, opac, radii, depths, grid, width, height, chords=rows)  # chords: the tiles
         if bins.ids.shape[0] >= 2**31:
             raise ValueError("more than 2^31 tile-surfel intersections (per-pixel indices are int32)")
         limits = kernel_limits(depth_limit, dt)

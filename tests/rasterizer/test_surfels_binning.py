@@ -40,8 +40,7 @@ def _binned(p, viewmats, Ks):
     K.pack_surfels(flat(proj.ray_transforms, 9), flat(proj.means2d, 2), flat(opac), flat(colors, 3),
                    flat(proj.depths), flat(proj.normals, 3), flat(proj.radii, 2), packed, rows)
     grid = TileGrid.for_image(W, H)
-    zero = torch.zeros(C, N, 3, dtype=proj.means2d.dtype)
-    args = (proj.means2d.detach(), zero, opac, proj.radii, proj.depths.detach(), grid, W, H)
+    args = (proj.means2d.detach(), None, opac, proj.radii, proj.depths.detach(), grid, W, H)  # no conics, as the backend
     return BinnedTiles(*args), BinnedTiles(*args, chords=rows), rows, proj, grid
 
 
@@ -118,6 +117,23 @@ def test_chord_binning_changes_no_output_bit(monkeypatch, dtype, surfel_depth):
         assert torch.equal(new[0][name], old[0][name]), name
     for name, g in old[1].items():
         assert torch.equal(new[1][name], g), f"grad {name}"
+
+
+def test_binning_without_conics_equals_the_degenerate_conics():
+    """conics None (what the surfel backend passes) bins exactly as zero conics, which are not positive
+    definite (every tile of the box, every row), with and without chords: every field of the bins."""
+    p, viewmats, Ks = _tilted_scene(seed=9)
+    box, exact, rows, proj, grid = _binned(p, viewmats, Ks)
+    C, N = viewmats.shape[0], p["means"].shape[0]
+    opac = p["opacities"].detach()[None].expand(C, N).contiguous()
+    zero = torch.zeros(C, N, 3, dtype=proj.means2d.dtype)
+    args = (proj.means2d.detach(), zero, opac, proj.radii, proj.depths.detach(), grid, W, H)
+    fields = ("row_half", "offsets", "ids", "perm", "starts", "counts", "order")
+    for none, zeros in ((box, BinnedTiles(*args)), (exact, BinnedTiles(*args, chords=rows))):
+        for f in fields:
+            np.testing.assert_array_equal(getattr(none, f), getattr(zeros, f), err_msg=f)
+    assert exact.ids.shape[0] < box.ids.shape[0]
+    assert np.isinf(box.row_half[box.counts > 0]).all()
 
 
 def test_band_columns_hold_every_column_a_row_reaches():
