@@ -9,7 +9,8 @@ trained on it (splatforge keeps COLMAP's world frame). Reliable points: seen in 
 images, reprojection error below ``--max-error`` px, inside the per-axis ``--box-percentiles`` box of
 those (which drops far outliers). Prints JSON: the point count, that box's diagonal (scene units) and,
 per mesh, the exact distance of each point to the mesh's triangles (open3d ray-casting scene) in % of
-that diagonal: median, mean, 90th percentile, and the fraction of the points within ``--within`` %.
+that diagonal: median, mean, 90th percentile, and the fraction of the points within ``--within`` %;
+and the median in scene units (``median``), which does not depend on how the box is drawn.
 
 This measures one direction only (points to mesh): a mesh that lies on the points scores well even
 with floaters elsewhere, and a mesh with holes where the points are scores badly. SfM points are
@@ -66,7 +67,7 @@ def load_triangles(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def distance_summary(dist: np.ndarray, diagonal: float, within_pct: float) -> dict:
     """Statistics of point-to-mesh distances ``dist`` [P] in % of ``diagonal``."""
     pct = dist / diagonal * 100
-    return {"median_pct": float(np.median(pct)), "mean_pct": float(pct.mean()),
+    return {"median": float(np.median(dist)), "median_pct": float(np.median(pct)), "mean_pct": float(pct.mean()),
             "p90_pct": float(np.percentile(pct, 90)), f"within_{within_pct:g}_pct": float((pct <= within_pct).mean())}
 
 

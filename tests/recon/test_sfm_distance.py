@@ -64,6 +64,7 @@ def test_distances_and_filters(tmp_path, capsys):
     assert diag == pytest.approx(2 * np.sqrt(2), rel=0.05)
     on, off = report["meshes"][str(plane(tmp_path))], report["meshes"][str(plane(tmp_path, 0.1))]
     assert on["median_pct"] == pytest.approx(np.median(np.abs(pts[:, 2])) / diag * 100, rel=1e-3)
+    assert on["median"] == pytest.approx(np.median(np.abs(pts[:, 2])), rel=1e-3)
     assert off["mean_pct"] == pytest.approx(np.mean(0.1 - pts[:, 2]) / diag * 100, rel=1e-3)
     assert on["within_0.5_pct"] == 1.0 and off["within_0.5_pct"] == 0.0
 
