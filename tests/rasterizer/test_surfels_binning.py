@@ -40,7 +40,8 @@ def _binned(p, viewmats, Ks):
     K.pack_surfels(flat(proj.ray_transforms, 9), flat(proj.means2d, 2), flat(opac), flat(colors, 3),
                    flat(proj.depths), flat(proj.normals, 3), flat(proj.radii, 2), packed, rows)
     grid = TileGrid.for_image(W, H)
-    args = (proj.means2d.detach(), None, opac, proj.radii, proj.depths.detach(), grid, W, H)  # no conics, as the backend
+    # no conics, as the backend passes
+    args = (proj.means2d.detach(), None, opac, proj.radii, proj.depths.detach(), grid, W, H)
     return BinnedTiles(*args), BinnedTiles(*args, chords=rows), rows, proj, grid
 
 

@@ -46,7 +46,8 @@ def test_distances_and_filters(tmp_path, capsys):
     sd = load()
     rng = np.random.default_rng(0)
     n = 400
-    xyz = np.column_stack([rng.uniform(-1, 1, n), rng.uniform(-1, 1, n), rng.uniform(-0.01, 0.01, n)])  # within 0.5 % of the diagonal
+    heights = rng.uniform(-0.01, 0.01, n)  # all within 0.5 % of the diagonal
+    xyz = np.column_stack([rng.uniform(-1, 1, n), rng.uniform(-1, 1, n), heights])
     tracks, errors = [3] * n, np.full(n, 0.5)
     xyz = np.vstack([xyz, [[0, 0, 5.0], [0, 0, -5.0], [50.0, 50.0, 50.0]]])  # unreliable, and a far outlier
     tracks += [2, 3, 9]
