@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from recon.data.colmap import ColmapPoints, find_sparse_dir, read_model  # noqa: E402
-from recon.mesh_metrics import distance_to_mesh  # noqa: E402
+from recon.mesh_metrics import bounding_diagonal, distance_to_mesh  # noqa: E402
 
 
 def reliable_points(points: ColmapPoints, min_track: int, max_error: float,
@@ -47,18 +47,16 @@ def reliable_points(points: ColmapPoints, min_track: int, max_error: float,
     return xyz[np.all((xyz >= lo) & (xyz <= hi), axis=1)]
 
 
-def box_diagonal(xyz: np.ndarray) -> float:
-    """Diagonal of the axis-aligned box of ``xyz`` [P, 3]."""
-    return float(np.linalg.norm(xyz.max(axis=0) - xyz.min(axis=0)))
-
-
 def load_triangles(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(vertices [V, 3], faces [F, 3]) of a mesh file (any format trimesh reads; scenes are merged)."""
     import trimesh
 
     if not path.is_file():
         raise SystemExit(f"sfm_distance.py: {path}: no such mesh file")
-    mesh = trimesh.load(path, force="mesh")
+    try:
+        mesh = trimesh.load(path, force="mesh", process=False)
+    except Exception as err:  # trimesh raises many types for bad files
+        raise SystemExit(f"sfm_distance.py: {path}: not a readable mesh ({err})") from err
     if len(mesh.faces) == 0:
         raise SystemExit(f"sfm_distance.py: {path}: the mesh has no triangles (an empty extraction?)")
     return np.asarray(mesh.vertices), np.asarray(mesh.faces)
@@ -89,7 +87,7 @@ def main(argv=None) -> int:
     if len(xyz) < 10:
         raise SystemExit(f"sfm_distance.py: {sparse}: only {len(xyz)} points pass --min-track {args.min_track} "
                          f"--max-error {args.max_error}; loosen them")
-    diagonal = box_diagonal(xyz)
+    diagonal = bounding_diagonal(xyz)
     report = {"data": str(args.data), "points": int(len(xyz)), "diagonal": diagonal,
               "filters": {"min_track": args.min_track, "max_error": args.max_error,
                           "box_percentiles": list(args.box_percentiles)},

@@ -78,6 +78,10 @@ def test_bad_input_is_named(tmp_path):
                      "property float z\nelement face 0\nproperty list uchar int vertex_indices\nend_header\n")
     with pytest.raises(SystemExit, match="empty.ply: the mesh has no triangles"):
         sd.main(["--data", str(data), "--mesh", str(empty)])
+    garbage = tmp_path / "garbage.ply"
+    garbage.write_bytes(b"not a mesh at all")
+    with pytest.raises(SystemExit, match="garbage.ply: not a readable mesh"):
+        sd.main(["--data", str(data), "--mesh", str(garbage)])
     with pytest.raises(SystemExit, match="nope.ply: no such mesh file"):
         sd.main(["--data", str(data), "--mesh", str(tmp_path / "nope.ply")])
     with pytest.raises(SystemExit, match="only 0 points pass"):
