@@ -45,11 +45,11 @@ def load_subcommands() -> dict[str, Callable]:
 
 def with_default_preset(argv: list[str]) -> list[str]:
     """``train --data X`` -> ``train default --data X``: `splatforge train` takes a preset name first
-    (recon.commands.train.PRESETS); without one the default preset is meant. ``train`` / ``train --help``
+    (recon.training.presets.PRESETS); without one the default preset is meant. ``train`` / ``train --help``
     alone are left as they are when asking for help (the help lists the presets)."""
     if not argv or argv[0] != "train":
         return argv
-    from recon.commands.train import DEFAULT_PRESET, PRESETS
+    from recon.training.presets import DEFAULT_PRESET, PRESETS
 
     rest = argv[1:]
     if rest and (rest[0] in PRESETS or rest[0] in ("-h", "--help")):
@@ -60,7 +60,7 @@ def with_default_preset(argv: list[str]) -> list[str]:
 def method_preset(args: list[str]) -> str | None:
     """The preset named like the method of ``--method M`` / ``--method=M`` in ``args`` (``nerf``: its own
     strategy and schedule), or None."""
-    from recon.commands.train import PRESETS
+    from recon.training.presets import PRESETS
 
     for i, a in enumerate(args):
         name = args[i + 1] if a == "--method" and i + 1 < len(args) else (a.split("=", 1)[1] if a.startswith("--method=") else None)
@@ -83,7 +83,7 @@ def unknown_subcommand(argv: list[str], names) -> str | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the subcommand named in ``argv`` (default ``sys.argv[1:]``). A user error escaping a command
-    (:func:`recon.errors.is_user_error`: a :class:`SplatforgeError`, an OSError naming its file) is printed
+    (:func:`recon.core.errors.is_user_error`: a :class:`SplatforgeError`, an OSError naming its file) is printed
     as one line (exit status 2); any other exception is a bug in splatforge: its traceback and a request to
     report it (exit status 1)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     if message is not None:
         print(message, file=sys.stderr)
         raise SystemExit(2)
-    from recon.errors import fail
+    from recon.core.errors import fail
 
     try:
         run_subcommand(argv)

@@ -48,7 +48,7 @@ def bench_trained(run: str, data: str | None, data_factor: int | None) -> dict:
 
     from recon.commands.evaluate import _evaluate
     from recon.export import read_splats
-    from recon.run import Run
+    from recon.run.folder import Run
 
     ply = Run.open(run).require_splats()
     with tempfile.TemporaryDirectory() as tmp:

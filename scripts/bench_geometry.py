@@ -33,7 +33,7 @@ the JSON; results before stop 26 scored such runs at 1x):
   median depth, 3dgs: expected depth (the depths ``splatforge mesh`` fuses);
 - ``normal_deg``: mean angle (degrees) between the method's normals and the true ones, world frame:
   2dgs its rendered normals, 3dgs the normals of its rendered expected depth (the 2DGS paper's
-  depth-to-normal, recon.geometry_metrics.depth_to_normal); ``normal_source`` says which, and
+  depth-to-normal, recon.geometry.metrics.depth_to_normal); ``normal_source`` says which, and
   ``normal_deg_depth_to_normal`` is the depth-to-normal error of every method (2dgs: of its median depth).
   Every method is scored on the same kind of pixels: true normal known, the pixel and its four neighbours
   seen (alpha >= 0.5; depth-to-normal exists only there). Before ``EVAL_VERSION`` 5 rendered normals were
@@ -41,7 +41,7 @@ the JSON; results before stop 26 scored such runs at 1x):
   ``normal_deg_all_seen`` (methods with rendered normals; lego and spot: within 0.01 degrees of the other);
 - spot only, ``chamfer_pct``: Chamfer distance between the mesh of ``splatforge mesh`` (same code path:
   recon.commands.mesh.extract_run_mesh, its default depth per method) and the true mesh mapped with the
-  dataset's ``mesh_to_world``, in % of the true bounding-box diagonal (recon.mesh_metrics: samples of
+  dataset's ``mesh_to_world``, in % of the true bounding-box diagonal (recon.geometry.mesh_metrics: samples of
   each mesh against the other's triangles, exact distances); ``mesh_signed_median_pct``: the median signed
   distance of the mesh's surface to the true one (negative: inside; scripts/surface_offset.py);
 - ``train_seconds``, ``seconds_per_step``: from the run's metrics.json (one training run each: training
@@ -124,10 +124,10 @@ def train_run(data: Path, run: Path, method: str, steps: int, factor: int, devic
     (resuming its checkpoints). ``grow_grad2d``: the run's ``--adc.grow-grad2d`` (None: train's default).
     UsageError for a finished run of another dataset (its config.yaml's ``data``): never scored on this one."""
     from recon.strategy import ADCConfig
-    from recon.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig, train_model
 
-    from recon.errors import UsageError
-    from recon.run_files import read_config_dict
+    from recon.core.errors import UsageError
+    from recon.outputs.files import read_config_dict
 
     metrics_path = run / "metrics.json"
     if metrics_path.is_file() and (run / "splats.ply").is_file():
@@ -162,14 +162,14 @@ def view_geometry(model, cam, kind: str, bg, supersample: int, rendered_normals:
 
     Rendered at ``supersample`` x the resolution (the grid a ``--supersample`` run trains on), then every
     map is averaged over supersample x supersample blocks the way the ground truth is averaged over data
-    factor blocks (recon.geometry_gt.downscale_gt: a block counts only where all its pixels do; normals
+    factor blocks (recon.geometry.ground_truth.downscale_gt: a block counts only where all its pixels do; normals
     renormalised); depth-to-normal is taken on the rendered grid. supersample 1: the maps as rendered
     (``downscale_gt`` returns them unchanged)."""
     import torch
 
-    from recon import geometry_gt as gg
-    from recon import geometry_metrics as gm
-    from recon import mesh_extraction as mx
+    from recon.geometry import ground_truth as gg
+    from recon.geometry import metrics as gm
+    from recon.geometry import mesh_extraction as mx
 
     fine = cam.scaled(supersample)
     normals = None
@@ -196,10 +196,10 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
     rendered the way the run trained (its ``--supersample``: :func:`view_geometry`)."""
     import torch
 
-    from recon import geometry_gt as gg
-    from recon import geometry_metrics as gm
+    from recon.geometry import ground_truth as gg
+    from recon.geometry import metrics as gm
     from recon.commands.mesh import depth_kind
-    from recon.run import Run
+    from recon.run.folder import Run
 
     run = Run.open(run_dir)
     scene = run.scene
@@ -271,7 +271,7 @@ def mesh_eval(run_dir: Path, data: Path, mesh_out: Path, resolution: int, keep_l
     import trimesh
 
     from recon.commands.mesh import MeshConfig, extract_run_mesh
-    from recon.mesh_metrics import chamfer_distance
+    from recon.geometry.mesh_metrics import chamfer_distance
     from surface_offset import mesh_offset, true_mesh_in_scene
 
     t = time.perf_counter()
@@ -331,8 +331,8 @@ def run_name(label: str, method: str, args, grow_grad2d: float | None) -> str:
 
 
 def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
-    from recon.atomic import atomic_write_bytes
-    from recon.geometry_gt import detect_source
+    from recon.core.atomic import atomic_write_bytes
+    from recon.geometry.ground_truth import detect_source
 
     out = Path(args.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -446,7 +446,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    from recon.errors import USER_ERRORS
+    from recon.core.errors import USER_ERRORS
 
     args = parse_args(argv)
     try:

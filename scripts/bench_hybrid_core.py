@@ -90,7 +90,7 @@ def synthetic(args: Args):
 def from_run(args: Args):
     from recon.hybrid.assets import PlacedAsset, load_mesh, parse_light, parse_material, parse_pose
     from recon.hybrid.render import HybridRenderer, ground_frame_of
-    from recon.run import Run
+    from recon.run.folder import Run
 
     run = Run.open(args.run)
     frame = ground_frame_of(run.scene.frames_train)

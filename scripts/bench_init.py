@@ -1,6 +1,6 @@
 """Random initialisation against point initialisation: test PSNR of short and full runs (prints JSON).
 
-Cases (see recon/init_region.py for the rule that places random Gaussians):
+Cases (see recon/models/init_region.py for the rule that places random Gaussians):
   arc    the procedural scene seen from a 90-degree arc with its points removed, trained with the
          camera-derived box and with the box the old rule chose (camera centroid +- 0.5 x extent);
   bird   colmap_bird (../shared/data/colmap_bird) at data factor 2 with its SfM points and with
@@ -40,7 +40,7 @@ def old_rule_box(scene) -> str:
 
 
 def bench_arc(steps: int, data_factor: int) -> list[dict]:
-    import recon.trainer as trainer
+    import recon.training.trainer as trainer
 
     original = trainer.load_training_scene
     trainer.load_training_scene = lambda cfg: arc_scene(cfg.data_factor)
@@ -61,7 +61,7 @@ def bench_arc(steps: int, data_factor: int) -> list[dict]:
 
 
 def bench_bird(steps: int, modes: list[str], device: str) -> list[dict]:
-    from recon.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig, train_model
 
     data = SHARED / "colmap_bird"
     if not data.is_dir():

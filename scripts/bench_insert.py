@@ -53,7 +53,7 @@ def machine() -> dict:
 
 def auto_pose(run, mesh, fraction: float):
     """A Pose at the scene's centre whose bounding-box diagonal is ``fraction`` of the scene's."""
-    from recon.camera_paths import scene_rig
+    from recon.data.camera_paths import scene_rig
     from recon.hybrid.assets import Pose
 
     centre = scene_rig(run.cameras)["center"]
@@ -70,7 +70,7 @@ def bench_case(name: str, run_dir: Path, size: str, material: str, bounces: int,
     from recon.commands.insert import parse_camera, parse_size, resized
     from recon.hybrid.assets import PlacedAsset, load_mesh, parse_light, parse_material, parse_pose
     from recon.hybrid.render import HybridRenderer
-    from recon.run import Run
+    from recon.run.folder import Run
 
     load_before = os.getloadavg()
     t0 = time.perf_counter()
@@ -140,7 +140,7 @@ def main() -> None:
         from recon.commands.insert import check_compositable
         from recon.hybrid.assets import parse_material
         from recon.models.base import NotCompositableError
-        from recon.run import Run
+        from recon.run.folder import Run
 
         material = "mirror" if case == "mirror" else "diffuse"
         try:

@@ -113,7 +113,7 @@ def synthetic_view():
 
 def run_views(run_dir: str, views: list[int]):
     """Views of a 2dgs run's newest checkpoint (SH colours), from its training cameras."""
-    from recon.run import Run
+    from recon.run.folder import Run
 
     run = Run.open(run_dir)
     found = run.latest_checkpoint()

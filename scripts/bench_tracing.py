@@ -43,7 +43,7 @@ import torch
 from rasterizer.tracing import build_gaussian_accel, candidates_cpu, trace_gaussians
 from rasterizer.tracing.evaluate import composite_candidates
 from rasterizer.tracing.geometry import GAUSSIAN, gaussian_frames
-from recon.open3d_import import open3d
+from recon.core.open3d_import import open3d
 
 
 def make_scene(n: int, seed: int = 0, sh_degree: int = 3):

@@ -49,7 +49,7 @@ def bench_step(args) -> dict:
     import torch
 
     from recon.models.gaussians import GaussianModel
-    from recon.trainer import TrainConfig, Trainer
+    from recon.training.trainer import TrainConfig, Trainer
 
     bird = SHARED / "colmap_bird"
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,7 +64,7 @@ def bench_step(args) -> dict:
             source = "procedural 480x272, 6500 random Gaussians"
             trainer = Trainer(cfg, log=lambda *a: None)
             trainer.scene = procedural_scene(width=480, height=272)
-            from recon.frame_images import FrameImages
+            from recon.data.frame_images import FrameImages
 
             trainer.images = FrameImages(trainer.scene.frames_train, trainer.device)
             g = torch.Generator().manual_seed(0)
@@ -85,7 +85,7 @@ def bench_step(args) -> dict:
 
 
 def bench_full(name: str, data: Path, steps: int, device: str) -> dict:
-    from recon.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig, train_model
 
     if not data.is_dir():
         return {"benchmark": f"full_{name}", "skipped": f"{data} not found"}

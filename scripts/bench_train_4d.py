@@ -33,7 +33,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 from bench_rasterizer import machine  # noqa: E402
-from recon.trainer import TrainConfig, Trainer  # noqa: E402
+from recon.training.trainer import TrainConfig, Trainer  # noqa: E402
 
 
 def slicing_seconds(model, times: list[float]) -> list[float]:

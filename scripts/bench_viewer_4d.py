@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from recon.models.base import model_class
-from recon.spacetime_data import SpaceTimeData
+from recon.core.spacetime_data import SpaceTimeData
 from viewer.server import ViewerServer
 from viewer.spacetime import SpaceTimeScene
 

@@ -80,7 +80,7 @@ def main() -> None:
     layer = v.assets
     if args.no_proxy:
         from recon.hybrid.render import HybridRenderer
-        from recon.run import Run
+        from recon.run.folder import Run
 
         layer.make_renderer = lambda: HybridRenderer.for_run(Run.open(args.run), layer.assets, layer.lights,
                                                              proxy=False, warn=lambda m: None)

@@ -59,7 +59,7 @@ class TimedHook:
 
 
 def make_trainer(args, out: Path, hooks=()):
-    from recon.trainer import TrainConfig, Trainer
+    from recon.training.trainer import TrainConfig, Trainer
 
     cfg = TrainConfig(out=out, steps=args.steps, data_factor=args.data_factor, save_every=0, progress=False,
                       device="cpu", seed=0)

@@ -16,7 +16,7 @@ spec="."
 .venv/bin/python -m pip install -q -e "$spec"
 # open3d (splatforge mesh / insert, the geometry scripts) loads system libraries; say which are missing
 .venv/bin/python - <<'PY'
-from recon.open3d_import import Open3DMissingError, open3d
+from recon.core.open3d_import import Open3DMissingError, open3d
 try:
     open3d("splatforge mesh and insert, and the geometry scripts")
 except Open3DMissingError as err:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the outside readers used by tests/recon/test_outside_readers.py and test_export_glb.py:
+# Install the outside readers used by tests/recon/export/test_outside_readers.py and test_export_glb.py:
 #   - Debian chromium (/usr/bin/chromium) for Spark in a headless browser (only if missing);
 #   - python playwright (driver only; NEVER `playwright install`, we launch /usr/bin/chromium)
 #     and pygltflib (a second glTF reader) into .venv;

@@ -12,7 +12,7 @@ is probed without any trained model, by consistency with the cameras of ``transf
    depth (robust loss; occlusions are outliers). The best hypothesis and its residual are reported.
 2. Normals: with the fitted depth (blurred by :data:`SMOOTH_PX`: 8-bit depth is too coarse for
    neighbour differences), normals are computed from the depth maps
-   (:func:`recon.geometry_metrics.depth_to_normal`) and compared with the PNG's unit-length vectors as
+   (:func:`recon.geometry.metrics.depth_to_normal`) and compared with the PNG's unit-length vectors as
    world-frame and as camera-frame normals; the clipping hypothesis (value / 255 = max(n, 0)) is checked
    on the sign of the depth normals' components where the PNG has zero / positive ones; the fraction of
    unit PNG normals facing their camera (world frame); the most frequent colours.
@@ -179,7 +179,7 @@ def normal_check(views, params, curve, radial):
     pixels for "world" and "camera" (OpenGL) frames; clipping checks; world normals facing the camera."""
     import torch
 
-    from recon.geometry_metrics import depth_to_normal
+    from recon.geometry.metrics import depth_to_normal
 
     ang = {"world": [], "camera": []}
     zero_comp, pos_comp, facing = [], [], []

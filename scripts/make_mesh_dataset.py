@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, when splatforge is not installed
-from recon.open3d_import import Open3DMissingError, open3d  # noqa: E402
+from recon.core.open3d_import import Open3DMissingError, open3d  # noqa: E402
 
 FOV_X = 0.6911112070083618  # lego_400's camera_angle_x
 CAMERA_RADIUS = 1.15 / math.sin(FOV_X / 2)  # the unit sphere fills the view with a 15% margin
@@ -298,7 +298,7 @@ def write_split(out: Path, split: str, scene, shader, c2ws: np.ndarray, size: in
         progress()
     doc = {"camera_angle_x": FOV_X, "depth_scale": DEPTH_SCALE, "normal_frame": "world", "pixel_samples": samples,
            "mesh_to_world": mesh_to_world.tolist(), "frames": frames}
-    from recon.atomic import atomic_write_bytes
+    from recon.core.atomic import atomic_write_bytes
 
     atomic_write_bytes(out / f"transforms_{split}.json", json.dumps(doc, indent=2).encode(), force=True)
 

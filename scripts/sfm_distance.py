@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from recon.data.colmap import ColmapPoints, find_sparse_dir, read_model  # noqa: E402
-from recon.mesh_metrics import bounding_diagonal, distance_to_mesh  # noqa: E402
+from recon.geometry.mesh_metrics import bounding_diagonal, distance_to_mesh  # noqa: E402
 
 
 def reliable_points(points: ColmapPoints, min_track: int, max_error: float,

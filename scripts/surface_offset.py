@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from recon.open3d_import import open3d  # noqa: E402
+from recon.core.open3d_import import open3d  # noqa: E402
 
 SAMPLES = 200_000
 OPAQUE = 0.9
@@ -56,21 +56,21 @@ def signed_distance(truth, points: np.ndarray) -> np.ndarray:
     """[P] signed distance of points [P, 3] to the true surface (negative inside)."""
     o3d = open3d("surface_offset.py")
 
-    from recon.mesh_metrics import triangle_scene
+    from recon.geometry.mesh_metrics import triangle_scene
 
     scene = triangle_scene(np.asarray(truth.vertices), np.asarray(truth.faces))
     return scene.compute_signed_distance(o3d.core.Tensor(np.ascontiguousarray(points, dtype=np.float32))).numpy()
 
 
 def diagonal(truth) -> float:
-    from recon.mesh_metrics import bounding_diagonal
+    from recon.geometry.mesh_metrics import bounding_diagonal
 
     return bounding_diagonal(truth.vertices)
 
 
 def mesh_offset(truth, vertices: np.ndarray, faces: np.ndarray) -> dict:
     """Signed offset statistics of a reconstructed mesh's surface samples, in % of the true diagonal."""
-    from recon.mesh_metrics import sample_surface
+    from recon.geometry.mesh_metrics import sample_surface
 
     pts = sample_surface(np.asarray(vertices), np.asarray(faces), SAMPLES, np.random.default_rng(0))
     sd = signed_distance(truth, pts) / diagonal(truth) * 100
@@ -88,7 +88,7 @@ def extracted_offset(truth, mesh_path: Path) -> dict:
 
 def run_offset(truth, run_dir: Path) -> dict:
     """Signed distance (scene units) of a run's opaque splat centres, overall and by largest scale."""
-    from recon.run import Run
+    from recon.run.folder import Run
 
     model = Run.open(run_dir).load_model()
     means = model.params["means"].detach().cpu().numpy()
@@ -112,7 +112,7 @@ def tangent_splats(truth, count: int, rng: np.random.Generator):
     import torch
 
     from rasterizer.quaternions import quat_z_to
-    from recon.mesh_metrics import sample_surface_faces
+    from recon.geometry.mesh_metrics import sample_surface_faces
 
     vertices, faces = np.asarray(truth.vertices, dtype=np.float64), np.asarray(truth.faces)
     pts, pick = sample_surface_faces(vertices, faces, count, rng)

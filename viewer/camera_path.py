@@ -30,8 +30,8 @@ from rasterizer.camera import (Camera, camera_to_dict, intrinsics_from_vertical_
 intrinsics_from_fov = intrinsics_from_vertical_fov  # viser reports the vertical fov
 viser_to_world_to_cam = world_to_cam_from_pose  # viser: wxyz = R_world_cam, position = camera centre
 world_to_cam_to_viser = pose_from_world_to_cam
-from recon.atomic import atomic_write_bytes
-from recon.errors import SplatforgeError
+from recon.core.atomic import atomic_write_bytes
+from recon.core.errors import SplatforgeError
 
 
 class CameraPathError(SplatforgeError, ValueError):
@@ -64,7 +64,7 @@ def camera_path_to_dict(path: CameraPath) -> dict:
 
 
 def save_camera_path(file: str | os.PathLike, path: CameraPath) -> Path:
-    """Write ``path`` as JSON, replacing ``file`` atomically (:func:`recon.atomic.atomic_write_bytes`);
+    """Write ``path`` as JSON, replacing ``file`` atomically (:func:`recon.core.atomic.atomic_write_bytes`);
     returns the file."""
     file = Path(file)
     file.parent.mkdir(parents=True, exist_ok=True)

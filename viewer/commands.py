@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from recon.errors import fail
+from recon.core.errors import fail
 from viewer.scene import ViewerInputError, load_meshes, load_scene
 
 try:
@@ -95,8 +95,8 @@ def baked_splats(scene) -> bool:
     ``SPLAT_FILE_IS_BAKED``): then the viewer shows server-rendered frames of the model itself."""
     if scene.run_dir is None or scene.dynamic:
         return False
-    from recon.errors import SplatforgeError
-    from recon.run import Run
+    from recon.core.errors import SplatforgeError
+    from recon.run.folder import Run
 
     try:
         return bool(getattr(Run.open(scene.run_dir).model_class, "SPLAT_FILE_IS_BAKED", False))
@@ -135,8 +135,8 @@ def asset_layer(cfg: ViewConfig, scene, verbose: bool = True):
 def check_time_flags(cfg: ViewConfig, scene) -> None:
     """ViewerInputError for --time outside [0, 1] and for --time / --play with a 3D model; sets the 4D
     scene's first time."""
-    from recon.errors import UsageError
-    from recon.time_args import check_time
+    from recon.core.errors import UsageError
+    from recon.run.time_args import check_time
 
     if not scene.dynamic:
         raise ViewerInputError(f"--time / --play: {cfg.path} holds 3D Gaussians, which do not change with time "

@@ -80,7 +80,7 @@ def default_renderer_factory(run_dir: Path | None, assets: list[PlacedAsset], li
         except ImportError as err:
             raise HybridUnavailable(f"server hybrid rendering is unavailable: recon.hybrid.render cannot be "
                                     f"imported ({err})") from None
-        from recon.run import Run
+        from recon.run.folder import Run
 
         import torch
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recon.errors import SplatforgeError
+from recon.core.errors import SplatforgeError
 from recon.export import SplatFileError, read_splats
 from viewer.splat_scene import BrowserSplats, SplatScene, TrainingCamera, browser_splats, robust_bounds
 
@@ -28,7 +28,7 @@ def resolve_splat_file(path: str | os.PathLike) -> tuple[Path, Path | None]:
     """(splat file, run folder or None) for a FILE or RUN_DIR argument; ViewerInputError if neither."""
     path = Path(path)
     if path.is_dir():
-        from recon.run import Run  # the trainer's modules (torch): only for run folders
+        from recon.run.folder import Run  # the trainer's modules (torch): only for run folders
 
         try:
             return Run.open(path).require_splats(), path
@@ -40,10 +40,10 @@ def resolve_splat_file(path: str | os.PathLike) -> tuple[Path, Path | None]:
 
 
 def load_run_cameras(run_dir: Path) -> list[TrainingCamera]:
-    """Training cameras of a run (:class:`recon.run.Run`; optional: [] when the config or the dataset is
+    """Training cameras of a run (:class:`recon.run.folder.Run`; optional: [] when the config or the dataset is
     unavailable). Never raises."""
     try:
-        from recon.run import Run
+        from recon.run.folder import Run
 
         return training_cameras(Run.open(run_dir).scene)
     except (SplatforgeError, OSError):  # no config, no dataset, a bad dataset: no frustums (a bug still raises)
@@ -94,7 +94,7 @@ def spacetime_source(path: str | os.PathLike) -> tuple[Path, Path | None] | None
 
     path = Path(path)
     if path.is_dir():
-        from recon.run import Run
+        from recon.run.folder import Run
 
         try:
             run = Run.open(path)

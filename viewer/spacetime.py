@@ -117,7 +117,7 @@ def load_spacetime_scene(source: Path, run_dir: Path | None = None) -> SpaceTime
     """The 4D scene of a 4D run (``run_dir``: its splats4d.ply, else its newest checkpoint) or a ply4d file
     (``source``), on the CPU."""
     if run_dir is not None:
-        from recon.run import Run
+        from recon.run.folder import Run
 
         model = Run.open(run_dir).load_model()
     else:

@@ -1,4 +1,4 @@
-"""Live training in the browser: a :class:`recon.trainer.TrainingHook` that serves the model being trained.
+"""Live training in the browser: a :class:`recon.training.trainer.TrainingHook` that serves the model being trained.
 
 ``splatforge train ... --viewer`` creates a :class:`TrainingViewer` (imported lazily, only then) and passes
 it to the trainer. On the trainer thread, every ``every`` steps, the current Gaussians are copied to numpy
@@ -24,7 +24,7 @@ import numpy as np
 
 from recon.export import SplatData
 from recon.export.splats import FIELDS
-from recon.run_files import SPLATS4D_FILE, SPLATS_FILE
+from recon.outputs.files import SPLATS4D_FILE, SPLATS_FILE
 from viewer.scene import SplatScene, training_cameras, up_from_cameras
 
 STATS_INTERVAL = 1.0  # seconds between stats panel updates (besides the splat updates)

@@ -6,7 +6,7 @@
   backward (``compositing.py``), both behind one autograd function (``composite.py``);
 - view-dependent SH colours: one kernel each way (``sh.py``).
 
-Public for code that launches its own Numba parallel kernels in the same process (``recon.fused_ssim``):
+Public for code that launches its own Numba parallel kernels in the same process (``recon.losses.ssim``):
 :data:`KERNEL_LOCK` (``launch.py``), which every parallel launch must hold, because Numba's workqueue
 threading layer, selected on import here, is not re-entrant (a viewer renders from another thread).
 """

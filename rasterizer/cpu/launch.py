@@ -5,7 +5,7 @@ Numba's OpenMP layer and PyTorch's OpenMP runtime spin-wait against each other (
 selected here (unless ``NUMBA_THREADING_LAYER`` is set), before any parallel kernel is compiled. The
 workqueue layer is not re-entrant: every parallel launch must hold :data:`KERNEL_LOCK` (the viewer
 renders from another thread while training runs). Code outside ``rasterizer`` that launches its own
-Numba parallel kernels in the same process (``recon.fused_ssim``) takes the same lock, imported as
+Numba parallel kernels in the same process (``recon.losses.ssim``) takes the same lock, imported as
 ``from rasterizer.cpu import KERNEL_LOCK``.
 
 Taking the lock also keeps the workers of the coming launch on different CPUs (``placement.py``: on the

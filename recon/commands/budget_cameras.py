@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rasterizer.camera import Camera
-from recon import run_files as rf
-from recon.errors import SplatforgeError
+from recon.outputs import files as rf
+from recon.core.errors import SplatforgeError
 
 if TYPE_CHECKING:
-    from recon.run import Run
+    from recon.run.folder import Run
 
 
 def run_cameras(run: "Run") -> tuple[list[Camera] | None, str]:

@@ -2,7 +2,7 @@
 
 Prints a table of each run's metrics (test PSNR / SSIM / LPIPS, Gaussians, steps, training seconds, from
 its ``metrics.json``; the best value of a column in bold), a table of the ``config.yaml`` fields that differ
-between the runs, and with ``--out compare.png`` writes their curves overlaid (:func:`recon.run_plots.
+between the runs, and with ``--out compare.png`` writes their curves overlaid (:func:`recon.outputs.plots.
 plot_compare`, from each run's ``history.json``). Runs from before ``history.json`` are in the tables and
 left out of the curves; a run still training (no ``metrics.json`` yet) shows its metrics as "-".
 """
@@ -16,10 +16,10 @@ from typing import Annotated, Callable
 
 import tyro
 
-from recon import run_files as rf
+from recon.outputs import files as rf
 from recon.commands.train import USER_ERRORS, fail
-from recon.errors import DamagedFileError, UsageError
-from recon.run_history import RunHistory
+from recon.core.errors import DamagedFileError, UsageError
+from recon.outputs.history import RunHistory
 
 MISSING = "-"
 IGNORED_CONFIG_KEYS = ("out",)  # differs between any two runs and says nothing about them
@@ -145,7 +145,7 @@ def config_table(runs: list[RunRecord]):
 
 def write_curves(runs: list[RunRecord], out: Path) -> list[str]:
     """Overlaid curves of the runs with a history.json at ``out``; returns the names of those left out."""
-    from recon.run_plots import plot_compare, save_figure
+    from recon.outputs.plots import plot_compare, save_figure
 
     with_history = {r.name: r.history for r in runs if r.history is not None}
     if not with_history:
@@ -170,7 +170,7 @@ def compare(runs: Annotated[tuple[Path, ...], tyro.conf.Positional], out: Path |
         if not runs:
             raise UsageError("give the run folders to compare, e.g. `splatforge compare runs/a runs/b`")
         if out is not None:
-            from recon.run_plots import FIGURE_FORMATS
+            from recon.outputs.plots import FIGURE_FORMATS
 
             if Path(out).suffix.lower().lstrip(".") not in FIGURE_FORMATS:
                 raise UsageError(f"--out {out}: give a .png, .svg or .pdf file name")

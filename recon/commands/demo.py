@@ -20,8 +20,8 @@ def demo(out: Path = Path("demo_output"), steps: int = DEMO_STEPS, video: bool =
         video: also render a turntable video.
     """
     from recon.commands.render import render_video
-    from recon.data_arg import PROCEDURAL
-    from recon.trainer import TrainConfig, train_model
+    from recon.data.data_arg import PROCEDURAL
+    from recon.training.trainer import TrainConfig, train_model
 
     cfg = TrainConfig(data=Path(PROCEDURAL), out=Path(out), steps=steps, save_every=max(1, steps // 2),
                       progress=progress)

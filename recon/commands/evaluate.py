@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 from recon.commands.train import USER_ERRORS, fail
-from recon.errors import UsageError
+from recon.core.errors import UsageError
 
 
 def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | None = None,
@@ -31,17 +31,17 @@ def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | N
     lp = "" if metrics["lpips"] is None else f", LPIPS {metrics['lpips']:.4f}"
     print(f"test PSNR {metrics['psnr']:.2f} dB, SSIM {metrics['ssim']:.4f}{lp} over {metrics['num_views']} views")
     if metrics["lpips"] is None:
-        from recon.lpips import NOTE
+        from recon.losses.lpips import NOTE
 
         print(NOTE)
 
 
 def _evaluate(run, splats, data, data_factor, out, device) -> dict:
-    from recon import run_files as rf
-    from recon.evaluation import evaluate_on_scene
-    from recon.outputs import ensure_writable_folder
-    from recon.run import Run
-    from recon.devices import resolve_device
+    from recon.outputs import files as rf
+    from recon.training.evaluation import evaluate_on_scene
+    from recon.outputs.paths import ensure_writable_folder
+    from recon.run.folder import Run
+    from recon.core.devices import resolve_device
 
     if run is None and splats is None:
         raise UsageError("give --run DIR or --splats FILE")
@@ -63,9 +63,9 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
 
 
 def bare_run(splats: Path, data: Path, data_factor: int | None):
-    """A :class:`recon.run.Run` for a splat file outside any run: default config on ``data``."""
-    from recon.run import Run
-    from recon.trainer import TrainConfig
+    """A :class:`recon.run.folder.Run` for a splat file outside any run: default config on ``data``."""
+    from recon.run.folder import Run
+    from recon.training.trainer import TrainConfig
 
     cfg = TrainConfig(data=Path(data), data_factor=data_factor or 1, out=splats.parent)
     return Run(splats.parent, cfg, has_config=False, dataset_known=True)

@@ -2,13 +2,13 @@
 [--max-splats N] [--target desktop|web|android|iphone|quest3|visionpro] [--time T | --times A:B:N
 [--duration S]] [--force]``
 
-Input: a run folder (opened with :meth:`recon.run.Run.open`; its ``config.yaml`` names the dataset) or a
+Input: a run folder (opened with :meth:`recon.run.folder.Run.open`; its ``config.yaml`` names the dataset) or a
 model file (``.ply``, ``.splat``, ``.spz``, ``.glb``, by suffix). The format defaults to the suffix of
 ``--out``. Splats holding NaN/Inf are dropped (counted); then the budget is applied
 (:mod:`recon.export.budget`: importance = opacity x footprint over the run's training views when the
 dataset is available, else opacity x volume); then the model is written atomically. An existing
 output is refused without ``--force``. A short report follows (:mod:`recon.export.report`; test PSNR
-before and after from :mod:`recon.run_export`).
+before and after from :mod:`recon.run.export_psnr`).
 
 4D models (a ``--method 4dgs`` run, a ply4d file): ``--format ply4d`` writes the whole 4D model;
 ``--time T`` exports its 3D slice at T like any 3D model; ``--times A:B:N`` writes a sequence folder of
@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-from recon.errors import USER_ERRORS, OutputError, UsageError, fail
+from recon.core.errors import USER_ERRORS, OutputError, UsageError, fail
 from recon.export import SplatFileError
 from recon.export.atomic import refuse_overwrite
 from recon.export.budget import apply_budget, resolve_budget
 from recon.export.glb import format_key, read_any, write_any
 from recon.export.report import ExportReport, print_report
 from recon.commands.budget_cameras import run_cameras
-from recon.outputs import ensure_writable_folder
-from recon.time_args import resolve_times
+from recon.outputs.paths import ensure_writable_folder
+from recon.run.time_args import resolve_times
 
 try:
     import tyro
@@ -126,7 +126,7 @@ def run_export(config: ExportConfig) -> ExportReport:
     if is_4d:
         notes.append(f"the 3D slice of the 4D model at time {times[0]:g}")
     if run is not None and config.evaluate:
-        from recon.run_export import export_psnr
+        from recon.run.export_psnr import export_psnr
 
         exported = read_any(config.out, fmt)  # what a viewer sees, quantisation included
         psnr, why = export_psnr(run, exported, original=clean)

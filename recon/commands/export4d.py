@@ -12,7 +12,7 @@ import math
 import os
 from pathlib import Path
 
-from recon.errors import OutputError, SplatforgeError, UsageError
+from recon.core.errors import OutputError, SplatforgeError, UsageError
 from recon.export import ModelKindError, SplatFileError, is_ply4d, read_ply4d, write_ply4d
 from recon.export.ply4d import ply4d_duration
 from recon.export.atomic import refuse_overwrite
@@ -20,13 +20,13 @@ from recon.export.budget import apply_budget, resolve_budget
 from recon.export.budget4d import apply_budget4
 from recon.export.glb import all_formats
 from recon.export.report import ExportReport
-from recon.outputs import ensure_writable_folder
+from recon.outputs.paths import ensure_writable_folder
 
 
 def open_source(src: Path):
     """(Run or None, the model's path, whether it is 4D) for a run folder or a model file; FileNotFoundError
     when ``src`` does not exist. A 4D run's path is its folder (the model may be in a checkpoint)."""
-    from recon.run import Run  # torch and the trainer's modules: only for run folders
+    from recon.run.folder import Run  # torch and the trainer's modules: only for run folders
 
     if src.is_dir():
         run = Run.open(src)

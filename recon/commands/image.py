@@ -25,7 +25,7 @@ from typing import Annotated, Literal, Optional, Union
 
 import tyro
 
-from recon.errors import USER_ERRORS, UsageError, fail
+from recon.core.errors import USER_ERRORS, UsageError, fail
 
 ERROR_GAIN = 4.0  # the compare image's error panel: |render - image| x 4, clamped to 1
 GAP_PIXELS = 4  # white columns between the compare panels
@@ -154,7 +154,7 @@ def check_fit_args(args: FitArgs) -> None:
 
 def fit_command(args: FitArgs) -> None:
     from recon.image.io import read_image
-    from recon.outputs import check_output_file
+    from recon.outputs.paths import check_output_file
 
     check_fit_args(args)
     source = Path(args.input)
@@ -228,10 +228,10 @@ class FitProgress:
 
 def fit_folder(args: FitArgs) -> None:
     """Fit every image in the folder ``args.input``; write <name>.gimg per image and the reports in --out."""
-    from recon.atomic import refuse_overwrite
+    from recon.core.atomic import refuse_overwrite
     from recon.image.io import image_files, read_image
     from recon.image.report import REPORT_CSV, REPORT_JSON, mean_record, write_reports
-    from recon.outputs import ensure_writable_folder
+    from recon.outputs.paths import ensure_writable_folder
 
     files = image_files(args.input)
     if not files:
@@ -284,7 +284,7 @@ def render_command(args: RenderArgs) -> None:
     from recon.image.gimg import read_gimg
     from recon.image.io import write_png
     from recon.image.resample import check_memory, output_size
-    from recon.outputs import check_output_file
+    from recon.outputs.paths import check_output_file
 
     if not args.max_memory_gb > 0:
         raise UsageError(f"--max-memory-gb {args.max_memory_gb}: must be > 0")
@@ -324,7 +324,7 @@ def compare_command(args: CompareArgs) -> None:
     from recon.image.gimg import read_gimg
     from recon.image.io import read_image, write_png
     from recon.image.resample import psnr
-    from recon.outputs import check_output_file
+    from recon.outputs.paths import check_output_file
 
     check_output_file(args.out, args.force, suffixes=(".png",))
     model = read_gimg(args.model)

@@ -44,8 +44,8 @@ import numpy as np
 
 from recon.commands.insert_outputs import (colourise_depth, colourise_mask, depth_png16, preview_path,  # noqa: F401
                                           write_outputs)
-from recon.errors import USER_ERRORS, OutputError, UsageError, fail
-from recon.open3d_import import open3d
+from recon.core.errors import USER_ERRORS, OutputError, UsageError, fail
+from recon.core.open3d_import import open3d
 
 try:
     import tyro
@@ -195,7 +195,7 @@ def output_kind(out: Path | None) -> str | None:
 def check_outputs(cfg: InsertConfig, kind: str | None) -> None:
     """Suffixes, existing files (without --force) and writable folders of every output, before rendering."""
     from recon.commands.render import check_render_arguments
-    from recon.outputs import check_output_file
+    from recon.outputs.paths import check_output_file
 
     if cfg.out is None and cfg.export_glb is None:
         raise UsageError("give --out (frame.png, clip.mp4 or a folder) and/or --export-glb scene.glb")
@@ -251,7 +251,7 @@ class InsertPlan:
 
 def default_pose_translation(run) -> tuple[float, float, float]:
     """The scene's centre (where the training cameras look), for a single asset given no --pose."""
-    from recon.camera_paths import scene_rig
+    from recon.data.camera_paths import scene_rig
 
     return tuple(float(v) for v in scene_rig(run.cameras)["center"])
 
@@ -261,7 +261,7 @@ def resized(camera, size: tuple[int, int] | None, max_side: int | None):
     import torch
 
     from rasterizer import Camera
-    from recon.camera_paths import resize_intrinsics
+    from recon.data.camera_paths import resize_intrinsics
 
     w, h = size if size is not None else (camera.width, camera.height)
     if max_side is not None and max(w, h) > max_side:
@@ -275,7 +275,7 @@ def resized(camera, size: tuple[int, int] | None, max_side: int | None):
 
 def plan_cameras(cfg: InsertConfig, run, kind: str | None) -> list:
     """The cameras to render (one for --camera or a .png --out; --frames along --path)."""
-    from recon.camera_paths import PATHS, camera_path
+    from recon.data.camera_paths import PATHS, camera_path
     from recon.commands.render import keyframe_path_cameras
 
     if cfg.camera is not None and cfg.path is not None:
@@ -339,7 +339,7 @@ def plan(cfg: InsertConfig, warn=None) -> InsertPlan:
     from recon.hybrid.assets import check_inside, parse_light, parse_material, parse_pose
     from recon.hybrid.proxy import scene_bounds
     from recon.hybrid.render import ground_frame_of
-    from recon.run import Run
+    from recon.run.folder import Run
 
     warn = warn or (lambda m: print(f"splatforge insert: warning: {m}", file=sys.stderr))
     kind = output_kind(cfg.out)
@@ -457,7 +457,7 @@ def rebuilt_renderer(renderer, assets):
 
 
 def resolve_device(name: str):
-    from recon.devices import resolve_device as resolve
+    from recon.core.devices import resolve_device as resolve
 
     return resolve(name)
 

@@ -84,7 +84,7 @@ def write_outputs(p, frames: dict, warn) -> list[Path]:
     """Write --out, --depth (+ preview), --mask (+ preview) of plan ``p`` (:class:`recon.commands.insert.InsertPlan`:
     its ``cfg`` and output ``kind``) atomically; ``frames`` as :func:`recon.commands.insert.render_frames` returns
     them. Returns the paths written."""
-    from recon.atomic import atomic_write_bytes
+    from recon.core.atomic import atomic_write_bytes
     from recon.commands.render import write_frame_folder, write_image, write_video
 
     cfg, force, written = p.cfg, p.cfg.force, []

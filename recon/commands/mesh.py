@@ -3,7 +3,7 @@
 
 Renders depth and colour of the run's training views, fuses them into a TSDF (open3d ``VoxelBlockGrid``),
 extracts a vertex-coloured triangle mesh and writes it atomically with trimesh; see
-:mod:`recon.mesh_extraction` for the pipeline, the default voxel size and the memory estimate.
+:mod:`recon.geometry.mesh_extraction` for the pipeline, the default voxel size and the memory estimate.
 ``--supersample N`` renders the views at N x their resolution (``Camera.scaled``), for voxels finer than a
 pixel's footprint. The default is 1 even for a run trained with ``--supersample``. Measured on spot (400 px,
 resolution 512, stop 27), fusing such runs' views at 2x rather than 1x moved the surface further inside
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-from recon.atomic import atomic_write_bytes, refuse_overwrite
-from recon.errors import USER_ERRORS, UsageError, fail
-from recon import mesh_extraction as mx
-from recon.open3d_import import open3d
+from recon.core.atomic import atomic_write_bytes, refuse_overwrite
+from recon.core.errors import USER_ERRORS, UsageError, fail
+from recon.geometry import mesh_extraction as mx
+from recon.core.open3d_import import open3d
 
 try:
     import tyro
@@ -71,7 +71,7 @@ def extract_run_mesh(cfg: MeshConfig) -> dict:
     """Run the pipeline; returns a summary dict (vertices, faces, voxel_size, views, out)."""
     from rich.progress import Progress
 
-    from recon.run import Run
+    from recon.run.folder import Run
 
     fmt = cfg.out.suffix.lower().lstrip(".")
     if fmt not in ("ply", "obj", "glb"):

@@ -8,12 +8,12 @@ from typing import Annotated
 import tyro
 
 from recon.distributed.partition import PartitionConfig, partition_scene, write_partition
-from recon.errors import USER_ERRORS, fail
+from recon.core.errors import USER_ERRORS, fail
 
 
 def load_partition_scene(data: Path, data_factor: int):
     """The dataset as training would load it (same ``data_factor``: the partition records image sizes)."""
-    from recon.trainer import TrainConfig, load_training_scene
+    from recon.training.trainer import TrainConfig, load_training_scene
 
     return load_training_scene(TrainConfig(data=data, data_factor=data_factor))
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from recon.commands.train import USER_ERRORS, fail
-from recon.errors import OutputError, SplatforgeError, UsageError
+from recon.core.errors import OutputError, SplatforgeError, UsageError
 
 
 VIDEO_SUFFIXES = (".mp4",)
@@ -66,10 +66,10 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
     """Library form of :func:`render`; returns the path written. Bad arguments (frames < 1, fps <= 0, an
     existing --out without ``force``, an unwritable place, a time outside [0, 1], time flags for a 3D model)
     are refused before any rendering."""
-    from recon.camera_paths import PATHS, camera_path
-    from recon.run import Run
-    from recon.devices import resolve_device
-    from recon.time_args import resolve_times
+    from recon.data.camera_paths import PATHS, camera_path
+    from recon.run.folder import Run
+    from recon.core.devices import resolve_device
+    from recon.run.time_args import resolve_times
 
     kind = check_render_arguments(out, frames, fps, force)
     asked = resolve_times(time, times)
@@ -134,7 +134,7 @@ def check_render_arguments(out: Path, frames: int, fps: float, force: bool) -> s
     """The kind of ``out`` ("video" for .mp4, "image" for .png, "folder" without a suffix); UsageError /
     OutputError naming the flag for frames < 1, fps <= 0, another suffix, and an ``out`` that exists
     without ``force`` or cannot be written."""
-    from recon.outputs import check_output_file, ensure_writable_folder
+    from recon.outputs.paths import check_output_file, ensure_writable_folder
 
     if frames < 1:
         raise UsageError(f"--frames {frames}: must be >= 1")
@@ -157,9 +157,9 @@ def check_render_arguments(out: Path, frames: int, fps: float, force: bool) -> s
 
 def keyframe_path_cameras(file: Path, frames: int, max_side: int | None = None) -> list:
     """Cameras along a viewer camera-path JSON (see :mod:`viewer.camera_path`), ``frames`` of them
-    interpolated through its keyframes (:func:`recon.camera_paths.interpolate_keyframes`), at the first
+    interpolated through its keyframes (:func:`recon.data.camera_paths.interpolate_keyframes`), at the first
     keyframe's size (longest side capped at ``max_side``). Errors name the file."""
-    from recon.camera_paths import PATHS, interpolate_keyframes, resize_intrinsics
+    from recon.data.camera_paths import PATHS, interpolate_keyframes, resize_intrinsics
 
     if not file.is_file():
         raise FileNotFoundError(f"{file}: no such camera-path file (--path takes {', '.join(PATHS)} or a "
@@ -198,7 +198,7 @@ def write_image(out: Path, image: np.ndarray, force: bool = False) -> Path:
 
     from PIL import Image
 
-    from recon.atomic import atomic_write_bytes
+    from recon.core.atomic import atomic_write_bytes
 
     buf = io.BytesIO()
     Image.fromarray(image).save(buf, format="PNG")
@@ -213,7 +213,7 @@ def write_frame_folder(out: Path, images: list[np.ndarray], force: bool = False)
 
     from PIL import Image
 
-    from recon.atomic import publish_finished, refuse_overwrite
+    from recon.core.atomic import publish_finished, refuse_overwrite
 
     if not images:
         raise UsageError(f"{out}: no frames to write")
@@ -257,7 +257,7 @@ def write_video(out: Path, images: list[np.ndarray], fps: int, force: bool = Tru
     refused unless ``force`` (checked again here: it may have appeared while rendering)."""
     import imageio.v2 as imageio
 
-    from recon.atomic import publish_finished, refuse_overwrite
+    from recon.core.atomic import publish_finished, refuse_overwrite
 
     if not images:
         raise UsageError(f"{out}: no frames to write")

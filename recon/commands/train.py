@@ -1,42 +1,22 @@
 """`splatforge train [PRESET]`: fit 3D Gaussians to a dataset (resumes an interrupted run in the same --out).
 
 Presets (as gsplat's trainer): ``splatforge train mcmc --data DIR`` starts from the named
-:class:`recon.trainer.TrainConfig` in :data:`PRESETS`, then applies the flags. Without a preset name
+:class:`recon.training.trainer.TrainConfig` in :data:`recon.training.presets.PRESETS`, then applies the flags. Without a preset name
 (``splatforge train --data DIR``) the ``default`` preset is used (see :func:`recon.cli.main`).
 
 ``--viewer`` serves the training live in the browser (:mod:`viewer.training`, imported only then);
-``--logger tensorboard`` writes TensorBoard event files to OUT/tensorboard/ (:mod:`recon.tensorboard_logger`).
+``--logger tensorboard`` writes TensorBoard event files to OUT/tensorboard/ (:mod:`recon.training.tensorboard`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated
 
 import tyro
 
-from recon.errors import USER_ERRORS, ConfigValueError, UsageError, fail  # noqa: F401  (re-exported: the other commands import them here)
-from recon.trainer import TrainConfig, train_model
-
-# name -> (config, one-line description); flags given after the name override these values
-PRESETS: dict[str, tuple[TrainConfig, str]] = {
-    "default": (TrainConfig(), "3DGS recipe: 30k steps, adaptive density control (ADC), SH degree 3"),
-    "mcmc": (TrainConfig(strategy="mcmc", max_gaussians=1_000_000),
-             "3DGS-MCMC: relocation instead of split/clone, Gaussian count capped at --max-gaussians"),
-    "fast": (TrainConfig(steps=7_000, sh_degree=1, init_num_random=30_000, save_every=3_500),
-             "a quick look: 7k steps (schedule scaled), SH degree 1, fewer random initial Gaussians"),
-    "nerf": (TrainConfig(method="nerf", strategy="occupancy", steps=20_000, save_every=2_000),
-             "hash-grid NeRF (instant-ngp style), occupancy-grid sampling; also what --method nerf alone picks"),
-}
-DEFAULT_PRESET = "default"
-
-
-def preset_config(name: str, **overrides) -> TrainConfig:
-    """A copy of preset ``name`` with ``overrides`` applied; ValueError for an unknown name."""
-    if name not in PRESETS:
-        raise UsageError(f"unknown preset {name!r} (have {', '.join(PRESETS)})")
-    return dataclasses.replace(PRESETS[name][0], **overrides)
-
+from recon.core.errors import USER_ERRORS, ConfigValueError, UsageError, fail  # noqa: F401  (re-exported: the other commands import them here)
+from recon.training.presets import DEFAULT_PRESET, PRESETS, preset_config  # noqa: F401  (cli and tests read them here too)
+from recon.training.trainer import TrainConfig, train_model
 
 PresetConfig = tyro.extras.subcommand_type_from_defaults(
     {k: v[0] for k, v in PRESETS.items()}, {k: v[1] for k, v in PRESETS.items()})
@@ -47,7 +27,7 @@ def config_from_file(path) -> TrainConfig:
     FileNotFoundError naming the file for a missing file, bad YAML or unknown fields."""
     from pathlib import Path
 
-    from recon import run_files as rf
+    from recon.outputs import files as rf
 
     path = Path(path)
     if not path.is_file():
@@ -99,8 +79,8 @@ def make_logger_hooks(cfg: TrainConfig) -> list:
         return []
     from pathlib import Path
 
-    from recon import run_files as rf
-    from recon.tensorboard_logger import TensorBoardLogger
+    from recon.outputs import files as rf
+    from recon.training.tensorboard import TensorBoardLogger
 
     return [TensorBoardLogger(Path(cfg.out) / rf.TENSORBOARD_DIR, every=cfg.logger_every)]
 

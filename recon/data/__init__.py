@@ -2,6 +2,10 @@
 
 See rasterizer/CONVENTIONS.md: OpenCV camera axes, ``world_to_cam`` [4, 4], ``K`` [3, 3] in pixels, images
 float32 [H, W, 3] in [0, 1].
+
+Layer 3: may import layers 1-2 (recon.core; recon.export, for nerfstudio's ``ply_file_path`` points) and
+rasterizer. Also: the train/test images of a scene (``frame_images.py``), camera paths for videos
+(``camera_paths.py``) and the ``--data`` argument's names (``data_arg.py``).
 """
 
 from recon.data.blender import load_blender

@@ -21,7 +21,7 @@ from recon.data.scene import (
     downscale_frame,
 )
 from recon.data.undistort import undistort_frame
-from recon.errors import UsageError
+from recon.core.errors import UsageError
 
 
 def finalize_frames(

@@ -22,7 +22,7 @@ import numpy as np
 
 from recon.data.finalize import finalize_frames
 from recon.data.scene import BLACK, DataFormatError, Frame, MissingImageError, Scene, default_cache_root, make_camera
-from recon.errors import UsageError
+from recon.core.errors import UsageError
 
 POSES_FILE = "poses_bounds.npy"
 TEST_CAMERA = "cam00"

@@ -29,7 +29,7 @@ from recon.data.procedural import orbit_cameras
 from recon.data.procedural_scene import (GROUND_Y, LOOK_AT, InMemoryFrame, Surfels, box, ground, render_surfels,
                                          sphere)
 from recon.data.scene import WHITE, Frame, Scene
-from recon.errors import UsageError
+from recon.core.errors import UsageError
 
 NAME = "procedural-4d"
 RED_RADIUS, GREEN_RADIUS, BOX_HALF = 0.3, 0.22, 0.22

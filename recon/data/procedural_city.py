@@ -31,7 +31,7 @@ from rasterizer.quaternions import rotmat_to_quat
 from recon.data.colmap import ColmapCamera, ColmapImage, ColmapModel, ColmapPoints, write_model
 from recon.data.procedural_scene import Surfels, _discs
 from recon.data.scene import TEST_EVERY
-from recon.errors import UsageError
+from recon.core.errors import UsageError
 
 OPAQUE = 0.97
 MIN_COVERAGE = 0.05  # views whose image is less covered than this (sky elsewhere) are left out

@@ -20,7 +20,7 @@ from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from rasterizer.quaternions import quat_z_to
 from recon.data.procedural import azimuth_step, orbit_cameras
 from recon.data.scene import WHITE, Frame, Scene
-from recon.errors import UsageError
+from recon.core.errors import UsageError
 
 GROUND_Y = 0.5
 LOOK_AT = (0.0, GROUND_Y - 0.25, 0.0)  # cameras aim a little above the ground centre
@@ -33,7 +33,7 @@ class InMemoryFrame(Frame):
     """A :class:`Frame` whose image lives in memory: ``rgba`` uint8 [H, W, 4] straight alpha.
 
     ``image_path`` is a descriptive pseudo path (``<procedural>/train_000.png``); nothing is on disk.
-    Readers use ``recon.frame_images.frame_rgba``, which prefers ``rgba`` when present.
+    Readers use ``recon.data.frame_images.frame_rgba``, which prefers ``rgba`` when present.
     """
 
     rgba: np.ndarray | None = None

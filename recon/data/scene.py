@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from rasterizer.camera import Camera
-from recon.atomic import atomic_open, atomic_write_bytes
-from recon.errors import SplatforgeError, UsageError
+from recon.core.atomic import atomic_open, atomic_write_bytes
+from recon.core.errors import SplatforgeError, UsageError
 
 WHITE = (1.0, 1.0, 1.0)
 BLACK = (0.0, 0.0, 0.0)
@@ -337,7 +337,7 @@ def undistorted_relpath(rel: Path) -> Path:
 
 
 def save_image_atomic(im, path: Path) -> None:
-    """Save a Pillow image in the format of ``path``'s suffix with :func:`recon.atomic.atomic_open`
+    """Save a Pillow image in the format of ``path``'s suffix with :func:`recon.core.atomic.atomic_open`
     (replacing an existing file), so a crash leaves no half-written file. ValueError for a suffix
     Pillow cannot write."""
     from PIL import Image

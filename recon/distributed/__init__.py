@@ -4,4 +4,6 @@
 with leases. ``worker``: what each torchrun process does. ``merge``: one model from the blocks.
 ``launch``: ``splatforge train --blocks ... --workers N`` starts torchrun. ``python -m recon.distributed``
 is the torchrun entry. Nothing here imports torch.distributed at module import except ``worker``.
+
+Layer 7: may import layers 1-6 (recon.training, recon.models, recon.data, ...) and rasterizer.
 """

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from recon.errors import UsageError
+from recon.core.errors import UsageError
 
 LAUNCH_FLAGS = ("--workers", "--max-restarts")
 
@@ -41,10 +41,10 @@ def parse_launch_flags(flags: list[str]) -> tuple[int, int]:
 def preflight(argv: list[str]) -> None:
     """Refuse, as one line before any worker starts, what the workers would refuse: bad flags, a blocks
     file from another dataset or with an empty block, a run folder another job holds."""
-    from recon import run_files as rf
+    from recon.outputs import files as rf
     from recon.distributed.partition import Partition, PartitionConfig, check_blocks
     from recon.distributed.worker import Job, parse_args
-    from recon.trainer import load_training_scene
+    from recon.training.trainer import load_training_scene
 
     opts, cfg = parse_args(argv)
     Job(opts, cfg).check_options()

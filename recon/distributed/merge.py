@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from recon import run_files as rf
+from recon.outputs import files as rf
 from recon.distributed.partition import Partition, in_core
 from recon.distributed.seams import seam_metric
 from recon.export import read_splats, write_splats
-from recon.splat_data import FIELDS, SplatData
+from recon.core.splat_data import FIELDS, SplatData
 
 FINETUNE_DIR = "finetune"
 
@@ -89,7 +89,7 @@ def finetune(merged: SplatData, scene, cfg, out: Path, steps: int, device: torch
     """Train the merged model ``steps`` more steps on the whole scene (:func:`finetune_config`); returns
     (the fine-tuned model, its metrics.json)."""
     from recon.models.base import model_class
-    from recon.trainer import Trainer
+    from recon.training.trainer import Trainer
 
     ft_cfg = finetune_config(cfg, out, steps)
     model = model_class(cfg.method).from_splat_data(merged, extent=scene.extent, lrs=ft_cfg.lr)
@@ -106,10 +106,10 @@ def merge_run(out: Path, part: Partition, scene, cfg, device: torch.device, log=
     merged model's test metrics before it, ``merged_test``). ``prior``: the splats.ply of the whole-scene
     model the blocks started from (``--prior-steps``), whose seam metric is the reference (seams_against).
     Returns the metrics."""
-    from recon.evaluation import evaluate_model
-    from recon.frame_images import FrameImages
+    from recon.training.evaluation import evaluate_model
+    from recon.data.frame_images import FrameImages
     from recon.models.base import model_class
-    from recon.trainer import background_color
+    from recon.training.trainer import background_color
 
     merged, counts = merge_blocks(part, out)
     model = model_class(cfg.method).from_splat_data(merged, extent=scene.extent).to(device)

@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from recon.losses import masked_render, photometric_loss, quick_psnr
-from recon.trainer import StepResult, Trainer, TrainingHook
+from recon.losses.image import masked_render, photometric_loss, quick_psnr
+from recon.training.trainer import StepResult, Trainer, TrainingHook
 
 APPEARANCE_FILE = "appearance.pt"
 
@@ -143,7 +143,7 @@ class SharedAppearance:
         return h.hexdigest()
 
     def save(self, path: Path) -> None:
-        from recon.atomic import atomic_open
+        from recon.core.atomic import atomic_open
 
         with atomic_open(path, force=True) as f:
             torch.save(self.state_dict(), f)
@@ -185,7 +185,7 @@ class MomentumTrainer(Trainer):
         student appearance of its image, the photometric loss times the block weight, and the consistency
         loss (student against teacher on the detached render), averaged over the views; plus the
         strategy's regulariser."""
-        from recon.trainer import check_finite_loss
+        from recon.training.trainer import check_finite_loss
 
         picks, gts, render, meta = self.render_views(step)
         shared = self.shared

@@ -36,7 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from recon.data.scene import Frame, Scene, camera_centers
-from recon.errors import SplatforgeError
+from recon.core.errors import SplatforgeError
 
 FORMAT = "splatforge-blocks"
 VERSION = 1
@@ -330,7 +330,7 @@ class Partition:
                 "settings": self.settings, "blocks": [b.to_dict() for b in self.blocks]}
 
     def write(self, path: Path) -> None:
-        from recon.atomic import atomic_write_bytes
+        from recon.core.atomic import atomic_write_bytes
 
         atomic_write_bytes(path, (json.dumps(self.to_dict(), indent=1) + "\n").encode(), force=True)
 
@@ -504,7 +504,7 @@ def plot_partition(part: Partition, scene: Scene, path: Path, max_points: int = 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from recon.run_plots import save_figure
+    from recon.outputs.plots import save_figure
 
     fig, ax = plt.subplots(figsize=(8, 8))
     if scene.points is not None and len(scene.points):

@@ -23,9 +23,9 @@ import torch
 
 from recon.distributed.merge import run_finished, without_densification
 from recon.distributed.partition import Block, Partition, in_box
-from recon.errors import RunFolderError
-from recon.splat_data import FIELDS, SplatData
-from recon.trainer import TrainConfig, TrainingHook
+from recon.core.errors import RunFolderError
+from recon.core.splat_data import FIELDS, SplatData
+from recon.training.trainer import TrainConfig, TrainingHook
 
 PRIOR_DIR = "prior"
 PRIOR_KEY, PRIOR_STEP_KEY = "prior", "prior_step"  # the store's keys: worker 0's outcome, its last step

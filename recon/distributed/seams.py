@@ -56,7 +56,7 @@ def seam_mask(part: Partition, points: np.ndarray, width: float) -> np.ndarray:
 def seam_metric(model, frames: Sequence, images, background: Tensor, part: Partition,
                 width_fraction: float = 0.05) -> dict:
     """``{"seam_psnr", "interior_psnr", "seam_pixels", "interior_pixels", "width"}`` over ``frames`` (test
-    views with their :class:`recon.frame_images.FrameImages` ``images``); ``width`` = ``width_fraction`` x
+    views with their :class:`recon.data.frame_images.FrameImages` ``images``); ``width`` = ``width_fraction`` x
     the robust box's longer side. PSNRs are None when a set is empty."""
     width = width_fraction * float(np.max(part.box.hi - part.box.lo))
     sums = {True: [0.0, 0], False: [0.0, 0]}

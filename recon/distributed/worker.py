@@ -3,14 +3,14 @@
 1. Join the process group: nccl when the training device is CUDA, else gloo; every collective and store
    wait has the timeout ``--timeout-seconds`` (a dead peer is an error naming it, never a hang).
 2. Refuse a config that differs between workers (a digest compared with all_reduce MIN / MAX).
-3. Rank 0 locks the job folder (``OUT/.lock``, :class:`recon.run_files.RunLock`: a second job on it is
+3. Rank 0 locks the job folder (``OUT/.lock``, :class:`recon.outputs.files.RunLock`: a second job on it is
    refused, on every rank), checks ``OUT/config.yaml`` against this config (a rerun must be the same
    run), writes the partition (``--blocks auto``: made here; a file: checked against the dataset) to
    ``OUT/blocks.json`` and publishes the unfinished blocks.
    With ``--prior-steps N`` rank 0 then trains the whole scene N steps (``OUT/prior``) while the others wait,
    and each block starts from that prior (:mod:`recon.distributed.prior`).
 4. Every rank takes blocks from the :class:`recon.distributed.queue.BlockQueue` and trains each with
-   :class:`recon.trainer.Trainer` (the block's scene handed in, its own folder ``OUT/blocks/block_NNN``
+   :class:`recon.training.trainer.Trainer` (the block's scene handed in, its own folder ``OUT/blocks/block_NNN``
    with checkpoints every ``--save-every`` steps, its own seed ``seed + 1000 x id``), renewing its lease
    every step. Idle ranks wait on the store, re-taking expired leases, until all blocks are done.
 5. A barrier, then rank 0 merges (:mod:`recon.distributed.merge`).
@@ -36,12 +36,12 @@ from typing import Literal, Optional
 
 import torch
 
-from recon import run_files as rf
+from recon.outputs import files as rf
 from recon.distributed.merge import block_dir, merge_run, run_finished
 from recon.distributed.partition import Partition, PartitionConfig, check_blocks, partition_scene, block_scene, write_partition
 from recon.distributed.queue import BlockQueue
-from recon.errors import RunFolderError, RunLockedError, SplatforgeError, UsageError
-from recon.trainer import (ConfigMismatchError, TrainConfig, Trainer, TrainingHook, check_resumable,
+from recon.core.errors import RunFolderError, RunLockedError, SplatforgeError, UsageError
+from recon.training.trainer import (ConfigMismatchError, TrainConfig, Trainer, TrainingHook, check_resumable,
                            load_training_scene, resolve_device, stored_config)
 
 BLOCKS_FILE = "blocks.json"
@@ -127,7 +127,7 @@ def parse_args(argv: list[str]) -> tuple[BlockOptions, TrainConfig]:
     """BlockOptions and TrainConfig from the command line (an optional preset name first, as ``train``)."""
     import tyro
 
-    from recon.commands.train import PRESETS
+    from recon.training.presets import PRESETS
 
     mine, rest = split_flags(list(argv), BLOCK_FLAGS)
     base = TrainConfig()
@@ -335,7 +335,7 @@ class Job:
                 self.prepare_folder()
                 self.store.set("setup", "ok")
             except Exception as err:  # noqa: BLE001 - every failure is told to the waiting ranks, then raised here
-                from recon.errors import describe
+                from recon.core.errors import describe
 
                 self.store.set("setup", json.dumps({"type": type(err).__name__, "message": describe(err)}))
                 raise
@@ -350,7 +350,7 @@ class Job:
                 raise RunFolderError(f"worker 0 could not prepare {self.out} ({err['type']}: {err['message']})")
 
     def prepare_folder(self) -> None:
-        from recon.outputs import ensure_writable_folder
+        from recon.outputs.paths import ensure_writable_folder
         from recon.distributed.partition import PartitionError
 
         ensure_writable_folder(self.out, "--out")
@@ -414,7 +414,7 @@ class Job:
                                        [PriorProgress(self.store), StopHook(self.stop)]).run()
                 self.store.set(PRIOR_KEY, "ok")
             except Exception as err:  # noqa: BLE001 - told to the waiting ranks, then raised here
-                from recon.errors import describe
+                from recon.core.errors import describe
 
                 self.store.set(PRIOR_KEY, json.dumps({"type": type(err).__name__, "message": describe(err)}))
                 raise
@@ -569,7 +569,7 @@ def set_threads(n: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry of ``python -m recon.distributed`` (one worker); user errors are one line and status 2."""
-    from recon.errors import is_user_error, describe, report_bug
+    from recon.core.errors import is_user_error, describe, report_bug
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:

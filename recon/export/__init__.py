@@ -7,6 +7,8 @@ conventions (OpenCV world, wxyz quaternions, raw log-scales / logit-opacities, d
 each format module converts at its boundary. Bad files raise :class:`SplatFileError` (a
 ``ValueError``) naming the file and the problem; writes are atomic and refuse to overwrite unless
 ``force``.
+
+Layer 2: may import layer 1 (recon.core) and rasterizer; never the trainer, evaluation or run folders.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from recon.atomic import atomic_open, atomic_write_bytes, refuse_overwrite
-from recon.splat_data import SplatData, empty_splats, random_splats
+from recon.core.atomic import atomic_open, atomic_write_bytes, refuse_overwrite
+from recon.core.splat_data import SplatData, empty_splats, random_splats
 
 from .ply import read_ply, write_ply
 from .splat_format import read_splat, write_splat

@@ -40,8 +40,8 @@ import numpy as np
 
 from rasterizer.camera import Camera
 from rasterizer.quaternions import quat_to_rotmat_np
-from recon.splat_data import SplatData, normalized_quats, sigmoid
-from recon.errors import UsageError
+from recon.core.splat_data import SplatData, normalized_quats, sigmoid
+from recon.core.errors import UsageError
 
 MAX_IMPORTANCE_VIEWS = 64
 LOW_PASS_PX = 0.3

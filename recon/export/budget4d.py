@@ -22,8 +22,8 @@ import torch
 from rasterizer.camera import Camera
 from rasterizer.spacetime import slice_gaussians_4d
 from recon.export.budget import BudgetResult, apply_budget, covariance_footprint
-from recon.spacetime_data import SpaceTimeData
-from recon.splat_data import sigmoid
+from recon.core.spacetime_data import SpaceTimeData
+from recon.core.splat_data import sigmoid
 
 BUDGET_TIMES = 8
 

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from recon.atomic import atomic_open
-from recon.splat_data import SH_C0, SplatData, normalized_quats, num_sh_bases, sh_degree_for_bases, sigmoid
+from recon.core.atomic import atomic_open
+from recon.core.splat_data import SH_C0, SplatData, normalized_quats, num_sh_bases, sh_degree_for_bases, sigmoid
 
 from .splats import SplatFileError, read_regular_file, require_writable
 from .spz import OPENCV_TO_RUB, quats_opencv_to_rub, sh_axis_flip_signs
@@ -354,7 +354,7 @@ def write_any(path: str | os.PathLike, data: SplatData, fmt: str | None = None,
     """:func:`recon.export.write_splats` extended with ``glb``: drops NaN/Inf splats, refuses empty
     models and (without ``force``) existing files, writes atomically; returns an ExportResult."""
     from . import ExportResult, write_splats
-    from recon.atomic import refuse_overwrite
+    from recon.core.atomic import refuse_overwrite
 
     key = format_key(path, fmt)
     if key != "glb":

@@ -23,8 +23,8 @@ from typing import BinaryIO
 import numpy as np
 from plyfile import PlyData, PlyElement, PlyParseError
 
-from recon.atomic import atomic_open
-from recon.splat_data import SplatData, num_sh_bases
+from recon.core.atomic import atomic_open
+from recon.core.splat_data import SplatData, num_sh_bases
 
 from .splats import ModelKindError, SplatFileError, require_regular_file, require_writable
 

@@ -1,6 +1,6 @@
 """The ply4d file: one 4D Gaussian model in a binary PLY (layout and meaning: recon/export/PLY4D.md).
 
-``write_ply4d(path, data)`` writes a :class:`recon.spacetime_data.SpaceTimeData` atomically;
+``write_ply4d(path, data)`` writes a :class:`recon.core.spacetime_data.SpaceTimeData` atomically;
 ``read_ply4d(path)`` reads it back exactly (float32). ``ply4d_version(path)`` tells a ply4d file from a
 3DGS PLY by its header alone (cheap: the readers of both call it to refuse the other kind with a clear
 :class:`ModelKindError`).
@@ -14,9 +14,9 @@ import os
 import numpy as np
 from plyfile import PlyData, PlyElement
 
-from recon.atomic import atomic_open
-from recon.spacetime_data import SpaceTimeData
-from recon.splat_data import num_sh_bases
+from recon.core.atomic import atomic_open
+from recon.core.spacetime_data import SpaceTimeData
+from recon.core.splat_data import num_sh_bases
 
 from .ply import MAX_HEADER_BYTES, MIP_COMMENT, _columns, _is_mip, _load_plydata, sh_from_vertices
 from .ply import sh_rest_to_channel_major

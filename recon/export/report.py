@@ -1,6 +1,6 @@
 """The short report printed after an export.
 
-The test PSNR before and after an export of a run is measured by :func:`recon.run_export.export_psnr`
+The test PSNR before and after an export of a run is measured by :func:`recon.run.export_psnr.export_psnr`
 (beside the run code: this package never imports the trainer, evaluation or run files); the report
 says "n/a" when it was not measured.
 """

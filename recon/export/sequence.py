@@ -47,9 +47,9 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from rasterizer.camera import Camera, camera_to_dict
-from recon.atomic import atomic_write_bytes, refuse_overwrite
-from recon.splat_data import SplatData
-from recon.errors import UsageError
+from recon.core.atomic import atomic_write_bytes, refuse_overwrite
+from recon.core.splat_data import SplatData
+from recon.core.errors import UsageError
 
 from .glb import all_formats, read_any, write_any
 from .splats import SplatFileError

@@ -18,8 +18,8 @@ import os
 
 import numpy as np
 
-from recon.atomic import atomic_open
-from recon.splat_data import SplatData, dc_to_rgb, normalized_quats, rgb_to_dc, sigmoid
+from recon.core.atomic import atomic_open
+from recon.core.splat_data import SplatData, dc_to_rgb, normalized_quats, rgb_to_dc, sigmoid
 
 from .splats import SplatFileError, logit_clamped, read_regular_file, require_writable
 

@@ -2,7 +2,7 @@
 8-bit alpha logits and the write-time model check.
 
 The in-memory record (:class:`SplatData`, ``SH_C0`` and the SH/quaternion helpers) lives in the
-format-neutral :mod:`recon.splat_data`; it is re-exported here so ``recon.export.splats`` imports keep
+format-neutral :mod:`recon.core.splat_data`; it is re-exported here so ``recon.export.splats`` imports keep
 working.
 """
 
@@ -13,7 +13,7 @@ import stat
 
 import numpy as np
 
-from recon.splat_data import (  # noqa: F401  (re-exported)
+from recon.core.splat_data import (  # noqa: F401  (re-exported)
     FIELDS,
     MAX_SH_DEGREE,
     SH_C0,
@@ -27,7 +27,7 @@ from recon.splat_data import (  # noqa: F401  (re-exported)
     sh_degree_for_bases,
     sigmoid,
 )
-from recon.errors import SplatforgeError
+from recon.core.errors import SplatforgeError
 
 ALPHA_EPS = 1e-4
 """Alphas read from 8-bit files are clamped into [ALPHA_EPS, 1 - ALPHA_EPS] before the logit."""

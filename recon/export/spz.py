@@ -34,8 +34,8 @@ import zlib
 
 import numpy as np
 
-from recon.atomic import atomic_open
-from recon.splat_data import MAX_SH_DEGREE, SplatData, normalized_quats, num_sh_bases, sigmoid
+from recon.core.atomic import atomic_open
+from recon.core.splat_data import MAX_SH_DEGREE, SplatData, normalized_quats, num_sh_bases, sigmoid
 
 from .splats import SplatFileError, logit_clamped, read_regular_file, require_writable
 

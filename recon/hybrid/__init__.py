@@ -21,4 +21,6 @@ Modules:
 Conventions: world frame of the run; rays are origins [R, 3] and unit directions [R, 3] in world units,
 distances ``t`` along the ray (not camera z); cameras as rasterizer/CONVENTIONS.md (OpenCV, world-to-camera,
 pixel centres at +0.5).
+
+Layer 8: may import layers 1-7 (recon.geometry, recon.distributed, recon.outputs, ...) and rasterizer.
 """

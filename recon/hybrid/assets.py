@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from recon.errors import SplatforgeError, UsageError
+from recon.core.errors import SplatforgeError, UsageError
 
 
 class AssetError(SplatforgeError, ValueError):

@@ -39,7 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
-from recon.atomic import atomic_write_bytes
+from recon.core.atomic import atomic_write_bytes
 from recon.hybrid.assets import Y_UP_TO_GROUND, Light, PlacedAsset
 
 MANIFEST_FORMAT = "splatforge-hybrid-scene"
@@ -317,7 +317,7 @@ def export_scene(out_glb: str | Path, assets: Sequence[PlacedAsset], frame: np.n
                  force: bool = False, time: float | None = None) -> list[Path]:
     """Write NAME.glb, NAME.splats.ply (a copy of ``splats_file``, when given) and NAME.manifest.json;
     returns the paths written. Existing outputs are refused unless ``force``."""
-    from recon.atomic import refuse_overwrite
+    from recon.core.atomic import refuse_overwrite
 
     paths = export_paths(out_glb)
     for key, path in paths.items():

@@ -1,9 +1,9 @@
 """The scene's proxy mesh: a TSDF of the run's rendered depth, for shadows between assets and the scene.
 
 Shadow rays need the scene as a surface (the scene shadows the assets; :mod:`recon.hybrid.shading`). The
-proxy is built with the mesh-extraction pipeline (:mod:`recon.mesh_extraction`): the run's training
+proxy is built with the mesh-extraction pipeline (:mod:`recon.geometry.mesh_extraction`): the run's training
 views (at most ``max_views`` of them, evenly spaced, rendered at ``scale`` of their size) give depth,
-:func:`recon.mesh_extraction.fuse_tsdf` fuses it at a voxel size of the surface's extent / ``resolution``.
+:func:`recon.geometry.mesh_extraction.fuse_tsdf` fuses it at a voxel size of the surface's extent / ``resolution``.
 
 Depth per method: a model with ``render_depth`` (2dgs, nerf) gives its median depth; any other
 compositable model (3dgs, 4dgs at ``time``) gives the expected depth of ``render_front`` without a limit
@@ -23,8 +23,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from recon import mesh_extraction as mx
-from recon.atomic import atomic_write_bytes
+from recon.geometry import mesh_extraction as mx
+from recon.core.atomic import atomic_write_bytes
 
 PROXY_DIR = "hybrid"
 PROXY_FILE = "proxy.ply"
@@ -69,7 +69,7 @@ def pick_views(cameras: Sequence, max_views: int) -> list:
 
 def render_scene_views(model, cameras: Sequence, time: float | None = None, background=None,
                        progress: Callable[[int], None] | None = None) -> mx.DepthViews:
-    """:func:`recon.mesh_extraction.render_views` of the model (median depth through its own
+    """:func:`recon.geometry.mesh_extraction.render_views` of the model (median depth through its own
     ``render_depth`` when it has one, else :class:`FrontDepth`)."""
     if hasattr(model, "render_depth"):
         return mx.render_views(model, cameras, "median", background, progress)
@@ -79,7 +79,7 @@ def render_scene_views(model, cameras: Sequence, time: float | None = None, back
 def fuse_views(views: mx.DepthViews, resolution: int = DEFAULT_RESOLUTION, trunc_voxels: float = 4.0,
                voxel_size: float | None = None, max_memory_gb: float = 2.0,
                progress: Callable[[int], None] | None = None) -> mx.MeshArrays:
-    """TSDF mesh of ``views`` (:func:`recon.mesh_extraction.fuse_tsdf`), voxel size the surface's extent /
+    """TSDF mesh of ``views`` (:func:`recon.geometry.mesh_extraction.fuse_tsdf`), voxel size the surface's extent /
     ``resolution`` unless given. A default voxel size whose grid would need more than ``max_memory_gb`` is
     doubled (up to :data:`COARSEN_STEPS` times): a proxy for shadows can be coarse; a given one is kept."""
     points = views.surface_points()
@@ -111,7 +111,7 @@ def build_proxy(model, cameras: Sequence, *, time: float | None = None, resoluti
 
 def model_source(run) -> Path | None:
     """The file the run's model is read from (its modification time dates the model), or None."""
-    from recon import run_files as rf
+    from recon.outputs import files as rf
 
     if run.is_4d and run.splats4d_path.is_file():
         return run.splats4d_path
@@ -126,7 +126,7 @@ def proxy_path(run) -> Path:
 
 
 def read_proxy(path: Path) -> mx.MeshArrays:
-    """A proxy PLY back as :class:`recon.mesh_extraction.MeshArrays`."""
+    """A proxy PLY back as :class:`recon.geometry.mesh_extraction.MeshArrays`."""
     import trimesh
 
     mesh = trimesh.load(str(path), process=False, force="mesh")

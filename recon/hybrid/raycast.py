@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from recon.hybrid.assets import PlacedAsset
-from recon.open3d_import import open3d
+from recon.core.open3d_import import open3d
 
 NO_HIT = -1
 SHADOW_EPS = 1e-4  # relative offset (of the scene scale) that keeps shadow and secondary rays off their surface

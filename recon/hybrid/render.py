@@ -281,7 +281,7 @@ class HybridRenderer:
                 warn: Callable[[str], None] | None = None, progress: bool = False,
                 shadow_strength: float = SHADOW_STRENGTH, backend: str = "auto",
                 proxy_options: dict | None = None) -> "HybridRenderer":
-        """A renderer for run folder ``run`` (a :class:`recon.run.Run`): its model (``splats`` or the run's
+        """A renderer for run folder ``run`` (a :class:`recon.run.folder.Run`): its model (``splats`` or the run's
         own), its ground frame (training cameras), its background (unless ``background`` is given) and
         its proxy mesh (RUN/hybrid/proxy.ply, built once by :mod:`recon.hybrid.proxy`; ``proxy=False``:
         none; ``proxy_options``: :func:`recon.hybrid.proxy.build_proxy` options such as ``resolution``,

@@ -18,7 +18,7 @@ from typing import Callable, Literal
 import torch
 from torch import Tensor
 
-from recon.losses import quick_psnr
+from recon.losses.image import quick_psnr
 
 from .model import CHANNEL_LAYOUTS, ImageGaussians
 
@@ -76,7 +76,7 @@ class FitResult:
 
 
 def psnr(render: Tensor, target: Tensor) -> float:
-    """PSNR in dB of ``render`` clamped to [0, 1] (what is saved) against ``target``: recon.losses.quick_psnr."""
+    """PSNR in dB of ``render`` clamped to [0, 1] (what is saved) against ``target``: recon.losses.image.quick_psnr."""
     return quick_psnr(render.detach(), target)
 
 
@@ -129,7 +129,7 @@ def initial_params(target: Tensor, cfg: FitConfig, generator: torch.Generator) -
 def image_loss(render: Tensor, target: Tensor, kind: str) -> Tensor:
     if kind == "l2":
         return torch.mean((render - target) ** 2)
-    from recon.fused_ssim import can_fuse, fused_ssim
+    from recon.losses.ssim import can_fuse, fused_ssim
     from recon.losses import ssim
 
     s = fused_ssim(render, target) if can_fuse(render, target) else ssim(render, target)
@@ -170,7 +170,7 @@ def fit_image(target: Tensor, cfg: FitConfig, *, layout: str | None = None, sour
 
     ``progress(step, psnr)`` is called every few steps (a progress bar). Returns the model, its final PSNR (of
     the render it saves, clamped to [0, 1]) and the seconds spent."""
-    from recon.devices import resolve_device
+    from recon.core.devices import resolve_device
 
     H, W, C = target.shape
     device = resolve_device(cfg.device)

@@ -29,8 +29,8 @@ import json
 import struct
 from pathlib import Path
 
-from recon.atomic import atomic_write_bytes
-from recon.errors import DamagedFileError
+from recon.core.atomic import atomic_write_bytes
+from recon.core.errors import DamagedFileError
 
 from . import codec
 from .model import ImageGaussians
@@ -59,7 +59,7 @@ def encode_gimg(model: ImageGaussians, encoding: str = "float32") -> bytes:
 
 
 def write_gimg(path: str | Path, model: ImageGaussians, encoding: str = "float32", force: bool = False) -> int:
-    """Write ``model`` to ``path`` atomically (recon.atomic); returns the file size in bytes."""
+    """Write ``model`` to ``path`` atomically (recon.core.atomic); returns the file size in bytes."""
     data = encode_gimg(model, encoding)
     atomic_write_bytes(path, data, force=force)
     return len(data)

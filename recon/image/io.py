@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from recon.atomic import atomic_write_bytes
-from recon.errors import UsageError
+from recon.core.atomic import atomic_write_bytes
+from recon.core.errors import UsageError
 
 from . import png16
 
@@ -169,7 +169,7 @@ def encode_png(pixels: Tensor, layout: str, bit_depth: int = 8) -> bytes:
 
 
 def write_png(path: str | Path, pixels: Tensor, layout: str, bit_depth: int = 8, force: bool = False) -> Path:
-    """Write ``pixels`` [H, W, C] as a PNG at ``path`` atomically (recon.atomic); 16-bit when ``bit_depth``
+    """Write ``pixels`` [H, W, C] as a PNG at ``path`` atomically (recon.core.atomic); 16-bit when ``bit_depth``
     is 16 (a model fitted from a 16-bit source), else 8-bit."""
     atomic_write_bytes(path, encode_png(pixels, layout, 16 if bit_depth == 16 else 8), force=force)
     return Path(path)

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from recon.atomic import atomic_write_bytes
+from recon.core.atomic import atomic_write_bytes
 
 MS_SSIM_WINDOW = 11
 REPORT_JSON = "report.json"

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from recon.errors import UsageError
-from recon.losses import psnr  # noqa: F401  (re-exported: the PSNR image commands report)
+from recon.core.errors import UsageError
+from recon.losses.image import psnr  # noqa: F401  (re-exported: the PSNR image commands report)
 
 RENDER_MEMORY_FACTOR = 8
 """peak bytes of `splatforge image render` per output value (H W C) over its 4 float32 bytes: the render,

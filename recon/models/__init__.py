@@ -1,5 +1,9 @@
 """Scene representations: one module per representation (parameters + optimiser groups + render), each a
-:class:`recon.models.base.SceneModel` registered under its method name in ``MODELS``."""
+:class:`recon.models.base.SceneModel` registered under its method name in ``MODELS``.
+
+Layer 4: may import layers 1-3 (recon.core, recon.losses, recon.nerf, recon.data) and rasterizer; never
+recon.export or recon.strategy. ``init_region.py``: where random initial Gaussians go.
+"""
 
 from recon.models.base import MODELS, SceneModel, model_class, register_model
 from recon.models.gaussians import GaussianModel, LearningRates, resize_optimizer_state

@@ -3,12 +3,12 @@
 A method is a class deriving from :class:`SceneModel`, registered under its name with
 :func:`register_model` (``TrainConfig.method`` picks it; ``MODELS`` maps names to classes). The trainer,
 evaluation, ``render``, ``export`` and the viewer reach a model only through this interface and through
-:class:`recon.run.Run`; see recon/DESIGN.md ("How to add a primitive").
+:class:`recon.run.folder.Run`; see recon/DESIGN.md ("How to add a primitive").
 
 What a model provides:
 
 - **initialisation** from a scene: ``initialize(cfg, scene, generator, log)`` (a classmethod; ``cfg`` is the
-  :class:`recon.trainer.TrainConfig`, ``log`` gets human-readable lines);
+  :class:`recon.training.trainer.TrainConfig`, ``log`` gets human-readable lines);
 - **rendering** into cameras of one size, with an optional normalised time ``t`` in [0, 1] (static methods
   ignore it): ``render(cameras, sh_degree, background, *, t=None, absgrad=False, backend="auto")`` returns
   ``(rgb [C, H, W, 3], alpha [C, H, W, 1], meta)``;
@@ -22,12 +22,12 @@ What a model provides:
 - **checkpoints**: ``state_dict()`` (plain data and tensors only: checkpoints load with
   ``weights_only=True``) and the classmethod ``from_state_dict(state, device)``;
 - **optional hooks** (defaults do nothing, so a method overrides only what it has):
-  ``config_sections`` (the :class:`recon.trainer.TrainConfig` sections only this method reads, e.g.
+  ``config_sections`` (the :class:`recon.training.trainer.TrainConfig` sections only this method reads, e.g.
   ``("surfels",)``), ``check_config(cfg)`` (refuse options the method does not support, before the scene
   is loaded), ``loss_terms(meta, step, cfg)`` (named loss tensors added to the photometric loss),
   ``screen_gradient(meta, absgrad)`` (the densification signal [C, N, 2] after backward; default
   ``meta["means2d"].grad`` / ``.absgrad``) and ``extra_outputs(meta)`` (named images besides colour,
-  drawn into renders/ by :mod:`recon.output_images`: ``"depth"`` [C, H, W, 1], ``"normals"`` [C, H, W, 3]);
+  drawn into renders/ by :mod:`recon.outputs.images`: ``"depth"`` [C, H, W, 1], ``"normals"`` [C, H, W, 3]);
 - **the export record**: ``to_splat_data()`` (a :class:`SplatData`, what splats.ply, the exporters and the
   browser viewer consume) and the classmethod ``from_splat_data(data, extent)`` (a run's splats.ply back
   into the method, for evaluation and rendering).
@@ -41,7 +41,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import torch
 from torch import Tensor
 
-from recon.errors import ConfigValueError, UsageError
+from recon.core.errors import ConfigValueError, UsageError
 
 
 class NotCompositableError(UsageError):
@@ -135,7 +135,7 @@ class SceneModel(ABC):
     """True: trained on rays drawn across the training images (the trainer calls ``ray_batch(images,
     cameras, background, generator) -> (pred [R, 3], target [R, 3], meta)`` and ``ray_loss(pred, target)``
     instead of rendering one view; nerf). Such a method has no rendered training views, so the trainer refuses
-    ``--batch`` and ``--supersample`` other than 1 for it (recon.trainer.check_view_options)"""
+    ``--batch`` and ``--supersample`` other than 1 for it (recon.training.trainer.check_view_options)"""
 
     RAY_BATCH_SIZE_HINT: ClassVar[str] = "size its rays per step with the method's own options"
     """A ``RAY_BATCHES`` method's answer to ``--batch N``: the options that size its rays per step."""
@@ -160,7 +160,7 @@ class SceneModel(ABC):
 
     def extra_outputs(self, meta: dict) -> dict[str, Tensor]:
         """Named images besides colour from a render's ``meta``, drawn into renders/ (default: none); the
-        names are the kinds :mod:`recon.output_images` draws (``"depth"``, ``"normals"``)."""
+        names are the kinds :mod:`recon.outputs.images` draws (``"depth"``, ``"normals"``)."""
         return {}
 
     # ---------------------------------------------------------------------------- optimisation

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
-from recon.splat_data import SH_C0, SplatData
+from recon.core.splat_data import SH_C0, SplatData
 from recon.models.base import SceneModel, check_state_method, register_model
 
 PARAM_NAMES = ("means", "quats", "log_scales", "logit_opacities", "sh0", "shN")
@@ -232,10 +232,10 @@ class GaussianModel(SceneModel):
 
     @classmethod
     def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "GaussianModel":
-        """Initial Gaussians for training config ``cfg`` (:class:`recon.trainer.TrainConfig`): from the scene's
+        """Initial Gaussians for training config ``cfg`` (:class:`recon.training.trainer.TrainConfig`): from the scene's
         points (``init_type`` "sfm"), else ``init_num_random`` random ones in the box the cameras look at
-        (:func:`recon.init_region.random_init_region`; ``log`` gets one line saying where and why)."""
-        from recon.init_region import random_init_region
+        (:func:`recon.models.init_region.random_init_region`; ``log`` gets one line saying where and why)."""
+        from recon.models.init_region import random_init_region
 
         mcmc = cfg.strategy == "mcmc"
         kw = dict(init_opacity=cfg.init_opacity if cfg.init_opacity is not None else (0.5 if mcmc else 0.1),

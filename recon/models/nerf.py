@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from recon.errors import ConfigValueError, UsageError
+from recon.core.errors import ConfigValueError, UsageError
 from recon.models.base import SceneModel, check_state_method, register_model
 from recon.nerf.config import NerfConfig
 from recon.nerf.field import NerfField
@@ -42,7 +42,7 @@ from recon.nerf.marching import clip_steps, march_rays, ray_entry
 from recon.nerf.occupancy import OccupancyGrid
 from recon.nerf.rendering import composite, median_depth, transmittance_weights
 from recon.nerf.space import FieldSpace, to_unit
-from recon.splat_data import SplatData
+from recon.core.splat_data import SplatData
 
 BLENDER_HALF = 1.5  # NeRF-synthetic objects lie in [-1.5, 1.5]^3 (instant-ngp's unit box after its 0.33 scale)
 BOUNDED_FORMATS = ("blender", "dnerf")
@@ -164,7 +164,7 @@ class NerfModel(SceneModel):
     RAY_BATCHES: ClassVar[bool] = True  # trained on rays across images (Trainer.train_step)
     RAY_BATCH_SIZE_HINT = "size its batch with --nerf.target-samples / --nerf.max-rays"
     SPLAT_FILE_IS_BAKED: ClassVar[bool] = True  # splats.ply is a baked stand-in: the viewer renders the field
-    MODEL_IN_CHECKPOINTS: ClassVar[bool] = True  # splats.ply is a baked approximation (recon.run.Run.load_model)
+    MODEL_IN_CHECKPOINTS: ClassVar[bool] = True  # splats.ply is a baked approximation (recon.run.folder.Run.load_model)
     COUNT_NAME: ClassVar[str] = "occupied grid cells"  # what len(model) counts (the CLI's summary line)
     config_sections = ("nerf",)
 
@@ -191,7 +191,7 @@ class NerfModel(SceneModel):
     @classmethod
     def check_config(cls, cfg) -> None:
         """--strategy must be occupancy; the nerf section's box must parse (--batch and --supersample, options
-        of rendered views, are refused for every ``RAY_BATCHES`` method by recon.trainer.check_view_options)."""
+        of rendered views, are refused for every ``RAY_BATCHES`` method by recon.training.trainer.check_view_options)."""
         if cfg.strategy != "occupancy":
             raise ConfigValueError(f"--strategy {cfg.strategy}: --method nerf has no densification; it trains with "
                                    f"--strategy occupancy (the occupancy-grid updates; `splatforge train nerf` and "
@@ -453,7 +453,7 @@ class NerfModel(SceneModel):
         return out["rgb"], 1.0 - out["opacity"], out["depth"]
 
     def render_depth(self, cameras: Sequence, kind: str, background: Tensor | None = None):
-        """Mesh extraction's seam (recon.mesh_extraction.render_depth): (rgb [C, H, W, 3], depth [C, H, W, 1],
+        """Mesh extraction's seam (recon.geometry.mesh_extraction.render_depth): (rgb [C, H, W, 3], depth [C, H, W, 1],
         opacity [C, H, W, 1]), depth the median ("median") or expected ("expected") camera z, 0 where the
         opacity is below 0.5."""
         rgb, alpha, meta = self.render(cameras, background=background)
@@ -464,7 +464,7 @@ class NerfModel(SceneModel):
     def ray_batch(self, images, cameras: Sequence, background: Tensor, generator: torch.Generator
                   ) -> tuple[Tensor, Tensor, dict]:
         """(prediction [R, 3], target [R, 3], meta) of R rays drawn across the training ``images``
-        (:class:`recon.frame_images.FrameImages`, indexed like ``cameras``); targets composited on
+        (:class:`recon.data.frame_images.FrameImages`, indexed like ``cameras``); targets composited on
         ``background`` [3]; pixels outside a dataset mask take the target's value (no loss there).
         R = target_samples / samples_per_ray, clamped to [256, max_rays]; the estimate is then updated."""
         if self._source is None or self._source.key != (id(images), len(images)):

@@ -20,13 +20,13 @@ renders the slice with ``rasterize_gaussians(covars=...)``. The densification si
 N Gaussians: ``meta["means2d"]`` is a :class:`SlicedScreenMeans` whose ``.grad`` / ``.absgrad`` scatter
 the sliced screen-space gradients through the kept indices ([C, N, 2], zero for culled Gaussians), and
 ``meta["radii"]`` is [C, N, 2] with zeros for culled ones; so the 3DGS statistics of
-:class:`recon.strategy.adc.ADCStrategy` apply unchanged. The strategies are :meth:`SpaceTimeGaussians.strategies`
+:class:`recon.strategy.adc.ADCStrategy` apply unchanged. The strategies are ``recon.strategy.METHOD_STRATEGIES["4dgs"]``
 (ADC in 4D, :mod:`recon.strategy.adc4d`; MCMC in 4D, :mod:`recon.strategy.mcmc4d`).
 
 The export record (:meth:`SpaceTimeGaussians.to_splat_data`) is the 3D slice at one time (default the
 middle, 0.5): what splats.ply holds for a 4D run (``SPLAT_FILE_IS_SLICE``). The 4D model itself is
 :meth:`SpaceTimeGaussians.to_spacetime_data`, written as splats4d.ply (a ply4d file,
-recon/export/PLY4D.md) when a run ends and kept in its checkpoints; :class:`recon.run.Run` reads it for
+recon/export/PLY4D.md) when a run ends and kept in its checkpoints; :class:`recon.run.folder.Run` reads it for
 ``eval``, ``render``, ``export`` and the viewer.
 """
 
@@ -42,13 +42,13 @@ from torch import Tensor
 
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from rasterizer.spacetime import slice_gaussians_4d
-from recon.errors import UsageError
+from recon.core.errors import UsageError
 from recon.models.base import SceneModel, register_model
-from recon.spacetime_losses import NeighborLists
+from recon.losses.spacetime import NeighborLists
 from recon.models.gaussians import (LearningRates, TraceCache, front_of_limit, knn_mean_distance, ray_arguments,
                                     resize_optimizer_state, rgb_to_sh0)
-from recon.spacetime_data import SpaceTimeData
-from recon.splat_data import SplatData
+from recon.core.spacetime_data import SpaceTimeData
+from recon.core.splat_data import SplatData
 
 PARAM_NAMES = ("means4", "log_scales4", "quats_left", "quats_right", "logit_opacities", "sh0", "shN")
 LR_OF = {"means4": "means", "log_scales4": "log_scales", "quats_left": "quats", "quats_right": "quats",
@@ -133,19 +133,11 @@ class SpaceTimeGaussians(SceneModel):
         self.optimizer = self._make_optimizer()
         self._neighbors = NeighborLists()  # the velocity consistency's (recomputed when due)
 
-    @classmethod
-    def strategies(cls) -> dict:
-        """--strategy name -> strategy class for this method: ADC and MCMC in 4D."""
-        from recon.strategy.adc4d import ADC4DStrategy
-        from recon.strategy.mcmc4d import MCMC4DStrategy
-
-        return {"adc": ADC4DStrategy, "mcmc": MCMC4DStrategy}
-
     def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
-        """The optional 4D-Rotor regularisers of ``cfg.spacetime`` (recon/spacetime_losses.py): opacity entropy
+        """The optional 4D-Rotor regularisers of ``cfg.spacetime`` (recon/losses/spacetime.py): opacity entropy
         and velocity consistency with nearest neighbours in space-time (weights 0: none)."""
         from rasterizer.spacetime import condition_on_time
-        from recon.spacetime_losses import opacity_entropy, velocity_consistency
+        from recon.losses.spacetime import opacity_entropy, velocity_consistency
 
         sc = cfg.spacetime
         terms = {}
@@ -167,9 +159,9 @@ class SpaceTimeGaussians(SceneModel):
     def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "SpaceTimeGaussians":
         """Initial 4D Gaussians: the scene's points (``init_type`` "sfm") at their times
         (``scene.point_times``) or at times uniform over [0, 1]; else ``init_num_random`` random ones in
-        the box the cameras look at (:func:`recon.init_region.random_init_region`), times uniform.
+        the box the cameras look at (:func:`recon.models.init_region.random_init_region`), times uniform.
         UsageError when the training frames carry no time."""
-        from recon.init_region import random_init_region
+        from recon.models.init_region import random_init_region
 
         if not any(f.time is not None for f in scene.frames_train):
             raise UsageError(f"--method 4dgs: the training frames of {scene.root or scene.source_format} carry no "

@@ -14,7 +14,7 @@ Rendering goes through :func:`rasterizer.rasterize_surfels`; ``meta`` carries th
 densification keys (``means2d``, ``radii``, ``width``, ``height``) plus the surfel outputs the losses
 and renders read: ``depth``, ``median_depth``, ``normals`` (camera frame, alpha-weighted),
 ``normals_world``, ``distortion``, ``alpha``, ``Ks``, ``ray_transforms`` and ``depths`` (per surfel).
-The geometry losses and their config section are in :mod:`recon.surfel_losses`.
+The geometry losses and their config section are in :mod:`recon.losses.surfels`.
 
 Densification (adaptive density control): ``d loss / d means2d`` is zero for surfels wider than a
 pixel (only the low-pass fallback reads means2d; rasterizer/DESIGN.md "2D surfels"), so the signal is
@@ -38,11 +38,12 @@ import torch
 from torch import Tensor
 
 from rasterizer import Camera, rasterize_surfels
-from recon.errors import ConfigValueError
+from recon.core.errors import ConfigValueError
+from recon.core.schedule import schedule_scaler
 from recon.models.base import register_model
 from recon.models.gaussians import GaussianModel, LearningRates
-from recon.splat_data import SplatData
-from recon.surfel_losses import distortion_loss, normal_consistency_loss
+from recon.core.splat_data import SplatData
+from recon.losses.surfels import distortion_loss, normal_consistency_loss
 
 FLAT_SCALE = 1e-6
 """the third scale written to splat files (world units): flat for a 3DGS viewer, positive for its log"""
@@ -148,7 +149,7 @@ class SurfelModel(GaussianModel):
 
     @torch.no_grad()
     def render_depth(self, cameras: Sequence[Camera], kind: str, background: Tensor | None = None):
-        """Mesh extraction's seam (recon.mesh_extraction.render_depth): (rgb [C, H, W, 3], depth [C, H, W, 1],
+        """Mesh extraction's seam (recon.geometry.mesh_extraction.render_depth): (rgb [C, H, W, 3], depth [C, H, W, 1],
         alpha [C, H, W, 1]), depth the median depth (``kind`` "median", the 2DGS paper's choice for TSDF fusion)
         or the expected depth ("expected"), camera-space z, 0 where nothing is seen."""
         rgb, depth, alpha, _ = self.render_geometry(cameras, kind, background)
@@ -182,9 +183,7 @@ class SurfelModel(GaussianModel):
         """The 2DGS geometry losses switched on at this step: ``distortion`` (``dist_lambda`` x the mean
         distortion, from ``dist_start_iter``) and ``normal`` (``normal_lambda`` x normal consistency with
         the normals of the ``normal_depth`` depth, from ``normal_start_iter``), start steps x the run's
-        steps_scaler (``cfg.surfels``; recon/surfel_losses.py)."""
-        from recon.trainer import schedule_scaler
-
+        steps_scaler (``cfg.surfels``; recon/losses/surfels.py)."""
         sc = cfg.surfels.scaled(schedule_scaler(cfg))
         terms = {}
         if sc.dist_lambda > 0 and step >= sc.dist_start_iter:

@@ -79,7 +79,7 @@ def _pos_int(v) -> bool:
 _FINITE_NONNEG = (lambda v: math.isfinite(v) and v >= 0, ">= 0")
 _FINITE_POS = (lambda v: math.isfinite(v) and v > 0, "> 0")
 
-FIELD_RANGES = {  # merged into recon.trainer.FIELD_RANGES (dotted names)
+FIELD_RANGES = {  # merged into recon.training.trainer.FIELD_RANGES (dotted names)
     **{f"nerf.{name}": (_pos_int, ">= 1") for name in (
         "hash_levels", "hash_features", "hash_base_res", "hash_max_res", "hidden", "geo_dim", "steps_per_diagonal",
         "target_samples", "max_rays", "occupancy_resolution", "eval_rays")},

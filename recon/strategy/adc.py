@@ -25,7 +25,7 @@ MIN_REFINE_EVERY = 20  # scaled schedules: averaging gradients over fewer views 
 @dataclass
 class ADCConfig:
     """Hyper-parameters of adaptive density control (3DGS / gsplat defaults, 30k-step schedule); the
-    ``adc`` section of :class:`recon.trainer.TrainConfig` (``--adc.grow-grad2d 0.0003``)."""
+    ``adc`` section of :class:`recon.training.trainer.TrainConfig` (``--adc.grow-grad2d 0.0003``)."""
 
     prune_opa: float = 0.005
     """prune Gaussians less opaque than this; opacity resets clamp to twice it"""

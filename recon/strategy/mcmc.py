@@ -30,7 +30,7 @@ OPACITY_EPS = 1e-6
 @dataclass
 class MCMCConfig:
     """Hyper-parameters of MCMC densification (gsplat defaults, 30k-step schedule); the ``mcmc`` section
-    of :class:`recon.trainer.TrainConfig` (``--mcmc.noise-lr 1e5``)."""
+    of :class:`recon.training.trainer.TrainConfig` (``--mcmc.noise-lr 1e5``)."""
 
     noise_lr: float = 5e5
     """position noise scale, x the current means learning rate"""

@@ -43,7 +43,7 @@ class OccupancyConfig:
 class OccupancyGridStrategy(OccupancyConfig):
     """:class:`OccupancyConfig` as a training strategy (the interface of :mod:`recon.strategy`)."""
 
-    METHODS: ClassVar[tuple[str, ...]] = ("nerf",)  # the methods it applies to (recon.trainer.strategy_class)
+    METHODS: ClassVar[tuple[str, ...]] = ("nerf",)  # the methods it applies to (recon.training.trainer.strategy_class)
     max_gaussians: int | None = None  # unused (the trainer passes the run's cap to every strategy)
 
     @classmethod

@@ -21,9 +21,9 @@ import pytest
 import torch
 import yaml
 
-from recon import run_files as rf
+from recon.outputs import files as rf
 from recon.export import SplatData, random_splats, write_splats
-from recon.trainer import TrainConfig, train_model
+from recon.training.trainer import TrainConfig, train_model
 
 READ_ONLY = "read_only_place"  # folders whose name holds this act as if on a read-only file system
 # small, fast training flags (procedural scene at a quarter of its size, few random Gaussians)
@@ -82,7 +82,7 @@ def run_folder(tmp: Path, data: str = "procedural") -> Path:
 def ply4d_file(tmp: Path, name: str = "model4d.ply") -> Path:
     """A random 4D model (ply4d, 200 Gaussians in front of the procedural scenes' cameras)."""
     from recon.export import write_ply4d
-    from recon.spacetime_data import SpaceTimeData
+    from recon.core.spacetime_data import SpaceTimeData
 
     rng = np.random.default_rng(0)
     n = 200
@@ -254,7 +254,7 @@ def text_file(tmp: Path, name: str) -> Path:
 def procedural_blocks(tmp: Path) -> Path:
     """blocks.json of the procedural scene at full size (TINY trains it at data factor 4: another dataset)."""
     from recon.distributed.partition import PartitionConfig, partition_scene, write_partition
-    from recon.trainer import load_training_scene
+    from recon.training.trainer import load_training_scene
 
     scene = load_training_scene(TrainConfig(data=Path("procedural")))
     path = tmp / "blocks.json"

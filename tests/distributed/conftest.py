@@ -23,7 +23,7 @@ def tiny_city(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_blocks(tiny_city, tmp_path_factory) -> Path:
     from recon.distributed.partition import PartitionConfig, partition_scene, write_partition
-    from recon.trainer import TrainConfig, load_training_scene
+    from recon.training.trainer import TrainConfig, load_training_scene
 
     scene = load_training_scene(TrainConfig(data=tiny_city))
     part = partition_scene(scene, PartitionConfig(blocks_xy="3x2"), source=str(tiny_city))

@@ -126,7 +126,7 @@ def test_partition_from_another_dataset_is_refused(tiny_blocks, tmp_path):
 
 
 def test_run_folder_held_by_another_job_is_refused(tiny_city, tiny_blocks, tmp_path):
-    from recon.run_files import RunLock
+    from recon.outputs.files import RunLock
 
     out = tmp_path / "run"
     with RunLock(out):

@@ -7,7 +7,7 @@ import torch
 from recon.distributed.merge import concatenate, core_part
 from recon.distributed.partition import Block, Partition, RobustBox
 from recon.distributed.seams import seam_mask, surface_points
-from recon.splat_data import SplatData
+from recon.core.splat_data import SplatData
 
 
 def two_blocks() -> Partition:

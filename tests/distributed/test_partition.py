@@ -7,7 +7,7 @@ import pytest
 
 from recon.distributed.partition import (Partition, check_blocks, PartitionConfig, PartitionError, box_coverage, in_core,
                                          partition_scene, up_axis)
-from recon.trainer import TrainConfig, load_training_scene
+from recon.training.trainer import TrainConfig, load_training_scene
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import torch
 from recon.distributed.partition import Block, Partition
 from recon.distributed.prior import (PRIOR_KEY, PRIOR_STEP_KEY, FrozenContext, block_start, prior_finished,
                                      refine_config, wait_for_prior)
-from recon.errors import RunFolderError
+from recon.core.errors import RunFolderError
 from recon.models.gaussians import GaussianModel
-from recon.splat_data import SplatData
-from recon.trainer import TrainConfig
+from recon.core.splat_data import SplatData
+from recon.training.trainer import TrainConfig
 
 
 def splats(n=10, seed=0) -> SplatData:

@@ -1,7 +1,7 @@
 """The one quaternion -> rotation matrix implementation (rasterizer/quaternions.py) against the four
 formulas it replaced (reference covariance, COLMAP, viewer, export budget), copied here verbatim as
 they were, and the camera conversions built on it (rasterizer/camera.py). COLMAP's zero-qvec case:
-tests/recon/test_data_colmap.py."""
+tests/recon/data/test_data_colmap.py."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def old_viewer(quats_wxyz):  # viewer/scene.py quats_to_rotmats
 
 
 def old_budget(quats_wxyz):  # recon/export/budget.py _rotmats
-    q = np.asarray(quats_wxyz, dtype=np.float64)  # recon.splat_data.normalized_quats, inlined
+    q = np.asarray(quats_wxyz, dtype=np.float64)  # recon.core.splat_data.normalized_quats, inlined
     norm = np.linalg.norm(q, axis=-1, keepdims=True)
     bad = ~(norm[..., 0] > 0)
     q = q / np.where(norm > 0, norm, 1.0)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from recon import run_files as rf
+from recon.outputs import files as rf
 from recon.export import SplatData, write_splats
-from recon.trainer import TrainConfig
+from recon.training.trainer import TrainConfig
 
 
 def tiny_run(tmp_path: Path) -> Path:

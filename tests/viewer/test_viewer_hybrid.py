@@ -193,7 +193,7 @@ def test_hybrid_image_depth_for_viser():
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A small 3dgs run of the procedural scene (SH 0: the browser shows what the rasterizer renders)."""
-    from recon.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig, train_model
 
     run = tmp_path_factory.mktemp("viewer_hybrid_run") / "run"
     train_model(TrainConfig(data=Path("procedural"), out=run, steps=40, data_factor=2, save_every=0, progress=False,
@@ -238,7 +238,7 @@ def hybrid_ready():
 
 def test_asset_gizmo_and_server_hybrid_in_browser(hybrid_ready, browser, run_dir, tmp_path, record_property):
     from recon.hybrid.render import HybridRenderer
-    from recon.run import Run
+    from recon.run.folder import Run
 
     wxyz, position = _look_at((2.0, -1.6, -2.2), (0.0, 0.3, 0.0))
     pictures = {}
@@ -410,8 +410,8 @@ def test_nerf_run_shows_server_frames_low_while_moving_refined_when_still(browse
     server mode (splats hidden) and sends frames of the field itself: a preview at half the size on each camera
     move, then the full size once the camera has been still for REFINE_DELAY; the browser shows them."""
     pytest.importorskip("open3d")
-    from recon.trainer import train_model
-    from tests.recon.test_nerf_train import tiny
+    from recon.training.trainer import train_model
+    from tests.recon.nerf.test_nerf_train import tiny
     from viewer.hybrid import PREVIEW_FRACTION
 
     run = tmp_path / "nerf"

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("viser")
 
 from recon.export import read_ply4d, write_ply4d, write_splats  # noqa: E402
-from recon.spacetime_data import SpaceTimeData  # noqa: E402
+from recon.core.spacetime_data import SpaceTimeData  # noqa: E402
 from tests.viewer.test_viewer import (  # noqa: E402,F401  (browser: a fixture)
     BROWSER_TIMEOUT, _slider_track, browser, render_until, set_camera, small_scene, wait_for)
 from viewer.commands import ViewConfig, build_viewer  # noqa: E402
@@ -111,7 +111,7 @@ def test_time_flags_checked_before_a_server_starts(file4d, tmp_path, monkeypatch
 
 
 def test_4dgs_run_folder_opens_its_4d_model(tmp_path):
-    from recon.trainer import TrainConfig, Trainer
+    from recon.training.trainer import TrainConfig, Trainer
 
     cfg = TrainConfig(data=Path("procedural-4d"), out=tmp_path / "run", method="4dgs", steps=2, sh_degree=0,
                       progress=False, data_factor=4)
@@ -160,7 +160,7 @@ def test_time_slider_changes_the_picture(live4d):
 
 
 def test_train_viewer_on_a_4d_run_shows_the_model_at_the_slider_time(tmp_path):
-    from recon.trainer import TrainConfig, Trainer
+    from recon.training.trainer import TrainConfig, Trainer
     from viewer.training import TrainingViewer
 
     cfg = TrainConfig(data=Path("procedural-4d"), out=tmp_path / "run", method="4dgs", steps=1000, sh_degree=0,

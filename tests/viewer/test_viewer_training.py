@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("viser")
 
-from recon.trainer import TrainConfig, Trainer  # noqa: E402
+from recon.training.trainer import TrainConfig, Trainer  # noqa: E402
 from tests.viewer.test_viewer import (  # noqa: E402,F401
     H, W, browser, render_until, set_camera, wait_for)
 from viewer.camera_path import world_to_cam_to_viser  # noqa: E402

@@ -1,0 +1,76 @@
+"""Fused CPU SSIM (recon.losses.ssim) against the PyTorch specification (recon.losses.image.ssim), forward and
+backward, including image borders (zero padding) and batched cameras."""
+
+import pytest
+import torch
+
+from recon.losses.ssim import can_fuse, fused_ssim
+from recon.losses.image import photometric_loss, ssim
+from tests.tolerances import GRAD_REL, TOL
+
+
+def _pair(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(shape, generator=g, dtype=torch.float64).to(dtype)
+    b = (a + 0.15 * torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)).clamp(0, 1)
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape", [(17, 23, 3), (2, 9, 30, 3), (5, 4, 1), (40, 12, 4)])
+def test_forward_and_gradient_match_reference(dtype, shape):
+    a, b = _pair(shape, dtype)
+    a_ref = a.clone().requires_grad_(True)
+    a_fused = a.clone().requires_grad_(True)
+    cot = 0.7  # upstream gradient
+    ref = ssim(a_ref, b)
+    out = fused_ssim(a_fused, b)
+    (ref * cot).backward()
+    (out * cot).backward()
+    tol = TOL[dtype]
+    assert abs(out.item() - ref.item()) < tol["atol"] * 10
+    scale = float(a_ref.grad.abs().max())
+    assert scale > 0
+    assert float((a_fused.grad - a_ref.grad).abs().max()) <= GRAD_REL[dtype] * scale
+
+
+def test_gradcheck_float64():
+    a, b = _pair((6, 7, 2), torch.float64, seed=3)
+    a.requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda t: fused_ssim(t, b), (a,), eps=1e-6, atol=1e-7)
+
+
+def test_identical_images_and_loss_uses_fused_path():
+    a, _ = _pair((12, 14, 3), torch.float32)
+    assert abs(float(fused_ssim(a, a)) - 1.0) < 1e-5
+    b = a.flip(0)
+    assert can_fuse(a, b)
+    expect = 0.8 * float((a - b).abs().mean()) + 0.2 * (1 - float(ssim(a, b)))
+    assert abs(float(photometric_loss(a, b)) - expect) < 1e-5
+
+
+def test_bad_inputs():
+    a = torch.rand(4, 4, 3)
+    with pytest.raises(ValueError, match="shapes differ"):
+        fused_ssim(a, torch.rand(4, 5, 3))
+    with pytest.raises(ValueError, match="expected an image"):
+        fused_ssim(torch.rand(4, 3), torch.rand(4, 3))
+    assert not can_fuse(a, a.clone().requires_grad_(True))
+
+
+def test_waits_for_the_rasterizers_public_kernel_lock():
+    """fused_ssim launches Numba parallel kernels, so it takes the lock the rasterizer's cpu backend
+    exports for that (rasterizer.cpu.KERNEL_LOCK): while another thread holds it, SSIM waits."""
+    import threading
+
+    from rasterizer.cpu import KERNEL_LOCK
+
+    a, b = _pair((9, 11, 3), torch.float64)
+    fused_ssim(a, b)  # compiled before the timing below
+    done = threading.Event()
+    with KERNEL_LOCK:
+        worker = threading.Thread(target=lambda: (fused_ssim(a, b), done.set()))
+        worker.start()
+        assert not done.wait(0.5), "fused_ssim ran while KERNEL_LOCK was held"
+    worker.join(30)
+    assert done.is_set()
