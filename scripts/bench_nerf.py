@@ -92,7 +92,7 @@ class _Budget:
 
 def bench_train(data: str, data_factor: int, steps: int, window: int, max_seconds: float | None,
                 test_every: int) -> dict:
-    from recon.commands.train import preset_config
+    from recon.training.presets import preset_config
     from recon.training.trainer import Trainer
 
     cfg = preset_config("nerf", data=Path(data), data_factor=data_factor, steps=steps, progress=False,
@@ -121,7 +121,7 @@ def bench_train(data: str, data_factor: int, steps: int, window: int, max_second
 def bench_share(data: str, data_factor: int, warm_steps: int, repeats: int) -> dict:
     """The hash encoding's share of a training step, measured back to back (same load): ``warm_steps``
     steps of lego, then ``repeats`` x (one step, one Numba forward + backward of ``target_samples`` points)."""
-    from recon.commands.train import preset_config
+    from recon.training.presets import preset_config
     from recon.training.trainer import Trainer
 
     cfg = preset_config("nerf", data=Path(data), data_factor=data_factor, steps=30_000, progress=False,

@@ -1,8 +1,9 @@
 """`splatforge train [PRESET]`: fit 3D Gaussians to a dataset (resumes an interrupted run in the same --out).
 
 Presets (as gsplat's trainer): ``splatforge train mcmc --data DIR`` starts from the named
-:class:`recon.training.trainer.TrainConfig` in :data:`recon.training.presets.PRESETS`, then applies the flags. Without a preset name
-(``splatforge train --data DIR``) the ``default`` preset is used (see :func:`recon.cli.main`).
+:class:`recon.training.trainer.TrainConfig` in :data:`recon.training.presets.PRESETS`, then applies the flags.
+Without a preset name (``splatforge train --data DIR``) the ``default`` preset is used (see
+:func:`recon.cli.main`).
 
 ``--viewer`` serves the training live in the browser (:mod:`viewer.training`, imported only then);
 ``--logger tensorboard`` writes TensorBoard event files to OUT/tensorboard/ (:mod:`recon.training.tensorboard`).
@@ -14,8 +15,9 @@ from typing import Annotated
 
 import tyro
 
-from recon.core.errors import USER_ERRORS, ConfigValueError, UsageError, fail  # noqa: F401  (re-exported: the other commands import them here)
-from recon.training.presets import DEFAULT_PRESET, PRESETS, preset_config  # noqa: F401  (cli and tests read them here too)
+# USER_ERRORS and fail are re-exported: the other commands import them here
+from recon.core.errors import USER_ERRORS, ConfigValueError, UsageError, fail  # noqa: F401
+from recon.training.presets import PRESETS
 from recon.training.trainer import TrainConfig, train_model
 
 PresetConfig = tyro.extras.subcommand_type_from_defaults(

@@ -40,5 +40,6 @@ def strategies_for(method: str) -> dict[str, type]:
     return {name: cls for name, cls in STRATEGIES.items() if method in getattr(cls, "METHODS", (method,))}
 
 
-__all__ = ["METHOD_STRATEGIES", "strategies_for", "ADCConfig", "ADCStrategy", "MCMCConfig", "MCMCStrategy", "OccupancyConfig", "OccupancyGridStrategy",
+__all__ = ["METHOD_STRATEGIES", "strategies_for", "ADCConfig", "ADCStrategy", "MCMCConfig", "MCMCStrategy",
+           "OccupancyConfig", "OccupancyGridStrategy",
            "STRATEGIES"]

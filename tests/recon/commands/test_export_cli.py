@@ -131,8 +131,8 @@ def test_export_package_is_a_file_format_layer():
 
     import recon.export
 
-    upward = ("recon.training.trainer", "recon.training.evaluation", "recon.run.folder", "recon.outputs.files", "recon.commands",
-              "recon.models", "recon.data")
+    upward = ("recon.training.trainer", "recon.training.evaluation", "recon.run.folder", "recon.outputs.files",
+              "recon.commands", "recon.models", "recon.data")
     found = []
     for file in Path(recon.export.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(file.read_text())):

@@ -142,7 +142,7 @@ def test_view_options_are_refused_for_every_ray_batch_method():
 
 def test_method_picks_its_preset():
     from recon.cli import with_default_preset
-    from recon.commands.train import PRESETS
+    from recon.training.presets import PRESETS
 
     assert with_default_preset(["train", "--method", "nerf", "--data", "x"])[:2] == ["train", "nerf"]
     assert with_default_preset(["train", "--method=nerf"])[:2] == ["train", "nerf"]

@@ -13,6 +13,7 @@ from recon.data.procedural_4d import procedural_4d_scene
 from recon.core.errors import ConfigValueError, UsageError
 from recon.models import GaussianModel, SpaceTimeGaussians
 from recon.strategy.adc4d import ADC4DStrategy, spatial_sizes, split_4d
+from recon.strategy import METHOD_STRATEGIES
 from recon.training.trainer import ConfigMismatchError, TrainConfig, Trainer
 
 
@@ -144,7 +145,7 @@ def test_split_4d_draws_children_from_the_4d_gaussian(small_scene):
 
 
 def test_strategy_the_method_lacks_refused_before_loading(monkeypatch):
-    monkeypatch.setattr(SpaceTimeGaussians, "strategies", classmethod(lambda cls: {"adc": ADC4DStrategy}))
+    monkeypatch.setitem(METHOD_STRATEGIES, "4dgs", {"adc": ADC4DStrategy})
     cfg = TrainConfig(data=Path("/nonexistent"), method="4dgs", strategy="mcmc")
     with pytest.raises(ConfigValueError, match="--strategy mcmc: not available with --method 4dgs"):
         Trainer(cfg)
