@@ -61,7 +61,7 @@ def min_sigma_on_rect(mx, my, a, b, c, inv_a, inv_c, xlo, xhi, ylo, yhi):
 MASK_TILES = 64  # boxes of at most this many tiles keep their reached tiles as a uint64 bitmask
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, chords, ts, W, H, tile_base, TW, out_tile, out_gauss,
                         pos):
     """Visit the tiles of Gaussian g's box that it can reach with alpha >= 1/255 at some pixel centre
@@ -72,7 +72,13 @@ def count_or_fill_tiles(g, tmin, tmax, means2d, conics, opac, chords, ts, W, H, 
 
     With out_tile empty (size 0) it only counts; else it writes tile ids and g from ``pos`` on.
     Returns (number of reached tiles, bitmask of them in box order (bit (ty - ty0) * box_w + tx - tx0)
-    when the box has at most MASK_TILES tiles, else 0)."""
+    when the box has at most MASK_TILES tiles, else 0).
+
+    Not ``inline="always"``: Numba 0.68's IR inlining of this function into the parallel loops of
+    gaussian_extents and touched_tiles compiled a reach test that depended on what the process had
+    compiled before (after the float64 pipeline the float32 kernel dropped reached tiles, a wrong render;
+    otherwise it kept every tile of the box). As a plain call it matches its Python definition in every
+    compile order (tests/rasterizer/test_cpu_binning.py::test_reach_test_keeps_exactly_the_reached_tiles)."""
     mask = np.uint64(0)
     if tmax[g, 0] <= tmin[g, 0] or tmax[g, 1] <= tmin[g, 1]:  # empty box (culled, or off the image)
         return 0, mask

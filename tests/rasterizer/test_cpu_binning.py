@@ -93,3 +93,62 @@ def test_major_rows_invert_perm_and_their_sums_equal_scatter_add():
         for k in range(M):
             want[bins.ids[k]] += src[k]
         np.testing.assert_array_equal(out, want)
+
+
+def pixel_reached_tiles(mean, conic, opacity, W, H, ts):
+    """Tiles where the Gaussian's alpha = opacity exp(-sigma) reaches 1/255 at some pixel centre
+    (float64 brute force over every pixel): the set the binning must cover."""
+    ys, xs = np.mgrid[0:H, 0:W] + 0.5
+    dx, dy = xs - float(mean[0]), ys - float(mean[1])
+    a, b, c = (float(v) for v in conic)
+    alpha = float(opacity) * np.exp(-(0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy))
+    rows, cols = np.nonzero(alpha >= 1.0 / 255.0)
+    return {(int(x) // ts, int(y) // ts) for y, x in zip(rows, cols)}
+
+
+@pytest.mark.parametrize("order", [("f64", "f32"), ("f32", "f64")], ids=["f64-first", "f32-first"])
+def test_reach_test_keeps_exactly_the_reached_tiles(order):
+    """Regression (stop 58): with count_or_fill_tiles inlined by Numba (inline="always") into the parallel
+    loops, the compiled reach test depended on what had been compiled before in the process: after the
+    float64 pipeline, the float32 kernel dropped tiles that pixels reach (a wrong render), and otherwise it
+    kept every tile of the box (the test did nothing). Each dtype, in either compile order, must keep every
+    pixel-reached tile and at most a few more (the test is on the rectangle of pixel centres)."""
+    from rasterizer import rasterize_gaussians
+
+    from .scenes import random_scene
+
+    W, H = 50, 40
+    for name in order:
+        dtype = torch.float32 if name == "f32" else torch.float64
+        p, viewmats, Ks = random_scene(n=250, width=W, height=H, n_cams=2, dtype=dtype, seed=3)
+        _, _, meta = rasterize_gaussians(p["means"], p["quats"], p["scales"], p["opacities"], p["colors"],
+                                         viewmats, Ks, W, H, backend="cpu")
+        grid = TileGrid.for_image(W, H)
+        means2d = meta.means2d.detach().reshape(-1, 2).numpy()
+        conics = meta.conics.detach().reshape(-1, 3).numpy()
+        opac = meta.opacities.detach().reshape(-1).numpy()
+        radii = meta.radii.reshape(-1, 2).numpy()
+        tmin, tmax, _, counts, masks = B.gaussian_extents(means2d, radii, conics, opac, None, grid.tile_size,
+                                                          grid.tiles_x, grid.tiles_y, W, H, 2)
+        needed = extra = 0
+        for g in range(means2d.shape[0]):
+            if radii[g, 0] <= 0 or radii[g, 1] <= 0:
+                assert counts[g] == 0
+                continue
+            want = pixel_reached_tiles(means2d[g], conics[g], opac[g], W, H, grid.tile_size)
+            assert counts[g] >= len(want), f"{name}: Gaussian {g} binned to {counts[g]} tiles, pixels reach {len(want)}"
+            needed += len(want)
+            extra += counts[g] - len(want)
+        assert extra <= 0.02 * needed + 2, f"{name}: {extra} tiles beyond the {needed} reached (reach test ineffective)"
+        # the fill pass writes exactly the counted pairs, each a tile of its Gaussian's box
+        order_cams = depth_order(meta.depths.detach().to(torch.float32).numpy(), meta.radii.numpy())
+        N = meta.depths.shape[1]
+        pair_tile, pair_gauss, starts = B.touched_tiles(order_cams, counts, masks, tmin, tmax, means2d, conics, opac, None,
+                                                        N, grid.tiles_x, grid.tiles_y, grid.tile_size, W, H, 2)
+        assert pair_tile.shape[0] == counts.sum()
+        for g in np.nonzero(counts)[0]:
+            s = slice(starts[g], starts[g] + counts[g])
+            assert (pair_gauss[s] == g).all()
+            tiles = pair_tile[s] - (g // N) * grid.tiles_x * grid.tiles_y
+            tx, ty = tiles % grid.tiles_x, tiles // grid.tiles_x
+            assert ((tx >= tmin[g, 0]) & (tx < tmax[g, 0]) & (ty >= tmin[g, 1]) & (ty < tmax[g, 1])).all()
