@@ -28,6 +28,7 @@ from recon.data.scene import (
     load_image,
     load_image_tensor,
     load_mask,
+    load_segmentation,
     nerfpp_norm,
 )
 
@@ -46,6 +47,7 @@ __all__ = [
     "load_image",
     "load_image_tensor",
     "load_mask",
+    "load_segmentation",
     "load_nerfstudio",
     "load_scene",
     "look_at_world_to_cam",

@@ -6,8 +6,9 @@ Layout (``DIR``):
   them) per camera c: ``k`` [T][C][3][3] intrinsics in pixels, ``w2c`` [T][C][4][4] world-to-camera (OpenCV
   axes, as ours), ``fn`` [T][C] image file names relative to ``ims/`` (``<cam>/<k:06d>.jpg``) and ``cam_id``
   [T][C];
-- ``ims/<cam>/<k:06d>.jpg`` the images; optional ``seg/<cam>/<k:06d>.png`` foreground masks (used as masks
-  when present: non-zero = keep);
+- ``ims/<cam>/<k:06d>.jpg`` the images; optional ``seg/<cam>/<k:06d>.png`` foreground segmentations of
+  the people (non-zero = person). They are ``Frame.segmentation_path``, **not** loss masks: Dynamic 3D
+  Gaussians supervises the whole image (dome and floor too), so ``mask_path`` stays None;
 - optional ``init_pt_cld.npz`` with ``data`` [P, >= 6]: x, y, z, r, g, b (colours in [0, 1] or 0-255),
   further columns ignored. Without it the scene has no points, so training starts from random Gaussians in
   the region the cameras look at (datasets/README.md).
@@ -90,7 +91,7 @@ def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None)
             name = str(name)
             seg = root / "seg" / Path(name).with_suffix(".png")
             frame = Frame(f"ims/{name}", root / "ims" / name, make_camera(w2c[k, c], K[k, c], width, height),
-                          seg if seg.is_file() else None, t)
+                          mask_path=None, time=t, segmentation_path=seg if seg.is_file() else None)
             raw.append((frame, None))
     return finalize_frames(raw, root, path, data_factor, cache_dir), T
 

@@ -63,8 +63,12 @@ class Frame:
         image_path: image file (RGB or RGBA) whose size is ``camera.width x camera.height``.
         camera: pinhole :class:`Camera`; ``world_to_cam`` [4, 4] float32 (OpenCV axes), ``K`` [3, 3]
             float32 in pixels.
-        mask_path: optional single-channel mask of the same size (non-zero = keep).
+        mask_path: optional single-channel **loss mask** of the same size (non-zero = keep: pixels outside
+            it are not supervised), e.g. nerfstudio's ``mask_path``.
         time: normalised time in [0, 1] for dynamic scenes, else None.
+        segmentation_path: optional single-channel foreground segmentation of the same size (non-zero =
+            foreground), e.g. Dynamic 3D Gaussians' ``seg/``; never a loss mask: the whole image is
+            supervised (datasets/README.md, "What masks mean").
     """
 
     name: str
@@ -72,6 +76,7 @@ class Frame:
     camera: Camera
     mask_path: Path | None = None
     time: float | None = None
+    segmentation_path: Path | None = None
 
     @property
     def width(self) -> int:
@@ -268,20 +273,34 @@ def load_image_tensor(frame: Frame, background: Sequence[float] = WHITE) -> torc
     return torch.from_numpy(load_image(frame, background))
 
 
-def load_mask(frame: Frame) -> np.ndarray | None:
-    """Mask of ``frame`` as float32 [H, W] in [0, 1] (1 = keep), or None when the frame has none."""
-    if frame.mask_path is None:
-        return None
-    im = _read_pil(frame.mask_path, what="mask")
+def _read_single_channel(path: Path, frame: Frame, what: str) -> np.ndarray:
+    """float32 [H, W] in [0, 1] of a single-channel image ``path`` (RGBA/LA: its alpha; 16-bit keeps its
+    range) that must be ``frame``'s size; MissingImageError naming the file otherwise."""
+    im = _read_pil(path, what=what)
     if im.size != (frame.width, frame.height):
         raise MissingImageError(
-            f"mask file {frame.mask_path} is {im.size[0]}x{im.size[1]}, expected {frame.width}x{frame.height}"
+            f"{what} file {path} is {im.size[0]}x{im.size[1]}, expected {frame.width}x{frame.height}"
         )
     if im.mode in ("RGBA", "LA"):
         im = im.getchannel("A")
     if is_16bit(im):  # 16-bit masks keep their range (convert("L") would clip them to 255)
         return np.clip(np.asarray(im, dtype=np.float32) / 65535.0, 0.0, 1.0)
     return np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+
+
+def load_mask(frame: Frame) -> np.ndarray | None:
+    """Loss mask of ``frame`` as float32 [H, W] in [0, 1] (1 = keep), or None when the frame has none."""
+    if frame.mask_path is None:
+        return None
+    return _read_single_channel(frame.mask_path, frame, "mask")
+
+
+def load_segmentation(frame: Frame) -> np.ndarray | None:
+    """Foreground segmentation of ``frame`` as float32 [H, W] in [0, 1] (1 = foreground), or None when the
+    frame has none. Not a loss mask (see :class:`Frame`)."""
+    if frame.segmentation_path is None:
+        return None
+    return _read_single_channel(frame.segmentation_path, frame, "segmentation")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -474,7 +493,7 @@ def _downscaled_file(
 
 
 def downscale_frame(frame: Frame, factor: int, root: Path, cache_root: Path) -> Frame:
-    """Frame with its image (and mask) downscaled by ``factor`` and K scaled to the new size.
+    """Frame with its image (and mask, segmentation) downscaled by ``factor`` and K scaled to the new size.
 
     K is scaled per axis by the size ratio actually produced; that is exact here because the source
     matches its camera and images_N files are within a pixel of (W/N, H/N), i.e. of the same aspect.
@@ -484,10 +503,14 @@ def downscale_frame(frame: Frame, factor: int, root: Path, cache_root: Path) -> 
     mask = None
     if frame.mask_path is not None:
         mask = _downscaled_file(frame.mask_path, root, cache_root, cam.width, cam.height, factor, "mask")
+    seg = None
+    if frame.segmentation_path is not None:
+        seg = _downscaled_file(frame.segmentation_path, root, cache_root, cam.width, cam.height, factor,
+                               "segmentation")
     new_w, new_h = image_size(image)
     K = scale_intrinsics(cam.K, new_w / cam.width, new_h / cam.height)
     camera = replace(cam, K=K, width=new_w, height=new_h)
-    return replace(frame, image_path=image, mask_path=mask, camera=camera)
+    return replace(frame, image_path=image, mask_path=mask, segmentation_path=seg, camera=camera)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -530,9 +553,11 @@ def check_cameras(frames: Sequence[Frame], listed_in: Path | str) -> None:
 
 
 def check_files_exist(frames: Sequence[Frame], listed_in: Path | str) -> None:
-    """MissingImageError naming the missing image/mask files and the file that lists them."""
+    """MissingImageError naming the missing image/mask/segmentation files and the file that lists them."""
     missing = [str(f.image_path) for f in frames if not Path(f.image_path).is_file()]
     missing += [str(f.mask_path) for f in frames if f.mask_path is not None and not Path(f.mask_path).is_file()]
+    missing += [str(f.segmentation_path) for f in frames
+                if f.segmentation_path is not None and not Path(f.segmentation_path).is_file()]
     if missing:
         shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
         raise MissingImageError(f"{len(missing)} file(s) listed in {listed_in} not found: {shown}")

@@ -252,7 +252,7 @@ def undistortion_params(dist: Distortion, K_src: np.ndarray, width: int, height:
 
 
 def undistort_frame(frame: Frame, dist: Distortion, root: Path, cache_root: Path) -> Frame:
-    """Frame whose image (and mask) are undistorted into a pinhole camera; files cached under ``undistorted/``.
+    """Frame whose image (and mask, segmentation) are undistorted into a pinhole camera; files cached under ``undistorted/``.
 
     A cached file is reused when its key (:func:`recon.data.scene.cache_matches`, as for downscaled
     files) matches the source file as it is now, the lens (:func:`undistortion_params`) and the cached
@@ -274,5 +274,6 @@ def undistort_frame(frame: Frame, dist: Distortion, root: Path, cache_root: Path
 
     image = cached(frame.image_path, "image")
     mask = cached(frame.mask_path, "mask") if frame.mask_path is not None else None
+    seg = cached(frame.segmentation_path, "segmentation") if frame.segmentation_path is not None else None
     camera = make_camera(cam.world_to_cam.double().numpy(), K_dst, cam.width, cam.height)
-    return Frame(frame.name, image, camera, mask, frame.time)
+    return Frame(frame.name, image, camera, mask, frame.time, seg)
