@@ -1,4 +1,4 @@
-"""`splatforge eval`: PSNR / SSIM of a trained run or any splat file on a dataset's test views."""
+"""`splatforge eval`: PSNR / SSIM of a trained run or any splat file on a dataset's test (or training) views."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from recon.core.errors import UsageError
 
 def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | None = None,
              data_factor: int | None = None, out: Path | None = None,
-             device: Literal["auto", "cpu", "cuda"] = "auto") -> None:
-    """Evaluate on the test views; writes OUT/metrics.json and OUT/renders/test_XXX.png.
+             device: Literal["auto", "cpu", "cuda"] = "auto", split: Literal["test", "train"] = "test",
+             every: int = 1) -> None:
+    """Evaluate on the test views (or the training views: --split train); writes OUT/metrics.json and
+    OUT/renders/test_XXX.png (--split train: OUT/metrics_train.json and OUT/renders/train_XXX.png).
 
     Args:
         run: a training run directory (its splats.ply and config.yaml give defaults for the others).
@@ -23,22 +25,25 @@ def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | N
         data_factor: image downscale factor (default: the run's, else 1).
         out: where metrics.json and renders/ go (default: RUN/eval, or next to the splat file).
         device: where to render: auto (the GPU when CUDA is available), cpu or cuda.
+        split: which views to score: test (held out), or train (captures that ship no test views; the
+            full-image PSNR that training reports on the same views).
+        every: score every N-th view of the split (1: all of them).
     """
     try:
-        metrics = _evaluate(run, splats, data, data_factor, out, device)
+        metrics = _evaluate(run, splats, data, data_factor, out, device, split, every)
     except USER_ERRORS as err:
         fail("eval", err)
     lp = "" if metrics["lpips"] is None else f", LPIPS {metrics['lpips']:.4f}"
-    print(f"test PSNR {metrics['psnr']:.2f} dB, SSIM {metrics['ssim']:.4f}{lp} over {metrics['num_views']} views")
+    print(f"{split} PSNR {metrics['psnr']:.2f} dB, SSIM {metrics['ssim']:.4f}{lp} over {metrics['num_views']} views")
     if metrics["lpips"] is None:
         from recon.losses.lpips import NOTE
 
         print(NOTE)
 
 
-def _evaluate(run, splats, data, data_factor, out, device) -> dict:
+def _evaluate(run, splats, data, data_factor, out, device, split="test", every=1) -> dict:
     from recon.outputs import files as rf
-    from recon.training.evaluation import evaluate_on_scene
+    from recon.training.evaluation import evaluate_on_scene, split_frames
     from recon.outputs.paths import ensure_writable_folder
     from recon.run.folder import Run
     from recon.core.devices import resolve_device
@@ -56,10 +61,12 @@ def _evaluate(run, splats, data, data_factor, out, device) -> dict:
     out = Path(out) if out is not None else (opened.eval_dir if run is not None else model_file.parent / rf.EVAL_DIR)
     ensure_writable_folder(out, "--out")  # before the slow loading
     scene = opened.scene
+    split_frames(scene, split, every)  # a bad --split / --every or an empty split fails before the model loads
     background = opened.background().tolist()  # the run's fixed background (dataset's for auto/random)
     model = opened.load_model(splats, resolve_device(device), extent=scene.extent)  # None: the run's own model
     return evaluate_on_scene(model, scene, out, background, source=str(model_file), run_facts=run_facts,
-                             supersample=opened.config.supersample)  # as the run trained (1 for a bare file)
+                             supersample=opened.config.supersample,  # as the run trained (1 for a bare file)
+                             split=split, every=every)
 
 
 def bare_run(splats: Path, data: Path, data_factor: int | None):

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from recon.losses.image import masked_render, photometric_loss, quick_psnr
+from recon.losses.image import masked_render, photometric_loss, quick_masked_psnr, quick_psnr
 from recon.training.trainer import StepResult, Trainer, TrainingHook
 
 APPEARANCE_FILE = "appearance.pt"
@@ -191,19 +191,22 @@ class MomentumTrainer(Trainer):
         shared = self.shared
         w = block_weight(shared.running_psnr, shared.best_psnr) if shared.best_psnr > 0 else 1.0
         photo = consistency = 0.0
-        psnrs = []
+        psnrs, masked_psnrs = [], []
         for k, ((i, _), gt) in enumerate(zip(picks, gts)):
             index = self.image_index[self.scene.frames_train[i].name]
-            pred = masked_render(shared.student(render[k], index), gt, self.images.mask(i))
+            seen, mask = shared.student(render[k], index), self.images.mask(i)
+            pred = masked_render(seen, gt, mask)  # loss mask: no loss outside it
             photo = photo + photometric_loss(pred, gt, self.cfg.ssim_lambda)
             with torch.no_grad():
                 target = shared.teacher(render[k].detach(), index)
             consistency = consistency + (shared.student(render[k].detach(), index) - target).abs().mean()
-            psnrs.append(quick_psnr(pred.detach(), gt))
+            psnrs.append(quick_psnr(seen.detach(), gt))  # full image, nothing filled in
+            if mask is not None:
+                masked_psnrs.append(quick_masked_psnr(seen.detach(), gt, mask))
         n = len(picks)
         loss = w * photo / n + self.strategy.regularization(self.model) + shared.weight * consistency / n
         value = self.optimise(loss, meta, step)
         psnr = sum(psnrs) / n
         shared.exchange(True, psnr)  # before the check: the other workers must not wait for a failed one
         check_finite_loss(value, step)
-        return StepResult(value, psnr)
+        return StepResult(value, psnr, sum(masked_psnrs) / len(masked_psnrs) if masked_psnrs else None)

@@ -111,3 +111,17 @@ def quick_psnr(render: Tensor, target: Tensor) -> float:
     fused pass; for progress displays, where :func:`psnr`'s float64 copies cost milliseconds a step at
     480 x 272)."""
     return psnr_from_mse(float(F.mse_loss(render.clamp(0.0, 1.0), target)))
+
+
+@torch.no_grad()
+def quick_masked_psnr(render: Tensor, target: Tensor, mask: Tensor) -> float:
+    """PSNR of ``render`` clamped to [0, 1] against ``target`` over the pixels a loss ``mask`` keeps:
+    the MSE weighted by ``mask`` ([H, W, 1] or [B, H, W, 1], 1 = keep; soft masks weigh) and divided by
+    the kept weight (x 3 channels). Never counts pixels outside the mask, filled in or not; inf when the
+    kept pixels match exactly, nan when the mask keeps nothing. Images [H, W, 3] or [B, H, W, 3]."""
+    mask = mask.to(render)
+    weight = float(mask.expand_as(render).sum())
+    if weight <= 0.0:
+        return math.nan
+    sq = (render.clamp(0.0, 1.0) - target).square() * mask
+    return psnr_from_mse(float(sq.sum()) / weight)

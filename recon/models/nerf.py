@@ -465,7 +465,9 @@ class NerfModel(SceneModel):
                   ) -> tuple[Tensor, Tensor, dict]:
         """(prediction [R, 3], target [R, 3], meta) of R rays drawn across the training ``images``
         (:class:`recon.data.frame_images.FrameImages`, indexed like ``cameras``); targets composited on
-        ``background`` [3]; pixels outside a dataset mask take the target's value (no loss there).
+        ``background`` [3]; pixels outside a dataset loss mask take the target's value (no loss there).
+        ``meta["render"]`` [R, 3] is the plain prediction (nothing filled in; for metrics) and
+        ``meta["mask"]`` [R, 1] the rays' loss mask (None without masks).
         R = target_samples / samples_per_ray, clamped to [256, max_rays]; the estimate is then updated."""
         if self._source is None or self._source.key != (id(images), len(images)):
             self._source = RaySource(images, cameras, self.device)
@@ -477,7 +479,7 @@ class NerfModel(SceneModel):
         out = self.render_rays(o, d, bg, jitter)
         pred = out["rgb"] if mask is None else out["rgb"] * mask + gt * (1.0 - mask)
         self.samples_per_ray = 0.9 * self.samples_per_ray + 0.1 * max(out["samples"] / n, 1.0)
-        return pred, gt, {"rays": n, "samples": out["samples"]}
+        return pred, gt, {"rays": n, "samples": out["samples"], "render": out["rgb"], "mask": mask}
 
     def ray_loss(self, pred: Tensor, gt: Tensor) -> Tensor:
         """Mean squared error."""

@@ -1,4 +1,4 @@
-"""Evaluate a Gaussian model (or any splat file) on a scene's test views: PSNR, SSIM, side-by-side PNGs.
+"""Evaluate a Gaussian model (or any splat file) on a scene's test (or training) views: PSNR, SSIM, side-by-side PNGs.
 
 LPIPS (alex) is computed when its weights are on this machine (:mod:`recon.losses.lpips`; nothing is
 downloaded); otherwise metrics carry ``"lpips": null`` and :data:`LPIPS_NOTE` says why.
@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from recon.core.errors import UsageError
 from recon.data.scene import DataFormatError, Frame, Scene
 from recon.export import read_splats
 from recon.data.frame_images import FrameImages
@@ -106,22 +107,49 @@ def evaluate_splat_file(splats: Path | str, scene: Scene, out_dir: Path | None =
 RUN_FACTS = ("steps", "train_seconds", "seconds_per_step")  # metrics.json keys that come from training
 
 
+SPLITS = ("test", "train")  # the views eval can score: the held-out ones, or the training views
+
+
+def split_frames(scene: Scene, split: str = "test", every: int = 1) -> list[Frame]:
+    """Frames of ``split`` ("test" or "train") of ``scene``, every ``every``-th one (1: all), in order.
+    UsageError for an unknown split or ``every`` < 1; DataFormatError when the split has no views."""
+    if split not in SPLITS:
+        raise UsageError(f"--split {split!r}: must be one of {', '.join(SPLITS)}")
+    if int(every) != every or every < 1:
+        raise UsageError(f"--every {every!r}: must be a positive integer (1 = every view)")
+    frames = scene.frames_test if split == "test" else scene.frames_train
+    if not frames:
+        hint = "; score the training views with --split train" if split == "test" else ""
+        raise DataFormatError(f"{scene.root or scene.source_format}: the scene has no {split} views to evaluate "
+                              f"on{hint}")
+    return list(frames)[::int(every)]
+
+
+def metrics_file_name(split: str) -> str:
+    """metrics.json for the test views (the run's schema), metrics_<split>.json for another split."""
+    return METRICS_FILE if split == "test" else f"{Path(METRICS_FILE).stem}_{split}.json"
+
+
 def evaluate_on_scene(model: SceneModel, scene: Scene, out_dir: Path | None = None,
                       background: Sequence[float] | None = None, source: str = "",
-                      run_facts: dict | None = None, supersample: int = 1) -> dict:
-    """Evaluate ``model`` on ``scene.frames_test``; optional renders and metrics.json under ``out_dir``
-    (``supersample``: see :func:`evaluate_model`).
+                      run_facts: dict | None = None, supersample: int = 1, split: str = "test",
+                      every: int = 1) -> dict:
+    """Evaluate ``model`` on the views of ``split`` of ``scene`` (:func:`split_frames`: "test", or "train"
+    for captures without test views; every ``every``-th view); optional renders ``{split}_XXX.png`` and
+    metrics under ``out_dir`` (``supersample``: see :func:`evaluate_model`). Each view's PSNR is the
+    full-image PSNR of the plain render, as a training step reports it.
 
-    metrics.json has the training run's schema (``test``, ``num_gaussians`` and :data:`RUN_FACTS`, taken
-    from ``run_facts``, the run's own metrics.json, or null for a bare splat file) plus ``source``."""
-    if not scene.frames_test:
-        raise DataFormatError(f"{scene.root or scene.source_format}: the scene has no test views to evaluate on")
+    The metrics file (:func:`metrics_file_name`) has the training run's schema (the split's metrics under
+    its name, ``num_gaussians`` and :data:`RUN_FACTS`, taken from ``run_facts``, the run's own
+    metrics.json, or null for a bare splat file) plus ``source`` (and ``every`` when not 1)."""
+    frames = split_frames(scene, split, every)
     bg = torch.tensor(background if background is not None else scene.background, dtype=torch.float32)
-    images = FrameImages(scene.frames_test, model.device)
+    images = FrameImages(frames, model.device)
     renders = Path(out_dir) / RENDERS_DIR if out_dir is not None else None
-    metrics = evaluate_model(model, scene.frames_test, images, bg, renders_dir=renders, supersample=supersample)
+    metrics = evaluate_model(model, frames, images, bg, renders_dir=renders, prefix=split, supersample=supersample)
     if out_dir is not None:
         facts = {k: (run_facts or {}).get(k) for k in RUN_FACTS}
-        write_json(Path(out_dir) / METRICS_FILE,
-                   {"test": metrics, "num_gaussians": len(model), **facts, "source": source})
+        extra = {} if every == 1 else {"every": int(every)}
+        write_json(Path(out_dir) / metrics_file_name(split),
+                   {split: metrics, "num_gaussians": len(model), **facts, "source": source, **extra})
     return metrics

@@ -4,8 +4,9 @@ Writes to ``OUT/tensorboard/`` (view with ``tensorboard --logdir OUT/tensorboard
 see several runs) with :class:`torch.utils.tensorboard.SummaryWriter`:
 
 - every ``every`` steps (and at the last step): ``train/loss`` and ``train/ms_per_step`` (means over the
-  steps since the previous write, from ``trainer.history``), ``train/psnr`` (the last step's training
-  view), ``train/num_gaussians``, ``train/sh_degree``;
+  steps since the previous write, from ``trainer.history``), ``train/psnr`` (mean over those steps of
+  each step's full-image PSNR, as ``eval`` measures it), ``train/masked_psnr`` (the same over the pixels a
+  loss mask keeps; only when the views have loss masks), ``train/num_gaussians``, ``train/sh_degree``;
 - at each evaluation on the test views (``eval_every`` and the final one): ``test/psnr``, ``test/ssim``,
   ``test/lpips`` (when its weights are present) and the first ``num_renders`` test views as images
   ``test_renders/XXX`` (ground truth | render | error, as ``OUT/renders/``).
@@ -64,7 +65,7 @@ class TensorBoardLogger(TrainingHook):
 
     def on_step(self, trainer: Trainer, result: StepResult) -> None:
         if trainer.step % self.every == 0:
-            self.write_train_scalars(trainer, result.psnr)
+            self.write_train_scalars(trainer)
 
     def on_evaluate(self, trainer: Trainer, test: dict) -> None:
         if trainer.step == self.last_evaluated:
@@ -84,12 +85,12 @@ class TensorBoardLogger(TrainingHook):
 
     def on_train_end(self, trainer: Trainer) -> None:
         if self.writer is not None and trainer.step > self.last_logged:
-            self.write_train_scalars(trainer, None)
+            self.write_train_scalars(trainer)
         self.close()
 
     # ------------------------------------------------------------------------------------ scalars
 
-    def write_train_scalars(self, trainer: Trainer, psnr: float | None) -> None:
+    def write_train_scalars(self, trainer: Trainer) -> None:
         """Means over the steps since the last write (from ``trainer.history``), at ``trainer.step``."""
         history, step = trainer.history, trainer.step
         start = min(self.last_logged, step - 1)
@@ -99,8 +100,10 @@ class TensorBoardLogger(TrainingHook):
         w.add_scalar("train/loss", float(np.mean(losses)), step)
         if seconds:
             w.add_scalar("train/ms_per_step", 1000.0 * float(np.mean(seconds)), step)
-        if psnr is not None:
-            w.add_scalar("train/psnr", psnr, step)
+        for key in ("psnr", "masked_psnr"):
+            values = [x for x in getattr(history, key)[start:step] if x is not None]
+            if values:
+                w.add_scalar(f"train/{key}", float(np.mean(values)), step)
         w.add_scalar("train/num_gaussians", len(trainer.model), step)
         w.add_scalar("train/sh_degree", trainer.active_sh_degree(max(step - 1, 0)), step)
         self.last_logged = step

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from torch import Tensor
 
 from recon.data import load_scene
 from recon.data.scene import DataFormatError, Scene
@@ -31,7 +32,7 @@ from recon.training.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_ply4d, write_splats
 from recon.data.frame_images import FrameImages
 from recon.models.init_region import parse_init_box, random_init_region
-from recon.losses.image import masked_render, photometric_loss, quick_psnr
+from recon.losses.image import masked_render, photometric_loss, quick_masked_psnr, quick_psnr
 from recon.models.base import MODELS, SceneModel, model_class
 from recon.models.gaussians import LearningRates
 from recon.nerf.config import FIELD_RANGES as NERF_FIELD_RANGES
@@ -365,6 +366,16 @@ def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
 # ------------------------------------------------------------------------------------------ trainer
 
 
+def stacked_masks(masks: list, targets: list) -> Tensor | None:
+    """Loss masks of a step's views as one tensor: [H, W, 1] for one view, else [B, H, W, 1]; a view without
+    a mask counts as all ones; None when no view has one. ``targets`` [H, W, 3] per view give the shapes."""
+    if all(m is None for m in masks):
+        return None
+    full = [m if m is not None else torch.ones_like(t[..., :1]) for m, t in zip(masks, targets)]
+    return full[0] if len(full) == 1 else torch.stack(full)
+
+
+
 def check_finite_loss(value: float, step: int) -> None:
     """FloatingPointError naming the step when the loss is NaN/Inf (the last checkpoint is kept)."""
     if not math.isfinite(value):
@@ -373,8 +384,22 @@ def check_finite_loss(value: float, step: int) -> None:
 
 @dataclass
 class StepResult:
+    """What one training step reports. ``psnr``: full-image PSNR (dB) of the step's plain render against
+    its target (never a render with loss-masked pixels filled in from the target: what ``eval`` measures
+    on the same view); ``masked_psnr``: PSNR over the pixels the views' loss masks keep, None when the
+    views have no loss mask."""
+
     loss: float
     psnr: float
+    masked_psnr: float | None = None
+
+
+def step_psnrs(render: Tensor, target: Tensor, mask: Tensor | None) -> tuple[float, float | None]:
+    """(full-image PSNR, masked PSNR or None) of a step's plain ``render`` against ``target`` ([H, W, 3] or
+    [B, H, W, 3], or rays [R, 3]); ``mask`` the loss mask shaped like them with 1 channel, or None."""
+    render = render.detach()
+    full = quick_psnr(render, target)
+    return full, None if mask is None else quick_masked_psnr(render, target, mask)
 
 
 class TrainingHook:
@@ -536,11 +561,12 @@ class Trainer:
         (nerf: :meth:`ray_batch_loss`)."""
         if getattr(self.model, "RAY_BATCHES", False):
             pred, gt, meta, loss = self.ray_batch_loss(step)
+            plain, mask = meta.get("render", pred), meta.get("mask")
         else:
-            pred, gt, meta, loss = self.view_loss(step)
+            plain, gt, meta, loss, mask = self.view_loss(step)
         value = self.optimise(loss, meta, step)
         check_finite_loss(value, step)
-        return StepResult(value, quick_psnr(pred.detach(), gt))
+        return StepResult(value, *step_psnrs(plain, gt, mask))
 
     def optimise(self, loss: torch.Tensor, meta, step: int) -> float:
         """The step's tail, shared by every trainer (``recon.distributed.momentum`` too): the method's own
@@ -590,17 +616,20 @@ class Trainer:
         return picks, gts, render, meta
 
     def view_loss(self, step: int):
-        """(render, target, meta, loss) of the views of :meth:`render_views`: the views' photometric losses
-        averaged, plus the strategy's regulariser; render / target are [H, W, 3] for one view, else stacked
-        [B, H, W, 3]."""
+        """(render, target, meta, loss, mask) of the views of :meth:`render_views`: the views' photometric
+        losses (a loss mask's pixels outside it filled in from the target: no loss there) averaged, plus the
+        strategy's regulariser. ``render`` is the plain render (nothing filled in), ``mask`` the views'
+        loss masks [.., H, W, 1] (all ones for a view without; None when no view has one); render / target
+        / mask are [H, W, C] for one view, else stacked [B, H, W, C]."""
         picks, gts, render, meta = self.render_views(step)
-        preds = [masked_render(render[k], gts[k], self.images.mask(i))  # dataset masks: loss only where 1
-                 for k, (i, _) in enumerate(picks)]
+        masks = [self.images.mask(i) for i, _ in picks]  # dataset loss masks: loss only where 1
+        preds = [masked_render(render[k], gts[k], m) for k, m in enumerate(masks)]
         loss = sum(photometric_loss(p, g, self.cfg.ssim_lambda) for p, g in zip(preds, gts)) / len(picks)
         loss = loss + self.strategy.regularization(self.model)
+        mask = stacked_masks(masks, gts)
         if len(preds) == 1:
-            return preds[0], gts[0], meta, loss
-        return torch.stack(preds), torch.stack(gts), meta, loss
+            return render[0], gts[0], meta, loss, mask
+        return render, torch.stack(gts), meta, loss, mask
 
     # ---------------------------------------------------------------------------- loop
 
@@ -608,7 +637,8 @@ class Trainer:
         """One loop iteration: :meth:`train_step`, bookkeeping, then the hooks' ``on_step``."""
         t0 = time.perf_counter()
         result = self.train_step(step)
-        self.history.record_step(result.loss, len(self.model), time.perf_counter() - t0)
+        self.history.record_step(result.loss, len(self.model), time.perf_counter() - t0, result.psnr,
+                                 result.masked_psnr)
         self.step = step + 1
         for hook in self.hooks:
             hook.on_step(self, result)
@@ -654,7 +684,7 @@ class Trainer:
                     result = self.advance(step)
                     bar.update(self.step, result, len(self.model))
                     if self.cfg.eval_every > 0 and self.step % self.cfg.eval_every == 0:  # before a save: in it
-                        self.log(f"step {self.step}: test PSNR {self.evaluate(None)['psnr']:.2f}")
+                        self.log_test_psnr()
                     if self.cfg.save_every > 0 and self.step % self.cfg.save_every == 0:
                         self.train_seconds += time.perf_counter() - t0 - (self.idle_seconds - idle0)
                         t0, idle0 = time.perf_counter(), self.idle_seconds
@@ -673,6 +703,14 @@ class Trainer:
         if self.writes_outputs and (not checkpoints or checkpoints[-1][0] != self.step):
             self.save()
         return self.finish(trained=self.step - start_step)
+
+    def log_test_psnr(self) -> None:
+        """``--eval-every``: evaluate on the test views and log their PSNR; a scene without test views logs
+        that there is none (nothing evaluated)."""
+        if not self.scene.frames_test:
+            self.log(f"step {self.step}: test PSNR n/a (no test views)")
+            return
+        self.log(f"step {self.step}: test PSNR {self.evaluate(None)['psnr']:.2f}")
 
     def evaluate(self, renders_dir: Path | None) -> dict:
         """Test-view metrics (see evaluate_model), recorded in ``history`` and passed to hooks' on_evaluate."""
@@ -731,32 +769,48 @@ def train_model(cfg: TrainConfig, log=print, hooks=()) -> dict:
 
 # ------------------------------------------------------------------------------------------ progress
 
+BAR_EVERY = 10  # steps between progress-bar refreshes
+
 
 class _progress:
-    """Rich progress bar: step, loss, PSNR, Gaussian count, steps/s, ETA (a no-op when disabled)."""
+    """Rich progress bar: step, loss, PSNR, Gaussian count, steps/s, ETA (a no-op when disabled).
+
+    Refreshed every :data:`BAR_EVERY` steps; its PSNR is the mean over the steps since the last refresh of
+    each step's full-image PSNR (:class:`StepResult`), each capped at 99 dB, and "masked" the mean masked
+    PSNR when the views have loss masks."""
 
     def __init__(self, enabled: bool, total: int, start: int):
         self.enabled, self.total, self.start = enabled, total, start
         self.t0 = time.perf_counter()
+        self.psnrs: list[float] = []  # full-image PSNR of each step since the last refresh
+        self.masked: list[float] = []  # masked PSNR of those steps that have one
 
     def __enter__(self) -> "_progress":
         if self.enabled:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
             self.bar = Progress(TextColumn("step {task.completed}/{task.total}"), BarColumn(),
-                                TextColumn("loss {task.fields[loss]:.4f}  PSNR {task.fields[psnr]:.2f}  "
-                                           "N {task.fields[n]:,}  {task.fields[rate]:.1f} steps/s"),
+                                TextColumn("loss {task.fields[loss]:.4f}  PSNR {task.fields[psnr]:.2f}"
+                                           "{task.fields[masked]}  N {task.fields[n]:,}  "
+                                           "{task.fields[rate]:.1f} steps/s"),
                                 TimeRemainingColumn())
             self.bar.__enter__()
             self.task = self.bar.add_task("train", total=self.total, completed=self.start, loss=0.0, psnr=0.0,
-                                          n=0, rate=0.0)
+                                          masked="", n=0, rate=0.0)
         return self
 
     def update(self, step: int, result: StepResult, n: int) -> None:
-        if self.enabled and (step % 10 == 0 or step == self.total):
+        if not self.enabled:
+            return
+        self.psnrs.append(min(result.psnr, 99.0))
+        if result.masked_psnr is not None and not math.isnan(result.masked_psnr):
+            self.masked.append(min(result.masked_psnr, 99.0))
+        if step % BAR_EVERY == 0 or step == self.total:
             rate = (step - self.start) / max(time.perf_counter() - self.t0, 1e-9)
-            self.bar.update(self.task, completed=step, loss=result.loss, psnr=min(result.psnr, 99.0), n=n,
-                            rate=rate)
+            masked = f"  masked PSNR {sum(self.masked) / len(self.masked):.2f}" if self.masked else ""
+            self.bar.update(self.task, completed=step, loss=result.loss, psnr=sum(self.psnrs) / len(self.psnrs),
+                            masked=masked, n=n, rate=rate)
+            self.psnrs, self.masked = [], []
 
     def __exit__(self, *exc) -> None:
         if self.enabled:

@@ -37,7 +37,17 @@ def test_history_round_trips_through_plain_dicts_and_json(tmp_path):
     assert RunHistory.from_dict(json.loads(json.dumps(h.to_dict()))) == h
     rf.write_history(tmp_path, h)
     assert rf.read_history(tmp_path) == h
-    assert len((tmp_path / rf.HISTORY_FILE).read_text().splitlines()) == 8  # one line per list
+    assert len((tmp_path / rf.HISTORY_FILE).read_text().splitlines()) == 10  # one line per list
+
+
+def test_step_psnr_is_stored_finite_and_old_histories_load():
+    h = RunHistory()
+    h.record_step(0.5, 100, 0.01, psnr=float("inf"), masked_psnr=float("nan"))
+    h.record_step(0.4, 100, 0.01, psnr=21.123456, masked_psnr=None)
+    assert h.psnr == [99.0, 21.1235] and h.masked_psnr == [None, None]  # JSON has no inf / nan
+    old = {k: v for k, v in h.to_dict().items() if k not in ("psnr", "masked_psnr")}  # before step PSNRs
+    loaded = RunHistory.from_dict(old)
+    assert loaded.loss == h.loss and loaded.psnr == [None, None] and loaded.masked_psnr == [None, None]
 
 
 def test_evaluation_at_the_same_step_replaces_the_last():
@@ -67,6 +77,8 @@ def test_history_is_recorded_and_written(tmp_path):
     assert h.num_gaussians[-1] == metrics["num_gaussians"]
     assert all(isinstance(n, int) and n > 0 for n in h.num_gaussians)
     assert all(s > 0 for s in h.step_seconds)
+    assert len(h.psnr) == STEPS and all(0 < p < 99 for p in h.psnr)  # full-image PSNR of every step
+    assert h.masked_psnr == [None] * STEPS  # the procedural scene has no loss masks
     assert h.eval_step == [5, 10, 15, 20] and h.eval_psnr[-1] == pytest.approx(metrics["test"]["psnr"])
     ckpt = rf.load_latest_checkpoint(tmp_path)[1]
     assert ckpt["history"]["loss"] == h.loss
