@@ -102,3 +102,15 @@ def test_eval_every_without_test_views_logs_na(tmp_path):
     trainer.run()
     assert "step 1: test PSNR n/a (no test views)" in lines, lines
     assert "step 2: test PSNR n/a (no test views)" in lines, lines
+
+
+def test_eval_bad_every_is_one_line(tmp_path, capsys):
+    import pytest
+
+    from recon.cli import main
+
+    run = tiny_run(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "--run", str(run), "--split", "train", "--every", "0", "--device", "cpu"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and "--every 0" in err, err
