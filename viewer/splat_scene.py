@@ -86,6 +86,10 @@ class SplatScene:
         run_dir: training run folder, when the viewer was pointed at one.
         cameras: training cameras of the run (empty when unknown).
         up: world up direction (unit [3]); -y of the OpenCV world unless the run says otherwise.
+        up_known: whether ``up`` came from the run's cameras or a view sidecar (else the viewer estimates it,
+            :mod:`viewer.framing`).
+        start_camera: index into ``cameras`` of the camera the viewer starts at (a run: 0; a file: its view
+            sidecar's), or None (the viewer frames the splats).
     """
 
     splats: SplatData
@@ -94,6 +98,8 @@ class SplatScene:
     cameras: list[TrainingCamera] = field(default_factory=list)
     up: np.ndarray = field(default_factory=lambda: np.array([0.0, -1.0, 0.0]))
     dynamic: bool = False
+    up_known: bool = False
+    start_camera: int | None = None
 
     def set_time(self, t: float) -> bool:
         """Show the model at normalised time ``t`` in [0, 1]; returns True when ``splats`` changed.
