@@ -3,7 +3,7 @@
 The browser draws the splats with viser's WebGL2 Gaussian renderer (DC colour only, no SH). The GUI
 panel offers: file facts, a splat-scale slider and an opacity filter (both re-send the splats), a
 "render" button (the current browser camera rendered at full quality with :mod:`rasterizer`, saved as a
-PNG), keyframe buttons building a camera-path JSON (:mod:`viewer.camera_path`), and for dynamic scenes (4D
+PNG; the opacity filter applies to it too), keyframe buttons building a camera-path JSON (:mod:`viewer.camera_path`), and for dynamic scenes (4D
 runs and ply4d files, :mod:`viewer.spacetime`) a "Time" folder: a time slider (the server slices the
 model at that time and re-sends it), play/pause, a playback speed and the slice rate reached.
 
@@ -344,7 +344,7 @@ class ViewerServer:
         (a Camera)."""
         bg = BACKGROUNDS[self.gui["background"].value] if background is None and "background" in self.gui \
             else (background if background is not None else BACKGROUNDS["white"])
-        return self.scene.render_image(frame, bg, self.render_device())
+        return self.scene.render_image(frame, bg, self.render_device(), min_opacity=self._min_opacity)
 
     @staticmethod
     def render_device():

@@ -115,14 +115,20 @@ class SplatScene:
         """What the browser draws now (:func:`browser_splats` of ``splats``)."""
         return browser_splats(self.splats, scale_factor, min_opacity)
 
-    def render_image(self, frame, background, device) -> np.ndarray:
+    def render_image(self, frame, background, device, min_opacity: float = 0.0) -> np.ndarray:
         """[H, W, 3] float32 sRGB render of ``splats`` (all SH degrees) into ``frame`` (a Camera) over
-        ``background`` (RGB), with :mod:`rasterizer` on ``device``."""
+        ``background`` (RGB), with :mod:`rasterizer` on ``device``; splats with opacity below ``min_opacity``
+        left out, as the browser's filter leaves them out."""
         import torch
 
         from rasterizer import rasterize_gaussians
 
         s = self.splats
+        if min_opacity > 0.0:
+            keep = _sigmoid(s.logit_opacities.astype(np.float64)) >= min_opacity
+            if not keep.any():
+                return np.broadcast_to(np.asarray(background, np.float32), (frame.height, frame.width, 3)).copy()
+            s = s.subset(keep)
         degree = int(round(np.sqrt(s.sh.shape[1]))) - 1
         t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=device)  # noqa: E731
         cam = frame.to(device=device, dtype=torch.float32)

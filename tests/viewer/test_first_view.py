@@ -128,3 +128,25 @@ def test_view_file_with_sidecar_starts_at_its_training_camera(tmp_path):
     # --no-cameras ignores the sidecar
     v = build_viewer(ViewConfig(path=path, port=0, output=tmp_path / "o", cameras=False), verbose=False)
     assert v.first_view.how == "framed" and np.allclose(v.first_view.up, [0, 0, 1])
+
+
+def test_render_button_applies_the_min_opacity_filter(tmp_path):
+    """The viewer's render (ViewerServer.render_frame) leaves out what the browser's opacity filter hides."""
+    from rasterizer.camera import Camera
+    from viewer.server import ViewerServer
+    from viewer.splat_scene import SplatScene
+
+    means = np.array([[0.0, 0, 3], [0.0, 0, 1.5]], np.float32)
+    data = SplatData(means, np.tile([1.0, 0, 0, 0], (2, 1)).astype(np.float32),
+                     np.log(np.array([[0.5] * 3, [2.0] * 3], np.float32)),
+                     np.log(np.array([0.95, 0.3]) / (1 - np.array([0.95, 0.3]))).astype(np.float32),
+                     np.array([[[1.5, -1.5, -1.5]], [[-1.5, -1.5, 1.5]]], np.float32))  # red behind, faint blue
+    v = ViewerServer(SplatScene(data, tmp_path / "x.ply"), output_dir=tmp_path)
+    cam = Camera.from_arrays(np.eye(4), [[16.0, 0, 8], [0, 16.0, 8], [0, 0, 1]], 16, 16)
+    both = v.render_frame(cam, background=(1.0, 1.0, 1.0))
+    v._min_opacity = 0.5
+    filtered = v.render_frame(cam, background=(1.0, 1.0, 1.0))
+    assert both[8, 8, 2] > filtered[8, 8, 2] + 0.1  # the faint blue one is gone
+    assert filtered[8, 8, 0] > 0.8 and filtered[8, 8, 2] < 0.3  # the red one is still there
+    v._min_opacity = 0.99
+    assert np.allclose(v.render_frame(cam, background=(1.0, 1.0, 1.0)), 1.0)  # nothing left: the background
