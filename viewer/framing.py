@@ -11,12 +11,14 @@ The rule (docs/viewer.md, "The first view"):
    in dense cells.
 3. Up: ``--up`` (x, y, z, -x, -y, -z) wins, then the run's or sidecar's up (mean training camera up), else
    an estimate: the normal of the core's dominant plane (the principal axis of least opacity-weighted
-   variance), snapped to the nearest world axis when within 25 degrees; its sign points away from the heavier
-   half of the core (objects stand on their base, ground planes hold the mass), or when the halves weigh
-   within 10 % of each other, towards OpenCV's -y.
+   variance) when it is within 25 degrees of the y or z axis (snapped to it); otherwise whichever of y and z
+   has less weighted variance (captures come y-down: COLMAP/OpenCV, y-up: OpenGL/glTF, or z-up: Blender; x is
+   never taken for up). Its sign points away from the heavier half of the core (objects stand on their
+   base, ground planes hold the mass), or when the halves weigh within 10 % of each other, towards OpenCV's
+   -y.
 4. The camera looks at the core box's centre from 25 degrees above the horizon, facing the core's broad side
-   (30 degrees round from its minor horizontal axis), at the distance where the core box's bounding sphere
-   spans 80 % of the vertical field of view.
+   (30 degrees round from its minor horizontal axis), at the distance where every corner of the core box lies
+   within 90 % of the half field of view (vertically, and horizontally as in a square frame).
 
 All positions are in the model's OpenCV world (x right, y down, z forward); directions are unit [3] float64.
 """
@@ -31,7 +33,7 @@ import numpy as np
 GRID = 32
 ELEVATION_DEG = 25.0
 AZIMUTH_DEG = 30.0
-FILL = 0.8
+FILL = 0.9
 SNAP_DEG = 25.0
 OPENCV_UP = np.array([0.0, -1.0, 0.0])
 AXES = {"x": [1.0, 0.0, 0.0], "y": [0.0, 1.0, 0.0], "z": [0.0, 0.0, 1.0]}
@@ -141,14 +143,18 @@ def snap_to_axis(v: np.ndarray, max_deg: float = SNAP_DEG) -> np.ndarray:
 
 
 def estimate_up(points: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Unit [3] up of [N, 3] ``points`` (the core) with weights [N]: the least-variance principal axis, snapped
-    to a world axis within 25 degrees, pointing away from the heavier half (see the module docstring)."""
+    """Unit [3] up of [N, 3] ``points`` (the core) with weights [N] (see the module docstring): the
+    least-variance principal axis when it is within 25 degrees of the y or z axis (snapped to it), else the
+    one of y and z with less weighted variance (captures are y-down, y-up or z-up; x is never up unless
+    ``--up`` says so); its sign points away from the heavier half, or towards OpenCV -y on a tie."""
     w = weights / weights.sum()
     mean = w @ points
     d = points - mean
     cov = (d * w[:, None]).T @ d
     _, vecs = np.linalg.eigh(cov)
     normal = snap_to_axis(vecs[:, 0] / np.linalg.norm(vecs[:, 0]))
+    if not (abs(normal[1]) == 1.0 or abs(normal[2]) == 1.0):
+        normal = np.array(AXES["y"] if cov[1, 1] <= cov[2, 2] else AXES["z"])
     t = points @ normal
     lo, hi = np.percentile(t, [2.0, 98.0])
     mid = 0.5 * (lo + hi)
@@ -183,6 +189,22 @@ def horizontal_direction(points: np.ndarray, weights: np.ndarray, up: np.ndarray
     return out / np.linalg.norm(out)
 
 
+def fit_distance(lo: np.ndarray, hi: np.ndarray, direction: np.ndarray, up: np.ndarray, fov: float,
+                 fill: float = FILL) -> float:
+    """Distance from the box centre along ``direction`` (unit, centre -> camera) at which every corner of the
+    box [lo, hi] lies within ``fill`` of the half field of view ``fov`` (vertical, and the same horizontally:
+    a square frame, the narrowest a browser window is likely to be)."""
+    fwd = -direction
+    right = np.cross(fwd, up)
+    right /= np.linalg.norm(right)
+    down = np.cross(fwd, right)
+    k = fill * math.tan(0.5 * fov)
+    centre = 0.5 * (lo + hi)
+    corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1]) for z in (lo[2], hi[2])]) - centre
+    lateral = np.maximum(np.abs(corners @ right), np.abs(corners @ down))
+    return max(float(np.max(lateral / k - corners @ fwd)), 1e-3)
+
+
 def frame_splats(means: np.ndarray, logit_opacities: np.ndarray, fov: float, up: np.ndarray | None = None,
                  fill: float = FILL) -> FirstView:
     """The framed first view (rules 2-4 of the module docstring) of splat centres [N, 3] with raw
@@ -193,10 +215,9 @@ def frame_splats(means: np.ndarray, logit_opacities: np.ndarray, fov: float, up:
     pts, w = means[mask], np.clip(opac[mask], 1e-6, None)
     up = estimate_up(pts, w) if up is None else np.asarray(up, dtype=np.float64) / np.linalg.norm(up)
     centre = 0.5 * (lo + hi)
-    radius = max(0.5 * float(np.linalg.norm(hi - lo)), 1e-3)
-    dist = radius / math.sin(0.5 * fill * fov)
     e = math.radians(ELEVATION_DEG)
     direction = math.cos(e) * horizontal_direction(pts, w, up) + math.sin(e) * up  # from the centre to the camera
+    dist = fit_distance(lo, hi, direction, up, fov, fill)
     return FirstView(centre + dist * direction, centre, up, fov, "framed")
 
 
