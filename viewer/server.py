@@ -172,6 +172,8 @@ class ViewerServer:
         self.refresh_splats()
         _, radius = robust_bounds(self.scene.splats.means)
         for i, cam in enumerate(c.camera for c in self.scene.cameras):
+            if view.how == "training camera" and i == self.scene.start_camera:
+                continue  # the eye is at its apex: its frustum would fill the first view
             wxyz, position = world_to_cam_to_viser(cam.world_to_cam_numpy())
             fov = 2.0 * math.atan(0.5 * cam.height / cam.K_numpy()[1, 1])
             s.scene.add_camera_frustum(f"/cameras/{i:04d}", fov=fov, aspect=cam.width / cam.height,

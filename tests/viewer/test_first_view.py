@@ -150,3 +150,42 @@ def test_render_button_applies_the_min_opacity_filter(tmp_path):
     assert filtered[8, 8, 0] > 0.8 and filtered[8, 8, 2] < 0.3  # the red one is still there
     v._min_opacity = 0.99
     assert np.allclose(v.render_frame(cam, background=(1.0, 1.0, 1.0)), 1.0)  # nothing left: the background
+
+
+# ------------------------------------------------------------------------ in headless Chromium (skips without)
+
+from tests.viewer.test_viewer import browser  # noqa: E402,F401  (the module's Chromium fixture; skips without)
+
+
+@pytest.mark.parametrize("with_sidecar", [False, True])
+def test_first_view_in_the_browser(browser, tmp_path, with_sidecar):  # noqa: F811
+    """A y-down file with floaters, served: the browser reports the chosen first camera (the sidecar's training
+    camera exactly, else the framed view), upright, and its picture matches the rasterizer's render of it."""
+    from tests.recon.export.test_view_sidecar import ring_cameras
+    from tests.viewer.test_viewer import BROWSER_TIMEOUT, H, W, poll_until, psnr, render_until, wait_for
+    from viewer.camera_path import viser_camera_to_frame, viser_to_world_to_cam
+
+    path = splat_file(tmp_path, Z_TO_MINUS_Y)
+    if with_sidecar:
+        write_view_sidecars(path, ViewSidecar(ring_cameras(z_up=False, radius=7.0), up=np.array([0.0, -1, 0]), start=1))
+    v = build_viewer(ViewConfig(path=path, port=0, output=tmp_path / "o"), verbose=False).start()
+    page = browser.new_page(viewport={"width": 640, "height": 480})
+    try:
+        page.goto(v.url)
+        wait_for(v.server.get_clients, what="the browser to connect")
+        client = next(iter(v.server.get_clients().values()))
+        view = v.first_view
+        assert view.how == ("training camera" if with_sidecar else "framed")
+        poll_until(lambda: np.array(client.camera.position), lambda p: np.allclose(p, view.position, atol=1e-3),
+                   "the browser to report the first view's position", BROWSER_TIMEOUT)
+        cam = (np.array(client.camera.wxyz), np.array(client.camera.position), float(client.camera.fov))
+        w2c = viser_to_world_to_cam(cam[0], cam[1])
+        assert -w2c[1, :3] @ np.array([0.0, -1.0, 0.0]) > 0.7  # the browser camera is upright (world up: -y)
+        if with_sidecar:
+            assert np.allclose(w2c, view.world_to_cam(), atol=1e-3)
+        ref = v.render_frame(viser_camera_to_frame(*cam, W, H), background=(0.0, 0.0, 0.0))
+        got = render_until(client, cam, lambda img: psnr(img, ref) >= 18.0, "the browser to match the render")
+        assert psnr(got, ref) >= 18.0
+    finally:
+        page.close()
+        v.stop()

@@ -14,12 +14,12 @@ from recon.export.view_sidecar import (FORMAT, ViewSidecar, read_view_sidecar, s
                                        up_from_world_to_cams, write_view_sidecars)
 
 
-def ring_cameras(n=6, z_up=True):
+def ring_cameras(n=6, z_up=True, radius=3.0):
     """Cameras on a ring 20 degrees above the horizon looking at the origin, world up +z (or -y)."""
     cams = []
     for i in range(n):
         a = 2 * np.pi * i / n
-        pos = 3.0 * np.array([np.cos(a), np.sin(a), 0.35])
+        pos = radius * np.array([np.cos(a), np.sin(a), 0.35])
         fwd = -pos / np.linalg.norm(pos)
         up = np.array([0.0, 0.0, 1.0])
         right = np.cross(fwd, up)
