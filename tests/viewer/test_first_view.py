@@ -167,7 +167,7 @@ def test_first_view_in_the_browser(browser, tmp_path, with_sidecar):  # noqa: F8
 
     path = splat_file(tmp_path, Z_TO_MINUS_Y)
     if with_sidecar:
-        write_view_sidecars(path, ViewSidecar(ring_cameras(z_up=False, radius=7.0), up=np.array([0.0, -1, 0]), start=1))
+        write_view_sidecars(path, ViewSidecar(ring_cameras(z_up=False, radius=4.0), up=np.array([0.0, -1, 0]), start=1))
     v = build_viewer(ViewConfig(path=path, port=0, output=tmp_path / "o"), verbose=False).start()
     page = browser.new_page(viewport={"width": 640, "height": 480})
     try:
