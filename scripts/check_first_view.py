@@ -2,7 +2,7 @@
 and how much of the frame the object covers.
 
     python scripts/check_first_view.py lego.ply [--no-sidecar] [--rotate y-down|y-up|z-up] [--expect-up z]
-        [--png out.png] [--width 640 --height 480]
+        [--png out.png] [--width 640 --height 480] [--browser]
 
 The view is the viewer's own (:func:`viewer.commands.build_viewer`, not served); the picture is rendered with
 the rasterizer like the viewer's render button and ``splatforge render`` (all SH degrees, white background).
@@ -10,7 +10,8 @@ the rasterizer like the viewer's render button and ``splatforge render`` (all SH
 same for the core Gaussians only (:func:`viewer.framing.core_box`: the floaters left out). ``--rotate`` writes
 a rotated copy (means and rotations; SH cut to degree 0, as they are not rotated) of a z-up file (Blender,
 lego) into a temporary folder and checks that; ``--expect-up`` (the up of the file as given, before
-``--rotate``; rotated with it) adds ``upright``: whether the chosen up is within 30 degrees of it.
+``--rotate``; rotated with it) adds ``upright``: whether the chosen up is within 30 degrees of it. ``--browser``
+serves the file to headless Chromium and adds the browser's coverage and its PSNR against the rasterizer.
 """
 
 from __future__ import annotations
@@ -68,6 +69,60 @@ def alpha_fraction(data, camera, threshold: float = 0.5) -> float:
     return float((alpha[0, ..., 0] >= threshold).float().mean())
 
 
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def browser_check(viewer, width: int, height: int, timeout: float = 240.0) -> dict:
+    """Serve ``viewer`` (built, not started) to headless Chromium at width x height; wait until the browser
+    reports the first view's camera and shows splats; return the browser frame's alpha coverage, the PSNR of
+    the browser frame against the rasterizer's render of the camera the browser reports (black background;
+    the browser draws degree-0 colour only), and whether the browser camera is at the chosen position."""
+    import time
+
+    from playwright.sync_api import sync_playwright
+
+    from viewer.camera_path import viser_camera_to_frame
+
+    def until(grab, ok, what):
+        t0 = time.monotonic()
+        while True:
+            value = grab()
+            if ok(value):
+                return value
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+            time.sleep(0.2)
+
+    viewer.start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.goto(viewer.url)
+            clients = until(viewer.server.get_clients, bool, "the browser to connect")
+            client = next(iter(clients.values()))
+            pos = until(lambda: np.array(client.camera.position),
+                        lambda q: np.allclose(q, viewer.first_view.position, atol=1e-3), "the first camera")
+            wxyz, fov = np.array(client.camera.wxyz), float(client.camera.fov)
+
+            def grab():
+                rgba = client.get_render(height, width, wxyz=wxyz, position=pos, fov=fov, transport_format="png",
+                                         timeout=timeout).astype(np.float64) / 255.0
+                return rgba
+
+            rgba = until(grab, lambda r: (r[..., 3] >= 0.5).mean() > 0.01, "the splats in the browser")
+            ref = viewer.render_frame(viser_camera_to_frame(wxyz, pos, fov, width, height), background=(0.0, 0.0, 0.0))
+            img = rgba[..., :3] * rgba[..., 3:]
+            mse = float(np.mean((img - ref) ** 2))
+            browser.close()
+            return {"browser_at_first_view": True, "browser_coverage": round(float((rgba[..., 3] >= 0.5).mean()), 4),
+                    "browser_psnr_vs_render": round(10 * math.log10(1.0 / max(mse, 1e-12)), 2)}
+    finally:
+        viewer.stop()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("file", type=Path)
@@ -77,6 +132,8 @@ def main(argv=None) -> int:
     p.add_argument("--png", type=Path, help="save the render here")
     p.add_argument("--width", type=int, default=640)
     p.add_argument("--height", type=int, default=480)
+    p.add_argument("--browser", action="store_true",
+                   help=f"also serve it to headless Chromium ({CHROMIUM}) and compare the browser's first frame")
     args = p.parse_args(argv)
 
     from rasterizer.camera import Camera, intrinsics_from_vertical_fov
@@ -110,6 +167,8 @@ def main(argv=None) -> int:
             img = v.scene.render_image(cam, (1.0, 1.0, 1.0), "cpu")
             Image.fromarray((img * 255 + 0.5).astype(np.uint8)).save(args.png)
             result["png"] = str(args.png)
+        if args.browser:
+            result.update(browser_check(v, args.width, args.height))
     print(json.dumps(result))
     return 0
 
