@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-from recon.core.errors import USER_ERRORS, OutputError, UsageError, fail
+from recon.core.errors import USER_ERRORS, OutputError, SplatforgeError, UsageError, fail
 from recon.export import SplatFileError
 from recon.export.atomic import refuse_overwrite
 from recon.export.budget import apply_budget, resolve_budget
@@ -183,7 +183,12 @@ def run_sidecar(run) -> ViewSidecar | None:
     cameras, _ = run_cameras(run)
     if cameras is None:
         return None
-    names = [f.name for f in run.scene.frames_train]
+    try:
+        names = [f.name for f in run.scene.frames_train]
+    except (SplatforgeError, OSError):  # cameras from elsewhere than the scene: numbered names
+        names = []
+    if len(names) != len(cameras):
+        names = [f"{i:04d}" for i in range(len(cameras))]
     up = up_from_world_to_cams([c.world_to_cam_numpy() for c in cameras])
     return ViewSidecar(cameras, names, up, 0)
 

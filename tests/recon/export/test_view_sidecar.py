@@ -156,3 +156,21 @@ def test_pose_helper_agrees():
     from rasterizer.quaternions import rotmat_to_quat
 
     assert np.allclose(world_to_cam_from_pose(rotmat_to_quat(c2w[:3, :3]), c2w[:3, 3]), cam.world_to_cam_numpy())
+
+
+def test_export_of_a_run_writes_its_training_cameras(tmp_path, monkeypatch):
+    from tests.recon.commands.test_export_cli import make_run
+
+    run = make_run(tmp_path, n=30)
+    cams = ring_cameras()
+    monkeypatch.setattr("recon.commands.export.run_cameras", lambda r: (cams, ""))
+    out = tmp_path / "o.glb"
+    report = run_export(ExportConfig(input=run, out=out, quiet=True))
+    assert any("view sidecars" in n for n in report.notes)
+    back = read_view_sidecar(out)
+    same_cameras(back.cameras, cams)
+    assert back.start == 0 and np.allclose(back.up, [0, 0, 1], atol=1e-6)  # the mean camera up
+    assert np.allclose(json.loads(sidecar_paths(out)[1].read_text())["up"], [0, 0, -1], atol=1e-6)  # glTF axes
+    monkeypatch.setattr("recon.commands.export.run_cameras", lambda r: (None, "dataset not available"))
+    report = run_export(ExportConfig(input=run, out=tmp_path / "p.ply", quiet=True))
+    assert any("no view sidecar" in n for n in report.notes)
