@@ -43,7 +43,14 @@ class ViewConfig:
     mesh: tuple[Path, ...] = ()
     """meshes (OBJ, PLY, GLB) to show with the splats"""
     cameras: bool = True
-    """show the training cameras of a run folder (when recon can load them)"""
+    """show the training cameras of a run folder or of a file's view sidecar (FILE.view.json /
+    FILE.cameras.json); --no-cameras also ignores the sidecar"""
+    up: str | None = None
+    """world up axis: x, y, z, -x, -y or -z (default: the run's or the sidecar's, else estimated from the
+    splats; docs/viewer.md, "The first view")"""
+    camera: str | None = None
+    """first camera as "px,py,pz,tx,ty,tz": its position and the point it looks at (default: the run's or the
+    sidecar's start camera, else the splats' core framed)"""
     output: Path | None = None
     """folder for render PNGs and camera_path.json (default: RUN_DIR/viewer or FILE's folder/viewer)"""
     time: float | None = None
@@ -77,6 +84,7 @@ def build_viewer(cfg: ViewConfig, verbose: bool = True):
     from viewer.server import ViewerServer
 
     scene = load_scene(cfg.path, cameras=cfg.cameras)
+    first = first_view(cfg, scene)
     if cfg.time is not None or cfg.play:
         check_time_flags(cfg, scene)
     meshes = load_meshes(cfg.mesh)
@@ -87,7 +95,23 @@ def build_viewer(cfg: ViewConfig, verbose: bool = True):
     base = scene.run_dir if scene.run_dir is not None else scene.source.parent
     output = cfg.output if cfg.output is not None else base / "viewer"
     return ViewerServer(scene, host=cfg.host, port=cfg.port, meshes=meshes, output_dir=output,
-                        strict_port=cfg.strict_port, verbose=verbose, assets=assets)
+                        strict_port=cfg.strict_port, verbose=verbose, assets=assets, first_view=first)
+
+
+def first_view(cfg: ViewConfig, scene):
+    """The :class:`viewer.framing.FirstView` of ``--camera`` / ``--up`` / the scene (ViewerInputError for a bad
+    flag); ``--up`` also becomes the scene's up."""
+    from viewer.framing import parse_camera, parse_up
+    from viewer.server import initial_view
+
+    try:
+        up = parse_up(cfg.up) if cfg.up is not None else None
+        camera = parse_camera(cfg.camera) if cfg.camera is not None else None
+    except ValueError as err:
+        raise ViewerInputError(str(err)) from None
+    if up is not None:
+        scene.up, scene.up_known = up, True
+    return initial_view(scene, up=up, camera=camera)
 
 
 def baked_splats(scene) -> bool:

@@ -84,7 +84,27 @@ def load_scene(path: str | os.PathLike, cameras: bool = True) -> SplatScene:
         up = up_from_cameras(scene.cameras)
         if up is not None:
             scene.up = up
+        if scene.cameras:
+            scene.up_known, scene.start_camera = True, 0
+    elif scene.run_dir is None and cameras:
+        apply_sidecar(scene)
     return scene
+
+
+def apply_sidecar(scene: SplatScene) -> None:
+    """Give a splat file's scene the cameras, up axis and start camera of its view sidecar
+    (FILE.view.json / FILE.cameras.json, :mod:`recon.export.view_sidecar`) when it has one; a malformed
+    sidecar is ViewerInputError naming it."""
+    from recon.export.view_sidecar import read_view_sidecar
+
+    try:
+        sidecar = read_view_sidecar(scene.source)
+    except (SplatFileError, OSError) as err:
+        raise ViewerInputError(f"{err} (move the sidecar away to view {scene.source} without it)") from None
+    if sidecar is None:
+        return
+    scene.cameras = [TrainingCamera(n, c) for n, c in zip(sidecar.names, sidecar.cameras)]
+    scene.up, scene.up_known, scene.start_camera = sidecar.up, True, sidecar.start
 
 
 def spacetime_source(path: str | os.PathLike) -> tuple[Path, Path | None] | None:

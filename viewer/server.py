@@ -3,7 +3,7 @@
 The browser draws the splats with viser's WebGL2 Gaussian renderer (DC colour only, no SH). The GUI
 panel offers: file facts, a splat-scale slider and an opacity filter (both re-send the splats), a
 "render" button (the current browser camera rendered at full quality with :mod:`rasterizer`, saved as a
-PNG), keyframe buttons building a camera-path JSON (:mod:`viewer.camera_path`), and for dynamic scenes (4D
+PNG; the opacity filter applies to it too), keyframe buttons building a camera-path JSON (:mod:`viewer.camera_path`), and for dynamic scenes (4D
 runs and ply4d files, :mod:`viewer.spacetime`) a "Time" folder: a time slider (the server slices the
 model at that time and re-sends it), play/pause, a playback speed and the slice rate reached.
 
@@ -25,6 +25,7 @@ import numpy as np
 
 from viewer.camera_path import CameraPath, save_camera_path, viser_camera_to_frame, world_to_cam_to_viser
 from viewer.blocks import add_block_cells
+from viewer.framing import FirstView, frame_splats, view_from_camera
 from viewer.scene import SplatScene, robust_bounds
 
 SPLAT_NODE = "/splats"
@@ -58,24 +59,27 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def initial_view(scene: SplatScene, fov: float = DEFAULT_FOV) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(position [3], look_at [3], up [3]) framing the 5..95th-percentile box of the splat centres,
-    seen from the "back" (-z of the OpenCV world, or the first training camera's side) and a little
-    above."""
-    centre, radius = robust_bounds(scene.splats.means.astype(np.float64))
-    up = scene.up / np.linalg.norm(scene.up)
-    if scene.cameras:
-        w2c = scene.cameras[0].camera.world_to_cam_numpy()
-        forward = centre - (-w2c[:3, :3].T @ w2c[:3, 3])
-    else:
-        forward = np.array([0.0, 0.0, 1.0])  # OpenCV cameras look down +z
-    forward = forward - (forward @ up) * up
-    if np.linalg.norm(forward) < 1e-6:
-        forward = np.cross(up, [1.0, 0.0, 0.0] if abs(up[0]) < 0.9 else [0.0, 1.0, 0.0])
-    forward /= np.linalg.norm(forward)
-    dist = 1.1 * radius / math.sin(0.5 * fov)
-    direction = forward * math.cos(math.radians(20)) - up * math.sin(math.radians(20))  # look down 20°
-    return centre - dist * direction, centre, up
+def initial_view(scene: SplatScene, fov: float = DEFAULT_FOV, up: np.ndarray | None = None,
+                 camera: tuple[np.ndarray, np.ndarray] | None = None) -> FirstView:
+    """The first view of ``scene`` (:mod:`viewer.framing`, rule in docs/viewer.md): ``camera`` (position,
+    look-at) when given; else the scene's start camera (a run's first training camera, a view sidecar's)
+    exactly; else the Gaussians' core framed, with ``up`` (an ``--up`` override), the scene's known up or an
+    estimate."""
+    means = scene.splats.means.astype(np.float64)
+    if up is None and scene.up_known:
+        up = scene.up
+    if camera is not None:
+        if up is None:
+            up = frame_splats(means, scene.splats.logit_opacities, fov).up
+        return FirstView(np.asarray(camera[0], float), np.asarray(camera[1], float),
+                         np.asarray(up, float) / np.linalg.norm(up), fov, "camera")
+    if scene.start_camera is not None and 0 <= scene.start_camera < len(scene.cameras):
+        cam = scene.cameras[scene.start_camera].camera
+        centre, _ = robust_bounds(means)
+        w2c = cam.world_to_cam_numpy()
+        ahead = float((w2c[:3, :3] @ centre + w2c[:3, 3])[2])  # depth of the splats' centre: the orbit pivot
+        return view_from_camera(w2c, cam.K_numpy(), cam.height, distance=max(ahead, 1e-3))
+    return frame_splats(means, scene.splats.logit_opacities, fov, up=up)
 
 
 class ViewerServer:
@@ -93,8 +97,9 @@ class ViewerServer:
 
     def __init__(self, scene: SplatScene, host: str = "127.0.0.1", port: int = 8080, meshes=(),
                  output_dir: str | Path = "viewer_output", strict_port: bool = False,
-                 verbose: bool = True, assets=None):
+                 verbose: bool = True, assets=None, first_view: FirstView | None = None):
         self.scene = scene
+        self.first_view = first_view if first_view is not None else initial_view(scene)
         self.assets = assets
         self.splats_hidden = False  # the server hybrid render shows the splats instead
         self.host, self.requested_port, self.strict_port = host, port, strict_port
@@ -157,16 +162,18 @@ class ViewerServer:
 
     def _build_scene(self) -> None:
         s = self.server
-        up = self.scene.up
+        view = self.first_view
+        up = self.scene.up if self.scene.up_known and view.how != "framed" else view.up
         s.scene.set_up_direction(tuple(float(v) for v in up))
-        pos, look, up = initial_view(self.scene)
-        s.initial_camera.fov = DEFAULT_FOV
-        s.initial_camera.position = pos
-        s.initial_camera.look_at = look
-        s.initial_camera.up = up
+        s.initial_camera.fov = view.fov
+        s.initial_camera.position = tuple(float(v) for v in view.position)
+        s.initial_camera.look_at = tuple(float(v) for v in view.look_at)
+        s.initial_camera.up = tuple(float(v) for v in view.up)
         self.refresh_splats()
         _, radius = robust_bounds(self.scene.splats.means)
         for i, cam in enumerate(c.camera for c in self.scene.cameras):
+            if view.how == "training camera" and i == self.scene.start_camera:
+                continue  # the eye is at its apex: its frustum would fill the first view
             wxyz, position = world_to_cam_to_viser(cam.world_to_cam_numpy())
             fov = 2.0 * math.atan(0.5 * cam.height / cam.K_numpy()[1, 1])
             s.scene.add_camera_frustum(f"/cameras/{i:04d}", fov=fov, aspect=cam.width / cam.height,
@@ -339,7 +346,7 @@ class ViewerServer:
         (a Camera)."""
         bg = BACKGROUNDS[self.gui["background"].value] if background is None and "background" in self.gui \
             else (background if background is not None else BACKGROUNDS["white"])
-        return self.scene.render_image(frame, bg, self.render_device())
+        return self.scene.render_image(frame, bg, self.render_device(), min_opacity=self._min_opacity)
 
     @staticmethod
     def render_device():

@@ -95,8 +95,10 @@ class SpaceTimeScene(SplatScene):
             as_np = lambda x: np.ascontiguousarray(x.float().cpu().numpy())  # noqa: E731
             return BrowserSplats(as_np(pick(s.means)), as_np(cov), as_np(rgb), as_np(pick(opac))[:, None])
 
-    def render_image(self, frame, background, device) -> np.ndarray:
-        """[H, W, 3] float32 render of the 4D model at the current time into ``frame`` (a Camera)."""
+    def render_image(self, frame, background, device, min_opacity: float = 0.0) -> np.ndarray:
+        """[H, W, 3] float32 render of the 4D model at the current time into ``frame`` (a Camera).
+        ``min_opacity`` is not applied to 4D models yet (the browser's filter is)."""
+        del min_opacity
         import torch
 
         model = self.model.to(device)

@@ -86,6 +86,10 @@ class SplatScene:
         run_dir: training run folder, when the viewer was pointed at one.
         cameras: training cameras of the run (empty when unknown).
         up: world up direction (unit [3]); -y of the OpenCV world unless the run says otherwise.
+        up_known: whether ``up`` came from the run's cameras or a view sidecar (else the viewer estimates it,
+            :mod:`viewer.framing`).
+        start_camera: index into ``cameras`` of the camera the viewer starts at (a run: 0; a file: its view
+            sidecar's), or None (the viewer frames the splats).
     """
 
     splats: SplatData
@@ -94,6 +98,8 @@ class SplatScene:
     cameras: list[TrainingCamera] = field(default_factory=list)
     up: np.ndarray = field(default_factory=lambda: np.array([0.0, -1.0, 0.0]))
     dynamic: bool = False
+    up_known: bool = False
+    start_camera: int | None = None
 
     def set_time(self, t: float) -> bool:
         """Show the model at normalised time ``t`` in [0, 1]; returns True when ``splats`` changed.
@@ -109,14 +115,20 @@ class SplatScene:
         """What the browser draws now (:func:`browser_splats` of ``splats``)."""
         return browser_splats(self.splats, scale_factor, min_opacity)
 
-    def render_image(self, frame, background, device) -> np.ndarray:
+    def render_image(self, frame, background, device, min_opacity: float = 0.0) -> np.ndarray:
         """[H, W, 3] float32 sRGB render of ``splats`` (all SH degrees) into ``frame`` (a Camera) over
-        ``background`` (RGB), with :mod:`rasterizer` on ``device``."""
+        ``background`` (RGB), with :mod:`rasterizer` on ``device``; splats with opacity below ``min_opacity``
+        left out, as the browser's filter leaves them out."""
         import torch
 
         from rasterizer import rasterize_gaussians
 
         s = self.splats
+        if min_opacity > 0.0:
+            keep = _sigmoid(s.logit_opacities.astype(np.float64)) >= min_opacity
+            if not keep.any():
+                return np.broadcast_to(np.asarray(background, np.float32), (frame.height, frame.width, 3)).copy()
+            s = s.subset(keep)
         degree = int(round(np.sqrt(s.sh.shape[1]))) - 1
         t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=torch.float32, device=device)  # noqa: E731
         cam = frame.to(device=device, dtype=torch.float32)

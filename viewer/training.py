@@ -146,6 +146,8 @@ class TrainingViewer:
         up = up_from_cameras(cameras)
         if up is not None:
             scene.up = up
+        if cameras:  # like `view RUN`: start at the first training camera, the run's up
+            scene.up_known, scene.start_camera = True, 0
         if self.log is None and hasattr(trainer, "log"):
             self.log = trainer.log
         self.viewer = ViewerServer(scene, host=self.host, port=self.port,
