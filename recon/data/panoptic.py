@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from recon.core.limits import check_npz, with_path
 from recon.data.finalize import finalize_frames
 from recon.data.scene import BLACK, DataFormatError, Frame, Scene, make_camera, read_json_object
 
@@ -100,6 +101,7 @@ def load_points(root: Path) -> tuple[np.ndarray | None, np.ndarray | None]:
     path = root / "init_pt_cld.npz"
     if not path.is_file():
         return None, None
+    check_npz(path, "initial point cloud", with_path(DataFormatError))  # declared sizes, before allocating
     try:
         with np.load(path) as npz:
             data: Any = np.asarray(npz["data"], dtype=np.float64)

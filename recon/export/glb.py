@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from recon.core.limits import parse_json
+
 from recon.core.atomic import atomic_open
 from recon.core.splat_data import SH_C0, SplatData, normalized_quats, num_sh_bases, sh_degree_for_bases, sigmoid
 
@@ -189,10 +191,7 @@ def parse_glb(path, raw: bytes) -> tuple[dict, bytes]:
             raise SplatFileError(path, "misaligned or truncated GLB chunk")
         chunk = raw[offset + 8: offset + 8 + length]
         if kind == CHUNK_JSON and doc is None:
-            try:
-                doc = json.loads(chunk.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise SplatFileError(path, f"bad GLB JSON chunk ({exc})") from None
+            doc = parse_json(chunk, path, "GLB JSON chunk", SplatFileError)
         elif kind == CHUNK_BIN and not binary:
             binary = chunk
         offset += 8 + length

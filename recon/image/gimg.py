@@ -31,6 +31,7 @@ from pathlib import Path
 
 from recon.core.atomic import atomic_write_bytes
 from recon.core.errors import DamagedFileError
+from recon.core.limits import parse_json, require_finite, with_path
 
 from . import codec
 from .model import ImageGaussians
@@ -95,8 +96,8 @@ def read_header(data: bytes, name: str) -> tuple[dict, int]:
     end = PREAMBLE.size + header_bytes
     if len(data) < end:
         raise GimgError(f"{name}: truncated: the header needs {end} bytes, the file has {len(data)}; {redo}")
+    header = parse_json(data[PREAMBLE.size:end], name, "header", with_path(GimgError))
     try:
-        header = json.loads(data[PREAMBLE.size:end].decode("utf-8"))
         needed = {k: header[k] for k in ("width", "height", "layout", "n", "channels", "encoding", "payload_bytes")}
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
         raise GimgError(f"{name}: damaged header ({type(err).__name__}: {err}); {redo}") from None
@@ -120,6 +121,9 @@ def decode_gimg(data: bytes, name: str = "<bytes>") -> ImageGaussians:
         means, cholesky, colors = codec.decode_arrays(header, data[start:expected])
     except (ValueError, KeyError, TypeError) as err:
         raise GimgError(f"{name}: damaged arrays ({err}); write it again with `splatforge image fit`") from None
+    for field, array in (("means", means), ("cholesky", cholesky), ("colors", colors)):
+        require_finite(array.detach().cpu().numpy() if hasattr(array, "detach") else array, name,
+                       f"payload array {field!r}", with_path(GimgError))
     return ImageGaussians(means, cholesky, colors, int(header["width"]), int(header["height"]), header["layout"],
                           dict(header.get("source") or {}), float(header.get("pixel_variance", 0.0)))
 

@@ -38,6 +38,7 @@ import yaml
 from recon.core.errors import (DAMAGED_TORCH_FILE_ERRORS, CheckpointError, ConfigValueError, DamagedFileError,
                           RunLockedError)
 from recon.core.atomic import atomic_open, atomic_write_bytes
+from recon.core.limits import load_json
 from recon.outputs.history import RunHistory
 
 CONFIG_FILE = "config.yaml"
@@ -247,7 +248,11 @@ def load_checkpoint_file(path: Path) -> dict:
     only, so a crafted file cannot run code. CheckpointError naming the file when it holds anything else
     (nothing of it is executed); other exceptions mean a damaged file."""
     import pickle
+    import zipfile
 
+    if Path(path).is_file() and not zipfile.is_zipfile(path):  # torch.save writes a zip archive
+        raise CheckpointError(f"{path}: not a splatforge checkpoint (it is not the zip archive torch.save "
+                              f"writes: damaged, cut short or another kind of file); delete it and run again")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
@@ -350,10 +355,9 @@ def read_history(out: Path) -> RunHistory | None:
     path = Path(out) / HISTORY_FILE
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DamagedFileError(f"{path}: not valid JSON ({e}); delete it or rerun the training") from e
+    # NaN is allowed: a diverged training records NaN losses
+    data = load_json(path, "history", lambda p, problem: DamagedFileError(
+        f"{p}: {problem}; delete it or rerun the training"), allow_nan=True)
     return RunHistory.from_dict(data, str(path))
 
 
