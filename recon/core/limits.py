@@ -80,8 +80,8 @@ def read_bytes_limited(path, max_bytes: int, what: str = "file", error: ErrorFac
         _raise(error, path, f"{size:,} bytes, more than the {max_bytes:,} a {what} may have; "
                             f"check that this is the right file")
     try:
-        with open(path, "rb") as f:
-            data = f.read(max_bytes + 1)
+        with open(path, "rb") as f:  # read what stat says (+1 to see growth): f.read(n) allocates n first
+            data = f.read(size + 1)
     except OSError as err:
         _raise(error, path, f"cannot read the {what}: {err.strerror}")
     if len(data) > max_bytes:
@@ -139,7 +139,7 @@ def parse_json(data: bytes | str, path, what: str = "JSON file", error: ErrorFac
     try:
         return json.loads(text, **kwargs)
     except json.JSONDecodeError as err:
-        _raise(error, path, f"{what} is not valid JSON ({err})")
+        _raise(error, path, f"not valid JSON ({what}: {err})")
     except RecursionError:  # the depth scan should make this impossible; never a traceback
         _raise(error, path, f"{what} nests too deeply")
 

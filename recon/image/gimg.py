@@ -96,7 +96,8 @@ def read_header(data: bytes, name: str) -> tuple[dict, int]:
     end = PREAMBLE.size + header_bytes
     if len(data) < end:
         raise GimgError(f"{name}: truncated: the header needs {end} bytes, the file has {len(data)}; {redo}")
-    header = parse_json(data[PREAMBLE.size:end], name, "header", with_path(GimgError))
+    header = parse_json(data[PREAMBLE.size:end], name, "header",
+                        lambda p, problem: GimgError(f"{p}: damaged header ({problem}); {redo}"))
     try:
         needed = {k: header[k] for k in ("width", "height", "layout", "n", "channels", "encoding", "payload_bytes")}
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
