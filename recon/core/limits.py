@@ -27,6 +27,7 @@ import os
 import re
 import stat
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -282,6 +283,9 @@ def check_npy_header(path, what: str = ".npy file", error: ErrorFactory = InputF
     return shape, dtype
 
 
+# what reading a damaged zip member raises (bad directory, bad deflate stream, CRC mismatch, a compression
+# method Python lacks)
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, NotImplementedError)
 MAX_DEFLATE_RATIO = 1032  # deflate cannot compress better than this
 
 
@@ -306,8 +310,8 @@ def check_npz(path, what: str = ".npz file", error: ErrorFactory = InputFileErro
                     shape, dtype, offset = _read_npy_header(f, path, member, error)
                 _check_declared(path, member, shape, dtype, info.file_size - offset, error, max_bytes)
                 out[info.filename[:-4]] = (shape, dtype)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as err:
-        _raise(error, path, f"{what} is not a valid .npz (zip) archive ({err})")
+    except (*ZIP_ERRORS, OSError) as err:
+        _raise(error, path, f"{what} is not a valid .npz (zip) archive ({type(err).__name__}: {err})")
     return out
 
 

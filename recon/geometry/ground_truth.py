@@ -69,7 +69,8 @@ def _read(path: Path) -> np.ndarray:
 
     if not path.is_file():
         raise GroundTruthError(f"{path}: ground-truth image missing")
-    read_image_size(path, "ground-truth image", with_path(GroundTruthError))  # pixel limit, before decoding
+    read_image_size(path, "ground-truth image",  # pixel limit, before decoding
+                    lambda p, problem: GroundTruthError(f"{p}: not a readable image ({problem})"))
     try:
         return np.asarray(iio.imread(path))
     except (OSError, ValueError) as err:  # PIL's UnidentifiedImageError is an OSError

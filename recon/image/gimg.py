@@ -31,7 +31,7 @@ from pathlib import Path
 
 from recon.core.atomic import atomic_write_bytes
 from recon.core.errors import DamagedFileError
-from recon.core.limits import parse_json, require_finite, with_path
+from recon.core.limits import parse_json, require_finite, require_regular_file, with_path
 
 from . import codec
 from .model import ImageGaussians
@@ -71,6 +71,8 @@ def read_gimg(path: str | Path) -> ImageGaussians:
     path = Path(path)
     if path.is_dir():
         raise GimgError(f"{path}: is a folder; give a .gimg file written by `splatforge image fit`")
+    if path.exists():  # a missing file: FileNotFoundError names it
+        require_regular_file(path, ".gimg file", with_path(GimgError))  # not /dev/zero or a FIFO
     return decode_gimg(path.read_bytes(), str(path))
 
 
