@@ -473,6 +473,23 @@ def gimg_nan_payload() -> bytes:
     return encode_gimg(tiny_image_model(nan=True))
 
 
+def gimg_quantized_declaring(n: int) -> Callable[[], bytes]:
+    """A quantized (zstd) .gimg whose header declares ``n`` Gaussians and the raw bytes they take: a
+    49 kB file of this kind once inflated 1.95 GB before it was refused."""
+    def make() -> bytes:
+        from recon.image.gimg import PREAMBLE, encode_gimg
+
+        data = encode_gimg(tiny_image_model(), "quantized")
+        magic, version, length = PREAMBLE.unpack_from(data)
+        header = json.loads(data[PREAMBLE.size:PREAMBLE.size + length])
+        header["raw_bytes"] = header["raw_bytes"] // header["n"] * n
+        header["n"] = n
+        text = json.dumps(header, sort_keys=True).encode()
+        return PREAMBLE.pack(magic, version, len(text)) + text + data[PREAMBLE.size + length:]
+
+    return make
+
+
 def read_gimg(path: Path):
     from recon.image.gimg import read_gimg as read
 
@@ -720,6 +737,8 @@ LIMITS_CASES = [
             r"vertex property t \(time\) holds 1 non-finite", SplatFileError),
     BadFile("ply4d-nan-scale", ply4d_edited(_set_field("scale_2", float("inf"))), read_ply4d_file,
             r"scale_0\.\.scale_3 holds 1 non-finite", SplatFileError),
+    BadFile("gimg-quantized-declares-1e8-gaussians", write_bytes("bomb.gimg", gimg_quantized_declaring(10**8)),
+            read_gimg, r"100,000,000 Gaussians of 3 channels for a 8x8 image"),
     BadFile("gimg-nan-payload", write_bytes("nan.gimg", gimg_nan_payload), read_gimg,
             r"payload array 'means' holds 1 non-finite"),
     BadFile("nerfstudio-ply-nan-point", nerfstudio_with_nan_point, load,
