@@ -193,6 +193,11 @@ GLB_CASES = [
             read_glb, r"SCALE.* VEC4, expected VEC3", SplatFileError),
     BadFile("glb-dev-zero", link_to_dev_zero("zero.glb"), read_glb, r"not a regular file",
             SplatFileError),
+    BadFile("glb-position-uint8", write_bytes("u8.glb", glb_edited(_set_accessor("POSITION", componentType=5121))),
+            read_glb, r"attribute POSITION has componentType 5121 \(u1\); .* FLOAT", SplatFileError),
+    BadFile("glb-opacity-int-not-normalized",
+            write_bytes("opint.glb", glb_edited(_set_accessor("KHR_gaussian_splatting:OPACITY", componentType=5121))),
+            read_glb, r"OPACITY has componentType 5121 \(u1\) without normalized: true", SplatFileError),
 ]
 
 # ------------------------------------------------------------------------------------------- .splat
