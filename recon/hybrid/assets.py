@@ -156,6 +156,10 @@ def load_mesh(path: str | Path, up: str = "y") -> MeshAsset:
         geometry = loaded.geometry.get(geometry_name)
         if not isinstance(geometry, trimesh.Trimesh) or len(geometry.faces) == 0:
             continue
+        if not np.isfinite(np.asarray(geometry.vertices)).all():  # before transforms spread the NaN
+            bad = int((~np.isfinite(np.asarray(geometry.vertices)).all(axis=1)).sum())
+            raise AssetError(f"{path}: mesh {geometry_name!r} has {bad:,} vertices with NaN or infinite "
+                             f"coordinates; repair or re-export the mesh")
         mesh = geometry.copy()
         mesh.apply_transform(transform)
         parts.append(_part_from_trimesh(mesh))

@@ -712,6 +712,16 @@ def _not_utf8_camera_path() -> bytes:
     return camera_path_json()().replace(b'"fps"', b'"fps\xff\xfe"')
 
 
+def read_mesh_asset(path: Path):
+    from recon.hybrid.assets import load_mesh
+
+    return load_mesh(path)
+
+
+def obj_with_nan_vertex() -> bytes:
+    return b"v 0 0 0\nv 1 0 0\nv nan 1 0\nf 1 2 3\n"
+
+
 DEPTH = r"nests \d+ levels deep, more than the 512 allowed"
 LIMITS_CASES = [
     BadFile("glb-nested-json", write_bytes("deep.glb", lambda: glb_with_json_bytes(nested_json())),
@@ -757,6 +767,8 @@ LIMITS_CASES = [
     BadFile("ply-70kb-comment-declares-2g-vertices",
             write_bytes("comment.ply", lambda: ply_with_long_comment(2_000_000_000)), read_ply,
             r"declares 2,000,000,000 vertices", SplatFileError),
+    BadFile("obj-nan-vertex", write_bytes("tri.obj", obj_with_nan_vertex), read_mesh_asset,
+            r"tri\.obj: mesh .* has 1 vertices with NaN or infinite coordinates"),
     BadFile("checkpoint-random-bytes", write_bytes("ckpt_100.pt", random_checkpoint_bytes), read_checkpoint,
             r"not a splatforge checkpoint", CheckpointError),
     BadFile("cameras-bin-is-directory", colmap_binary_with_cameras_dir, load,
