@@ -116,6 +116,14 @@ def spz_header_declaring_4g_splats() -> bytes:
     return gzip.compress(spz_header(0xFFFFFFFF, degree=3) + bytes(1000))
 
 
+def spz_bomb_declaring_5m_splats() -> bytes:
+    """A header declaring 5M splats (100 MB of payload) and 100 MB of zeros behind it: ~100 kB on disk,
+    a compression deflate can give (< 1032:1) but real splats never reach (the probe's case: 50M splats
+    in under 1 MB, inflating to 1 GB and decoding to 6 GB; 10x smaller here to keep the corpus fast)."""
+    payload = 5_000_000 * 20  # SH degree 0, version 3: 9 + 1 + 3 + 3 + 4 bytes per splat
+    return gzip_stream([spz_header(5_000_000)] + list(zeros(payload, 16 << 20)))
+
+
 SPZ_CASES = [
     BadFile("spz-gzip-bomb-after-header", write_bytes("bomb.spz", spz_bomb_after_valid_header),
             read_spz, r"more than the 216 bytes its header declares.*gzip bomb", SplatFileError),
@@ -125,6 +133,8 @@ SPZ_CASES = [
             read_spz, r"declares 4,294,967,295 splats .*more than a \d+-byte gzip stream can hold",
             SplatFileError),
     BadFile("spz-fifo", fifo("pipe.spz"), read_spz, r"not a regular file", SplatFileError),
+    BadFile("spz-100kb-declares-5m-splats", write_bytes("bomb5m.spz", spz_bomb_declaring_5m_splats), read_spz,
+            r"declares 5,000,000 splats .* more than 200:1", SplatFileError),
     BadFile("spz-dev-zero", link_to_dev_zero("zero.spz"), read_spz, r"not a regular file",
             SplatFileError),
 ]
