@@ -192,7 +192,17 @@ def _vertex_element(path, ply: PlyData) -> PlyElement:
     missing = [p for p in _REQUIRED if p not in names]
     if missing:
         raise SplatFileError(path, f"not a 3DGS PLY: vertex properties missing: {', '.join(missing)}")
+    check_float_properties(path, vertex.data.dtype, [*_REQUIRED, *(n for n in names if n.startswith("f_rest_"))])
     return vertex
+
+
+def check_float_properties(path, dtype: np.dtype, names) -> None:
+    """SplatFileError unless every property in ``names`` is float or double: an integer opacity or scale
+    (``property uchar opacity``) would be read as a logit of 0..255, silently wrong."""
+    bad = [f"{n} ({dtype[n]})" for n in names if n in (dtype.names or ()) and dtype[n].kind != "f"]
+    if bad:
+        raise SplatFileError(path, f"vertex properties must be float or double; these are integers: "
+                                   f"{', '.join(bad[:6])}; re-export the file from its source")
 
 
 def _rest_count(path, names) -> int:

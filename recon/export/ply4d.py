@@ -20,7 +20,7 @@ from recon.core.spacetime_data import SpaceTimeData
 from recon.core.splat_data import num_sh_bases
 
 from .ply import MAX_HEADER_BYTES, MIP_COMMENT, _columns, _is_mip, _load_plydata, sh_from_vertices
-from .ply import sh_rest_to_channel_major
+from .ply import check_float_properties, sh_rest_to_channel_major
 from .splats import ModelKindError, SplatFileError, require_regular_file
 
 PLY4D_MARKER = "splatforge_ply4d"
@@ -141,6 +141,7 @@ def read_ply4d(path: str | os.PathLike) -> SpaceTimeData:
     missing = [p for p in _REQUIRED4 if p not in (v.dtype.names or ())]
     if missing:
         raise SplatFileError(path, f"ply4d file lacks vertex properties: {', '.join(missing)}")
+    check_float_properties(path, v.dtype, [*_REQUIRED4, *(n for n in v.dtype.names if n.startswith("f_rest_"))])
     n = len(v)
     if n == 0:
         raise SplatFileError(path, "empty 4D model (0 Gaussians)")

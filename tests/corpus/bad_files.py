@@ -234,6 +234,14 @@ def ply_declaring(count: int, fmt: str, body: bytes) -> Callable[[], bytes]:
     return make
 
 
+def ply_with_uchar_opacity() -> bytes:
+    """Two splats whose opacity is ``property uchar opacity`` (every other property float)."""
+    lines = ["ply", "format binary_little_endian 1.0", "element vertex 2"]
+    lines += [f"property {'uchar' if p == 'opacity' else 'float'} {p}" for p in PLY_PROPS] + ["end_header", ""]
+    row = b"".join(struct.pack("<B", 200) if p == "opacity" else struct.pack("<f", 0.5) for p in PLY_PROPS)
+    return "\n".join(lines).encode() + row * 2
+
+
 PLY_CASES = [
     BadFile("ply-ascii-declares-4g-vertices",
             write_bytes("ascii.ply", ply_declaring(4_000_000_000, "ascii", b"0 " * 14 + b"\n")),
@@ -243,6 +251,8 @@ PLY_CASES = [
             read_ply, r"declares 1,000,000,000 vertices .* hold at most 3;", SplatFileError),
     BadFile("ply-dev-zero", link_to_dev_zero("zero.ply"), read_ply, r"not a regular file",
             SplatFileError),
+    BadFile("ply-uchar-opacity", write_bytes("u8.ply", ply_with_uchar_opacity), read_ply,
+            r"vertex properties must be float or double; these are integers: opacity \(uint8\)", SplatFileError),
 ]
 
 
