@@ -96,7 +96,20 @@ def main(argv: list[str] | None = None) -> None:
     try:
         run_subcommand(argv)
     except Exception as err:  # noqa: BLE001 - SystemExit / KeyboardInterrupt pass; fail() tells user error from bug
-        fail(argv[0] if argv else "", err)
+        fail(argv[0] if argv else "", err, inputs=input_paths(argv[1:]))
+
+
+def input_paths(args: list[str]) -> str | None:
+    """The arguments (or ``--flag=value`` values) of a command line that name existing files or folders,
+    joined for a message (a MemoryError names them: the input declared more than fits); None if none."""
+    import os
+
+    found = []
+    for arg in args:
+        value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+        if value and not value.startswith("-") and os.path.exists(value) and value not in found:
+            found.append(value)
+    return ", ".join(found) or None
 
 
 def run_subcommand(argv: list[str]) -> None:

@@ -32,6 +32,7 @@ viser_to_world_to_cam = world_to_cam_from_pose  # viser: wxyz = R_world_cam, pos
 world_to_cam_to_viser = pose_from_world_to_cam
 from recon.core.atomic import atomic_write_bytes
 from recon.core.errors import SplatforgeError
+from recon.core.limits import MAX_IMAGE_PIXELS, load_json, with_path
 
 
 class CameraPathError(SplatforgeError, ValueError):
@@ -86,10 +87,7 @@ def _matrix(file, i: int, value, name: str, shape: tuple[int, int]) -> np.ndarra
 def load_camera_path(file: str | os.PathLike) -> CameraPath:
     """Read a camera-path JSON; CameraPathError (naming the file) for malformed content."""
     file = Path(file)
-    try:
-        data = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise CameraPathError(f"{file}: not valid JSON ({e})") from e
+    data = load_json(file, "camera path", with_path(CameraPathError))
     if not isinstance(data, dict) or not isinstance(data.get("frames"), list):
         raise CameraPathError(f"{file}: expected an object with a 'frames' list")
     frames = []
@@ -99,6 +97,9 @@ def load_camera_path(file: str | os.PathLike) -> CameraPath:
         w, h = f["width"], f["height"]
         if not (isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0):
             raise CameraPathError(f"{file}: frame {i}: width/height must be positive integers")
+        if w * h > MAX_IMAGE_PIXELS:
+            raise CameraPathError(f"{file}: frame {i}: {w}x{h} is {w * h:,} pixels, more than the "
+                                  f"{MAX_IMAGE_PIXELS:,} splatforge renders; give a smaller width and height")
         frames.append(Camera.from_arrays(_matrix(file, i, f["world_to_cam"], "world_to_cam", (4, 4)),
                                          _matrix(file, i, f["K"], "K", (3, 3)), w, h))
     fps = data.get("fps", 30.0)

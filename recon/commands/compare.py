@@ -9,7 +9,6 @@ left out of the curves; a run still training (no ``metrics.json`` yet) shows its
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Callable
@@ -19,6 +18,7 @@ import tyro
 from recon.outputs import files as rf
 from recon.commands.train import USER_ERRORS, fail
 from recon.core.errors import DamagedFileError, UsageError
+from recon.core.limits import load_json
 from recon.outputs.history import RunHistory
 
 MISSING = "-"
@@ -51,10 +51,8 @@ def read_run(path: Path) -> RunRecord:
     metrics_file = path / rf.METRICS_FILE
     metrics = None
     if metrics_file.is_file():
-        try:
-            metrics = json.loads(metrics_file.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise DamagedFileError(f"{metrics_file}: not valid JSON ({e}); rerun `splatforge eval --run {path}`") from e
+        metrics = load_json(metrics_file, "metrics", lambda p, problem: DamagedFileError(
+            f"{p}: {problem}; rerun `splatforge eval --run {path}`"), allow_nan=True)
     # sections (adc, mcmc, lr) flattened to dotted keys: the table names the field that differs
     return RunRecord(str(path), rf.flatten_config(rf.read_config_dict(config_file)), metrics, rf.read_history(path))
 

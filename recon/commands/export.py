@@ -213,13 +213,14 @@ def write_sidecars(config: ExportConfig, run, model_path, fmt: str) -> str:
 def export(config: Annotated[ExportConfig, _NoPrefix] if _NoPrefix else ExportConfig) -> ExportReport:
     """Export a run folder or splat file to PLY / .splat / SPZ / GLB with optional budgets.
 
-    Prints a short report. Errors (existing output without --force, missing or bad input) print one
-    line on stderr and exit with status 1.
+    Prints a short report. Errors (existing output without --force, missing or bad input, an input
+    declaring more data than memory holds) print one line on stderr and exit with status 2, as in every
+    command.
     """
     try:
         report = run_export(config)
-    except USER_ERRORS as exc:  # SplatFileError is a ValueError
-        fail("export", exc, status=1)
+    except (*USER_ERRORS, MemoryError) as exc:  # SplatFileError is a ValueError
+        fail("export", exc, inputs=str(config.input))
     if not config.quiet:
         print_report(report)
     return report

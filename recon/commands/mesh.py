@@ -105,11 +105,11 @@ def extract_run_mesh(cfg: MeshConfig) -> dict:
 
 
 def mesh(config: Annotated[MeshConfig, _NoPrefix] if _NoPrefix else MeshConfig) -> dict:
-    """Extract a mesh from a run. Errors print one line on stderr and exit with status 1."""
+    """Extract a mesh from a run. Errors print one line on stderr and exit with status 2."""
     try:
         summary = extract_run_mesh(config)
-    except USER_ERRORS as exc:
-        fail("mesh", exc, status=1)
+    except (*USER_ERRORS, MemoryError) as exc:
+        fail("mesh", exc)
     print(f"wrote {summary['out']}: {summary['vertices']} vertices, {summary['faces']} faces "
           f"(voxel {summary['voxel_size']:.4g}, {summary['depth']} depth, {summary['views']} views"
           + (f" at {summary['supersample']}x" if summary["supersample"] > 1 else "") + ")")

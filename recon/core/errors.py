@@ -51,6 +51,16 @@ class DamagedFileError(SplatforgeError, ValueError):
     """A file splatforge wrote earlier (history.json, metrics.json) cannot be read back."""
 
 
+class InputFileError(SplatforgeError, ValueError):
+    """An input file breaks a reader rule (recon/core/limits.py): too big, too deep, not finite, not a
+    regular file. The message is ``"<path>: <problem>"``."""
+
+    def __init__(self, path, problem: str):
+        self.path = os.fspath(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
 class DeviceError(SplatforgeError, RuntimeError):
     """The asked-for compute device is not available (``--device cuda`` without CUDA)."""
 
@@ -108,9 +118,22 @@ def is_user_error(err: BaseException) -> bool:
     return isinstance(err, OSError) and (err.filename is not None or err.errno is None)
 
 
-def fail(command: str, err: BaseException, status: int = 2) -> None:
+def memory_line(err: MemoryError, inputs: str | None = None) -> str:
+    """One line for a MemoryError (numpy's ``_ArrayMemoryError`` is one): an input declared more data than
+    fits, named by ``inputs`` when known (the command's input arguments)."""
+    detail = f" ({err})" if str(err) else ""
+    about = f"while reading {inputs}" if inputs else "while reading the input"
+    return " ".join(f"out of memory {about}{detail}; an input declares more data than this machine can "
+                    f"hold: check that it is not damaged, or use a machine with more memory".split())
+
+
+def fail(command: str, err: BaseException, status: int = 2, inputs: str | None = None) -> None:
     """Print ``splatforge <command>: error: <describe(err)>`` to stderr and exit with ``status`` for a user
-    error (:func:`is_user_error`); anything else is a bug: :func:`report_bug`."""
+    error (:func:`is_user_error`); a MemoryError is such an error too (:func:`memory_line`, naming
+    ``inputs``); anything else is a bug: :func:`report_bug`."""
+    if isinstance(err, MemoryError):
+        print(f"splatforge {command}: error: {memory_line(err, inputs)}", file=sys.stderr)
+        raise SystemExit(status)
     if not is_user_error(err):
         report_bug(command, err)
     print(f"splatforge {command}: error: {describe(err)}", file=sys.stderr)

@@ -238,7 +238,17 @@ def read_points3D_binary(path: Path) -> ColmapPoints:
         track = r.array("<u4", 2 * rec[8], f"track of point {rec[0]}")
         tracks.append(track.astype(np.int64).reshape(-1, 2))
     r.finish()
+    check_points_finite(path, ids, xyz)
     return ColmapPoints(ids, xyz, rgb, errors, tracks)
+
+
+def check_points_finite(path: Path, ids: np.ndarray, xyz: np.ndarray) -> None:
+    """ColmapFormatError naming the file and the first point whose X, Y, Z is NaN or infinite."""
+    bad = ~np.isfinite(xyz).all(axis=1)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ColmapFormatError(f"{path}: point {int(ids[first])}: X Y Z {xyz[first].tolist()} is not finite "
+                                f"({int(bad.sum()):,} such points); the model is damaged: export it again")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -342,6 +352,7 @@ def read_points3D_text(path: Path) -> ColmapPoints:
         tracks.append(np.array([_parse(path, lineno, "track", int, t) for t in tok[8:]], np.int64).reshape(-1, 2))
     if not ids:
         return ColmapPoints.empty()
+    check_points_finite(path, np.array(ids, np.int64), np.array(xyz, np.float64))
     return ColmapPoints(
         np.array(ids, np.int64), np.array(xyz, np.float64), np.array(rgb, np.uint8), np.array(errors), tracks
     )

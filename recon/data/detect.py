@@ -21,6 +21,23 @@ from recon.data.scene import TEST_EVERY, WHITE, DataFormatError, Scene
 FORMATS = ("blender", "nerfstudio", "panoptic", "n3dv", "colmap")
 
 
+DATASET_FILES = ("transforms_train.json", "transforms.json", "train_meta.json", "poses_bounds.npy")
+COLMAP_FILES = tuple(f"{n}{e}" for e in (".bin", ".txt") for n in ("cameras", "images", "points3D"))
+
+
+def not_regular_dataset_file(path: Path) -> Path | None:
+    """The first file a format is detected by (``transforms.json``, ``sparse/0/cameras.bin``, ...) that
+    exists in ``path`` but is a folder or special file, or None: detection skips such entries, and the
+    error should name them rather than say "unknown format"."""
+    candidates = [path / n for n in DATASET_FILES]
+    for sparse in (path / "sparse" / "0", path / "sparse", path):
+        candidates += [sparse / n for n in COLMAP_FILES]
+    for p in candidates:
+        if p.exists() and not p.is_file():
+            return p
+    return None
+
+
 def detect_format(path: Path) -> str:
     """One of FORMATS; DataFormatError naming the folder and what was looked for."""
     path = Path(path)
@@ -39,6 +56,10 @@ def detect_format(path: Path) -> str:
         return "colmap"
     except ColmapFormatError:
         pass
+    odd = not_regular_dataset_file(path)
+    if odd is not None:
+        raise DataFormatError(f"{odd}: is a folder or special file, not a dataset file; replace it with the file "
+                              f"itself (or remove it)")
     raise DataFormatError(
         f"{path}: unknown dataset format: found no transforms_train.json (Blender), no transforms.json "
         "(nerfstudio / instant-ngp), no train_meta.json (Panoptic), no poses_bounds.npy with camNN.mp4 videos "

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from recon.core.limits import check_npy_header, with_path
 from recon.data.finalize import finalize_frames
 from recon.data.scene import BLACK, DataFormatError, Frame, MissingImageError, Scene, default_cache_root, make_camera
 from recon.core.errors import UsageError
@@ -53,8 +54,9 @@ def llff_world_to_cam(pose: np.ndarray) -> np.ndarray:
 def read_poses(root: Path, n_videos: int) -> np.ndarray:
     """[C, 3, 5] LLFF poses, checked against the video count; DataFormatError naming the file."""
     path = root / POSES_FILE
+    check_npy_header(path, "poses file", with_path(DataFormatError))  # declared shape, before allocating
     try:
-        arr = np.load(path)
+        arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise DataFormatError(f"{path}: cannot read it as a numpy array: {e}") from None
     if arr.ndim != 2 or arr.shape[1] != 17 or not np.isfinite(arr).all():

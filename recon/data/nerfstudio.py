@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rasterizer.camera import opengl_cam_to_world_to_opencv_world_to_cam
+from recon.core.limits import require_finite, with_path
 from recon.data.finalize import finalize_frames
 from recon.data.scene import (
     WHITE,
@@ -90,9 +91,12 @@ def json_number(value: Any, key: str, label: str, path: Path) -> float:
     if isinstance(value, bool):
         value = str(value)
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         raise DataFormatError(f"{path}: frame {label!r}: {key!r} is not a number ({value!r})") from None
+    if not math.isfinite(number):
+        raise DataFormatError(f"{path}: frame {label!r}: {key!r} is {number} (NaN or infinite); write a finite number")
+    return number
 
 
 def _focal_from_angle(angle: float, size: int, key: str, label: str, path: Path) -> float:
@@ -183,6 +187,7 @@ def read_ply_points(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
         xyz = np.stack([v["x"], v["y"], v["z"]], axis=-1).astype(np.float32)
     except (*PLY_PARSE_ERRORS, SplatFileError, OSError) as e:  # what plyfile and the count check raise
         raise DataFormatError(f"{path}: cannot read vertices from PLY: {e}") from e
+    require_finite(xyz, path, "vertex x, y, z", with_path(DataFormatError))
     names = v.dtype.names or ()
     rgb = None
     if all(c in names for c in ("red", "green", "blue")):

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from recon.core.limits import ZIP_ERRORS, check_npz, with_path
 from recon.data.finalize import finalize_frames
 from recon.data.scene import BLACK, DataFormatError, Frame, Scene, make_camera, read_json_object
 
@@ -101,10 +102,11 @@ def load_points(root: Path) -> tuple[np.ndarray | None, np.ndarray | None]:
     path = root / "init_pt_cld.npz"
     if not path.is_file():
         return None, None
+    check_npz(path, "initial point cloud", with_path(DataFormatError))  # declared sizes, before allocating
     try:
         with np.load(path) as npz:
             data: Any = np.asarray(npz["data"], dtype=np.float64)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, *ZIP_ERRORS) as e:
         raise DataFormatError(f"{path}: cannot read the initial point cloud ('data' [P, >= 6]): {e}") from None
     if data.ndim != 2 or data.shape[1] < 6 or not np.isfinite(data[:, :6]).all():
         raise DataFormatError(f"{path}: 'data' must be [P, >= 6] finite (x, y, z, r, g, b, ...), got {data.shape}")

@@ -26,6 +26,7 @@ import torch
 from rasterizer.camera import Camera
 from recon.core.atomic import atomic_open, atomic_write_bytes
 from recon.core.errors import SplatforgeError, UsageError
+from recon.core.limits import load_json, open_image, read_image_size, with_path
 
 WHITE = (1.0, 1.0, 1.0)
 BLACK = (0.0, 0.0, 0.0)
@@ -183,32 +184,21 @@ def split_every_nth(frames: Sequence[Frame], n: int = TEST_EVERY) -> tuple[list[
 
 
 def _read_pil(path: Path, what: str = "image"):
-    """Open and decode an image with Pillow; MissingImageError naming the file on failure."""
-    from PIL import Image, UnidentifiedImageError
-
+    """Open and decode an image with Pillow under the reader rules (recon.core.limits.open_image: a regular
+    file, a pixel limit checked before decoding); MissingImageError naming the file on failure."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise MissingImageError(f"{what} file not found: {path}")
-    try:
-        with Image.open(path) as im:
-            im.load()
-            return im.copy()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise MissingImageError(f"cannot read {what} file {path}: {e}") from e
+    return open_image(path, what=what, error=with_path(MissingImageError))
 
 
 def image_size(path: Path) -> tuple[int, int]:
-    """(width, height) of an image file, reading only its header."""
-    from PIL import Image, UnidentifiedImageError
+    """(width, height) of an image file, reading only its header (at most MAX_IMAGE_PIXELS pixels)."""
 
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise MissingImageError(f"image file not found: {path}")
-    try:
-        with Image.open(path) as im:
-            return im.size
-    except (UnidentifiedImageError, OSError) as e:
-        raise MissingImageError(f"cannot read image file {path}: {e}") from e
+    return read_image_size(path, error=with_path(MissingImageError))
 
 
 def check_image_size(path: Path, size: tuple[int, int], width: int, height: int, what: str = "image") -> None:
@@ -311,13 +301,10 @@ def read_json_object(path: Path, expected: str) -> dict:
     """A JSON file holding an object; DataFormatError naming the file when it is missing, not JSON, or not
     an object (``expected`` says what it should hold)."""
     path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError as e:
-        raise DataFormatError(f"file not found: {path}") from e
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataFormatError(f"{path}: not valid JSON: {e}") from e
+    if not path.exists():
+        raise DataFormatError(f"file not found: {path}")
+    # NaN literals are let through: every field is checked where it is read, with a message naming it
+    data = load_json(path, "JSON file", with_path(DataFormatError), allow_nan=True)
     if not isinstance(data, dict):
         raise DataFormatError(f"{path}: expected {expected}")
     return data
@@ -452,11 +439,11 @@ def cache_matches(derived: Path, src: Path, params: dict | None = None) -> bool 
     """True when ``derived``'s key matches ``src``, ``derived`` and ``params`` as they are now; False
     when the key is stale (source replaced, derived file changed, other params); None when ``derived``
     has no key (not made by us, e.g. a dataset's own ``images_N/``)."""
-    try:
-        key = json.loads(cache_key_path(derived).read_text())
-    except FileNotFoundError:
+    if not os.path.lexists(cache_key_path(derived)):
         return None
-    except (OSError, ValueError):
+    try:
+        key = load_json(cache_key_path(derived), "cache key")
+    except (OSError, ValueError):  # a damaged key (InputFileError is a ValueError): stale, made again
         return False
     return key == _cache_key(derived, src, params)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from recon.core.limits import load_json
 from recon.outputs import files as rf
 from recon.distributed.partition import Partition, in_core
 from recon.distributed.seams import seam_metric
@@ -76,12 +77,10 @@ def finetune_config(cfg, out: Path, steps: int):
 
 def run_finished(folder: Path, steps: int) -> bool:
     """Whether the run folder ``folder`` finished training ``steps`` steps (its metrics.json, written last)."""
-    import json
-
     path = Path(folder) / rf.METRICS_FILE
     try:
-        return path.is_file() and json.loads(path.read_text()).get("steps") == steps
-    except ValueError:
+        return path.is_file() and load_json(path, "metrics", allow_nan=True).get("steps") == steps
+    except (ValueError, AttributeError):  # damaged or not an object: not finished
         return False
 
 
@@ -166,6 +165,4 @@ def seams_against(seams: dict, reference: dict) -> dict:
 
 def rf_json(path: Path) -> dict:
     """A JSON file's object ({} when missing)."""
-    import json
-
-    return json.loads(Path(path).read_text()) if Path(path).is_file() else {}
+    return load_json(path, allow_nan=True) if Path(path).is_file() else {}

@@ -35,6 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
+from recon.core.limits import load_json
 from recon.data.scene import Frame, Scene, camera_centers
 from recon.core.errors import SplatforgeError
 
@@ -342,7 +343,9 @@ class Partition:
             raise PartitionError(f"--blocks {path}: no such file; make one with `splatforge partition --data DIR "
                                  f"--out {path.name}`, or give --blocks auto")
         try:
-            d = json.loads(path.read_text())
+            d = load_json(path, "blocks file")  # a ValueError (InputFileError) when not JSON
+            if not isinstance(d, dict):
+                raise ValueError(f"it holds a {type(d).__name__}, not an object")
             if d.get("format") != FORMAT:
                 raise ValueError(f"format is {d.get('format')!r}, not {FORMAT!r}")
             if int(d.get("version", 0)) > VERSION:

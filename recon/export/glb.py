@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from recon.core.limits import parse_json
+
 from recon.core.atomic import atomic_open
 from recon.core.splat_data import SH_C0, SplatData, normalized_quats, num_sh_bases, sh_degree_for_bases, sigmoid
 
@@ -189,10 +191,7 @@ def parse_glb(path, raw: bytes) -> tuple[dict, bytes]:
             raise SplatFileError(path, "misaligned or truncated GLB chunk")
         chunk = raw[offset + 8: offset + 8 + length]
         if kind == CHUNK_JSON and doc is None:
-            try:
-                doc = json.loads(chunk.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise SplatFileError(path, f"bad GLB JSON chunk ({exc})") from None
+            doc = parse_json(chunk, path, "GLB JSON chunk", SplatFileError)
         elif kind == CHUNK_BIN and not binary:
             binary = chunk
         offset += 8 + length
@@ -251,6 +250,21 @@ def read_accessor(path, doc: dict, binary: bytes, index: int) -> np.ndarray:
     return out
 
 
+def _check_component_type(path, name: str, acc: dict) -> None:
+    """Component types honoured or refused, never misread: POSITION, SCALE and SH are FLOAT (an integer
+    POSITION would load as geometry in [-255, 255]); ROTATION and OPACITY may also be normalized integers."""
+    ct = acc.get("componentType")
+    if ct == FLOAT:
+        return
+    kind = _DTYPES.get(ct, "unknown")
+    if name not in (ROTATION, OPACITY):
+        raise SplatFileError(path, f"attribute {name} has componentType {ct} ({kind}); {EXTENSION} stores it "
+                                   f"as FLOAT ({FLOAT}): re-export the file")
+    if ct not in _NORMALIZE or not acc.get("normalized"):
+        raise SplatFileError(path, f"attribute {name} has componentType {ct} ({kind}) without normalized: true; "
+                                   f"it must be FLOAT or a normalized integer: re-export the file")
+
+
 def _check_attribute_shapes(path, doc: dict, attrs: dict, names: list[str]) -> None:
     """Every attribute in ``names`` has POSITION's count and its expected type (VEC3, VEC4, SCALAR)."""
     accessors = doc.get("accessors") if isinstance(doc.get("accessors"), list) else []
@@ -263,6 +277,7 @@ def _check_attribute_shapes(path, doc: dict, attrs: dict, names: list[str]) -> N
         want = _ATTRIBUTE_TYPES.get(name, "VEC3")
         if acc.get("type") != want:
             raise SplatFileError(path, f"attribute {name} is {acc.get('type')}, expected {want}")
+        _check_component_type(path, name, acc)
         if expected_count is None:
             expected_count = acc.get("count")
         elif acc.get("count") != expected_count:

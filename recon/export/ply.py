@@ -100,7 +100,7 @@ def write_ply(path: str | os.PathLike, data: SplatData, force: bool = False,
 _PLY_TYPE_BYTES = {"char": 1, "int8": 1, "uchar": 1, "uint8": 1, "short": 2, "int16": 2, "ushort": 2,
                    "uint16": 2, "int": 4, "int32": 4, "uint": 4, "uint32": 4, "float": 4,
                    "float32": 4, "double": 8, "float64": 8}
-MAX_HEADER_BYTES = 1 << 16
+MAX_HEADER_BYTES = 1 << 20  # a header (comments included) longer than this is refused, not handed to plyfile
 ASCII_MIN_VALUE_BYTES = 2  # one digit and one separator
 
 
@@ -145,8 +145,12 @@ def check_ply_counts(path: str | os.PathLike) -> None:
     """
     size = os.stat(path).st_size
     with open(path, "rb") as f:
-        parsed = parse_ply_counts(f.read(MAX_HEADER_BYTES))
+        head = f.read(MAX_HEADER_BYTES)
+    parsed = parse_ply_counts(head)
     if parsed is None:
+        if head.startswith(b"ply") and len(head) == MAX_HEADER_BYTES:  # counts unchecked: plyfile would trust them
+            raise SplatFileError(path, f"PLY header has no end_header in its first {MAX_HEADER_BYTES:,} bytes "
+                                       f"(a header this long is damaged or not a splat file)")
         return
     remaining = size - parsed[0] + (1 if parsed[1] == "ascii" else 0)  # last value may end the file
     for name, count, row in parsed[2]:
@@ -188,7 +192,17 @@ def _vertex_element(path, ply: PlyData) -> PlyElement:
     missing = [p for p in _REQUIRED if p not in names]
     if missing:
         raise SplatFileError(path, f"not a 3DGS PLY: vertex properties missing: {', '.join(missing)}")
+    check_float_properties(path, vertex.data.dtype, [*_REQUIRED, *(n for n in names if n.startswith("f_rest_"))])
     return vertex
+
+
+def check_float_properties(path, dtype: np.dtype, names) -> None:
+    """SplatFileError unless every property in ``names`` is float or double: an integer opacity or scale
+    (``property uchar opacity``) would be read as a logit of 0..255, silently wrong."""
+    bad = [f"{n} ({dtype[n]})" for n in names if n in (dtype.names or ()) and dtype[n].kind != "f"]
+    if bad:
+        raise SplatFileError(path, f"vertex properties must be float or double; these are integers: "
+                                   f"{', '.join(bad[:6])}; re-export the file from its source")
 
 
 def _rest_count(path, names) -> int:

@@ -14,12 +14,13 @@ import os
 import numpy as np
 from plyfile import PlyData, PlyElement
 
+from recon.core.limits import require_finite
 from recon.core.atomic import atomic_open
 from recon.core.spacetime_data import SpaceTimeData
 from recon.core.splat_data import num_sh_bases
 
 from .ply import MAX_HEADER_BYTES, MIP_COMMENT, _columns, _is_mip, _load_plydata, sh_from_vertices
-from .ply import sh_rest_to_channel_major
+from .ply import check_float_properties, sh_rest_to_channel_major
 from .splats import ModelKindError, SplatFileError, require_regular_file
 
 PLY4D_MARKER = "splatforge_ply4d"
@@ -140,13 +141,17 @@ def read_ply4d(path: str | os.PathLike) -> SpaceTimeData:
     missing = [p for p in _REQUIRED4 if p not in (v.dtype.names or ())]
     if missing:
         raise SplatFileError(path, f"ply4d file lacks vertex properties: {', '.join(missing)}")
+    check_float_properties(path, v.dtype, [*_REQUIRED4, *(n for n in v.dtype.names if n.startswith("f_rest_"))])
     n = len(v)
     if n == 0:
         raise SplatFileError(path, "empty 4D model (0 Gaussians)")
     sh = sh_from_vertices(path, v)
+    means4, log_scales4 = _columns(v, ["x", "y", "z", "t"]), _columns(v, [f"scale_{i}" for i in range(4)])
+    require_finite(means4[:, 3], path, "vertex property t (time)", SplatFileError)
+    require_finite(log_scales4, path, "vertex properties scale_0..scale_3", SplatFileError)
     return SpaceTimeData(
-        means4=_columns(v, ["x", "y", "z", "t"]),
-        log_scales4=_columns(v, [f"scale_{i}" for i in range(4)]),
+        means4=means4,
+        log_scales4=log_scales4,
         quats_left=_columns(v, [f"rot_l_{i}" for i in range(4)]),
         quats_right=_columns(v, [f"rot_r_{i}" for i in range(4)]),
         logit_opacities=np.array(v["opacity"], dtype=np.float32),

@@ -50,6 +50,7 @@ from rasterizer.camera import Camera, camera_to_dict
 from recon.core.atomic import atomic_write_bytes, refuse_overwrite
 from recon.core.splat_data import SplatData
 from recon.core.errors import UsageError
+from recon.core.limits import load_json
 
 from .glb import all_formats, read_any, write_any
 from .splats import SplatFileError
@@ -168,10 +169,9 @@ def read_sequence(path: str | os.PathLike) -> SequenceManifest:
     (:meth:`SequenceManifest.load_frame`, iteration). Missing frame files raise FileNotFoundError."""
     path = Path(path)
     manifest_path = path / MANIFEST_NAME if path.is_dir() else path
-    try:
-        obj = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise SplatFileError(manifest_path, f"manifest is not valid JSON ({exc})") from None
+    if not manifest_path.exists():
+        raise FileNotFoundError(f"{manifest_path}: no such sequence manifest")
+    obj = load_json(manifest_path, "manifest", SplatFileError)
     manifest = parse_manifest(manifest_path, obj)
     manifest.root = manifest_path.parent
     for i in range(len(manifest)):

@@ -52,6 +52,12 @@ SH_REST_BUCKET = 1 << (8 - 4)  # 4 bits for degrees 2 and 3
 OPENCV_TO_RUB = np.array([1.0, -1.0, -1.0])
 _SQRT1_2 = np.sqrt(0.5)
 MAX_DEFLATE_RATIO = 1032  # deflate's best case: a 258-byte match in about 2 bits (zlib technical notes)
+# a payload this big from a stream compressed more than PLAUSIBLE_RATIO : 1 is refused: quantized splats of a
+# real scene compress a few times at most, so only a bomb reaches it (a 1 MB file declaring 50M splats
+# would otherwise inflate to 1 GB and decode to 6 GB)
+PLAUSIBLE_RATIO = 200
+PLAUSIBLE_CHECK_BYTES = 64 << 20
+READ_CHUNK = 16 << 20
 GZIP_LEVEL = 1  # scripts/bench_export.py, 1M splats SH 3: level 1 2.8 s / 42.3 MB, level 6 20.4 s / 41.0 MB
 
 # Real SH basis functions of degrees 1-3 (degree-major, m = -l..l), as the monomials x^a y^b z^c of
@@ -282,6 +288,24 @@ def _check_declared_size(path, compressed: int, n: int, degree: int, expected: i
             path, f"corrupt SPZ header: it declares {n:,} splats of SH degree {degree} "
                   f"({expected:,} bytes), more than a {compressed:,}-byte gzip stream can hold; "
                   f"the file is damaged or not an SPZ model")
+    if expected > PLAUSIBLE_CHECK_BYTES and expected > compressed * PLAUSIBLE_RATIO:
+        raise SplatFileError(
+            path, f"corrupt SPZ header: it declares {n:,} splats of SH degree {degree} "
+                  f"({expected:,} bytes) in a {compressed:,}-byte file, a compression of more than "
+                  f"{PLAUSIBLE_RATIO}:1 that real splats never reach (a gzip bomb); the file is damaged")
+
+
+def _read_at_most(stream, size: int) -> bytes:
+    """Up to ``size`` bytes of ``stream``, read in chunks: ``read(size)`` would allocate ``size`` bytes
+    first, even for a stream that ends after a few."""
+    parts, left = [], size
+    while left > 0:
+        part = stream.read(min(left, READ_CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
 
 
 def _gunzip(path, raw: bytes) -> bytes:
@@ -298,7 +322,7 @@ def _gunzip(path, raw: bytes) -> bytes:
             version, n, degree, _, _ = _parse_header(path, head)
             expected = _payload_size(version, n, degree)
             _check_declared_size(path, len(raw), n, degree, expected)
-            body = stream.read(expected - HEADER.size + 1)
+            body = _read_at_most(stream, expected - HEADER.size + 1)
     except (OSError, EOFError, zlib.error) as exc:
         raise SplatFileError(path, f"corrupt or truncated SPZ (gzip: {exc})") from exc
     if HEADER.size + len(body) > expected:

@@ -18,12 +18,12 @@ f x f blocks (a block is valid only when all its pixels are: no mixing across si
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from recon.core.limits import load_json, read_image_size, with_path
 from recon.core.errors import UsageError
 
 # NeRF-synthetic test depth PNG: ray distance = A * v / 255 + B (datasets/README.md says how it was found)
@@ -53,7 +53,9 @@ def detect_source(root: Path) -> str | None:
     meta_path = Path(root) / "transforms_test.json"
     if not meta_path.is_file():
         return None
-    meta = json.loads(meta_path.read_text())
+    meta = load_json(meta_path, "JSON file", with_path(GroundTruthError), allow_nan=True)
+    if not isinstance(meta, dict):
+        raise GroundTruthError(f"{meta_path}: expected a JSON object")
     if "depth_scale" in meta:
         return "mesh"
     frames = meta.get("frames", [])
@@ -67,6 +69,8 @@ def _read(path: Path) -> np.ndarray:
 
     if not path.is_file():
         raise GroundTruthError(f"{path}: ground-truth image missing")
+    read_image_size(path, "ground-truth image",  # pixel limit, before decoding
+                    lambda p, problem: GroundTruthError(f"{p}: not a readable image ({problem})"))
     try:
         return np.asarray(iio.imread(path))
     except (OSError, ValueError) as err:  # PIL's UnidentifiedImageError is an OSError
@@ -77,7 +81,8 @@ def load_gt(root: Path, name: str, source: str) -> GroundTruth:
     """Ground truth of test frame ``name`` (its file_path without "./", e.g. "test/r_0") in dataset ``root``."""
     root = Path(root)
     if source == "mesh":
-        scale = float(json.loads((root / "transforms_test.json").read_text())["depth_scale"])
+        scale = float(load_json(root / "transforms_test.json", "JSON file", with_path(GroundTruthError),
+                                allow_nan=True)["depth_scale"])
         depth = _read(root / f"{name}_depth.png").astype(np.float64) / scale
         normal_v = _read(root / f"{name}_normal.png")[..., :3].astype(np.float64) / 255.0
         alpha = _read(root / f"{name}.png")[..., 3]
@@ -98,7 +103,7 @@ def _load_nerf_synthetic(root: Path, name: str) -> GroundTruth:
     alpha = _read(root / f"{name}.png")[..., 3]
     # interior object pixels: the 2x box downscale of lego_400 mixed silhouette pixels with the background
     valid = binary_erosion(alpha == 255, iterations=1) & (dep > 0)
-    meta = json.loads((root / "transforms_test.json").read_text())
+    meta = load_json(root / "transforms_test.json", "JSON file", with_path(GroundTruthError), allow_nan=True)
     h, w = dep.shape
     f = 0.5 * w / np.tan(0.5 * float(meta["camera_angle_x"]))
     ys, xs = np.mgrid[0:h, 0:w] + 0.5

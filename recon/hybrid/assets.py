@@ -156,6 +156,10 @@ def load_mesh(path: str | Path, up: str = "y") -> MeshAsset:
         geometry = loaded.geometry.get(geometry_name)
         if not isinstance(geometry, trimesh.Trimesh) or len(geometry.faces) == 0:
             continue
+        if not np.isfinite(np.asarray(geometry.vertices)).all():  # before transforms spread the NaN
+            bad = int((~np.isfinite(np.asarray(geometry.vertices)).all(axis=1)).sum())
+            raise AssetError(f"{path}: mesh {geometry_name!r} has {bad:,} vertices with NaN or infinite "
+                             f"coordinates; repair or re-export the mesh")
         mesh = geometry.copy()
         mesh.apply_transform(transform)
         parts.append(_part_from_trimesh(mesh))
@@ -341,14 +345,13 @@ def load_asset_path(path: str | Path) -> AssetPath:
     [0, 1] over the clip; at least one key. AssetError naming the file and the key otherwise."""
     import json
 
+    from recon.core.limits import load_json
+
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         raise AssetError(f"--asset-path {path}: no such file; write a JSON keyframe file "
-                         "({\"keyframes\": [{\"time\": 0, \"pose\": \"x,y,z,yaw,pitch,roll,s\"}, ...]})") from None
-    except (OSError, ValueError) as err:
-        raise AssetError(f"--asset-path {path}: not readable JSON ({err})") from None
+                         "({\"keyframes\": [{\"time\": 0, \"pose\": \"x,y,z,yaw,pitch,roll,s\"}, ...]})")
+    data = load_json(path, "keyframe file", lambda p, problem: AssetError(f"--asset-path {p}: {problem}"))
     keys = data.get("keyframes") if isinstance(data, dict) else data
     if not isinstance(keys, list) or not keys:
         raise AssetError(f"--asset-path {path}: expected a non-empty 'keyframes' list")

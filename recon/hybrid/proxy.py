@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from recon.core.limits import load_json
 from recon.geometry import mesh_extraction as mx
 from recon.core.atomic import atomic_write_bytes
 
@@ -143,8 +144,8 @@ def _cache_fresh(run, time: float | None) -> bool:
     if source is not None and path.stat().st_mtime <= source.stat().st_mtime:
         return False
     try:
-        saved = json.loads(info.read_text()).get("time")
-    except (OSError, ValueError):
+        saved = load_json(info, "proxy info").get("time")
+    except (OSError, ValueError, AttributeError):  # damaged or not an object: made again
         return time is None
     return saved == time
 

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from recon.core.limits import MAX_IMAGE_PIXELS
+
 ENCODINGS = ("float32", "quantized")
 CHOLESKY_BITS = 8
 COLOR_BITS = 8
@@ -127,12 +129,19 @@ def decode_arrays(header: dict, payload: bytes) -> tuple[Tensor, Tensor, Tensor]
     import zstandard
 
     spec = header["quantization"]
-    try:
-        planes = zstandard.ZstdDecompressor().decompress(payload, max_output_size=int(header["raw_bytes"]))
-    except zstandard.ZstdError as err:
-        raise ValueError(f"the compressed arrays cannot be decompressed ({err})") from None
     chol_dtype, color_dtype = _storage(int(spec["cholesky"]["bits"])), _storage(int(spec["colors"]["bits"]))
     sizes = [2 * n * 2, 3 * n * chol_dtype.itemsize, channels * n * color_dtype.itemsize]
+    # sizes checked before inflating: a small file must not declare gigabytes (a zstd bomb)
+    pixels = int(header["width"]) * int(header["height"])
+    if n < 0 or channels < 1 or n > max(16, 4 * pixels) or pixels > MAX_IMAGE_PIXELS:
+        raise ValueError(f"{n:,} Gaussians of {channels} channels for a {header['width']}x{header['height']} "
+                         f"image is outside what a fit writes (at most 4 per pixel, {MAX_IMAGE_PIXELS:,} pixels)")
+    if int(header["raw_bytes"]) != sum(sizes):
+        raise ValueError(f"raw_bytes {header['raw_bytes']} is not the {sum(sizes)} bytes {n} Gaussians take")
+    try:
+        planes = zstandard.ZstdDecompressor().decompress(payload, max_output_size=sum(sizes))
+    except zstandard.ZstdError as err:
+        raise ValueError(f"the compressed arrays cannot be decompressed ({err})") from None
     if len(planes) != sum(sizes):
         raise ValueError(f"the arrays hold {len(planes)} bytes, {sum(sizes)} expected")
     a, b = sizes[0], sizes[0] + sizes[1]

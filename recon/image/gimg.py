@@ -31,6 +31,7 @@ from pathlib import Path
 
 from recon.core.atomic import atomic_write_bytes
 from recon.core.errors import DamagedFileError
+from recon.core.limits import parse_json, require_finite, require_regular_file, with_path
 
 from . import codec
 from .model import ImageGaussians
@@ -70,6 +71,8 @@ def read_gimg(path: str | Path) -> ImageGaussians:
     path = Path(path)
     if path.is_dir():
         raise GimgError(f"{path}: is a folder; give a .gimg file written by `splatforge image fit`")
+    if path.exists():  # a missing file: FileNotFoundError names it
+        require_regular_file(path, ".gimg file", with_path(GimgError))  # not /dev/zero or a FIFO
     return decode_gimg(path.read_bytes(), str(path))
 
 
@@ -95,8 +98,9 @@ def read_header(data: bytes, name: str) -> tuple[dict, int]:
     end = PREAMBLE.size + header_bytes
     if len(data) < end:
         raise GimgError(f"{name}: truncated: the header needs {end} bytes, the file has {len(data)}; {redo}")
+    header = parse_json(data[PREAMBLE.size:end], name, "header",
+                        lambda p, problem: GimgError(f"{p}: damaged header ({problem}); {redo}"))
     try:
-        header = json.loads(data[PREAMBLE.size:end].decode("utf-8"))
         needed = {k: header[k] for k in ("width", "height", "layout", "n", "channels", "encoding", "payload_bytes")}
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
         raise GimgError(f"{name}: damaged header ({type(err).__name__}: {err}); {redo}") from None
@@ -120,6 +124,9 @@ def decode_gimg(data: bytes, name: str = "<bytes>") -> ImageGaussians:
         means, cholesky, colors = codec.decode_arrays(header, data[start:expected])
     except (ValueError, KeyError, TypeError) as err:
         raise GimgError(f"{name}: damaged arrays ({err}); write it again with `splatforge image fit`") from None
+    for field, array in (("means", means), ("cholesky", cholesky), ("colors", colors)):
+        require_finite(array.detach().cpu().numpy() if hasattr(array, "detach") else array, name,
+                       f"payload array {field!r}", with_path(GimgError))
     return ImageGaussians(means, cholesky, colors, int(header["width"]), int(header["height"]), header["layout"],
                           dict(header.get("source") or {}), float(header.get("pixel_variance", 0.0)))
 

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from recon.core.atomic import atomic_write_bytes
 from recon.core.errors import UsageError
+from recon.core.limits import MAX_IMAGE_PIXELS, open_image, require_regular_file, with_path
 
 from . import png16
 
@@ -68,6 +69,8 @@ def read_image(path: str | Path) -> LoadedImage:
     path = Path(path)
     if path.is_dir():
         raise ImageFileError(f"{path}: is a folder; give an image file (or use the folder form of the command)")
+    if path.exists():  # a missing file: FileNotFoundError names it
+        require_regular_file(path, "image file", with_path(ImageFileError))  # not /dev/zero or a FIFO
     data = path.read_bytes()  # FileNotFoundError / PermissionError name the file
     if not data:
         raise ImageFileError(f"{path}: the file is empty (0 bytes); give a PNG or JPEG image")
@@ -78,6 +81,10 @@ def read_image(path: str | Path) -> LoadedImage:
 
 
 def _read_png16(path: Path, data: bytes) -> LoadedImage:
+    width, height = png16.png_header(data)[:2]
+    if width * height > MAX_IMAGE_PIXELS:
+        raise ImageFileError(f"{path}: the image is {width}x{height} = {width * height:,} pixels, more than the "
+                             f"{MAX_IMAGE_PIXELS:,} splatforge decodes; downscale it first")
     try:
         raw = png16.read_png16(data)
     except png16.PngError as err:
@@ -94,8 +101,12 @@ def _read_with_pillow(path: Path, data: bytes) -> LoadedImage:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        image = Image.open(io.BytesIO(data))
-        image.load()
+        image = open_image(io.BytesIO(data), path, error=with_path(ImageFileError))
+    except ImageFileError as err:
+        if "not an image file" not in str(err):
+            raise
+        raise ImageFileError(f"{path}: not an image file that can be read (PNG, JPEG, BMP, TIFF, WebP, ...); "
+                             f"give an image") from None
     except UnidentifiedImageError:
         raise ImageFileError(f"{path}: not an image file that can be read (PNG, JPEG, BMP, TIFF, WebP, ...); "
                              f"give an image") from None

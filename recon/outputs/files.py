@@ -38,6 +38,7 @@ import yaml
 from recon.core.errors import (DAMAGED_TORCH_FILE_ERRORS, CheckpointError, ConfigValueError, DamagedFileError,
                           RunLockedError)
 from recon.core.atomic import atomic_open, atomic_write_bytes
+from recon.core.limits import load_json
 from recon.outputs.history import RunHistory
 
 CONFIG_FILE = "config.yaml"
@@ -242,12 +243,21 @@ def save_checkpoint(out: Path, step: int, payload: dict, keep: int = 2) -> Path:
     return path
 
 
+class NotACheckpointError(CheckpointError, ValueError):
+    """A checkpoint file is not a torch.save archive at all (random bytes, cut short before its zip
+    directory): a damaged file, so :func:`load_latest_checkpoint` falls back to the previous one."""
+
+
 def load_checkpoint_file(path: Path) -> dict:
     """The payload of one checkpoint, loaded with ``weights_only=True``: tensors and plain Python data
     only, so a crafted file cannot run code. CheckpointError naming the file when it holds anything else
     (nothing of it is executed); other exceptions mean a damaged file."""
     import pickle
+    import zipfile
 
+    if Path(path).is_file() and not zipfile.is_zipfile(path):  # torch.save writes a zip archive
+        raise NotACheckpointError(f"{path}: not a splatforge checkpoint (it is not the zip archive torch.save "
+                                  f"writes: damaged, cut short or another kind of file); delete it and run again")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
@@ -294,8 +304,12 @@ def load_latest_checkpoint(out: Path, required: Sequence[str] = (), log=None) ->
     for step, path in reversed(list_checkpoints(out)):
         try:
             payload = load_checkpoint_file(path)
-        except CheckpointError:
-            raise
+        except CheckpointError as e:
+            if not isinstance(e, NotACheckpointError):
+                raise
+            errors.append(str(e))
+            (log or _print_stderr)(f"{path}: damaged checkpoint (not a torch.save archive); trying the previous one")
+            continue
         except DAMAGED_TORCH_FILE_ERRORS as e:  # a damaged file: fall back to the previous one
             errors.append(f"{path}: {type(e).__name__}: {e}")
             (log or _print_stderr)(f"{path}: damaged checkpoint ({type(e).__name__}: {e}); trying the previous one")
@@ -350,10 +364,9 @@ def read_history(out: Path) -> RunHistory | None:
     path = Path(out) / HISTORY_FILE
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DamagedFileError(f"{path}: not valid JSON ({e}); delete it or rerun the training") from e
+    # NaN is allowed: a diverged training records NaN losses
+    data = load_json(path, "history", lambda p, problem: DamagedFileError(
+        f"{p}: {problem}; delete it or rerun the training"), allow_nan=True)
     return RunHistory.from_dict(data, str(path))
 
 

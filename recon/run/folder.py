@@ -15,7 +15,6 @@ it names no dataset.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,8 @@ from typing import Any
 import torch
 
 from recon.outputs import files as rf
-from recon.core.errors import RunFolderError
+from recon.core.errors import DamagedFileError, RunFolderError
+from recon.core.limits import load_json
 from recon.outputs.history import RunHistory
 from recon.data.data_arg import names_procedural_scene, saved_data_path
 from recon.training.trainer import TrainConfig, background_color, load_training_scene
@@ -118,7 +118,10 @@ class Run:
 
     def metrics(self) -> dict | None:
         """metrics.json (None when the run has none)."""
-        return json.loads(self.metrics_path.read_text()) if self.metrics_path.is_file() else None
+        if not self.metrics_path.is_file():
+            return None
+        return load_json(self.metrics_path, "metrics", lambda p, problem: DamagedFileError(
+            f"{p}: {problem}; rerun `splatforge eval --run {self.dir}`"), allow_nan=True)
 
     def history(self) -> RunHistory | None:
         """history.json, else the newest checkpoint's record (``losses`` in checkpoints from before

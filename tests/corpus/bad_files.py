@@ -20,7 +20,8 @@ from typing import Callable
 import numpy as np
 
 from recon.data import DataFormatError, MissingImageError, load_scene
-from recon.data.colmap import ColmapCamera, ColmapImage, ColmapModel, ColmapPoints, write_model
+from recon.core.errors import CheckpointError
+from recon.data.colmap import ColmapCamera, ColmapImage, ColmapModel, ColmapPoints, read_model, write_model
 from recon.data.procedural import orbit_cameras
 from recon.export import read_ply, read_splat, read_spz
 from recon.export.glb import (CHUNK_BIN, CHUNK_JSON, GLB_MAGIC, GLB_VERSION, encode_glb, parse_glb,
@@ -115,6 +116,14 @@ def spz_header_declaring_4g_splats() -> bytes:
     return gzip.compress(spz_header(0xFFFFFFFF, degree=3) + bytes(1000))
 
 
+def spz_bomb_declaring_5m_splats() -> bytes:
+    """A header declaring 5M splats (100 MB of payload) and 100 MB of zeros behind it: ~100 kB on disk,
+    a compression deflate can give (< 1032:1) but real splats never reach (the probe's case: 50M splats
+    in under 1 MB, inflating to 1 GB and decoding to 6 GB; 10x smaller here to keep the corpus fast)."""
+    payload = 5_000_000 * 20  # SH degree 0, version 3: 9 + 1 + 3 + 3 + 4 bytes per splat
+    return gzip_stream([spz_header(5_000_000)] + list(zeros(payload, 16 << 20)))
+
+
 SPZ_CASES = [
     BadFile("spz-gzip-bomb-after-header", write_bytes("bomb.spz", spz_bomb_after_valid_header),
             read_spz, r"more than the 216 bytes its header declares.*gzip bomb", SplatFileError),
@@ -124,6 +133,8 @@ SPZ_CASES = [
             read_spz, r"declares 4,294,967,295 splats .*more than a \d+-byte gzip stream can hold",
             SplatFileError),
     BadFile("spz-fifo", fifo("pipe.spz"), read_spz, r"not a regular file", SplatFileError),
+    BadFile("spz-100kb-declares-5m-splats", write_bytes("bomb5m.spz", spz_bomb_declaring_5m_splats), read_spz,
+            r"declares 5,000,000 splats .* more than 200:1", SplatFileError),
     BadFile("spz-dev-zero", link_to_dev_zero("zero.spz"), read_spz, r"not a regular file",
             SplatFileError),
 ]
@@ -192,6 +203,11 @@ GLB_CASES = [
             read_glb, r"SCALE.* VEC4, expected VEC3", SplatFileError),
     BadFile("glb-dev-zero", link_to_dev_zero("zero.glb"), read_glb, r"not a regular file",
             SplatFileError),
+    BadFile("glb-position-uint8", write_bytes("u8.glb", glb_edited(_set_accessor("POSITION", componentType=5121))),
+            read_glb, r"attribute POSITION has componentType 5121 \(u1\); .* FLOAT", SplatFileError),
+    BadFile("glb-opacity-int-not-normalized",
+            write_bytes("opint.glb", glb_edited(_set_accessor("KHR_gaussian_splatting:OPACITY", componentType=5121))),
+            read_glb, r"OPACITY has componentType 5121 \(u1\) without normalized: true", SplatFileError),
 ]
 
 # ------------------------------------------------------------------------------------------- .splat
@@ -218,6 +234,14 @@ def ply_declaring(count: int, fmt: str, body: bytes) -> Callable[[], bytes]:
     return make
 
 
+def ply_with_uchar_opacity() -> bytes:
+    """Two splats whose opacity is ``property uchar opacity`` (every other property float)."""
+    lines = ["ply", "format binary_little_endian 1.0", "element vertex 2"]
+    lines += [f"property {'uchar' if p == 'opacity' else 'float'} {p}" for p in PLY_PROPS] + ["end_header", ""]
+    row = b"".join(struct.pack("<B", 200) if p == "opacity" else struct.pack("<f", 0.5) for p in PLY_PROPS)
+    return "\n".join(lines).encode() + row * 2
+
+
 PLY_CASES = [
     BadFile("ply-ascii-declares-4g-vertices",
             write_bytes("ascii.ply", ply_declaring(4_000_000_000, "ascii", b"0 " * 14 + b"\n")),
@@ -227,6 +251,8 @@ PLY_CASES = [
             read_ply, r"declares 1,000,000,000 vertices .* hold at most 3;", SplatFileError),
     BadFile("ply-dev-zero", link_to_dev_zero("zero.ply"), read_ply, r"not a regular file",
             SplatFileError),
+    BadFile("ply-uchar-opacity", write_bytes("u8.ply", ply_with_uchar_opacity), read_ply,
+            r"vertex properties must be float or double; these are integers: opacity \(uint8\)", SplatFileError),
 ]
 
 
@@ -422,4 +448,352 @@ DATASET_CASES += [
             r"points\.ply: .*declares 4,000,000,000 vertices .* hold at most 1;", DataFormatError),
 ]
 
-CASES: list[BadFile] = SPZ_CASES + GLB_CASES + SPLAT_CASES + PLY_CASES + DATASET_CASES
+
+# ------------------------------------------------------------------ reader rules (recon/core/limits.py)
+# JSON nested past the depth limit, non-UTF-8 JSON, NaN where a number is read, images declaring more
+# pixels than the limit, headers declaring more data than the file holds, special files as inputs.
+
+DEEP = 200_000  # brackets: ~400 kB, far past Python's recursion limit in json.loads
+
+
+def nested_json(prefix: bytes = b'{"frames": ', suffix: bytes = b"}") -> bytes:
+    """A JSON object whose value nests ``DEEP`` lists deep (valid JSON, just too deep)."""
+    return prefix + b"[" * DEEP + b"]" * DEEP + suffix
+
+
+def glb_with_json_bytes(js: bytes) -> bytes:
+    """A GLB container holding ``js`` as its JSON chunk (and an empty BIN chunk)."""
+    js += b" " * (-len(js) % 4)
+    total = 12 + 8 + len(js)
+    return b"".join([struct.pack("<III", GLB_MAGIC, GLB_VERSION, total), struct.pack("<II", len(js), CHUNK_JSON), js])
+
+
+def tiny_image_model(nan: bool = False):
+    """A 3-Gaussian 8x8 RGB image model; ``nan``: one mean is NaN."""
+    import torch
+
+    from recon.image.model import ImageGaussians
+
+    gen = torch.Generator().manual_seed(0)
+    means = torch.rand(3, 2, generator=gen)
+    if nan:
+        means[0, 0] = float("nan")
+    return ImageGaussians(means, torch.rand(3, 3, generator=gen), torch.rand(3, 3, generator=gen), 8, 8)
+
+
+def gimg_nested_header() -> bytes:
+    """A valid .gimg whose JSON header gains a ``DEEP``-deep list (its length field updated)."""
+    from recon.image.gimg import PREAMBLE, encode_gimg
+
+    data = encode_gimg(tiny_image_model())
+    magic, version, length = PREAMBLE.unpack_from(data)
+    text = data[PREAMBLE.size:PREAMBLE.size + length]
+    deep = nested_json(b'{"deep": ', b", ") + text[1:]
+    return PREAMBLE.pack(magic, version, len(deep)) + deep + data[PREAMBLE.size + length:]
+
+
+def gimg_nan_payload() -> bytes:
+    from recon.image.gimg import encode_gimg
+
+    return encode_gimg(tiny_image_model(nan=True))
+
+
+def gimg_quantized_declaring(n: int) -> Callable[[], bytes]:
+    """A quantized (zstd) .gimg whose header declares ``n`` Gaussians and the raw bytes they take: a
+    49 kB file of this kind once inflated 1.95 GB before it was refused."""
+    def make() -> bytes:
+        from recon.image.gimg import PREAMBLE, encode_gimg
+
+        data = encode_gimg(tiny_image_model(), "quantized")
+        magic, version, length = PREAMBLE.unpack_from(data)
+        header = json.loads(data[PREAMBLE.size:PREAMBLE.size + length])
+        header["raw_bytes"] = header["raw_bytes"] // header["n"] * n
+        header["n"] = n
+        text = json.dumps(header, sort_keys=True).encode()
+        return PREAMBLE.pack(magic, version, len(text)) + text + data[PREAMBLE.size + length:]
+
+    return make
+
+
+def read_gimg(path: Path):
+    from recon.image.gimg import read_gimg as read
+
+    return read(path)
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A ~100-byte PNG whose IHDR declares ``width x height`` RGB pixels (its data is a few bytes: a
+    decoder that trusted the header would allocate width*height*3 bytes first)."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(64))) + \
+        chunk(b"IEND", b"")
+
+
+def _replace_file(folder_root: Callable[[Path], Path], rel: str, data_fn: Callable[[], bytes]):
+    def write(folder: Path) -> Path:
+        root = folder_root(folder)
+        (root / rel).write_bytes(data_fn())
+        return root
+
+    return write
+
+
+def _raw_transforms(data_fn: Callable[[], bytes], name: str = "transforms.json"):
+    """A nerfstudio folder whose transforms.json is replaced by ``data_fn()``."""
+    return _replace_file(nerfstudio_dataset(lambda meta: None), name, data_fn)
+
+
+def read_image_file(path: Path):
+    from recon.image.io import read_image
+
+    return read_image(path)
+
+
+def ply4d_edited(edit: Callable[[np.ndarray], None]) -> Callable[[Path], Path]:
+    """A valid 4-Gaussian ply4d whose vertex array ``edit`` changed (through plyfile, comments kept)."""
+    def write(folder: Path) -> Path:
+        from plyfile import PlyData
+
+        from recon.core.spacetime_data import SpaceTimeData
+        from recon.export import write_ply4d
+
+        rng = np.random.default_rng(0)
+        n = 4
+        path = folder / "model4d.ply"
+        write_ply4d(path, SpaceTimeData(np.c_[rng.uniform(-0.5, 0.5, (n, 3)), rng.uniform(0, 1, (n, 1))],
+                                        np.log(rng.uniform(0.02, 0.3, (n, 4))), rng.normal(size=(n, 4)),
+                                        rng.normal(size=(n, 4)), rng.normal(size=n), rng.normal(size=(n, 4, 3))))
+        ply = PlyData.read(str(path), mmap=False)  # not mapped: the file is rewritten below
+        edit(ply["vertex"].data)
+        ply.write(str(path))
+        return path
+
+    return write
+
+
+def _set_field(name: str, value: float):
+    def edit(v: np.ndarray) -> None:
+        v[name][1] = value
+
+    return edit
+
+
+def read_ply4d_file(path: Path):
+    from recon.export import read_ply4d
+
+    return read_ply4d(path)
+
+
+def camera_path_json(edit: Callable[[dict], None] = lambda d: None) -> Callable[[], bytes]:
+    """A valid two-keyframe camera path (viewer's format) changed by ``edit``."""
+    def make() -> bytes:
+        from viewer.camera_path import CameraPath, camera_path_to_dict
+
+        d = camera_path_to_dict(CameraPath(list(orbit_cameras(2, 4.0, W, H, FOV_X)), 30.0))
+        edit(d)
+        return json.dumps(d).encode()
+
+    return make
+
+
+def _huge_frame(d: dict) -> None:
+    d["frames"][0]["width"] = d["frames"][0]["height"] = 1_000_000
+
+
+def read_camera_path(path: Path):
+    from viewer.camera_path import load_camera_path
+
+    return load_camera_path(path)
+
+
+def read_keyframes(path: Path):
+    from recon.hybrid.assets import load_asset_path
+
+    return load_asset_path(path)
+
+
+def read_panoptic_meta(path: Path):
+    from recon.data.panoptic import read_meta
+
+    return read_meta(path)
+
+
+def npy_declaring(shape: tuple, body: bytes = bytes(64)) -> bytes:
+    """.npy bytes whose header declares float64 ``shape`` followed by ``body`` (a few bytes)."""
+    import io
+
+    from numpy.lib import format as npformat
+
+    buf = io.BytesIO()
+    npformat.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": shape})
+    return buf.getvalue() + body
+
+
+def panoptic_npz_declaring(points: int) -> Callable[[Path], Path]:
+    """A folder with ``init_pt_cld.npz`` whose 'data' member declares [points, 7] float64 in a few bytes."""
+    def write(folder: Path) -> Path:
+        import zipfile
+
+        root = folder / "panoptic"
+        root.mkdir()
+        with zipfile.ZipFile(root / "init_pt_cld.npz", "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr("data.npy", npy_declaring((points, 7), bytes(7 * 8 * 4)))
+        return root
+
+    return write
+
+
+def read_panoptic_points(root: Path):
+    from recon.data.panoptic import load_points
+
+    return load_points(root)
+
+
+def read_n3dv_poses(root: Path):
+    from recon.data.n3dv import read_poses
+
+    return read_poses(root, 1)
+
+
+def _poses_declaring_huge(folder: Path) -> Path:
+    root = folder / "n3dv"
+    root.mkdir()
+    (root / "poses_bounds.npy").write_bytes(npy_declaring((10**12, 17)))
+    return root
+
+
+def ply_with_long_comment(count: int) -> bytes:
+    """A binary PLY whose 70 kB comment pushes end_header past 64 kB and declares ``count`` vertices."""
+    lines = ["ply", "format binary_little_endian 1.0", "comment " + "x" * 70_000, f"element vertex {count}"]
+    lines += [f"property float {p}" for p in PLY_PROPS] + ["end_header", ""]
+    return "\n".join(lines).encode() + bytes(56 * 3)
+
+
+def random_checkpoint_bytes() -> bytes:
+    return np.random.default_rng(0).bytes(4096)
+
+
+def read_checkpoint(path: Path):
+    from recon.outputs.files import load_checkpoint_file
+
+    return load_checkpoint_file(path)
+
+
+def colmap_binary_with_cameras_dir(folder: Path) -> Path:
+    """A binary COLMAP model (sparse/0) whose ``cameras.bin`` is a folder."""
+    root = folder / "colmap"
+    cams = {1: ColmapCamera(1, "PINHOLE", W, H, np.array([20.0, 20.0, W / 2, H / 2]))}
+    images = {1: ColmapImage(1, np.array([1.0, 0, 0, 0]), np.array([0.0, 0.0, 4.0]), 1, "im_1.png")}
+    write_png(root / "images" / "im_1.png")
+    sparse = root / "sparse" / "0"
+    write_model(ColmapModel(cams, images, ColmapPoints.empty()), sparse, ".bin")
+    (sparse / "cameras.bin").unlink()
+    (sparse / "cameras.bin").mkdir()
+    return root
+
+
+def colmap_with_nan_point(folder: Path) -> Path:
+    """A COLMAP text model whose points3D.txt has a NaN X in point 7."""
+    root = colmap_dataset()(folder)
+    points = ColmapPoints(np.array([5, 7]), np.array([[0.0, 0.0, 0.0], [np.nan, 1.0, 2.0]]),
+                          np.zeros((2, 3), np.uint8), np.zeros(2), [np.zeros((0, 2), np.int64)] * 2)
+    model = read_model(root / "sparse" / "0", ".txt")
+    write_model(ColmapModel(model.cameras, model.images, points), root / "sparse" / "0", ".txt")
+    return root
+
+
+def _nan_point_ply(meta: dict) -> None:
+    meta["ply_file_path"] = "points.ply"
+
+
+def nerfstudio_with_nan_point(folder: Path) -> Path:
+    root = nerfstudio_dataset(_nan_point_ply)(folder)
+    header = "ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\nproperty float z\n" \
+             "end_header\n"
+    (root / "points.ply").write_text(header + "0 0 0\nnan 1 2\n")
+    return root
+
+
+def _dnerf_nan_time(meta: dict) -> None:
+    for i, frame in enumerate(meta["frames"]):
+        frame["time"] = float("nan") if i == 0 else 1.0
+
+
+def write_keyframes_nested(folder: Path) -> Path:
+    path = folder / "keys.json"
+    path.write_bytes(nested_json(b'{"keyframes": '))
+    return path
+
+
+def _not_utf8_camera_path() -> bytes:
+    return camera_path_json()().replace(b'"fps"', b'"fps\xff\xfe"')
+
+
+def read_mesh_asset(path: Path):
+    from recon.hybrid.assets import load_mesh
+
+    return load_mesh(path)
+
+
+def obj_with_nan_vertex() -> bytes:
+    return b"v 0 0 0\nv 1 0 0\nv nan 1 0\nf 1 2 3\n"
+
+
+DEPTH = r"nests \d+ levels deep, more than the 512 allowed"
+LIMITS_CASES = [
+    BadFile("glb-nested-json", write_bytes("deep.glb", lambda: glb_with_json_bytes(nested_json())),
+            read_glb, DEPTH, SplatFileError),
+    BadFile("gimg-nested-json", write_bytes("deep.gimg", gimg_nested_header), read_gimg, DEPTH),
+    BadFile("transforms-nested-json", _raw_transforms(nested_json), load, r"transforms\.json: .*" + DEPTH,
+            DataFormatError, names="transforms.json"),
+    BadFile("panoptic-meta-nested-json", write_bytes("train_meta.json", nested_json), read_panoptic_meta,
+            DEPTH, DataFormatError),
+    BadFile("camera-path-nested-json", write_bytes("path.json", nested_json), read_camera_path, DEPTH),
+    BadFile("keyframes-nested-json", write_keyframes_nested, read_keyframes, DEPTH),
+    BadFile("camera-path-not-utf8", write_bytes("path.json", _not_utf8_camera_path), read_camera_path,
+            r"not UTF-8 text"),
+    BadFile("camera-path-huge-resolution", write_bytes("path.json", camera_path_json(_huge_frame)),
+            read_camera_path, r"frame 0: 1000000x1000000 is 1,000,000,000,000 pixels, more than"),
+    BadFile("blender-decompression-bomb-png",
+            _replace_file(blender_dataset(), "train/r_0.png", lambda: png_declaring(30000, 30000)), load,
+            r"r_0\.png: .*(30000x30000|too many pixels)", MissingImageError, names="r_0.png"),
+    BadFile("image-fit-decompression-bomb", write_bytes("bomb.png", lambda: png_declaring(30000, 30000)),
+            read_image_file, r"(30000x30000|too many pixels)"),
+    BadFile("image-is-dev-zero", link_to_dev_zero("zero.png"), read_image_file, r"not a regular file"),
+    BadFile("dnerf-nan-time", blender_dataset(_dnerf_nan_time), load,
+            r"transforms_train\.json: frame '\./train/r_0': 'time' is nan", DataFormatError,
+            names="transforms_train.json"),
+    BadFile("colmap-nan-point", colmap_with_nan_point, load,
+            r"points3D\.txt: point 7: X Y Z .* is not finite", DataFormatError, names="points3D.txt"),
+    BadFile("ply4d-nan-time", ply4d_edited(_set_field("t", float("nan"))), read_ply4d_file,
+            r"vertex property t \(time\) holds 1 non-finite", SplatFileError),
+    BadFile("ply4d-nan-scale", ply4d_edited(_set_field("scale_2", float("inf"))), read_ply4d_file,
+            r"scale_0\.\.scale_3 holds 1 non-finite", SplatFileError),
+    BadFile("gimg-quantized-declares-1e8-gaussians", write_bytes("bomb.gimg", gimg_quantized_declaring(10**8)),
+            read_gimg, r"100,000,000 Gaussians of 3 channels for a 8x8 image"),
+    BadFile("gimg-nan-payload", write_bytes("nan.gimg", gimg_nan_payload), read_gimg,
+            r"payload array 'means' holds 1 non-finite"),
+    BadFile("nerfstudio-ply-nan-point", nerfstudio_with_nan_point, load,
+            r"points\.ply: vertex x, y, z holds 1 non-finite", DataFormatError, names="points.ply"),
+    BadFile("panoptic-npz-declares-1e12-points", panoptic_npz_declaring(10**12), read_panoptic_points,
+            r"init_pt_cld\.npz: .*declares an array of shape \(1000000000000, 7\)", DataFormatError,
+            names="init_pt_cld.npz"),
+    BadFile("npy-header-declares-huge", _poses_declaring_huge, read_n3dv_poses,
+            r"poses_bounds\.npy: .*declares an array of shape \(1000000000000, 17\)", DataFormatError,
+            names="poses_bounds.npy"),
+    BadFile("ply-70kb-comment-declares-2g-vertices",
+            write_bytes("comment.ply", lambda: ply_with_long_comment(2_000_000_000)), read_ply,
+            r"declares 2,000,000,000 vertices", SplatFileError),
+    BadFile("obj-nan-vertex", write_bytes("tri.obj", obj_with_nan_vertex), read_mesh_asset,
+            r"tri\.obj: mesh .* has 1 vertices with NaN or infinite coordinates"),
+    BadFile("checkpoint-random-bytes", write_bytes("ckpt_100.pt", random_checkpoint_bytes), read_checkpoint,
+            r"not a splatforge checkpoint", CheckpointError),
+    BadFile("cameras-bin-is-directory", colmap_binary_with_cameras_dir, load,
+            r"cameras\.bin: is a folder or special file, not a dataset file", DataFormatError,
+            names="cameras.bin"),
+]
+
+CASES: list[BadFile] = SPZ_CASES + GLB_CASES + SPLAT_CASES + PLY_CASES + DATASET_CASES + LIMITS_CASES

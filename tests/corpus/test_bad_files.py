@@ -43,3 +43,26 @@ def test_spz_gzip_bomb_is_refused_with_little_memory(make, tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 4 << 20, f"peak {peak:,} bytes while refusing a {BOMB_BYTES:,}-byte bomb"
+
+
+# cases whose file declares gigabytes to terabytes: refused from the header, before anything that size
+# is allocated (recon/core/limits.py); the nested-JSON cases check the depth scan stays small too
+LOW_MEMORY_CASES = ["panoptic-npz-declares-1e12-points", "npy-header-declares-huge",
+                    "ply-70kb-comment-declares-2g-vertices", "camera-path-huge-resolution",
+                    "image-fit-decompression-bomb", "blender-decompression-bomb-png", "glb-nested-json",
+                    "transforms-nested-json"]
+
+
+@pytest.mark.parametrize("name", LOW_MEMORY_CASES)
+def test_huge_declared_sizes_are_refused_with_little_memory(name, tmp_path):
+    """Peak Python-side allocation while refusing stays under 32 MiB (the files declare up to 8 TB)."""
+    case = next(c for c in CASES if c.name == name)
+    path = case.write(tmp_path)
+    tracemalloc.start()
+    try:
+        with pytest.raises(case.exception):
+            case.read(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{name}: peak {peak:,} bytes while refusing"

@@ -71,7 +71,7 @@ def test_existing_output_refused_without_force(tmp_path, capsys):
     out.write_bytes(b"keep me")
     with pytest.raises(SystemExit) as exc:
         export(ExportConfig(input=src, out=out, quiet=True))
-    assert exc.value.code == 1 and "--force" in capsys.readouterr().err
+    assert exc.value.code == 2 and "--force" in capsys.readouterr().err
     assert out.read_bytes() == b"keep me"
     export(ExportConfig(input=src, out=out, force=True, quiet=True))
     assert len(read_splats(out)) == 10

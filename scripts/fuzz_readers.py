@@ -1,0 +1,368 @@
+"""Fuzz every file reader with hostile variants of files our own writers make; print a JSON table per format.
+
+    python scripts/fuzz_readers.py                   # every format, every variant, in worker subprocesses
+    python scripts/fuzz_readers.py --formats ply glb --limit-mb 1024 --max-cases 200
+
+Variants of one good file per format (:func:`variants`): truncations at structural boundaries (every
+offset in the first bytes, after each header line, powers of two, the last byte), single bit flips at
+seeded positions, 32- and 64-bit words in the header replaced by huge counts, decimal numbers in text
+headers replaced by huge ones, NaN/Infinity in JSON, nesting, and a folder / FIFO / ``/dev/zero`` where
+the file should be. Each format runs in a worker subprocess whose address space is capped at its size
+after imports plus ``--limit-mb`` (so an allocation a file cannot back fails instead of swapping); a
+crashed worker is restarted at the next case.
+
+Per case the outcome is one of: ``error`` (a user error, one line naming the file: what every bad input
+must give), ``load`` (the reader returned), ``unclear`` (a user error whose message spans lines or does not
+name the file), ``traceback`` (any other exception: a bug), ``crash`` (the worker died). The table per
+format: cases, clear errors, correct loads, unclear, tracebacks, crashes, peak MB (tracemalloc, numpy
+included) and the first few tracebacks. ``tests/corpus/test_fuzz_subset.py`` runs a fast subset in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+from pathlib import Path
+from typing import Callable, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+HUGE_WORDS = (0xFFFFFFFF, 0x7FFFFFFF, 0x10000000)
+HUGE_DECIMAL = "4000000000"
+
+
+# ------------------------------------------------------------------------------------------ formats
+
+
+def _splats():
+    from recon.core.splat_data import random_splats
+
+    return random_splats(16, sh_degree=1)
+
+
+def _via_file(write: Callable[[Path], None]) -> bytes:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f"
+        write(path)
+        return path.read_bytes()
+
+
+def good_ply() -> bytes:
+    from recon.export import write_ply
+
+    return _via_file(lambda p: write_ply(p, _splats()))
+
+
+def good_spz() -> bytes:
+    from recon.export.spz import encode_spz
+
+    return encode_spz(_splats())
+
+
+def good_splat() -> bytes:
+    from recon.export.splat_format import encode_splat
+
+    return encode_splat(_splats())
+
+
+def good_glb() -> bytes:
+    from recon.export.glb import encode_glb
+
+    return encode_glb(_splats())
+
+
+def good_ply4d() -> bytes:
+    from tests.corpus.bad_files import ply4d_edited
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return ply4d_edited(lambda v: None)(Path(tmp)).read_bytes()
+
+
+def good_gimg() -> bytes:
+    from recon.image.gimg import encode_gimg
+    from tests.corpus.bad_files import tiny_image_model
+
+    return encode_gimg(tiny_image_model())
+
+
+def good_png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (12, 8), (10, 200, 30)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def good_camera_path() -> bytes:
+    from tests.corpus.bad_files import camera_path_json
+
+    return camera_path_json()()
+
+
+def good_keyframes() -> bytes:
+    return json.dumps({"keyframes": [{"time": 0.0, "pose": "0,0,0,0,0,0,1"},
+                                     {"time": 1.0, "pose": [1, 0, 0, 10, 0, 0, 1]}]}).encode()
+
+
+def good_npz() -> bytes:
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez_compressed(buf, data=np.random.default_rng(0).uniform(0, 1, (20, 7)))
+    return buf.getvalue()
+
+
+def good_transforms() -> bytes:
+    from tests.corpus.bad_files import nerfstudio_dataset
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return (nerfstudio_dataset(lambda m: None)(Path(tmp)) / "transforms.json").read_bytes()
+
+
+def _read_in_folder(name: str, read: Callable[[Path], object], make_folder=None):
+    """A reader of a file that lives in a dataset folder: the case's bytes are written as ``name`` there."""
+    def reader(path: Path):
+        folder = path.parent / "folder"
+        if make_folder is not None and not folder.exists():
+            make_folder(path.parent)
+        folder.mkdir(exist_ok=True)
+        target = folder / name
+        if target.exists() or target.is_symlink():
+            target.unlink() if not target.is_dir() else os.rmdir(target)
+        os.replace(path, target) if path.is_file() else os.symlink(path.resolve(), target)
+        return read(folder)
+
+    return reader
+
+
+def _nerfstudio_folder(tmp: Path) -> None:
+    from tests.corpus.bad_files import nerfstudio_dataset
+
+    root = nerfstudio_dataset(lambda m: None)(tmp)
+    root.rename(tmp / "folder")
+
+
+def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], str]]:
+    """{format: (good bytes, reader of a path, file suffix)}."""
+    from recon.data import load_scene
+    from recon.data.panoptic import load_points
+    from recon.export import read_ply, read_ply4d, read_splat, read_spz
+    from recon.export.glb import read_glb
+    from recon.hybrid.assets import load_asset_path
+    from recon.image.gimg import read_gimg
+    from recon.image.io import read_image
+    from viewer.camera_path import load_camera_path
+
+    return {
+        "ply": (good_ply, read_ply, ".ply"),
+        "spz": (good_spz, read_spz, ".spz"),
+        "splat": (good_splat, read_splat, ".splat"),
+        "glb": (good_glb, read_glb, ".glb"),
+        "ply4d": (good_ply4d, read_ply4d, ".ply"),
+        "gimg": (good_gimg, read_gimg, ".gimg"),
+        "png": (good_png, read_image, ".png"),
+        "camera-path": (good_camera_path, load_camera_path, ".json"),
+        "keyframes": (good_keyframes, load_asset_path, ".json"),
+        "panoptic-npz": (good_npz, _read_in_folder("init_pt_cld.npz", load_points), ".npz"),
+        "transforms": (good_transforms, _read_in_folder("transforms.json", load_scene, _nerfstudio_folder),
+                       ".json"),
+    }
+
+
+# ----------------------------------------------------------------------------------------- variants
+
+
+def _boundaries(data: bytes) -> list[int]:
+    """Offsets where a truncation breaks a structure: the first 64 bytes, after each header line or JSON
+    punctuation in the first 4 kB, powers of two, the middle and the last byte."""
+    cuts = set(range(0, min(len(data), 64)))
+    head = data[:4096]
+    cuts |= {m.end() for m in re.finditer(rb"[\n,:\[\]{}]", head)}
+    cuts |= {1 << k for k in range(6, 40) if (1 << k) < len(data)}
+    cuts |= {len(data) // 2, len(data) - 1}
+    return sorted(c for c in cuts if 0 <= c < len(data))
+
+
+def variants(data: bytes, seed: int = 0, flips: int = 64) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) of hostile variants of ``data``."""
+    import random
+    import struct
+
+    for cut in _boundaries(data):
+        yield f"truncate-{cut}", data[:cut]
+    rng = random.Random(seed)
+    for _ in range(flips):
+        pos = rng.randrange(len(data))
+        bit = rng.randrange(8)
+        yield f"flip-{pos}.{bit}", data[:pos] + bytes([data[pos] ^ (1 << bit)]) + data[pos + 1:]
+    for off in range(0, min(len(data) - 4, 64), 4):
+        for word in HUGE_WORDS:
+            yield f"word-{off}-{word:#x}", data[:off] + struct.pack("<I", word) + data[off + 4:]
+    for off in range(0, min(len(data) - 8, 64), 8):
+        yield f"qword-{off}", data[:off] + struct.pack("<Q", 1 << 60) + data[off + 8:]
+    head = data[:4096]
+    for m in list(re.finditer(rb"(?<![\w.])\d+(?![\w.])", head))[:40]:  # integers in text headers / JSON
+        yield f"number-{m.start()}", data[:m.start()] + HUGE_DECIMAL.encode() + data[m.end():]
+    for m in list(re.finditer(rb"-?\d+\.\d+(e-?\d+)?", head))[:20]:  # floats in JSON / text
+        for lit in (b"NaN", b"Infinity", b"1e400"):
+            yield f"float-{m.start()}-{lit.decode()}", data[:m.start()] + lit + data[m.end():]
+    if data[:1] in (b"{", b"["):
+        yield "nested", b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b", " + data.lstrip()[1:]
+        yield "not-utf8", data.replace(b'"', b'"\xff', 1)
+        yield "wrong-type", b"[1, 2, 3]"
+    yield "empty", b""
+    yield "zeros-1mb", bytes(1 << 20)
+
+
+SPECIAL = ("folder", "fifo", "dev-zero")
+
+
+def write_case(folder: Path, suffix: str, name: str, data: bytes | None) -> Path:
+    """The case's path under ``folder``: bytes written, or a special entry for SPECIAL names."""
+    path = folder / f"case{suffix}"
+    if name == "folder":
+        path.mkdir()
+    elif name == "fifo":
+        os.mkfifo(path)
+    elif name == "dev-zero":
+        os.symlink("/dev/zero", path)
+    else:
+        path.write_bytes(data)
+    return path
+
+
+# ------------------------------------------------------------------------------------------- running
+
+
+def classify(err: BaseException, path: Path) -> str:
+    """``error`` for a one-line user error naming the file, ``unclear`` for another user error,
+    ``traceback`` for anything else."""
+    from recon.core.errors import SplatforgeError, describe, is_user_error
+
+    if not (is_user_error(err) or isinstance(err, SplatforgeError)):
+        return "traceback"
+    text = describe(err)
+    names = path.name in text or "folder" in text or "case" in text
+    return "error" if names and "\n" not in str(err) else "unclear"
+
+
+def run_case(read: Callable[[Path], object], path: Path) -> dict:
+    """Run one reader on ``path``: outcome, message and peak MB (tracemalloc: Python and numpy)."""
+    import traceback
+
+    tracemalloc.start()
+    try:
+        read(path)
+        outcome, message = "load", ""
+    except MemoryError as err:  # must have become a one-line error before reaching here
+        outcome, message = "traceback", f"MemoryError: {err}"
+    except Exception as err:  # noqa: BLE001 - classifying is the point
+        outcome = classify(err, path)
+        message = str(err) if outcome != "traceback" else "".join(
+            traceback.format_exception(err)[-3:])
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return {"outcome": outcome, "message": message[:400], "peak_mb": round(peak / 2**20, 2)}
+
+
+def _cap_memory(limit_mb: int) -> None:
+    """Cap the address space at what the worker uses now plus ``limit_mb``."""
+    import resource
+
+    vm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize:"))
+    cap = vm * 1024 + limit_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None) -> None:
+    """Run format ``fmt``'s cases from index ``start``, one JSON line per case on stdout."""
+    good, read, suffix = readers()[fmt]
+    cases = all_cases(good())[:max_cases]
+    _cap_memory(limit_mb)
+    for i in range(start, len(cases)):
+        name, data = cases[i]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_case(Path(tmp), suffix, name, data)
+            result = run_case(read, path)
+        print(json.dumps({"index": i, "name": name, **result}), flush=True)
+
+
+def all_cases(good: bytes) -> list[tuple[str, bytes | None]]:
+    """The good file itself (must load), every variant, then the special entries."""
+    return [("good", good), *variants(good), *((s, None) for s in SPECIAL)]
+
+
+def fuzz_format(fmt: str, limit_mb: int, max_cases: int | None, timeout: int) -> dict:
+    """Run every case of ``fmt`` in worker subprocesses (restarted after a crash); its table row."""
+    results: list[dict] = []
+    start, total = 0, None
+    while True:
+        cmd = [sys.executable, __file__, "--worker", fmt, "--start", str(start), "--limit-mb", str(limit_mb)]
+        if max_cases:
+            cmd += ["--max-cases", str(max_cases)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            lines, rc, err = proc.stdout.splitlines(), proc.returncode, proc.stderr
+        except subprocess.TimeoutExpired as exp:
+            out = exp.stdout.decode() if isinstance(exp.stdout, bytes) else (exp.stdout or "")
+            lines, rc, err = out.splitlines(), -9, "timeout"
+        done = [json.loads(line) for line in lines if line.startswith("{")]
+        results += done
+        start += len(done)
+        if rc == 0:
+            break
+        results.append({"index": start, "name": f"case {start}", "outcome": "crash",
+                        "message": (err or "")[-400:], "peak_mb": None})
+        start += 1
+        if total is None:
+            total = len(all_cases(readers()[fmt][0]())[:max_cases])
+        if start >= total:
+            break
+    return summarise(fmt, results)
+
+
+def summarise(fmt: str, results: list[dict]) -> dict:
+    count = lambda o: sum(r["outcome"] == o for r in results)  # noqa: E731
+    good = next((r for r in results if r["name"] == "good"), None)
+    peaks = [r["peak_mb"] for r in results if r.get("peak_mb") is not None]
+    bad = [r for r in results if r["outcome"] in ("traceback", "crash", "unclear")]
+    return {"format": fmt, "cases": len(results), "clear_errors": count("error"), "loads": count("load"),
+            "good_file_loads": bool(good and good["outcome"] == "load"), "unclear": count("unclear"),
+            "tracebacks": count("traceback"), "crashes": count("crash"), "peak_mb": max(peaks, default=0.0),
+            "examples": [{k: r[k] for k in ("name", "outcome", "message")} for r in bad[:5]]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--formats", nargs="*", help="formats to fuzz (default: all)")
+    ap.add_argument("--limit-mb", type=int, default=1024, help="address space each worker may add (MB)")
+    ap.add_argument("--max-cases", type=int, default=None, help="at most this many cases per format")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per worker run")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args.worker, args.start, args.limit_mb, args.max_cases)
+        return 0
+    formats = args.formats or list(readers())
+    table = [fuzz_format(f, args.limit_mb, args.max_cases, args.timeout) for f in formats]
+    print(json.dumps(table, indent=1))
+    bad = sum(r["tracebacks"] + r["crashes"] + r["unclear"] + (not r["good_file_loads"]) for r in table)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,41 @@
+"""The fast CI subset of scripts/fuzz_readers.py: for a few formats, a sample of its hostile variants run
+in-process; each is a clear one-line error naming the file or a load, never a traceback, with a small
+peak allocation (tracemalloc). The full corpus: ``python scripts/fuzz_readers.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fuzz_readers.py"
+FORMATS = ["ply", "spz", "splat", "glb", "ply4d", "gimg", "png", "camera-path", "keyframes", "panoptic-npz"]
+SAMPLE = 40  # cases per format: every 40th-ish variant plus the good file and the special entries
+
+
+def _fuzz():
+    spec = importlib.util.spec_from_file_location("fuzz_readers", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fuzz_sample_has_no_tracebacks(fmt, tmp_path):
+    fuzz = _fuzz()
+    good, read, suffix = fuzz.readers()[fmt]
+    cases = fuzz.all_cases(good())
+    step = max(1, len(cases) // SAMPLE)
+    sample = cases[:1] + cases[1:-3:step] + cases[-3:]  # the good file, a spread, folder / fifo / dev-zero
+    bad = []
+    for i, (name, data) in enumerate(sample):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        path = fuzz.write_case(folder, suffix, name, data)
+        result = fuzz.run_case(read, path)
+        if name == "good" and result["outcome"] != "load":
+            bad.append((name, result))
+        elif result["outcome"] not in ("error", "load") or result["peak_mb"] > 256:
+            bad.append((name, result))
+    assert not bad, bad
