@@ -88,6 +88,20 @@ def make_logger_hooks(cfg: TrainConfig) -> list:
     return [TensorBoardLogger(Path(cfg.out) / rf.TENSORBOARD_DIR, every=cfg.logger_every)]
 
 
+def show_final_splats(cfg: TrainConfig, viewers: list) -> None:
+    """Hand the live viewers the run's splats.ply (after ``--remove-floaters`` it differs from the trained model)."""
+    if not viewers:
+        return
+    from pathlib import Path
+
+    from recon.export import read_splats
+    from recon.outputs import files as rf
+
+    data = read_splats(Path(cfg.out) / rf.SPLATS_FILE)
+    for hook in viewers:
+        hook.show_splats(data)
+
+
 def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
     """Train 3D Gaussian splatting on a dataset folder (COLMAP, nerfstudio, Blender) or "procedural"; with
     --method 4dgs, 4D Gaussians on a dynamic one (D-NeRF) or "procedural-4d".
@@ -112,6 +126,7 @@ def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
         metrics = train_model(cfg, hooks=[*loggers, *viewers])
         if cfg.remove_floaters:
             metrics = remove_run_floaters(cfg, metrics)
+            show_final_splats(cfg, viewers)
     except USER_ERRORS as err:
         for hook in viewers:
             hook.stop()

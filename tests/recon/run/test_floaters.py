@@ -141,3 +141,25 @@ def test_train_remove_floaters_bad_threshold_and_4d_are_one_line(tmp_path, capsy
         err = capsys.readouterr().err.strip()
         assert what in err and len(err.splitlines()) == 1, err
         assert not (cfg.out / "splats.ply").exists()
+
+
+def test_train_remove_floaters_shows_the_cleaned_model_in_the_live_viewer(tmp_path, monkeypatch, capsys):
+    import json
+
+    import recon.commands.train as train_cmd
+    from viewer.training import TrainingViewer
+
+    shown = []
+
+    class Recording(TrainingViewer):
+        def stop(self):  # what the viewer shows when training (and cleaning) is over
+            if self.viewer is not None:
+                shown.append(len(self.viewer.scene.splats))
+            super().stop()
+
+    monkeypatch.setattr(train_cmd, "make_viewer_hook",
+                        lambda cfg, log=print: Recording(every=1000, port=0, verbose=False))
+    out = tmp_path / "run"
+    train_cmd.train(floater_cfg(out, viewer=True, viewer_port=0, viewer_keep_open=False))
+    kept = json.loads((out / "metrics.json").read_text())["floaters"]["kept"]
+    assert shown == [kept]
