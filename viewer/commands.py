@@ -51,6 +51,10 @@ class ViewConfig:
     camera: str | None = None
     """first camera as "px,py,pz,tx,ty,tz": its position and the point it looks at (default: the run's or the
     sidecar's start camera, else the splats' core framed)"""
+    crop: str | None = None
+    """crop box "x0,y0,z0,x1,y1,z1" (min and max corners, world units): only the Gaussians whose centre is inside
+    are shown and rendered; write --crop=-1,-1,-1,1,1,1 for a negative first number (default: off; the GUI's
+    "crop box" toggles and moves it)"""
     output: Path | None = None
     """folder for render PNGs and camera_path.json (default: RUN_DIR/viewer or FILE's folder/viewer)"""
     time: float | None = None
@@ -83,6 +87,7 @@ def build_viewer(cfg: ViewConfig, verbose: bool = True):
     Raises ViewerInputError naming the file for missing/corrupt inputs."""
     from viewer.server import ViewerServer
 
+    crop = crop_box(cfg)
     scene = load_scene(cfg.path, cameras=cfg.cameras)
     first = first_view(cfg, scene)
     if cfg.time is not None or cfg.play:
@@ -95,7 +100,19 @@ def build_viewer(cfg: ViewConfig, verbose: bool = True):
     base = scene.run_dir if scene.run_dir is not None else scene.source.parent
     output = cfg.output if cfg.output is not None else base / "viewer"
     return ViewerServer(scene, host=cfg.host, port=cfg.port, meshes=meshes, output_dir=output,
-                        strict_port=cfg.strict_port, verbose=verbose, assets=assets, first_view=first)
+                        strict_port=cfg.strict_port, verbose=verbose, assets=assets, first_view=first, crop=crop)
+
+
+def crop_box(cfg: ViewConfig):
+    """The :class:`viewer.crop.CropBox` of ``--crop`` (None without it); ViewerInputError for a bad one."""
+    from viewer.crop import parse_crop
+
+    if cfg.crop is None:
+        return None
+    try:
+        return parse_crop(cfg.crop)
+    except ValueError as err:
+        raise ViewerInputError(str(err)) from None
 
 
 def first_view(cfg: ViewConfig, scene):

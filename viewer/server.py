@@ -1,9 +1,9 @@
 """The browser viewer: a viser server showing a :class:`viewer.scene.SplatScene` client-side.
 
 The browser draws the splats with viser's WebGL2 Gaussian renderer (DC colour only, no SH). The GUI
-panel offers: file facts, a splat-scale slider and an opacity filter (both re-send the splats), a
-"render" button (the current browser camera rendered at full quality with :mod:`rasterizer`, saved as a
-PNG; the opacity filter applies to it too), keyframe buttons building a camera-path JSON (:mod:`viewer.camera_path`), and for dynamic scenes (4D
+panel offers: file facts, a splat-scale slider, an opacity filter and a crop box (:mod:`viewer.crop`; each
+re-sends the splats), a "render" button (the current browser camera rendered at full quality with
+:mod:`rasterizer`, saved as a PNG; the opacity filter and the crop box apply to it too), keyframe buttons building a camera-path JSON (:mod:`viewer.camera_path`), and for dynamic scenes (4D
 runs and ply4d files, :mod:`viewer.spacetime`) a "Time" folder: a time slider (the server slices the
 model at that time and re-sends it), play/pause, a playback speed and the slice rate reached.
 
@@ -25,10 +25,12 @@ import numpy as np
 
 from viewer.camera_path import CameraPath, save_camera_path, viser_camera_to_frame, world_to_cam_to_viser
 from viewer.blocks import add_block_cells
+from viewer.crop import CropBox, starting_box
 from viewer.framing import FirstView, frame_splats, view_from_camera
 from viewer.scene import SplatScene, robust_bounds
 
 SPLAT_NODE = "/splats"
+CROP_NODE = "/crop_box"
 DEFAULT_FOV = math.radians(50.0)
 MAX_RENDER_SIDE = 2048
 BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
@@ -93,11 +95,13 @@ class ViewerServer:
         assets: a :class:`viewer.hybrid.AssetLayer` (inserted assets with gizmos and the browser / server
             hybrid compositing toggle), or None.
         output_dir: where "render" PNGs and ``camera_path.json`` go.
+        crop: a :class:`viewer.crop.CropBox` to start with (``--crop``), or None (crop box off).
     """
 
     def __init__(self, scene: SplatScene, host: str = "127.0.0.1", port: int = 8080, meshes=(),
                  output_dir: str | Path = "viewer_output", strict_port: bool = False,
-                 verbose: bool = True, assets=None, first_view: FirstView | None = None):
+                 verbose: bool = True, assets=None, first_view: FirstView | None = None,
+                 crop: CropBox | None = None):
         self.scene = scene
         self.first_view = first_view if first_view is not None else initial_view(scene)
         self.assets = assets
@@ -113,6 +117,8 @@ class ViewerServer:
         self._lock = threading.Lock()
         self._scale = 1.0
         self._min_opacity = 0.0
+        self._crop = crop  # None: the crop box is off
+        self.crop_handle = None  # the box's wireframe in the scene
         self.gui: dict[str, object] = {}
         self._player: threading.Thread | None = None
         self._stop_play = threading.Event()
@@ -170,6 +176,7 @@ class ViewerServer:
         s.initial_camera.look_at = tuple(float(v) for v in view.look_at)
         s.initial_camera.up = tuple(float(v) for v in view.up)
         self.refresh_splats()
+        self.show_crop_box()
         _, radius = robust_bounds(self.scene.splats.means)
         for i, cam in enumerate(c.camera for c in self.scene.cameras):
             if view.how == "training camera" and i == self.scene.start_camera:
@@ -183,8 +190,8 @@ class ViewerServer:
             s.scene.add_mesh_trimesh(f"/meshes/{i:02d}_{Path(path).stem}", mesh)
 
     def refresh_splats(self) -> None:
-        """(Re-)send the scene's splats with the current scale factor and opacity threshold."""
-        b = self.scene.browser(self._scale, self._min_opacity)
+        """(Re-)send the scene's splats with the current scale factor, opacity threshold and crop box."""
+        b = self.scene.browser(self._scale, self._min_opacity, self._crop)
         with self._lock:
             if len(b) == 0:  # nothing passes the filter: hide instead of sending an empty buffer
                 if self.splat_handle is not None:
@@ -216,6 +223,32 @@ class ViewerServer:
     def set_min_opacity(self, threshold: float) -> None:
         self._min_opacity = float(threshold)
         self.refresh_splats()
+
+    @property
+    def crop(self) -> CropBox | None:
+        """The crop box in force (None: off)."""
+        return self._crop
+
+    def set_crop(self, crop: CropBox | None) -> None:
+        """Crop to ``crop`` (None: turn the crop box off); re-sends the splats and moves the box's wireframe."""
+        self._crop = crop
+        self.refresh_splats()
+        self.show_crop_box()
+
+    def show_crop_box(self) -> None:
+        """Draw the crop box as a wireframe (hidden while the crop is off)."""
+        if self.server is None:
+            return
+        box = self._crop
+        if box is None:
+            if self.crop_handle is not None:
+                self.crop_handle.visible = False
+            return
+        if self.crop_handle is not None:
+            self.crop_handle.remove()
+        self.crop_handle = self.server.scene.add_box(
+            CROP_NODE, color=(255, 160, 0), dimensions=tuple(float(v) for v in np.maximum(box.size, 1e-6)),
+            wireframe=True, position=tuple(float(v) for v in box.centre), cast_shadow=False, receive_shadow=False)
 
     def set_time(self, t: float) -> None:
         """Drive a dynamic scene to normalised time ``t``; re-sends the splats when they changed."""
@@ -253,6 +286,8 @@ class ViewerServer:
             clear = gui.add_button("clear keyframes")
             info = gui.add_text("camera path", initial_value="0 keyframes", disabled=True)
             self.gui.update(background=bg, render=render, keyframe=key, path_info=info)
+        with gui.add_folder("Crop", expand_by_default=self._crop is not None):  # last: the panel above keeps its layout
+            self._build_crop_gui(gui)
 
         @render.on_click
         def _(event) -> None:
@@ -278,6 +313,36 @@ class ViewerServer:
         def _(_event) -> None:
             self.camera_path.frames.clear()
             info.value = "0 keyframes"
+
+    def _build_crop_gui(self, gui) -> None:
+        """The crop box controls: an on/off checkbox (on when ``--crop`` was given), its min and max corners
+        (world units; they start at ``--crop`` or the splats' 1..99 percentile box) and a status line."""
+        box = self._crop if self._crop is not None else starting_box(self.scene.splats.means)
+        step = float(max(box.size.max(), 1e-3)) / 100.0
+        on = gui.add_checkbox("crop box", initial_value=self._crop is not None,
+                              hint="hide the Gaussians whose centre is outside the box (browser and render)")
+        lo = gui.add_vector3("crop min", initial_value=box.lo, step=step)
+        hi = gui.add_vector3("crop max", initial_value=box.hi, step=step)
+        status = gui.add_text("crop", initial_value=box.text() if self._crop is not None else "off", disabled=True)
+        self.gui.update(crop_on=on, crop_min=lo, crop_max=hi, crop_status=status)
+        for handle in (on, lo, hi):
+            handle.on_update(lambda _: self.apply_crop_gui())
+
+    def apply_crop_gui(self) -> None:
+        """Read the crop controls: set the box they describe, or turn it off; a min above its max keeps the
+        previous box and says why in the status line."""
+        status = self.gui["crop_status"]
+        if not self.gui["crop_on"].value:
+            self.set_crop(None)
+            status.value = "off"
+            return
+        try:
+            box = CropBox(tuple(self.gui["crop_min"].value), tuple(self.gui["crop_max"].value))
+        except ValueError as err:
+            status.value = str(err).split(": ", 1)[1].split(";")[0] + " (not applied)"
+            return
+        self.set_crop(box)
+        status.value = box.text()
 
     def _build_time_gui(self, gui) -> None:
         """The "Time" folder of a dynamic scene: time slider, play/pause, speed, and the slice rate reached."""
@@ -346,7 +411,8 @@ class ViewerServer:
         (a Camera)."""
         bg = BACKGROUNDS[self.gui["background"].value] if background is None and "background" in self.gui \
             else (background if background is not None else BACKGROUNDS["white"])
-        return self.scene.render_image(frame, bg, self.render_device(), min_opacity=self._min_opacity)
+        return self.scene.render_image(frame, bg, self.render_device(), min_opacity=self._min_opacity,
+                                       crop=self._crop)
 
     @staticmethod
     def render_device():

@@ -79,26 +79,31 @@ class SpaceTimeScene(SplatScene):
     def total(self) -> int:
         return len(self.model)
 
-    def browser(self, scale_factor: float = 1.0, min_opacity: float = 0.0) -> BrowserSplats:
+    def browser(self, scale_factor: float = 1.0, min_opacity: float = 0.0, crop=None) -> BrowserSplats:
         """The current slice in viser's format (covariances scaled by ``scale_factor`` squared; Gaussians
-        below ``min_opacity`` after the temporal factor dropped)."""
+        below ``min_opacity`` after the temporal factor, or whose sliced centre is outside ``crop``
+        (a :class:`viewer.crop.CropBox`), dropped)."""
         import torch
 
         with self._lock:
             s, cache = self._slice
         with torch.no_grad():
             opac = s.opacities
-            keep = None if min_opacity <= 0.0 else (opac >= min_opacity).nonzero()[:, 0]
+            filtered = opac >= min_opacity
+            if crop is not None:
+                inside = crop.contains(s.means.double().cpu().numpy())
+                filtered = filtered & torch.as_tensor(inside, device=opac.device)
+            keep = None if min_opacity <= 0.0 and crop is None else filtered.nonzero()[:, 0]
             pick = (lambda x: x) if keep is None else (lambda x: x.index_select(0, keep))  # noqa: E731
             rgb = cache["rgb"].index_select(0, pick(s.indices))
             cov = pick(s.covars) * float(scale_factor) ** 2
             as_np = lambda x: np.ascontiguousarray(x.float().cpu().numpy())  # noqa: E731
             return BrowserSplats(as_np(pick(s.means)), as_np(cov), as_np(rgb), as_np(pick(opac))[:, None])
 
-    def render_image(self, frame, background, device, min_opacity: float = 0.0) -> np.ndarray:
+    def render_image(self, frame, background, device, min_opacity: float = 0.0, crop=None) -> np.ndarray:
         """[H, W, 3] float32 render of the 4D model at the current time into ``frame`` (a Camera).
-        ``min_opacity`` is not applied to 4D models yet (the browser's filter is)."""
-        del min_opacity
+        ``min_opacity`` and ``crop`` are not applied to 4D models yet (the browser's filters are)."""
+        del min_opacity, crop
         import torch
 
         model = self.model.to(device)

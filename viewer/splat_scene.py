@@ -23,6 +23,7 @@ from rasterizer.camera import Camera
 from rasterizer.quaternions import quat_to_rotmat_np
 from recon.export import SplatData
 from recon.export.splats import SH_C0
+from viewer.crop import CropBox, crop_keep
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -46,11 +47,19 @@ class BrowserSplats:
         return len(self.centers)
 
 
-def browser_splats(data: SplatData, scale_factor: float = 1.0, min_opacity: float = 0.0) -> BrowserSplats:
+def shown_mask(data: SplatData, min_opacity: float = 0.0, crop: CropBox | None = None) -> np.ndarray:
+    """bool [N]: the splats the viewer's filters keep (opacity >= ``min_opacity``, centre inside ``crop``)."""
+    keep = _sigmoid(data.logit_opacities.astype(np.float64)) >= min_opacity
+    inside = crop_keep(data.means, crop)
+    return keep if inside is None else keep & inside
+
+
+def browser_splats(data: SplatData, scale_factor: float = 1.0, min_opacity: float = 0.0,
+                   crop: CropBox | None = None) -> BrowserSplats:
     """Splats in viser's format: scales multiplied by ``scale_factor``; splats with opacity below
-    ``min_opacity`` dropped."""
+    ``min_opacity`` or centres outside ``crop`` (:mod:`viewer.crop`) dropped."""
     opac = _sigmoid(data.logit_opacities.astype(np.float64))
-    keep = opac >= min_opacity
+    keep = shown_mask(data, min_opacity, crop)
     R = quat_to_rotmat_np(data.quats[keep].astype(np.float64))
     s2 = (np.exp(data.log_scales[keep].astype(np.float64)) * scale_factor) ** 2
     cov = np.einsum("nij,nj,nkj->nik", R, s2, R)
@@ -111,21 +120,23 @@ class SplatScene:
         """How many splats the model holds (before filters)."""
         return len(self.splats.means)
 
-    def browser(self, scale_factor: float = 1.0, min_opacity: float = 0.0) -> BrowserSplats:
+    def browser(self, scale_factor: float = 1.0, min_opacity: float = 0.0,
+                crop: CropBox | None = None) -> BrowserSplats:
         """What the browser draws now (:func:`browser_splats` of ``splats``)."""
-        return browser_splats(self.splats, scale_factor, min_opacity)
+        return browser_splats(self.splats, scale_factor, min_opacity, crop)
 
-    def render_image(self, frame, background, device, min_opacity: float = 0.0) -> np.ndarray:
+    def render_image(self, frame, background, device, min_opacity: float = 0.0,
+                     crop: CropBox | None = None) -> np.ndarray:
         """[H, W, 3] float32 sRGB render of ``splats`` (all SH degrees) into ``frame`` (a Camera) over
         ``background`` (RGB), with :mod:`rasterizer` on ``device``; splats with opacity below ``min_opacity``
-        left out, as the browser's filter leaves them out."""
+        or centres outside ``crop`` left out, as the browser's filters leave them out."""
         import torch
 
         from rasterizer import rasterize_gaussians
 
         s = self.splats
-        if min_opacity > 0.0:
-            keep = _sigmoid(s.logit_opacities.astype(np.float64)) >= min_opacity
+        if min_opacity > 0.0 or crop is not None:
+            keep = shown_mask(s, min_opacity, crop)
             if not keep.any():
                 return np.broadcast_to(np.asarray(background, np.float32), (frame.height, frame.width, 3)).copy()
             s = s.subset(keep)

@@ -277,6 +277,18 @@ class TrainingViewer:
         if "status" in self.gui and not self._failed:
             self.gui["status"].value = "finished"
 
+    def show_splats(self, data) -> None:
+        """Show ``data`` (a SplatData: ``train --remove-floaters``' cleaned model) instead of the last snapshot
+        of a 3D model; nothing for a 4D one or a viewer that failed."""
+        if self._failed or self.viewer is None or self.viewer.scene.dynamic:
+            return
+
+        def show() -> None:
+            self.viewer.scene.splats = data
+            self.viewer.refresh_splats()
+
+        self._guard("update", show)
+
     def serve_forever(self) -> None:
         """Block until Ctrl-C (the final model stays on show), then stop the server."""
         if self.viewer is None:

@@ -7,6 +7,7 @@ Without a preset name (``splatforge train --data DIR``) the ``default`` preset i
 
 ``--viewer`` serves the training live in the browser (:mod:`viewer.training`, imported only then);
 ``--logger tensorboard`` writes TensorBoard event files to OUT/tensorboard/ (:mod:`recon.training.tensorboard`).
+``--remove-floaters`` cleans splats.ply once training has finished (:mod:`recon.commands.train_floaters`).
 """
 
 from __future__ import annotations
@@ -87,6 +88,20 @@ def make_logger_hooks(cfg: TrainConfig) -> list:
     return [TensorBoardLogger(Path(cfg.out) / rf.TENSORBOARD_DIR, every=cfg.logger_every)]
 
 
+def show_final_splats(cfg: TrainConfig, viewers: list) -> None:
+    """Hand the live viewers the run's splats.ply (after ``--remove-floaters`` it differs from the trained model)."""
+    if not viewers:
+        return
+    from pathlib import Path
+
+    from recon.export import read_splats
+    from recon.outputs import files as rf
+
+    data = read_splats(Path(cfg.out) / rf.SPLATS_FILE)
+    for hook in viewers:
+        hook.show_splats(data)
+
+
 def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
     """Train 3D Gaussian splatting on a dataset folder (COLMAP, nerfstudio, Blender) or "procedural"; with
     --method 4dgs, 4D Gaussians on a dynamic one (D-NeRF) or "procedural-4d".
@@ -97,13 +112,21 @@ def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
     Writes OUT/config.yaml, OUT/checkpoints/, OUT/splats.ply, OUT/metrics.json, OUT/history.json,
     OUT/loss.png and OUT/renders/. Running the same command again resumes from the newest checkpoint. --viewer shows the
     training live in the browser (pause/resume there). --logger tensorboard writes OUT/tensorboard/.
+    --remove-floaters drops the Gaussians no training view sees from OUT/splats.ply at the end (the final
+    checkpoint keeps them).
     """
+    from recon.commands.train_floaters import check_floater_method, remove_run_floaters
+
     viewers = []
     try:
+        check_floater_method(cfg)
         loggers = make_logger_hooks(cfg)
         if cfg.viewer:
             viewers.append(make_viewer_hook(cfg))
         metrics = train_model(cfg, hooks=[*loggers, *viewers])
+        if cfg.remove_floaters:
+            metrics = remove_run_floaters(cfg, metrics)
+            show_final_splats(cfg, viewers)
     except USER_ERRORS as err:
         for hook in viewers:
             hook.stop()
@@ -117,7 +140,8 @@ def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
     from recon.models.base import model_class
 
     counted = getattr(model_class(cfg.method), "COUNT_NAME", "Gaussians")  # nerf: occupied grid cells
-    print(f"done: {metrics['steps']} steps, {metrics['num_gaussians']:,} {counted}, test PSNR {psnr} "
+    cleaned = f" ({metrics['floaters']['kept']:,} after floater removal)" if "floaters" in metrics else ""
+    print(f"done: {metrics['steps']} steps, {metrics['num_gaussians']:,} {counted}{cleaned}, test PSNR {psnr} "
           f"over {test['num_views']} views; outputs in {cfg.out}")
     for hook in viewers:
         if cfg.viewer_keep_open:

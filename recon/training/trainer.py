@@ -48,7 +48,7 @@ from recon.losses.spacetime import SpaceTimeConfig
 # folder itself, which may have been moved or named by another path since
 RESUMABLE_CHANGES = {"out", "steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device",
                      "overwrite", "viewer", "viewer_port", "viewer_every", "viewer_keep_open", "logger",
-                     "logger_every"}
+                     "logger_every", "remove_floaters", "floater_threshold"}
 # entries every checkpoint must hold (see Trainer.checkpoint_payload); "a.b" is key b of mapping a; the
 # loss record is "history" ("losses" in checkpoints written before histories; see load_checkpoint)
 CHECKPOINT_KEYS = ("step", "model", "strategy_state", "rng.torch", "rng.view", "history|losses", "train_seconds")
@@ -134,6 +134,13 @@ class TrainConfig:
     """tensorboard: write TensorBoard event files to OUT/tensorboard/ (scalars, test renders at evaluations)"""
     logger_every: int = 100
     """write the logger's training scalars every N steps"""
+    remove_floaters: bool = False
+    """after the final save and evaluation, drop the Gaussians whose blending weight stays below
+    --floater-threshold in every training view (recon/run/floaters.py, as export --remove-floaters) and write
+    the rest as splats.ply; the final checkpoint keeps the model as trained; acted on by ``splatforge train``
+    (recon/commands/train_floaters.py), which adds "floaters" to metrics.json"""
+    floater_threshold: float = 0.005
+    """blending weight below which --remove-floaters counts a Gaussian as a floater (docs/export.md)"""
     lr: LearningRates = field(default_factory=LearningRates)
     """Adam learning rates (recon.models.gaussians.LearningRates)"""
     adc: ADCConfig = field(default_factory=ADCConfig)
@@ -180,6 +187,7 @@ FIELD_RANGES = {
     "viewer_port": (lambda v: 0 <= v <= 65535, "0..65535"),
     "viewer_every": (lambda v: v >= 1, ">= 1"),
     "logger_every": (lambda v: v >= 1, ">= 1"),
+    "floater_threshold": (lambda v: 0 < v < 1, "a blending weight in (0, 1), e.g. 0.005"),
     **{f"lr.{f.name}": _FINITE_NONNEG for f in dataclasses.fields(LearningRates)},  # a learning rate: >= 0
     "lr.means_final_ratio": _FINITE_POS,
     "lr.eps": _FINITE_POS,
