@@ -13,6 +13,7 @@ import torch
 
 from recon.data import load_scene
 from recon.data.frame_images import FrameImages
+from recon.data.procedural_scene import InMemoryFrame
 from recon.training.evaluation import evaluate_model
 from recon.training.trainer import TrainConfig, Trainer, named_background
 from tests.recon.data.test_data_nerfstudio import W, make_dataset
@@ -44,9 +45,11 @@ def test_wrong_masked_out_half_is_not_a_high_full_image_psnr(tmp_path):
     trainer.view_gen.set_state(state)  # the step draws the same view and background again
     rgb = render[0].clamp(0, 1)
     target = torch.where(trainer.images.mask(i) > 0.5, rgb, (rgb + 0.5) % 1.0)  # masked-out half: wrong
-    trainer.images.rgba[i] = torch.cat([(target * 255).round().to(torch.uint8),
-                                        torch.full_like(target[..., :1], 255, dtype=torch.uint8)], -1)
-    trainer.images._cache, trainer.images._cache_bg = {}, None  # the composited copy is stale
+    rgba = torch.cat([(target * 255).round().to(torch.uint8),
+                      torch.full_like(target[..., :1], 255, dtype=torch.uint8)], -1)
+    frame = trainer.images.frames[i]
+    fields = {f.name: getattr(frame, f.name) for f in dataclasses.fields(frame)}
+    trainer.images.replace_frame(i, InMemoryFrame(**fields, rgba=rgba.numpy()))  # its decoded copies dropped
     result = trainer.advance(0)
     assert result.psnr < 15.0, result
     assert result.masked_psnr is not None and result.masked_psnr > 40.0, result
