@@ -7,7 +7,8 @@ Decoded frames (uint8 [H, W, 4] RGBA, uint8 [H, W] loss masks) are kept in an LR
 from disk, the least recently used frames decoded again when asked for. Keeping alpha lets the trainer
 composite on a random background each step; for a fixed background the composited float images are kept too,
 in the budget's spare room only (they never evict a decoded frame), so a training step does not convert its
-image again while everything fits.
+image again while everything fits. A background thread decodes the frames the next steps will use
+(:meth:`FrameImages.prefetch`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
 import numpy as np
@@ -98,7 +100,8 @@ def tensor_bytes(t: Tensor | None) -> int:
 
 class FrameImages:
     """Decoded images of a list of frames, on one device, indexed like the list; decoded on first use into an
-    LRU of at most ``cache_bytes`` (module docstring). Thread-safe (a prefetch thread may call :meth:`load`)."""
+    LRU of at most ``cache_bytes`` (module docstring). :meth:`prefetch` decodes images on a background thread
+ahead of their use (the trainer asks for the next step's views); thread-safe."""
 
     def __init__(self, frames: Sequence[Frame], device: torch.device | str = "cpu", cache_bytes: int | None = None):
         self.frames = list(frames)
@@ -110,6 +113,8 @@ class FrameImages:
         self._bytes = 0
         self._lock = threading.RLock()
         self.decodes = 0  # frames decoded so far (a re-decode after eviction counts again)
+        self._pending: dict[int, Future] = {}  # image index -> its decode on the prefetch thread
+        self._pool: ThreadPoolExecutor | None = None
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -156,11 +161,46 @@ class FrameImages:
     # ------------------------------------------------------------------ images
 
     def load(self, i: int) -> Tensor:
-        """uint8 [H, W, 4] RGBA of image ``i`` on the device (decoded now unless cached; cached when it fits),
-        with its loss mask, if any, decoded alongside."""
+        """uint8 [H, W, 4] RGBA of image ``i`` on the device (decoded now unless cached, or waited for when the
+        prefetch thread is decoding it; cached when it fits), with its loss mask, if any, decoded alongside."""
         hit = self._get(("rgba", i))
         if hit is not None:
             return hit
+        with self._lock:
+            pending = self._pending.get(i)
+        if pending is not None:
+            return pending.result()
+        return self._decode(i)
+
+    def prefetch(self, indices: Sequence[int]) -> None:
+        """Start decoding images ``indices`` on a background thread (those not cached nor already pending),
+        so that a later :meth:`load` / :meth:`rgb` finds them decoded. A hint: wrong indices only cost work."""
+        with self._lock:
+            todo = [i for i in dict.fromkeys(int(i) for i in indices)
+                    if ("rgba", i) not in self._lru and i not in self._pending]
+            if not todo:
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="frame-prefetch")
+            for i in todo:
+                self._pending[i] = self._pool.submit(self._prefetched, i)
+
+    def _prefetched(self, i: int) -> Tensor:
+        """The prefetch thread's decode of image ``i`` (then no longer pending)."""
+        try:
+            return self._decode(i)
+        finally:
+            with self._lock:
+                self._pending.pop(i, None)
+
+    def close(self) -> None:
+        """Stop the prefetch thread (pending decodes finish first); the images stay usable."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def _decode(self, i: int) -> Tensor:
+        """Decode image ``i`` (and its loss mask) now, into the LRU when they fit; the uint8 RGBA [H, W, 4]."""
         frame = self.frames[i]
         rgba = torch.from_numpy(frame_rgba(frame)).to(self.device)
         self.decodes += 1

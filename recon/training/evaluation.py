@@ -56,6 +56,7 @@ def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImag
     bg = background.to(model.device)
     lpips_weights = load_lpips(model.device)
     for i, frame in enumerate(frames):
+        images.prefetch([i + 1] if i + 1 < len(frames) else [])  # the next view decodes while this one renders
         gt = images.rgb(i, bg)
         render, _, meta = render_supersampled(model, [frame.camera], supersample, sh_degree, bg,
                                               t=frame.time)  # each view at its own time

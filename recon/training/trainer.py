@@ -609,6 +609,17 @@ class Trainer:
         """[3] background of one training view (``train_background``: random ones drawn from ``view_gen``)."""
         return named_background(self.train_background, self.scene, self.view_gen).to(self.device)
 
+    def next_views(self) -> list[int]:
+        """Indices of the training views the next :meth:`render_views` draws (replayed on a copy of
+        ``view_gen``: per view its index, then a random background's colour when the background is random)."""
+        g = torch.Generator()
+        g.set_state(self.view_gen.get_state())
+        out = []
+        for _ in range(self.cfg.batch):
+            out.append(int(torch.randint(len(self.images), (1,), generator=g)))
+            named_background(self.train_background, self.scene, g)
+        return out
+
     def render_views(self, step: int) -> tuple[list, list, torch.Tensor, object]:
         """(picks [(index, background)], targets [H, W, 3] per pick, render [B, H, W, 3], meta) of
         ``cfg.batch`` random training views, each at its own time (dynamic scenes; static methods ignore
@@ -617,6 +628,7 @@ class Trainer:
         for _ in range(self.cfg.batch):  # per view its index, then its background (batch 1: as ever)
             i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
             picks.append((i, self.step_background()))
+        self.images.prefetch(self.next_views())  # decoded on a thread while this step renders
         gts = [self.images.rgb(i, bg) for i, bg in picks]
         self.model.set_step(step, self.cfg.steps)
         absgrad = getattr(self.strategy, "absgrad", False)
@@ -741,6 +753,7 @@ class Trainer:
     def finish(self, trained: int) -> dict:
         """Evaluate; write splats.ply (and splats4d.ply for a 4D method), renders/, history.json, loss.png and
         metrics.json (only the evaluation when not ``writes_outputs``). Returns the metrics."""
+        self.images.close()  # the prefetch thread: no more training steps
         if self.writes_outputs:
             write_splats(self.out / rf.SPLATS_FILE, self.model.to_splat_data(), force=True)
             if hasattr(self.model, "to_spacetime_data"):  # a 4D method: its 4D model too

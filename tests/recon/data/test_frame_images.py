@@ -8,7 +8,13 @@ import torch
 from PIL import Image
 
 from recon.data import load_scene
-from recon.data.frame_images import FrameImages, available_memory_bytes, composite_on, default_cache_bytes
+from recon.data.frame_images import (
+    FrameImages,
+    available_memory_bytes,
+    composite_on,
+    default_cache_bytes,
+    frame_rgba,
+)
 from recon.data.procedural_scene import procedural_scene
 from recon.data.scene import _read_pil, to_float_rgba
 
@@ -93,3 +99,32 @@ def test_default_budget_is_a_fraction_of_available_memory():
     assert free is not None and free > 0
     assert 0 < default_cache_bytes() <= free
     assert FrameImages([]).cache_bytes > 0
+
+
+def test_prefetch_decodes_ahead_on_a_thread_and_load_uses_it():
+    scene = procedural_scene(data_factor=4)
+    images = FrameImages(scene.frames_train[:4], cache_bytes=1 << 30)
+    images.prefetch([2, 3, 2])
+    images.close()  # waits for the pending decodes
+    assert images.decodes == 2 and images.cached_bytes == 2 * images.load(2).numel()
+    assert torch.equal(images.load(3), torch.from_numpy(frame_rgba(scene.frames_train[3])))
+    assert images.decodes == 2  # loads after a prefetch decode nothing again
+    images.prefetch([2])  # cached: nothing to do, no thread started
+    assert images._pool is None and images.decodes == 2
+    images.prefetch([0])
+    assert torch.equal(images.load(0), torch.from_numpy(frame_rgba(scene.frames_train[0])))  # waits if pending
+    images.close()
+    assert images.decodes == 3
+
+
+def test_prefetch_with_a_tiny_budget_stays_within_it():
+    scene = procedural_scene(data_factor=4)
+    frames = scene.frames_train[:6]
+    size = FrameImages(frames).load(0).numel()
+    images = FrameImages(frames, cache_bytes=2 * size)
+    for i in range(len(frames)):
+        images.prefetch([(i + 1) % len(frames)])
+        images.rgb(i, torch.ones(3))
+        assert images.cached_bytes <= 2 * size
+    images.close()
+    assert images.cached_bytes <= 2 * size

@@ -117,3 +117,18 @@ def test_eval_bad_every_is_one_line(tmp_path, capsys):
         main(["eval", "--run", str(run), "--split", "train", "--every", "0", "--device", "cpu"])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and len(err.splitlines()) == 1 and "--every 0" in err, err
+
+
+def test_next_views_are_the_views_the_next_step_draws(tmp_path):
+    """The trainer prefetches ``next_views()``: they must be the next step's picks (random backgrounds too)."""
+    root, _ = make_dataset(tmp_path / "ns")
+    for background, batch in (("white", 1), ("random", 2)):
+        trainer = Trainer(TrainConfig(data=root, out=tmp_path / f"run_{background}", progress=False,
+                                      init_num_random=200, steps=3, save_every=0, background=background,
+                                      batch=batch), log=quiet, writes_outputs=False)
+        for step in range(3):
+            expected = trainer.next_views()
+            with torch.no_grad():
+                picks, _, _, _ = trainer.render_views(step)
+            assert [i for i, _ in picks] == expected
+        trainer.images.close()
