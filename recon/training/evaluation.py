@@ -68,6 +68,7 @@ def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImag
             write_png(Path(renders_dir) / f"{prefix}_{i:03d}.png", side_by_side(gt, out))
             for name, image in model.extra_outputs(meta).items():
                 write_png(Path(renders_dir) / f"{prefix}_{i:03d}_{name}.png", draw_output(name, image[0]))
+    images.close()  # no prefetch thread left behind (the images stay usable)
     n = len(per_view)
     result = {
         "psnr": float(np.mean([v["psnr"] for v in per_view])) if n else None,
