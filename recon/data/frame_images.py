@@ -6,7 +6,7 @@ Decoded frames (uint8 [H, W, 4] RGBA, uint8 [H, W] loss masks) are kept in an LR
 (default :func:`default_cache_bytes`, a quarter of the available memory): a capture larger than that streams
 from disk, the least recently used frames decoded again when asked for. Keeping alpha lets the trainer
 composite on a random background each step; for a fixed background the composited float images are kept too,
-in the budget's spare room only (they never evict a decoded frame), so a training step does not convert its
+in the budget's spare room only (they never evict a decoded frame) and in at most a quarter of it, so a training step does not convert its
 image again while everything fits. A background thread decodes the frames the next steps will use
 (:meth:`FrameImages.prefetch`).
 """
@@ -27,6 +27,7 @@ from recon.data.scene import Frame, MissingImageError, _read_pil, is_16bit, load
 
 CACHE_FRACTION = 0.25  # of the available memory: the default --cache-bytes
 FALLBACK_CACHE_BYTES = 2 << 30  # when the available memory cannot be read
+COMPOSITE_FRACTION = 0.25  # of the budget at most for composited float images (3x a decoded frame's bytes)
 PROGRESS_MIN_IMAGES = 100  # decoding this many images at once shows a progress bar
 
 
@@ -111,6 +112,7 @@ ahead of their use (the trainer asks for the next step's views); thread-safe."""
         self._rgb_keys: set[tuple[str, int]] = set()  # the composited entries (for self._rgb_bg)
         self._rgb_bg: tuple[float, ...] | None = None
         self._bytes = 0
+        self._rgb_bytes = 0  # of which composited images
         self._lock = threading.RLock()
         self.decodes = 0  # frames decoded so far (a re-decode after eviction counts again)
         self._pending: dict[int, Future] = {}  # image index -> its decode on the prefetch thread
@@ -146,17 +148,22 @@ ahead of their use (the trainer asks for the next step's views); thread-safe."""
                         if self._bytes + size <= self.cache_bytes:
                             break
                         self._drop(k)
+            if key[0] == "rgb" and self._rgb_bytes + size > self.cache_bytes * COMPOSITE_FRACTION:
+                return
             if self._bytes + size <= self.cache_bytes:
                 self._lru[key] = value
                 self._bytes += size
                 if key[0] == "rgb":
                     self._rgb_keys.add(key)
+                    self._rgb_bytes += size
 
     def _drop(self, key: tuple[str, int]) -> None:
         value = self._lru.pop(key, None)
         if value is not None:
             self._bytes -= tensor_bytes(value)
-            self._rgb_keys.discard(key)
+            if key in self._rgb_keys:
+                self._rgb_keys.discard(key)
+                self._rgb_bytes -= tensor_bytes(value)
 
     # ------------------------------------------------------------------ images
 

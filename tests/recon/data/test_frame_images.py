@@ -42,13 +42,18 @@ def test_cache_respects_its_byte_budget():
     bg = torch.ones(3)
     assert images.rgb(0, bg) is not images.rgb(0, bg) and images.cached_bytes == 0
     rgba_bytes = images.load(0).numel()
-    one = rgba_bytes + images.rgb(0, bg).numel() * 4
-    images = _images(cache_bytes=one)  # room for one decoded image and its composite
+    one = 4 * images.rgb(0, bg).numel() * 4  # composites may take a quarter of the budget: one fits
+    images = _images(cache_bytes=one)  # room for one composite and a few decoded images
     a0 = images.rgb(0, bg)
-    assert images.rgb(0, bg) is a0 and images.cached_bytes == one
-    a1 = images.rgb(1, bg)  # decoding image 1 evicts image 0's composite (composites never evict a decode)
-    assert images.rgb(0, bg) is not a0 and images.rgb(1, bg) is not a1
+    assert images.rgb(0, bg) is a0 and images.cached_bytes == rgba_bytes + one // 4
+    a1 = images.rgb(1, bg)  # no room for a second composite (a quarter of the budget), image 1 decoded
+    assert images.rgb(0, bg) is a0 and images.rgb(1, bg) is not a1
+    assert images.cached_bytes == 2 * rgba_bytes + one // 4
     assert images.cached_bytes <= one
+    tight = _images(cache_bytes=one // 4 + rgba_bytes)  # a composite and one decoded image
+    t0 = tight.rgb(0, bg)
+    tight.load(1)  # decoding evicts the composite first (composites never evict a decode)
+    assert tight.rgb(0, bg) is not t0 and tight.cached_bytes <= one // 4 + rgba_bytes
 
 
 def test_lru_never_exceeds_its_budget_and_keeps_the_recent_frames(tmp_path):
