@@ -102,7 +102,7 @@ def tensor_bytes(t: Tensor | None) -> int:
 class FrameImages:
     """Decoded images of a list of frames, on one device, indexed like the list; decoded on first use into an
     LRU of at most ``cache_bytes`` (module docstring). :meth:`prefetch` decodes images on a background thread
-ahead of their use (the trainer asks for the next step's views); thread-safe."""
+    ahead of their use (the trainer asks for the next step's views); thread-safe."""
 
     def __init__(self, frames: Sequence[Frame], device: torch.device | str = "cpu", cache_bytes: int | None = None):
         self.frames = list(frames)
@@ -142,7 +142,7 @@ ahead of their use (the trainer asks for the next step's views); thread-safe."""
         with self._lock:
             if key in self._lru or size > self.cache_bytes:
                 return
-            if evict:
+            if evict and self._bytes + size > self.cache_bytes:  # over budget: scan for victims
                 for victims in ([k for k in self._lru if k in self._rgb_keys], list(self._lru)):
                     for k in victims:
                         if self._bytes + size <= self.cache_bytes:
