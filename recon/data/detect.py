@@ -13,6 +13,7 @@ from pathlib import Path
 
 from recon.data.blender import load_blender
 from recon.data.colmap import ColmapFormatError, find_sparse_dir, load_colmap
+from recon.data.holdout import hold_out
 from recon.data.n3dv import is_n3dv, load_n3dv
 from recon.data.nerfstudio import load_nerfstudio
 from recon.data.panoptic import is_panoptic, load_panoptic
@@ -77,6 +78,8 @@ def load_scene(
     background: tuple[float, float, float] | None = None,
     frame_stride: int = 1,
     time_range: str | None = None,
+    test_cameras: str | None = None,
+    test_time_every: int = 0,
 ) -> Scene:
     """Load any supported dataset folder.
 
@@ -89,7 +92,15 @@ def load_scene(
         test_every: every n-th image (sorted by name) is a test image for formats without a test split.
         background: RGB in [0, 1] for RGBA compositing (default white; COLMAP, Panoptic and N3DV: black).
         frame_stride, time_range: videos (N3DV) only: keep every n-th frame, within "START:END" seconds.
+        test_cameras, test_time_every: multi-view video (Panoptic, N3DV) only: hold out these cameras ("A,B")
+            and / or every n-th time step as test frames (:func:`recon.data.holdout.hold_out`).
     """
+    scene = _load_format(path, data_factor, cache_dir, format, test_every, background, frame_stride, time_range)
+    return hold_out(scene, test_cameras, test_time_every)
+
+
+def _load_format(path, data_factor, cache_dir, format, test_every, background, frame_stride, time_range) -> Scene:
+    """The scene of ``path`` as its format's loader gives it (arguments as :func:`load_scene`)."""
     path = Path(path)
     fmt = format or detect_format(path)
     cache = Path(cache_dir) if cache_dir is not None else None

@@ -23,6 +23,8 @@ from recon.data.scene import (
 from recon.data.undistort import undistort_frame
 from recon.core.errors import UsageError
 
+PROGRESS_MIN_FRAMES = 100  # preparing this many frames shows a progress bar
+
 
 def finalize_frames(
     raw: Sequence[tuple[Frame, Distortion | None]],
@@ -64,4 +66,16 @@ def finalize_frames(
                 raise MissingImageError(f"{e} (listed in {listed_in})") from e
         return frame
 
-    return _map_threads(one, list(raw))
+    if (data_factor == 1 and all(d is None for _, d in raw)) or len(raw) < PROGRESS_MIN_FRAMES:
+        return _map_threads(one, list(raw))
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:  # derived images are written on the first run: minutes on big captures
+        task = bar.add_task(f"preparing {len(raw)} images (1/{data_factor} size)", total=len(raw))
+
+        def one_shown(item: tuple[Frame, Distortion | None]) -> Frame:
+            frame = one(item)
+            bar.advance(task)
+            return frame
+
+        return _map_threads(one_shown, list(raw))

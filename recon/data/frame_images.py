@@ -1,21 +1,53 @@
-"""Training/test images of a scene kept in memory as uint8 RGBA, composited on demand.
+"""Training/test images of a scene, decoded lazily into a byte-budgeted LRU of uint8 RGBA, composited on demand.
 
-Frames on disk are decoded once (Pillow; errors name the file, see :mod:`recon.data.scene`); frames with
-an in-memory ``rgba`` attribute (:class:`recon.data.procedural_scene.InMemoryFrame`) are used as they
-are. Keeping alpha lets the trainer composite on a random background each step; for a fixed background
-the composited float images are kept (up to ``cache_bytes``), so a training step does not convert its
-image again.
+Frames on disk are decoded on first use (Pillow; errors name the file, see :mod:`recon.data.scene`); frames with
+an in-memory ``rgba`` attribute (:class:`recon.data.procedural_scene.InMemoryFrame`) are used as they are.
+Decoded frames (uint8 [H, W, 4] RGBA, uint8 [H, W] loss masks) are kept in an LRU of at most ``cache_bytes``
+(default :func:`default_cache_bytes`, a quarter of the available memory): a capture larger than that streams
+from disk, the least recently used frames decoded again when asked for. Keeping alpha lets the trainer
+composite on a random background each step; for a fixed background the composited float images are kept too,
+in the budget's spare room only (they never evict a decoded frame) and in at most a quarter of it, so a training step does not convert its
+image again while everything fits. A background thread decodes the frames the next steps will use
+(:meth:`FrameImages.prefetch`).
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from recon.data.scene import Frame, MissingImageError, _map_threads, _read_pil, load_mask, to_float_rgba
+from recon.data.scene import Frame, MissingImageError, _read_pil, is_16bit, load_mask, to_float_rgba
+
+CACHE_FRACTION = 0.25  # of the available memory: the default --cache-bytes
+FALLBACK_CACHE_BYTES = 2 << 30  # when the available memory cannot be read
+COMPOSITE_FRACTION = 0.25  # of the budget at most for composited float images (3x a decoded frame's bytes)
+PROGRESS_MIN_IMAGES = 100  # decoding this many images at once shows a progress bar
+
+
+def available_memory_bytes() -> int | None:
+    """Bytes of memory available to new allocations (psutil, else ``os.sysconf``), or None when unknown."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # psutil missing or unsupported here: ask the OS directly
+        try:
+            return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            return None
+
+
+def default_cache_bytes(fraction: float = CACHE_FRACTION) -> int:
+    """The default decoded-image budget: ``fraction`` of the available memory (2 GiB when unknown)."""
+    free = available_memory_bytes()
+    return FALLBACK_CACHE_BYTES if free is None else int(free * fraction)
 
 
 def frame_rgba(frame: Frame) -> np.ndarray:
@@ -30,7 +62,29 @@ def frame_rgba(frame: Frame) -> np.ndarray:
     if im.size != (frame.width, frame.height):
         raise MissingImageError(f"image file {frame.image_path} is {im.size[0]}x{im.size[1]}, its camera "
                                 f"expects {frame.width}x{frame.height}")
-    return np.round(to_float_rgba(im) * 255.0).astype(np.uint8)
+    if is_16bit(im):
+        return np.round(to_float_rgba(im) * 255.0).astype(np.uint8)
+    return np.array(im if im.mode == "RGBA" else im.convert("RGBA"), dtype=np.uint8)  # 8-bit: exact as is
+
+
+def frame_mask_u8(frame: Frame) -> np.ndarray | None:
+    """uint8 [H, W] loss mask of ``frame`` (255 = use the pixel), or None when it has none."""
+    m = load_mask(frame)
+    return None if m is None else np.round(m * 255.0).astype(np.uint8)
+
+
+def file_may_have_alpha(frame: Frame) -> bool:
+    """Whether ``frame``'s image can hold a non-opaque pixel, from its header only (no decode): an in-memory
+    frame, or an image mode with alpha or transparency."""
+    if getattr(frame, "rgba", None) is not None:
+        return True
+    from PIL import Image
+
+    try:
+        with Image.open(frame.image_path) as im:
+            return im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in im.info
+    except (OSError, ValueError):
+        return True  # let the decode name the problem
 
 
 def composite_on(rgba_u8: Tensor, background: Tensor) -> Tensor:
@@ -40,50 +94,192 @@ def composite_on(rgba_u8: Tensor, background: Tensor) -> Tensor:
     return rgba[..., :3] * alpha + background.to(rgba) * (1.0 - alpha)
 
 
-DEFAULT_CACHE_BYTES = 2 << 30  # composited float32 images kept for a fixed background (2 GiB)
+def tensor_bytes(t: Tensor | None) -> int:
+    """Bytes held by ``t`` (0 for None)."""
+    return 0 if t is None else t.numel() * t.element_size()
 
 
 class FrameImages:
-    """Decoded images of a list of frames, on one device, indexed like the list."""
+    """Decoded images of a list of frames, on one device, indexed like the list; decoded on first use into an
+    LRU of at most ``cache_bytes`` (module docstring). :meth:`prefetch` decodes images on a background thread
+    ahead of their use (the trainer asks for the next step's views); thread-safe."""
 
-    def __init__(self, frames: Sequence[Frame], device: torch.device | str = "cpu",
-                 cache_bytes: int = DEFAULT_CACHE_BYTES):
-        arrays = _map_threads(frame_rgba, list(frames))
+    def __init__(self, frames: Sequence[Frame], device: torch.device | str = "cpu", cache_bytes: int | None = None):
         self.frames = list(frames)
-        self.rgba = [torch.from_numpy(a).to(device) for a in arrays]
-        masks = _map_threads(load_mask, list(frames))  # float [H, W] in [0, 1], or None
-        self.masks = [None if m is None else torch.from_numpy(np.round(m * 255.0).astype(np.uint8)).to(device)
-                      for m in masks]
-        self.cache_bytes = cache_bytes
-        self._cache: dict[int, Tensor] = {}  # image index -> composited on self._cache_bg
-        self._cache_bg: tuple[float, ...] | None = None
-        self._cached_bytes = 0
+        self.device = torch.device(device)
+        self.cache_bytes = default_cache_bytes() if cache_bytes is None else int(cache_bytes)
+        self._lru: OrderedDict[tuple[str, int], Tensor] = OrderedDict()  # ("rgba"|"mask"|"rgb", index) -> tensor
+        self._rgb_keys: set[tuple[str, int]] = set()  # the composited entries (for self._rgb_bg)
+        self._rgb_bg: tuple[float, ...] | None = None
+        self._bytes = 0
+        self._rgb_bytes = 0  # of which composited images
+        self._lock = threading.RLock()
+        self.decodes = 0  # frames decoded so far (a re-decode after eviction counts again)
+        self._pending: dict[int, Future] = {}  # image index -> its decode on the prefetch thread
+        self._pool: ThreadPoolExecutor | None = None
 
     def __len__(self) -> int:
-        return len(self.rgba)
+        return len(self.frames)
 
-    def rgb(self, i: int, background: Tensor) -> Tensor:
-        """float32 [H, W, 3] image ``i`` composited on ``background`` [3] (RGB in [0, 1]). Results for
-        the most recent background are cached while they fit in ``cache_bytes`` (a new background
-        empties the cache); do not modify the returned tensor in place."""
-        key = tuple(float(v) for v in background.detach().cpu().reshape(-1))
-        if key != self._cache_bg:
-            self._cache, self._cache_bg, self._cached_bytes = {}, key, 0
-        hit = self._cache.get(i)
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes held by the LRU now (never above ``cache_bytes``)."""
+        return self._bytes
+
+    # ------------------------------------------------------------------ the LRU
+
+    def _get(self, key: tuple[str, int]) -> Tensor | None:
+        with self._lock:
+            hit = self._lru.get(key)
+            if hit is not None:
+                self._lru.move_to_end(key)
+            return hit
+
+    def _put(self, key: tuple[str, int], value: Tensor, evict: bool) -> None:
+        """Keep ``value`` under ``key`` if it fits in the budget, evicting least recently used entries
+        (composited ones first) when ``evict``; otherwise only into spare room."""
+        size = tensor_bytes(value)
+        with self._lock:
+            if key in self._lru or size > self.cache_bytes:
+                return
+            if evict and self._bytes + size > self.cache_bytes:  # over budget: scan for victims
+                for victims in ([k for k in self._lru if k in self._rgb_keys], list(self._lru)):
+                    for k in victims:
+                        if self._bytes + size <= self.cache_bytes:
+                            break
+                        self._drop(k)
+            if key[0] == "rgb" and self._rgb_bytes + size > self.cache_bytes * COMPOSITE_FRACTION:
+                return
+            if self._bytes + size <= self.cache_bytes:
+                self._lru[key] = value
+                self._bytes += size
+                if key[0] == "rgb":
+                    self._rgb_keys.add(key)
+                    self._rgb_bytes += size
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        value = self._lru.pop(key, None)
+        if value is not None:
+            self._bytes -= tensor_bytes(value)
+            if key in self._rgb_keys:
+                self._rgb_keys.discard(key)
+                self._rgb_bytes -= tensor_bytes(value)
+
+    # ------------------------------------------------------------------ images
+
+    def load(self, i: int) -> Tensor:
+        """uint8 [H, W, 4] RGBA of image ``i`` on the device (decoded now unless cached, or waited for when the
+        prefetch thread is decoding it; cached when it fits), with its loss mask, if any, decoded alongside."""
+        hit = self._get(("rgba", i))
         if hit is not None:
             return hit
-        out = composite_on(self.rgba[i], background)
-        size = out.numel() * out.element_size()
-        if self._cached_bytes + size <= self.cache_bytes:
-            self._cache[i] = out
-            self._cached_bytes += size
+        with self._lock:
+            pending = self._pending.get(i)
+        if pending is not None:
+            return pending.result()
+        return self._decode(i)
+
+    def prefetch(self, indices: Sequence[int]) -> None:
+        """Start decoding images ``indices`` on a background thread (those not cached nor already pending),
+        so that a later :meth:`load` / :meth:`rgb` finds them decoded. A hint: wrong indices only cost work."""
+        with self._lock:
+            todo = [i for i in dict.fromkeys(int(i) for i in indices)
+                    if ("rgba", i) not in self._lru and i not in self._pending]
+            if not todo:
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="frame-prefetch")
+            for i in todo:
+                self._pending[i] = self._pool.submit(self._prefetched, i)
+
+    def _prefetched(self, i: int) -> Tensor:
+        """The prefetch thread's decode of image ``i`` (then no longer pending)."""
+        try:
+            return self._decode(i)
+        finally:
+            with self._lock:
+                self._pending.pop(i, None)
+
+    def close(self) -> None:
+        """Stop the prefetch thread (pending decodes finish first); the images stay usable."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def _decode(self, i: int) -> Tensor:
+        """Decode image ``i`` (and its loss mask) now, into the LRU when they fit; the uint8 RGBA [H, W, 4]."""
+        frame = self.frames[i]
+        rgba = torch.from_numpy(frame_rgba(frame)).to(self.device)
+        self.decodes += 1
+        self._put(("rgba", i), rgba, evict=True)
+        if frame.mask_path is not None and self._get(("mask", i)) is None:
+            self._put(("mask", i), torch.from_numpy(frame_mask_u8(frame)).to(self.device), evict=True)
+        return rgba
+
+    def replace_frame(self, i: int, frame: Frame) -> None:
+        """Use ``frame`` as image ``i`` from now on (its cached entries dropped)."""
+        with self._lock:
+            self.frames[i] = frame
+            for kind in ("rgba", "mask", "rgb"):
+                self._drop((kind, i))
+
+    def rgb(self, i: int, background: Tensor) -> Tensor:
+        """float32 [H, W, 3] image ``i`` composited on ``background`` [3] (RGB in [0, 1]). Results for the
+        most recent background are kept in the budget's spare room (a new background drops them); do not
+        modify the returned tensor in place."""
+        key = tuple(float(v) for v in background.detach().cpu().reshape(-1))
+        with self._lock:
+            if key != self._rgb_bg:
+                for k in list(self._rgb_keys):
+                    self._drop(k)
+                self._rgb_bg = key
+        hit = self._get(("rgb", i))
+        if hit is not None:
+            return hit
+        out = composite_on(self.load(i), background)
+        with self._lock:
+            if key == self._rgb_bg:
+                self._put(("rgb", i), out, evict=False)
         return out
+
+    def mask_u8(self, i: int) -> Tensor | None:
+        """uint8 [H, W] loss mask of image ``i`` (255 = use the pixel), or None when it has none."""
+        if self.frames[i].mask_path is None:
+            return None
+        m = self._get(("mask", i))
+        if m is None:
+            m = torch.from_numpy(frame_mask_u8(self.frames[i])).to(self.device)
+            self._put(("mask", i), m, evict=True)
+        return m
 
     def mask(self, i: int) -> Tensor | None:
         """float32 [H, W, 1] mask of image ``i`` in [0, 1] (1 = use the pixel), or None when it has none."""
-        m = self.masks[i]
+        m = self.mask_u8(i)
         return None if m is None else (m.float() / 255.0)[..., None]
 
     def has_alpha(self) -> bool:
-        """True when any image has a non-opaque pixel."""
-        return any(bool((a[..., 3] < 255).any()) for a in self.rgba)
+        """True when any image has a non-opaque pixel (only images whose header allows alpha are decoded)."""
+        return any(file_may_have_alpha(f) and bool((self.load(i)[..., 3] < 255).any())
+                   for i, f in enumerate(self.frames))
+
+    def _all(self, one, what: str) -> list:
+        """``[one(i) for every image]``, with a progress bar when that decodes many images."""
+        indices = range(len(self))
+        if len(self) >= PROGRESS_MIN_IMAGES:
+            from rich.progress import track
+
+            indices = track(indices, description=f"loading {what}", transient=True)
+        return [one(i) for i in indices]
+
+    @property
+    def rgba(self) -> list[Tensor]:
+        """uint8 [H, W, 4] of every image (all decoded now and held by the caller: for models that need the
+        whole pixel table, as the NeRF's ray batches)."""
+        return self._all(self.load, "images")
+
+    @property
+    def masks(self) -> list[Tensor | None]:
+        """uint8 [H, W] loss mask of every image, or None per image without one (as :attr:`rgba`)."""
+        if all(f.mask_path is None for f in self.frames):
+            return [None] * len(self)
+        return self._all(self.mask_u8, "masks")

@@ -126,12 +126,13 @@ class RaySource:
 
     def __init__(self, images, cameras: Sequence, device):
         self.key = (id(images), len(images))
-        self.rgba = torch.cat([im.reshape(-1, 4) for im in images.rgba]).to(device)
+        rgba, loss_masks = images.rgba, images.masks  # every image decoded once (the whole pixel table)
+        self.rgba = torch.cat([im.reshape(-1, 4) for im in rgba]).to(device)
         masks = [m if m is not None else torch.full(im.shape[:2], 255, dtype=torch.uint8, device=im.device)
-                 for m, im in zip(images.masks, images.rgba)]
+                 for m, im in zip(loss_masks, rgba)]
         self.masks = torch.cat([m.reshape(-1) for m in masks]).to(device)
-        self.has_masks = any(m is not None for m in images.masks)
-        sizes = torch.tensor([[im.shape[1], im.shape[0]] for im in images.rgba], dtype=torch.int64)
+        self.has_masks = any(m is not None for m in loss_masks)
+        sizes = torch.tensor([[im.shape[1], im.shape[0]] for im in rgba], dtype=torch.int64)
         self.sizes = sizes.to(device)
         self.offsets = (torch.cumsum(sizes[:, 0] * sizes[:, 1], 0) - sizes[:, 0] * sizes[:, 1]).to(device)
         self.w2c = torch.stack([c.world_to_cam.double() for c in cameras]).to(device)

@@ -56,6 +56,7 @@ def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImag
     bg = background.to(model.device)
     lpips_weights = load_lpips(model.device)
     for i, frame in enumerate(frames):
+        images.prefetch([i + 1] if i + 1 < len(frames) else [])  # the next view decodes while this one renders
         gt = images.rgb(i, bg)
         render, _, meta = render_supersampled(model, [frame.camera], supersample, sh_degree, bg,
                                               t=frame.time)  # each view at its own time
@@ -67,6 +68,7 @@ def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImag
             write_png(Path(renders_dir) / f"{prefix}_{i:03d}.png", side_by_side(gt, out))
             for name, image in model.extra_outputs(meta).items():
                 write_png(Path(renders_dir) / f"{prefix}_{i:03d}_{name}.png", draw_output(name, image[0]))
+    images.close()  # no prefetch thread left behind (the images stay usable)
     n = len(per_view)
     result = {
         "psnr": float(np.mean([v["psnr"] for v in per_view])) if n else None,

@@ -31,6 +31,7 @@ from recon.core.errors import CheckpointError, ConfigValueError, RunFolderError
 from recon.training.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_ply4d, write_splats
 from recon.data.frame_images import FrameImages
+from recon.data.holdout import hold_out
 from recon.models.init_region import parse_init_box, random_init_region
 from recon.losses.image import masked_render, photometric_loss, quick_masked_psnr, quick_psnr
 from recon.models.base import MODELS, SceneModel, model_class
@@ -48,7 +49,7 @@ from recon.losses.spacetime import SpaceTimeConfig
 # folder itself, which may have been moved or named by another path since
 RESUMABLE_CHANGES = {"out", "steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device",
                      "overwrite", "viewer", "viewer_port", "viewer_every", "viewer_keep_open", "logger",
-                     "logger_every", "remove_floaters", "floater_threshold"}
+                     "logger_every", "remove_floaters", "floater_threshold", "cache_bytes"}
 # entries every checkpoint must hold (see Trainer.checkpoint_payload); "a.b" is key b of mapping a; the
 # loss record is "history" ("losses" in checkpoints written before histories; see load_checkpoint)
 CHECKPOINT_KEYS = ("step", "model", "strategy_state", "rng.torch", "rng.view", "history|losses", "train_seconds")
@@ -79,6 +80,15 @@ class TrainConfig:
     """videos (Neural 3D Video): keep every n-th frame"""
     time_range: str | None = None
     """videos (Neural 3D Video): "START:END" in seconds of the clip to train on (default: all of it)"""
+    test_cameras: str | None = None
+    """multi-view video (Panoptic, N3DV): hold out these cameras, "A,B" (their folder names), as the test
+    split (recon.data.holdout); eval scores them"""
+    test_every: int = 0
+    """multi-view video (Panoptic, N3DV): hold out every camera's frames at every N-th time step as test
+    frames (0: none; recon.data.holdout)"""
+    cache_bytes: int | None = None
+    """bytes of decoded training images kept in memory (an LRU; frames are decoded on first use); default
+    a quarter of the available memory (recon.data.frame_images.default_cache_bytes)"""
     strategy: Literal["adc", "mcmc", "occupancy"] = "adc"
     """densification: adaptive density control (3DGS) or MCMC relocation; occupancy: the occupancy-grid
     updates of --method nerf (its only strategy)"""
@@ -171,6 +181,8 @@ FIELD_RANGES = {
     "steps": (lambda v: v >= 0, ">= 0"),
     "data_factor": (lambda v: v >= 1, ">= 1"),
     "frame_stride": (lambda v: v >= 1, ">= 1"),
+    "test_every": (lambda v: v >= 0, ">= 0 (0: none)"),
+    "cache_bytes": (lambda v: v is None or v >= 0, ">= 0"),
     "sh_degree": (lambda v: 0 <= v <= 3, "0..3"),
     "sh_degree_interval": (lambda v: v >= 1, ">= 1"),
     "eval_every": (lambda v: v >= 0, ">= 0 (0: only at the end)"),
@@ -251,13 +263,15 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
     if names_procedural_scene(cfg.data) and str(cfg.data) == PROCEDURAL_4D:
         from recon.data.procedural_4d import procedural_4d_scene
 
-        return procedural_4d_scene(data_factor=cfg.data_factor, seed=cfg.seed)
+        return hold_out(procedural_4d_scene(data_factor=cfg.data_factor, seed=cfg.seed), cfg.test_cameras,
+                        cfg.test_every)  # a one-line error for options the built-in scene has no use for
     if names_procedural_scene(cfg.data):
         from recon.data.procedural_scene import procedural_scene
 
-        return procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed)
+        return hold_out(procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed), cfg.test_cameras,
+                        cfg.test_every)
     scene = load_scene(cfg.data, data_factor=cfg.data_factor, frame_stride=cfg.frame_stride,
-                       time_range=cfg.time_range)
+                       time_range=cfg.time_range, test_cameras=cfg.test_cameras, test_time_every=cfg.test_every)
     if not scene.frames_train:
         raise DataFormatError(f"{cfg.data}: the dataset has no training images")
     return scene
@@ -468,7 +482,7 @@ class Trainer:
         self.out = Path(cfg.out)
         if self.scene is None:
             self.scene = load_training_scene(cfg)
-        self.images = FrameImages(self.scene.frames_train, self.device)
+        self.images = FrameImages(self.scene.frames_train, self.device, cache_bytes=cfg.cache_bytes)
         self.train_background = training_background(cfg, self.model or model_class(cfg.method), self.images)
         check_batch(cfg.batch, self.scene.frames_train)
         torch.manual_seed(cfg.seed)
@@ -603,6 +617,17 @@ class Trainer:
         """[3] background of one training view (``train_background``: random ones drawn from ``view_gen``)."""
         return named_background(self.train_background, self.scene, self.view_gen).to(self.device)
 
+    def next_views(self) -> list[int]:
+        """Indices of the training views the next :meth:`render_views` draws (replayed on a copy of
+        ``view_gen``: per view its index, then a random background's colour when the background is random)."""
+        g = torch.Generator()
+        g.set_state(self.view_gen.get_state())
+        out = []
+        for _ in range(self.cfg.batch):
+            out.append(int(torch.randint(len(self.images), (1,), generator=g)))
+            named_background(self.train_background, self.scene, g)
+        return out
+
     def render_views(self, step: int) -> tuple[list, list, torch.Tensor, object]:
         """(picks [(index, background)], targets [H, W, 3] per pick, render [B, H, W, 3], meta) of
         ``cfg.batch`` random training views, each at its own time (dynamic scenes; static methods ignore
@@ -611,6 +636,7 @@ class Trainer:
         for _ in range(self.cfg.batch):  # per view its index, then its background (batch 1: as ever)
             i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
             picks.append((i, self.step_background()))
+        self.images.prefetch(self.next_views())  # decoded on a thread while this step renders
         gts = [self.images.rgb(i, bg) for i, bg in picks]
         self.model.set_step(step, self.cfg.steps)
         absgrad = getattr(self.strategy, "absgrad", False)
@@ -735,6 +761,7 @@ class Trainer:
     def finish(self, trained: int) -> dict:
         """Evaluate; write splats.ply (and splats4d.ply for a 4D method), renders/, history.json, loss.png and
         metrics.json (only the evaluation when not ``writes_outputs``). Returns the metrics."""
+        self.images.close()  # the prefetch thread: no more training steps
         if self.writes_outputs:
             write_splats(self.out / rf.SPLATS_FILE, self.model.to_splat_data(), force=True)
             if hasattr(self.model, "to_spacetime_data"):  # a 4D method: its 4D model too

@@ -165,3 +165,17 @@ def test_n3dv_refuses_uneven_missing_and_unreadable_videos(tmp_path, rendered):
     (broken / "cam01.mp4").write_bytes(b"not a video")
     with pytest.raises(MissingImageError, match="cam01.mp4: cannot read the video"):
         load_scene(broken, cache_dir=tmp_path / "c3")
+
+
+def test_n3dv_held_out_cameras_and_time_steps(tmp_path, rendered):
+    """--test-cameras / --test-every on N3DV: added to cam00 (its protocol's test view), never taken from it."""
+    root = write_n3dv(tmp_path / "n3dv", rendered)
+    scene = load_scene(root, cache_dir=tmp_path / "cache", test_cameras="cam02", test_time_every=3)
+    test_cams = {Path(f.name).parent.name for f in scene.frames_test}
+    assert test_cams == {"cam00", "cam02", "cam01", "cam03", "cam04"}  # cam02 whole, every camera at held steps
+    held = {f.time for f in scene.frames_test if Path(f.name).parent.name not in ("cam00", "cam02")}
+    assert held == {1 / (T - 1), 4 / (T - 1)}  # steps 1 and 4 of 0..5 (k % 3 == 1)
+    assert len(scene.frames_train) == (N_TRAIN - 1) * (T - 2)
+    assert not any(Path(f.name).parent.name in ("cam00", "cam02") or f.time in held for f in scene.frames_train)
+    with pytest.raises(UsageError, match="no camera 'cam9'"):
+        load_scene(root, cache_dir=tmp_path / "cache", test_cameras="cam9")

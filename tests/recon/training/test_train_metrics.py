@@ -13,6 +13,7 @@ import torch
 
 from recon.data import load_scene
 from recon.data.frame_images import FrameImages
+from recon.data.procedural_scene import InMemoryFrame
 from recon.training.evaluation import evaluate_model
 from recon.training.trainer import TrainConfig, Trainer, named_background
 from tests.recon.data.test_data_nerfstudio import W, make_dataset
@@ -44,9 +45,11 @@ def test_wrong_masked_out_half_is_not_a_high_full_image_psnr(tmp_path):
     trainer.view_gen.set_state(state)  # the step draws the same view and background again
     rgb = render[0].clamp(0, 1)
     target = torch.where(trainer.images.mask(i) > 0.5, rgb, (rgb + 0.5) % 1.0)  # masked-out half: wrong
-    trainer.images.rgba[i] = torch.cat([(target * 255).round().to(torch.uint8),
-                                        torch.full_like(target[..., :1], 255, dtype=torch.uint8)], -1)
-    trainer.images._cache, trainer.images._cache_bg = {}, None  # the composited copy is stale
+    rgba = torch.cat([(target * 255).round().to(torch.uint8),
+                      torch.full_like(target[..., :1], 255, dtype=torch.uint8)], -1)
+    frame = trainer.images.frames[i]
+    fields = {f.name: getattr(frame, f.name) for f in dataclasses.fields(frame)}
+    trainer.images.replace_frame(i, InMemoryFrame(**fields, rgba=rgba.numpy()))  # its decoded copies dropped
     result = trainer.advance(0)
     assert result.psnr < 15.0, result
     assert result.masked_psnr is not None and result.masked_psnr > 40.0, result
@@ -114,3 +117,18 @@ def test_eval_bad_every_is_one_line(tmp_path, capsys):
         main(["eval", "--run", str(run), "--split", "train", "--every", "0", "--device", "cpu"])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and len(err.splitlines()) == 1 and "--every 0" in err, err
+
+
+def test_next_views_are_the_views_the_next_step_draws(tmp_path):
+    """The trainer prefetches ``next_views()``: they must be the next step's picks (random backgrounds too)."""
+    root, _ = make_dataset(tmp_path / "ns")
+    for background, batch in (("white", 1), ("random", 2)):
+        trainer = Trainer(TrainConfig(data=root, out=tmp_path / f"run_{background}", progress=False,
+                                      init_num_random=200, steps=3, save_every=0, background=background,
+                                      batch=batch), log=quiet, writes_outputs=False)
+        for step in range(3):
+            expected = trainer.next_views()
+            with torch.no_grad():
+                picks, _, _, _ = trainer.render_views(step)
+            assert [i for i, _ in picks] == expected
+        trainer.images.close()
