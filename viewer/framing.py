@@ -209,7 +209,9 @@ def frame_splats(means: np.ndarray, logit_opacities: np.ndarray, fov: float, up:
                  fill: float = FILL) -> FirstView:
     """The framed first view (rules 2-4 of the module docstring) of splat centres [N, 3] with raw
     ``logit_opacities`` [N], for a vertical field of view ``fov`` (radians); ``up`` overrides the estimate."""
-    means = np.asarray(means, dtype=np.float64)
+    means = np.asarray(means, dtype=np.float64).reshape(-1, 3)
+    if len(means) == 0:
+        return empty_view(fov, up)
     opac = _sigmoid(np.asarray(logit_opacities, dtype=np.float64).reshape(-1))
     lo, hi, mask = core_box(means, opac)
     pts, w = means[mask], np.clip(opac[mask], 1e-6, None)
@@ -219,6 +221,19 @@ def frame_splats(means: np.ndarray, logit_opacities: np.ndarray, fov: float, up:
     direction = math.cos(e) * horizontal_direction(pts, w, up) + math.sin(e) * up  # from the centre to the camera
     dist = fit_distance(lo, hi, direction, up, fov, fill)
     return FirstView(centre + dist * direction, centre, up, fov, "framed")
+
+
+def empty_view(fov: float, up: np.ndarray | None = None) -> FirstView:
+    """The first view of a model without Gaussians (nothing to frame): the unit box at the origin, framed as
+    rule 4 frames a core, from the OpenCV -z side, with ``up`` or OpenCV's -y."""
+    up = OPENCV_UP.astype(np.float64) if up is None else np.asarray(up, dtype=np.float64) / np.linalg.norm(up)
+    ref = np.array([0.0, 0.0, -1.0]) - up * (up @ [0.0, 0.0, -1.0])
+    if np.linalg.norm(ref) < 1e-6:
+        ref = np.array([1.0, 0.0, 0.0]) - up * up[0]
+    e = math.radians(ELEVATION_DEG)
+    direction = math.cos(e) * ref / np.linalg.norm(ref) + math.sin(e) * up
+    lo, hi = -np.ones(3), np.ones(3)
+    return FirstView(fit_distance(lo, hi, direction, up, fov) * direction, np.zeros(3), up, fov, "framed")
 
 
 def view_from_camera(world_to_cam: np.ndarray, K: np.ndarray, height: int, distance: float = 1.0) -> FirstView:

@@ -79,6 +79,15 @@ def test_up_sign_from_the_heavier_side_and_opencv_fallback():
     assert np.allclose(estimate_up(slab, np.ones(len(slab))), [0, -1, 0])
 
 
+def test_a_model_without_gaussians_gets_a_default_view():
+    """Regression: an empty model (a fresh viewer, a fully pruned file) crashed in np.percentile."""
+    view = frame_splats(np.zeros((0, 3)), np.zeros(0), math.radians(50))
+    assert np.allclose(view.look_at, 0) and np.allclose(view.up, [0, -1, 0])
+    assert np.all(np.isfinite(view.position)) and np.linalg.norm(view.position) > 1.0
+    view = frame_splats(np.zeros((0, 3)), np.zeros(0), math.radians(50), up=np.array([0.0, 0.0, 1.0]))
+    assert np.allclose(view.up, [0, 0, 1]) and view.position[2] > 0  # above the horizon of +z
+
+
 def test_flags_parse_and_refuse():
     assert np.allclose(parse_up("z"), [0, 0, 1]) and np.allclose(parse_up("-y"), [0, -1, 0])
     with pytest.raises(ValueError, match="--up"):
