@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from recon.core.splat_data import sigmoid
+
 GRID = 32
 ELEVATION_DEG = 25.0
 AZIMUTH_DEG = 30.0
@@ -87,10 +89,6 @@ def parse_camera(text: str) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"--camera {text!r}: give 'px,py,pz,tx,ty,tz' (camera position, then the point it looks "
                          f"at; six numbers, the two points apart)")
     return v[:3], v[3:]
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
 
 
 def weighted_percentiles(x: np.ndarray, w: np.ndarray, qs) -> np.ndarray:
@@ -212,7 +210,7 @@ def frame_splats(means: np.ndarray, logit_opacities: np.ndarray, fov: float, up:
     means = np.asarray(means, dtype=np.float64).reshape(-1, 3)
     if len(means) == 0:
         return empty_view(fov, up)
-    opac = _sigmoid(np.asarray(logit_opacities, dtype=np.float64).reshape(-1))
+    opac = sigmoid(np.asarray(logit_opacities, dtype=np.float64).reshape(-1))
     lo, hi, mask = core_box(means, opac)
     pts, w = means[mask], np.clip(opac[mask], 1e-6, None)
     up = estimate_up(pts, w) if up is None else np.asarray(up, dtype=np.float64) / np.linalg.norm(up)

@@ -47,9 +47,13 @@ class BrowserSplats:
         return len(self.centers)
 
 
-def shown_mask(data: SplatData, min_opacity: float = 0.0, crop: CropBox | None = None) -> np.ndarray:
-    """bool [N]: the splats the viewer's filters keep (opacity >= ``min_opacity``, centre inside ``crop``)."""
-    keep = _sigmoid(data.logit_opacities.astype(np.float64)) >= min_opacity
+def shown_mask(data: SplatData, min_opacity: float = 0.0, crop: CropBox | None = None,
+               opacities: np.ndarray | None = None) -> np.ndarray:
+    """bool [N]: the splats the viewer's filters keep (opacity >= ``min_opacity``, centre inside ``crop``);
+    ``opacities`` [N] (the sigmoid of the logits) when the caller has them already."""
+    if opacities is None:
+        opacities = _sigmoid(data.logit_opacities.astype(np.float64))
+    keep = opacities >= min_opacity
     inside = crop_keep(data.means, crop)
     return keep if inside is None else keep & inside
 
@@ -59,7 +63,7 @@ def browser_splats(data: SplatData, scale_factor: float = 1.0, min_opacity: floa
     """Splats in viser's format: scales multiplied by ``scale_factor``; splats with opacity below
     ``min_opacity`` or centres outside ``crop`` (:mod:`viewer.crop`) dropped."""
     opac = _sigmoid(data.logit_opacities.astype(np.float64))
-    keep = shown_mask(data, min_opacity, crop)
+    keep = shown_mask(data, min_opacity, crop, opac)
     R = quat_to_rotmat_np(data.quats[keep].astype(np.float64))
     s2 = (np.exp(data.log_scales[keep].astype(np.float64)) * scale_factor) ** 2
     cov = np.einsum("nij,nj,nkj->nik", R, s2, R)

@@ -332,10 +332,3 @@ def memory_guard(inputs: str, error: Callable[[str], Exception] | None = None) -
         if error is None:
             raise InputFileError(inputs, " ".join(problem.split())) from None
         raise error(" ".join(f"{inputs}: {problem}".split())) from None
-
-
-def memory_message(inputs: str | Path, err: MemoryError) -> str:
-    """The one-line message for a MemoryError while reading ``inputs``."""
-    detail = f" ({err})" if str(err) else ""
-    return " ".join(f"{inputs}: out of memory{detail}; the input declares more data than this machine can "
-                    f"hold: check that it is not damaged, or use a machine with more memory".split())

@@ -212,8 +212,7 @@ class FrameImages:
         rgba = torch.from_numpy(frame_rgba(frame)).to(self.device)
         self.decodes += 1
         self._put(("rgba", i), rgba, evict=True)
-        if frame.mask_path is not None and self._get(("mask", i)) is None:
-            self._put(("mask", i), torch.from_numpy(frame_mask_u8(frame)).to(self.device), evict=True)
+        self.mask_u8(i)  # its loss mask too (cached; None without one)
         return rgba
 
     def replace_frame(self, i: int, frame: Frame) -> None:
