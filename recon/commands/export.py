@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-from recon.core.errors import USER_ERRORS, OutputError, SplatforgeError, UsageError, fail
+from recon.core.errors import USER_ERRORS, OutputError, UsageError, fail
 from recon.export import SplatFileError
 from recon.export.atomic import refuse_overwrite
 from recon.export.budget import apply_budget, resolve_budget
@@ -159,20 +159,14 @@ def run_export(config: ExportConfig) -> ExportReport:
 
 
 def drop_floaters(config: ExportConfig, run, data, notes: list[str]):
-    """``data`` less its floaters (:mod:`recon.run.floaters`, the run's training views); a note in ``notes``.
-    UsageError for a file input or a run whose dataset is not here."""
-    from recon.run.floaters import remove_floaters
+    """``data`` less its floaters (:func:`recon.run.floaters.remove_run_floaters`, the run's training views); a
+    note in ``notes``. UsageError for a file input or a run whose dataset is not here."""
+    from recon.run.floaters import remove_run_floaters
 
     if run is None:
         raise UsageError(f"--remove-floaters: {config.input} is a file; it needs a run folder (its training "
                          f"cameras decide what was seen)")
-    cameras, why = run_cameras(run)
-    if cameras is None:
-        raise UsageError(f"--remove-floaters: no training cameras ({why.split(':')[0]})")
-    try:
-        result = remove_floaters(data, cameras, config.floater_threshold)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    result = remove_run_floaters(run, data, config.floater_threshold)
     notes.append(result.note())
     return result.kept
 
@@ -183,12 +177,7 @@ def run_sidecar(run) -> ViewSidecar | None:
     cameras, _ = run_cameras(run)
     if cameras is None:
         return None
-    try:
-        names = [f.name for f in run.scene.frames_train]
-    except (SplatforgeError, OSError):  # cameras from elsewhere than the scene: numbered names
-        names = []
-    if len(names) != len(cameras):
-        names = [f"{i:04d}" for i in range(len(cameras))]
+    names = [f.name for f in run.scene.frames_train]  # the scene run_cameras loaded: one name per camera
     up = up_from_world_to_cams([c.world_to_cam_numpy() for c in cameras])
     return ViewSidecar(cameras, names, up, 0)
 

@@ -195,18 +195,23 @@ def test_pose_helper_agrees():
 
 
 def test_export_of_a_run_writes_its_training_cameras(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from recon.run.folder import Run
     from tests.recon.commands.test_export_cli import make_run
 
     run = make_run(tmp_path, n=30)
     cams = ring_cameras()
-    monkeypatch.setattr("recon.commands.export.run_cameras", lambda r: (cams, ""))
+    frames = [SimpleNamespace(name=f"r_{i}", camera=c) for i, c in enumerate(cams)]  # the run's dataset
+    monkeypatch.setattr(Run, "scene", property(lambda self: SimpleNamespace(frames_train=frames)))
     out = tmp_path / "o.glb"
-    report = run_export(ExportConfig(input=run, out=out, quiet=True))
+    report = run_export(ExportConfig(input=run, out=out, quiet=True, evaluate=False))
     assert any("view sidecars" in n for n in report.notes)
     back = read_view_sidecar(out)
     same_cameras(back.cameras, cams)
+    assert back.names == [f"r_{i}" for i in range(len(cams))]
     assert back.start == 0 and np.allclose(back.up, [0, 0, 1], atol=1e-6)  # the mean camera up
     assert np.allclose(json.loads(sidecar_paths(out)[1].read_text())["up"], [0, 0, -1], atol=1e-6)  # glTF axes
-    monkeypatch.setattr("recon.commands.export.run_cameras", lambda r: (None, "dataset not available"))
+    monkeypatch.undo()  # the run's dataset (/nonexistent/dataset) is not here: no cameras, no sidecar
     report = run_export(ExportConfig(input=run, out=tmp_path / "p.ply", quiet=True))
     assert any("no view sidecar" in n for n in report.notes)
