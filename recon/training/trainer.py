@@ -33,7 +33,7 @@ from recon.export import write_ply4d, write_splats
 from recon.data.frame_images import FrameImages
 from recon.data.holdout import hold_out
 from recon.models.init_region import parse_init_box, random_init_region
-from recon.losses.image import masked_render, photometric_loss, quick_masked_psnr, quick_psnr
+from recon.losses.image import masked_render, photometric_loss, quick_psnrs
 from recon.models.base import MODELS, SceneModel, model_class
 from recon.models.gaussians import LearningRates
 from recon.nerf.config import FIELD_RANGES as NERF_FIELD_RANGES
@@ -419,9 +419,7 @@ class StepResult:
 def step_psnrs(render: Tensor, target: Tensor, mask: Tensor | None) -> tuple[float, float | None]:
     """(full-image PSNR, masked PSNR or None) of a step's plain ``render`` against ``target`` ([H, W, 3] or
     [B, H, W, 3], or rays [R, 3]); ``mask`` the loss mask shaped like them with 1 channel, or None."""
-    render = render.detach()
-    full = quick_psnr(render, target)
-    return full, None if mask is None else quick_masked_psnr(render, target, mask)
+    return quick_psnrs(render, target, mask)  # one device sync for both
 
 
 class TrainingHook:
