@@ -46,8 +46,8 @@ except ImportError:  # pragma: no cover - tyro is a dependency; keeps the module
     _Positional = None
     _NoPrefix = None
 
-Format = Literal["ply", "splat", "spz", "glb", "ply4d"]
-Target = Literal["desktop", "web", "android", "iphone", "quest3", "visionpro"]
+Format = Literal["ply", "splat", "spz", "glb", "ply4d", "lod"]
+Target = Literal["desktop", "web", "android", "iphone", "phone", "quest3", "visionpro"]
 
 
 @dataclass
@@ -58,10 +58,11 @@ class ExportConfig:
     input: Annotated[Path, _Positional] if _Positional else Path
     """Run folder (holding splats.ply and config.yaml) or a .ply/.splat/.spz/.glb file, or a ply4d file."""
     out: Path
-    """Output file (with --times: a folder, written with manifest.json)."""
+    """Output file (with --times or --format lod: a folder, written with manifest.json)."""
     format: Optional[Format] = None
     """Output format; default: from the suffix of --out (ply with --times). ply4d: the whole 4D model of a
-    4D run or file (recon/export/PLY4D.md)."""
+    4D run or file (recon/export/PLY4D.md). lod: a folder of levels of detail, SPZ chunks by octree cell and
+    level plus manifest.json, that `splatforge view DIR` streams (docs/lod.md)."""
     time: Optional[float] = None
     """4D models: export the 3D slice at this normalised time in [0, 1] (0 = first frame, 1 = last)."""
     times: Optional[str] = None
@@ -74,7 +75,7 @@ class ExportConfig:
     """Truncate spherical harmonics to this degree (0-3)."""
     max_splats: Optional[int] = None
     """Keep at most this many splats, the most important ones (4D models with --format ply4d: the most
-    important 4D Gaussians, recon/export/budget4d.py)."""
+    important 4D Gaussians, recon/export/budget4d.py; --format lod: the Gaussians a viewer draws at once)."""
     target: Optional[Target] = None
     """Device preset for splat and SH budgets (explicit --max-splats / --sh-degree win)."""
     force: bool = False
@@ -101,6 +102,10 @@ def run_export(config: ExportConfig) -> ExportReport:
     from recon.commands import export4d
 
     src = Path(config.input)
+    if config.format == "lod":
+        from recon.commands.export_lod import run_lod_export
+
+        return run_lod_export(config)
     times = resolve_times(config.time, config.times)
     if config.times is not None:
         return export4d.export_sequence(config, times)
