@@ -1,10 +1,11 @@
 """The cut through an LOD hierarchy for one camera: fine near the camera, coarse far away.
 
 A cut is a set of nodes holding every leaf exactly once (each leaf has exactly one ancestor-or-self in it).
-The projected size of node n for a pinhole camera is ``s(n) = f r(n) / max(d(n) - r(n), near)`` pixels
-(f the larger focal length, r the node's bounding radius, d the distance of its mean to the camera centre;
-infinite when the camera is inside the sphere); a sphere outside the view frustum, or behind the camera,
-counts as size 0. Children's spheres lie inside their parent's, so sizes never grow down the tree.
+The projected size of node n for a pinhole camera is ``s(n) = f r(n) / (z(n) - r(n))`` pixels (f the larger
+focal length, r the node's bounding radius, z the camera depth of its mean; infinite when the sphere reaches
+the near plane); a sphere outside the view frustum, or behind the camera, counts as size 0. Children's
+spheres lie inside their parent's (their nearest depth z - r is no nearer), so sizes never grow down the
+tree.
 
 :func:`select_cut` starts from the root and splits the largest node first, until every node of the cut is
 at most ``pixels`` large, or the next split would take the cut past ``budget`` nodes (either or both; a leaf
@@ -44,21 +45,21 @@ def _bucket(size):
 
 @njit(cache=True, inline="always")
 def _size(node, spheres, view, planes, focal):
-    """Projected size in pixels of node ``node`` (0 outside the frustum)."""
+    """Projected size in pixels of node ``node`` (0 outside the frustum): ``focal r / (z - r)`` with z the
+    camera depth of its mean (no square root; inf when the sphere reaches the near plane)."""
     x, y, z = spheres[node, 0], spheres[node, 1], spheres[node, 2]
     px = view[0, 0] * x + view[0, 1] * y + view[0, 2] * z + view[0, 3]
     py = view[1, 0] * x + view[1, 1] * y + view[1, 2] * z + view[1, 3]
     pz = view[2, 0] * x + view[2, 1] * y + view[2, 2] * z + view[2, 3]
     r = spheres[node, 3]
+    if pz < NEAR - r:
+        return 0.0
     for i in range(4):
         if planes[i, 0] * px + planes[i, 1] * py + planes[i, 2] * pz < -r:
             return 0.0
-    if pz < NEAR - r:
-        return 0.0
-    d = math.sqrt(px * px + py * py + pz * pz)
-    if d <= r:
+    if pz - r <= NEAR:
         return np.inf
-    return focal * r / max(d - r, NEAR)
+    return focal * r / (pz - r)
 
 
 BLOCK = 64  # entries per block of a bucket's list
@@ -124,6 +125,10 @@ def _cut_kernel(spheres, child_start, children, num_leaves, root, view, planes, 
             count += hi - lo - 1
             for j in range(lo, hi):
                 c = children[j]
+                if c < num_leaves:  # a leaf never splits: straight into the cut
+                    out[n_out] = c
+                    n_out += 1
+                    continue
                 sc = _size(c, spheres, view, planes, focal)
                 _push(max(_bucket(sc), b), c, sc, head, fill, block_next, pool_node, pool_size, free, state)
         if full:
