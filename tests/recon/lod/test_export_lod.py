@@ -171,3 +171,17 @@ def test_export_command_writes_lod(tmp_path, capsys):
     with pytest.raises(SystemExit):
         export(ExportConfig(input=model, out=tmp_path / "x.spz", format="lod", quiet=True))
     assert "writes a folder" in capsys.readouterr().err
+
+
+def test_export_command_from_a_run_folder(tmp_path):
+    from recon.commands.export import ExportConfig, run_export
+    from recon.core.errors import UsageError
+    from tests.recon.tiny_runs import tiny_run
+
+    run = tiny_run(tmp_path)
+    report = run_export(ExportConfig(input=run, out=tmp_path / "lod", format="lod", target="phone", quiet=True))
+    m = read_manifest(tmp_path / "lod")
+    assert m.leaves == 400 and m.sh_degree == 0 and m.view_budget == 1_500_000  # the run's model has SH 0
+    assert report.input_splats == 400
+    with pytest.raises(UsageError, match="--time"):
+        run_export(ExportConfig(input=run, out=tmp_path / "lod2", format="lod", time=0.5, quiet=True))
