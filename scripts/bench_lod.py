@@ -9,7 +9,8 @@ Gaussians (recon/lod/cut.py), each opacity rule of ``--rules`` (recon/lod/merge.
 images, the cut's PSNR drop, CPU render times (median over the views, rasterizer cpu backend), and the cut
 selection time per camera. ``--synthetic N``: N random small Gaussians in a cube, a camera 1.5 cube sides away
 (the whole model in view): cut time at ``--budget`` (median of ``--repeat`` cameras), hierarchy build time and
-the LOD export time (``splatforge export --format lod``'s steps: build + write) into a temporary folder.
+the LOD export time (``splatforge export MODEL.ply --format lod``, all of it: read, build, write) into a temporary
+folder.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import torch  # noqa: E402
 from rasterizer import Camera, rasterize_gaussians  # noqa: E402
 from recon.core.splat_data import SplatData, random_splats  # noqa: E402
 from recon.lod.cut import select_cut  # noqa: E402
-from recon.lod.export_lod import write_lod  # noqa: E402
 from recon.lod.hierarchy import build_hierarchy, cut_splats  # noqa: E402
 
 
@@ -140,6 +140,7 @@ def bench_synthetic(args) -> dict:
     start = time.perf_counter()
     h = build_hierarchy(data)
     build = time.perf_counter() - start
+    nodes = h.num_nodes
     budget = max(1, int(round(args.budget * len(data))))
     rng = np.random.default_rng(1)
     times, sizes = [], []
@@ -160,16 +161,22 @@ def bench_synthetic(args) -> dict:
         cut = select_cut(h, cam, budget=budget)
         times.append(time.perf_counter() - t0)
         sizes.append(len(cut))
+    del h
     out_root = Path(tempfile.mkdtemp(prefix="bench_lod_"))
-    try:
+    try:  # the whole command: read the PLY, build, write the chunks and the manifest
+        from recon.commands.export import ExportConfig, run_export
+        from recon.export import write_splats
+        from recon.lod.manifest import read_manifest
+
+        write_splats(out_root / "model.ply", data)
         t0 = time.perf_counter()
-        h2 = build_hierarchy(data)
-        manifest = write_lod(h2, out_root / "lod", view_budget=budget, progress=False)
+        run_export(ExportConfig(input=out_root / "model.ply", out=out_root / "lod", format="lod", quiet=True))
         export = time.perf_counter() - t0
+        manifest = read_manifest(out_root / "lod")
         size = sum(c.bytes for c in manifest.chunks)
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
-    return {"gaussians": len(data), "hierarchy_nodes": h.num_nodes, "build_seconds": build, "budget": budget,
+    return {"gaussians": len(data), "hierarchy_nodes": nodes, "build_seconds": build, "budget": budget,
             "cut_ms_median": 1000 * statistics.median(times), "cut_ms_min": 1000 * min(times),
             "cut_gaussians_median": statistics.median(sizes), "cameras": args.repeat,
             "export_seconds": export, "export_levels": len(manifest.levels), "export_chunks": len(manifest.chunks),

@@ -1,5 +1,5 @@
 """``splatforge export (RUN_DIR | FILE) --format lod --out DIR [--target quest3|phone|...] [--max-splats B]
-[--sh-degree D] [--force]``: the model's LOD hierarchy (:mod:`recon.lod.hierarchy`) written as SPZ chunks by
+[--sh-degree D] [--lod-opacity coverage|mass] [--force]``: the model's LOD hierarchy (:mod:`recon.lod.hierarchy`) written as SPZ chunks by
 octree cell and level plus ``DIR/manifest.json`` (:mod:`recon.lod.export_lod`, layout in docs/lod.md).
 
 Here ``--max-splats`` (or the target's preset) is the view budget recorded in the manifest: how many Gaussians
@@ -52,7 +52,7 @@ def run_lod_export(config) -> ExportReport:
     if len(clean) == 0:
         raise SplatFileError(model_path, f"all {dropped} splats hold NaN/Inf values")
     start = time.perf_counter()
-    h = build_hierarchy(clean)
+    h = build_hierarchy(clean, opacity_rule=config.lod_opacity)
     manifest = write_lod(h, Path(config.out), sh_degree=sh_degree,
                          view_budget=view_budget or DEFAULT_VIEW_BUDGET, target=config.target, force=config.force,
                          progress=not config.quiet)

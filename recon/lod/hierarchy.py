@@ -187,7 +187,7 @@ def build_hierarchy(data: SplatData, depth: int = DEFAULT_DEPTH, progress=None,
         nodes=nodes, radius=np.concatenate(radius), parent=parent[:total], depth=np.concatenate(node_depth),
         code=np.concatenate(node_code), child_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         children=np.concatenate(child_lists) if child_lists else np.zeros(0, np.int32), num_leaves=n,
-        leaf_ids=order.astype(np.int64), octree_depth=depth, origin=origin, size=size)
+        leaf_ids=order.astype(np.int64), octree_depth=depth, origin=origin, size=size, opacity_rule=opacity_rule)
 
 
 def _rows(blocks: list[Moments], n: int, ids: np.ndarray, field: str) -> np.ndarray:

@@ -179,8 +179,10 @@ def test_export_command_from_a_run_folder(tmp_path):
     from tests.recon.tiny_runs import tiny_run
 
     run = tiny_run(tmp_path)
-    report = run_export(ExportConfig(input=run, out=tmp_path / "lod", format="lod", target="phone", quiet=True))
+    report = run_export(ExportConfig(input=run, out=tmp_path / "lod", format="lod", target="phone", quiet=True,
+                                     lod_opacity="mass"))
     m = read_manifest(tmp_path / "lod")
+    assert m.opacity_rule == "mass"
     assert m.leaves == 400 and m.sh_degree == 0 and m.view_budget == 1_500_000  # the run's model has SH 0
     assert report.input_splats == 400
     with pytest.raises(UsageError, match="--time"):
