@@ -155,11 +155,14 @@ class LodScene(SplatScene):
 
 
 def load_lod_scene(folder: Path) -> LodScene:
-    """The :class:`LodScene` of an LOD export; :class:`viewer.scene.ViewerInputError` for a damaged one."""
+    """The :class:`LodScene` of an LOD export; :class:`viewer.scene.ViewerInputError` for a damaged one (its
+    manifest, or any chunk file missing or of another size than listed)."""
     from viewer.scene import ViewerInputError
 
     try:
-        return LodScene(folder)
+        scene = LodScene(folder)
+        scene.lod.check_files()  # every chunk there, of the listed size: fail now, not mid-flight
+        return scene
     except LodManifestError as err:
         raise ViewerInputError(str(err)) from None
 

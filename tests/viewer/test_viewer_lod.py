@@ -79,6 +79,10 @@ def test_damaged_lod_export_is_one_line(lod_dir, tmp_path):
 
     bad = tmp_path / "bad"
     shutil.copytree(lod_dir, bad)
+    victim = sorted((bad / "chunks" / "L00").iterdir())[0]
+    victim.unlink()
+    with pytest.raises(ViewerInputError, match="missing chunk"):
+        load_scene(bad)
     (bad / "manifest.json").write_text('{"format": "splatforge-lod"')
     with pytest.raises(ViewerInputError, match="manifest.json"):
         load_scene(bad)
