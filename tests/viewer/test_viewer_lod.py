@@ -86,3 +86,30 @@ def test_damaged_lod_export_is_one_line(lod_dir, tmp_path):
     (bad / "manifest.json").write_text('{"format": "splatforge-lod"')
     with pytest.raises(ViewerInputError, match="manifest.json"):
         load_scene(bad)
+
+
+# ---------------------------------------------------------------------------------- in the browser
+
+from tests.viewer.test_viewer import browser, set_camera, wait_for  # noqa: E402,F401  (browser: a fixture)
+
+
+def test_browser_camera_streams_finer_chunks_when_near(browser, lod_dir):  # noqa: F811
+    """Headless Chromium connected: moving its camera from far to near makes the server stream finer levels
+    (and the HUD says so)."""
+    v = build_viewer(ViewConfig(path=lod_dir, port=0), verbose=False).start()
+    page = browser.new_page(viewport={"width": 320, "height": 240})
+    try:
+        page.goto(v.url)
+        wait_for(v.server.get_clients, what="the browser to connect")
+        client = next(iter(v.server.get_clients().values()))
+        levels = lambda: [v.scene.lod.manifest.chunks[i].level for i in v.scene.selection]  # noqa: E731
+        set_camera(client, position=(0.0, 0.0, -300.0))
+        wait_for(lambda: min(levels()) >= 2, what="coarse chunks for a far camera")
+        far_count = len(v.scene.splats)
+        set_camera(client, position=(0.0, 0.0, -3.5))
+        wait_for(lambda: 0 in levels(), what="level-0 chunks for a near camera")
+        wait_for(lambda: "L0" in v.gui["lod_drawn"].value, what="the HUD to show level 0")
+        assert len(v.scene.splats) > far_count
+    finally:
+        page.close()
+        v.stop()
