@@ -133,10 +133,11 @@ class LodScene(SplatScene):
         return self.lod.manifest.leaves
 
     def browser(self, scale_factor: float = 1.0, min_opacity: float = 0.0, crop=None) -> BrowserSplats:
-        data = self.splats
+        with self._lock:  # the streaming thread replaces both together
+            data, selection = self.splats, self.selection
         if self.colour_levels:
             data = data.with_sh_degree(0)
-            data.sh[:, 0] = rgb_to_dc(LEVEL_COLOURS[self.levels_of(self.selection) % len(LEVEL_COLOURS)])
+            data.sh[:, 0] = rgb_to_dc(LEVEL_COLOURS[self.levels_of(selection) % len(LEVEL_COLOURS)])
         return browser_splats(data, scale_factor, min_opacity, crop)
 
     def drawn_text(self) -> str:
