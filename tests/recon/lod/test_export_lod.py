@@ -72,7 +72,7 @@ def test_chunks_round_trip(export):
 def test_chunk_children_replace_their_parent_exactly(export):
     """The leaves below a chunk's Gaussians are the leaves below its children's."""
     h, out, manifest = export
-    from recon.lod.export_lod import chunk_parents, plan_chunks, chunk_depth
+    from recon.lod.export_lod import plan_chunks
 
     planned = plan_chunks(h, choose_levels(h), manifest.octree.chunk_depth)
     assert [c.count for c in manifest.chunks] == [len(p.nodes) for p in planned]

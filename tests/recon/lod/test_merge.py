@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import torch
 
 from recon.core.splat_data import SplatData
 from recon.lod.merge import (area_proxy, covariances, merge_groups, merge_splats, moments_of, rotmats_to_quats,
