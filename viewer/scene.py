@@ -72,7 +72,14 @@ def up_from_cameras(cameras: list[TrainingCamera]) -> np.ndarray:
 
 def load_scene(path: str | os.PathLike, cameras: bool = True) -> SplatScene:
     """Load and validate a splat FILE (.ply/.splat/.spz) or RUN_DIR; raises ViewerInputError naming the
-    file on missing, corrupt or empty input (before anything is served)."""
+    file on missing, corrupt or empty input (before anything is served). An LOD export folder
+    (``export --format lod``) streams its chunks (:mod:`viewer.lod`)."""
+    from recon.lod.export_lod import is_lod_export
+
+    if is_lod_export(path):
+        from viewer.lod import load_lod_scene
+
+        return load_lod_scene(Path(path))
     four = spacetime_source(path)
     if four is not None:
         scene = _load_4d(*four)

@@ -144,6 +144,10 @@ class ViewerServer:
         self.say(f"open http://{self.host}:{port} in a browser")
         self._build_scene()
         self._build_gui()
+        if getattr(self.scene, "streams", False):  # an LOD export: chunks follow the camera
+            from viewer.lod import attach_lod
+
+            attach_lod(self)
         if self.assets is not None:
             self.assets.attach(self)
         return self

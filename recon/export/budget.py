@@ -23,6 +23,7 @@ web         1,500,000  1          middle of ~1-2M; download size dominates (SPZ 
                                   at SH 1 vs ~64 B/splat at SH 3), unknown client GPU
 android     1,500,000  1          middle of 1-2M; mobile GPUs vary widely, memory-bound
 iphone      2,000,000  1          middle of 1-3M; unified memory, but still a phone
+phone       1,500,000  1          any phone (Android or iPhone): the lower of the two
 visionpro   2,000,000  1          "similar to iPhone"; stereo, so SH kept low
 quest3      1,000,000  0          hard ceiling 1M; stereo at 72-120 Hz on a mobile GPU
 =========  ==========  =========  =========================================================
@@ -62,6 +63,7 @@ DEVICE_BUDGETS: dict[str, DeviceBudget] = {
     "web": DeviceBudget(1_500_000, 1, "browser: ~1-2M splats, download size dominates"),
     "android": DeviceBudget(1_500_000, 1, "Android: 1-2M splats"),
     "iphone": DeviceBudget(2_000_000, 1, "iPhone: 1-3M splats"),
+    "phone": DeviceBudget(1_500_000, 1, "phone (Android or iPhone): 1-2M splats"),
     "visionpro": DeviceBudget(2_000_000, 1, "Vision Pro: like iPhone, stereo"),
     "quest3": DeviceBudget(1_000_000, 0, "Quest 3: <= 1M splats, stereo on a mobile GPU"),
 }

@@ -42,7 +42,8 @@ def test_sh_truncation_and_no_raise():
 
 
 def test_presets_table_and_overrides():
-    assert set(TARGETS) == {"desktop", "web", "android", "iphone", "quest3", "visionpro"}
+    assert set(TARGETS) == {"desktop", "web", "android", "iphone", "phone", "quest3", "visionpro"}
+    assert DEVICE_BUDGETS["phone"].max_splats <= DEVICE_BUDGETS["android"].max_splats
     assert DEVICE_BUDGETS["quest3"].max_splats <= 1_000_000
     assert 1_000_000 <= DEVICE_BUDGETS["android"].max_splats <= 2_000_000
     assert 1_000_000 <= DEVICE_BUDGETS["iphone"].max_splats <= 3_000_000

@@ -1,0 +1,66 @@
+"""``splatforge export (RUN_DIR | FILE) --format lod --out DIR [--target quest3|phone|...] [--max-splats B]
+[--sh-degree D] [--lod-opacity coverage|mass] [--force]``: the model's LOD hierarchy (:mod:`recon.lod.hierarchy`) written as SPZ chunks by
+octree cell and level plus ``DIR/manifest.json`` (:mod:`recon.lod.export_lod`, layout in docs/lod.md).
+
+Here ``--max-splats`` (or the target's preset) is the view budget recorded in the manifest: how many Gaussians
+a viewer draws at once; ``--sh-degree`` (or the preset's) truncates the SH of every chunk. Every level is
+written; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from recon.core.errors import UsageError
+from recon.export import SplatFileError
+from recon.export.budget import DEVICE_BUDGETS, resolve_budget
+from recon.export.glb import read_any
+from recon.export.report import ExportReport
+from recon.lod.export_lod import write_lod
+from recon.lod.hierarchy import build_hierarchy
+
+DEFAULT_VIEW_BUDGET = DEVICE_BUDGETS["web"].max_splats  # without a target or --max-splats
+
+
+def check_lod_flags(config) -> None:
+    """UsageError for flags that do not apply to an LOD export."""
+    if config.time is not None or config.times is not None:
+        raise UsageError("--format lod: --time / --times apply to 4D models; an LOD export takes a 3D model")
+    if config.remove_floaters:
+        raise UsageError("--format lod: --remove-floaters is not supported yet; export the cleaned model to a "
+                         ".ply first (splatforge export RUN --out clean.ply --remove-floaters), then that file")
+    if Path(config.out).suffix.lower() in (".ply", ".splat", ".spz", ".glb"):
+        raise UsageError(f"--format lod writes a folder; --out {config.out} looks like a file name")
+
+
+def run_lod_export(config) -> ExportReport:
+    """Do the LOD export of ``config`` (an :class:`recon.commands.export.ExportConfig`); the report."""
+    from recon.commands.export4d import open_source
+
+    check_lod_flags(config)
+    view_budget, sh_degree = resolve_budget(config.target, config.max_splats, config.sh_degree)
+    if Path(config.out).exists() and not config.force:
+        raise FileExistsError(f"{config.out} already exists; pass --force to overwrite it")
+    run, model_path, is_4d = open_source(Path(config.input))
+    if is_4d:
+        raise UsageError(f"{config.input}: holds a 4D model; --format lod takes 3D models (export a slice with "
+                         f"--time T to a .ply first)")
+    data = read_any(model_path)
+    clean, dropped = data.drop_nonfinite()
+    if len(clean) == 0:
+        raise SplatFileError(model_path, f"all {dropped} splats hold NaN/Inf values")
+    start = time.perf_counter()
+    h = build_hierarchy(clean, opacity_rule=config.lod_opacity)
+    manifest = write_lod(h, Path(config.out), sh_degree=sh_degree,
+                         view_budget=view_budget or DEFAULT_VIEW_BUDGET, target=config.target, force=config.force,
+                         progress=not config.quiet)
+    seconds = time.perf_counter() - start
+    total = sum(c.count for c in manifest.chunks)
+    size = sum(c.bytes for c in manifest.chunks) + os.path.getsize(Path(config.out) / "manifest.json")
+    levels = ", ".join(f"L{lv.level} {lv.count:,}" for lv in manifest.levels)
+    notes = [f"{len(manifest.levels)} levels ({levels}), {len(manifest.chunks)} chunks, view budget "
+             f"{manifest.view_budget:,} Gaussians, {seconds:.1f} s", "test PSNR of the levels: scripts/bench_lod.py"]
+    return ExportReport(path=Path(config.out), format="lod", splats=total, bytes=size, sh_degree=manifest.sh_degree,
+                        input_splats=len(data), dropped_nonfinite=dropped, target=config.target, notes=notes)

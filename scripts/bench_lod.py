@@ -1,0 +1,206 @@
+"""Levels of detail (docs/lod.md): test PSNR and CPU render time of budgeted cuts, cut and export times. JSON.
+
+    .venv/bin/python scripts/bench_lod.py --run /tmp/city_run [--budget 0.1] [--rules coverage mass]
+    .venv/bin/python scripts/bench_lod.py --synthetic 2000000          # cut and export times only
+
+With ``--run`` (a finished 3dgs run whose dataset is here): the far half of the test views (by the median depth
+of the Gaussian centres each view sees) is rendered with the whole model and with the cut at ``--budget`` x N
+Gaussians (recon/lod/cut.py), each opacity rule of ``--rules`` (recon/lod/merge.py); PSNR against the test
+images, the cut's PSNR drop, CPU render times (median over the views, rasterizer cpu backend), and the cut
+selection time per camera. ``--synthetic N``: N random small Gaussians in a cube, a camera 1.5 cube sides away
+(the whole model in view): cut time at ``--budget`` (median of ``--repeat`` cameras), hierarchy build time and
+the LOD export time (``splatforge export MODEL.ply --format lod``, all of it: read, build, write) into a temporary
+folder.
+"""
+
+from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from rasterizer import Camera, rasterize_gaussians  # noqa: E402
+from recon.core.splat_data import SplatData, random_splats  # noqa: E402
+from recon.lod.cut import select_cut  # noqa: E402
+from recon.lod.hierarchy import build_hierarchy, cut_splats  # noqa: E402
+
+
+def machine() -> dict:
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "load_average_1min": round(os.getloadavg()[0], 2), "torch_threads": torch.get_num_threads()}
+
+
+def render(data: SplatData, camera: Camera, background: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """([H, W, 3] render, seconds) with the cpu backend."""
+    t = data.to_torch()
+    start = time.perf_counter()
+    out = rasterize_gaussians(
+        t["means"], t["quats"], torch.exp(t["log_scales"]), torch.sigmoid(t["logit_opacities"]), t["sh"],
+        camera.world_to_cam[None].float(), camera.K[None].float(), camera.width, camera.height,
+        sh_degree=data.sh_degree, backgrounds=background[None], backend="cpu",
+        rasterize_mode="antialiased" if data.antialiased else "classic")
+    return out.render[0].clamp(0, 1), time.perf_counter() - start
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    mse = float(((a - b) ** 2).mean())
+    return 10 * np.log10(1.0 / max(mse, 1e-12))
+
+
+def view_depth(data: SplatData, camera: Camera) -> float:
+    """Median camera-z depth of the Gaussian centres inside the view (inf when none)."""
+    W, K = camera.world_to_cam_numpy(), camera.K_numpy()
+    p = data.means.astype(np.float64) @ W[:3, :3].T + W[:3, 3]
+    z = p[:, 2]
+    front = z > 0.01
+    u = K[0, 0] * p[front, 0] / z[front] + K[0, 2]
+    v = K[1, 1] * p[front, 1] / z[front] + K[1, 2]
+    inside = (u >= 0) & (u < camera.width) & (v >= 0) & (v < camera.height)
+    return float(np.median(z[front][inside])) if inside.any() else float("inf")
+
+
+def bench_run(args) -> dict:
+    from recon.data.frame_images import FrameImages
+    from recon.run.folder import Run
+
+    run = Run.open(args.run)
+    data = run.read_splats()
+    frames = list(run.scene.frames_test)
+    bg = run.background().float()
+    depths = [view_depth(data, f.camera) for f in frames]
+    order = np.argsort(depths)
+    far = [int(i) for i in order[len(order) // 2:]]
+    images = FrameImages(frames)
+    budget = max(1, int(round(args.budget * len(data))))
+    result = {"run": str(args.run), "gaussians": len(data), "budget": budget, "budget_fraction": args.budget,
+              "test_views": len(frames), "far_views": len(far),
+              "far_view_median_depth": float(np.median([depths[i] for i in far])),
+              "near_view_median_depth": float(np.median([depths[i] for i in order[: len(order) // 2]]))}
+    full_psnr, full_time = [], []
+    for i in far:
+        cam = frames[i].camera
+        render(data, cam, bg)  # warm caches
+        img, sec = render(data, cam, bg)
+        full_psnr.append(psnr(img, images.rgb(i, bg)))
+        full_time.append(sec)
+    result["full"] = {"psnr": statistics.mean(full_psnr), "render_seconds_median": statistics.median(full_time)}
+    for rule in args.rules:
+        start = time.perf_counter()
+        h = build_hierarchy(data, opacity_rule=rule)
+        build = time.perf_counter() - start
+        cut_psnr, cut_time, cut_sel, cut_n, vs_full = [], [], [], [], []
+        for i in far:
+            cam = frames[i].camera
+            select_cut(h, cam, budget=budget)
+            t0 = time.perf_counter()
+            cut = select_cut(h, cam, budget=budget)
+            cut_sel.append(time.perf_counter() - t0)
+            model = cut_splats(h, cut)
+            render(model, cam, bg)
+            img, sec = render(model, cam, bg)
+            cut_psnr.append(psnr(img, images.rgb(i, bg)))
+            vs_full.append(psnr(img, render(data, cam, bg)[0]))
+            cut_time.append(sec)
+            cut_n.append(len(cut))
+        result[f"cut_{rule}"] = {
+            "psnr": statistics.mean(cut_psnr), "psnr_drop": statistics.mean(full_psnr) - statistics.mean(cut_psnr),
+            "psnr_vs_full_render": statistics.mean(vs_full), "gaussians_median": statistics.median(cut_n),
+            "render_seconds_median": statistics.median(cut_time),
+            "render_time_ratio": statistics.median(cut_time) / result["full"]["render_seconds_median"],
+            "cut_ms_median": 1000 * statistics.median(cut_sel), "build_seconds": build,
+            "hierarchy_nodes": h.num_nodes}
+    return result
+
+
+def surface_splats(n: int, seed: int = 0) -> SplatData:
+    """n random Gaussians in [-10, 10]^3 with scales about 0.02 (a dense cloud, as a big capture)."""
+    data = random_splats(n, sh_degree=3, seed=seed)
+    rng = np.random.default_rng(seed)
+    data.log_scales[:] = np.log(0.02) + rng.uniform(-1.0, 0.5, size=(n, 3))
+    return data
+
+
+def bench_synthetic(args) -> dict:
+    data = surface_splats(args.synthetic)
+    start = time.perf_counter()
+    h = build_hierarchy(data)
+    build = time.perf_counter() - start
+    nodes = h.num_nodes
+    budget = max(1, int(round(args.budget * len(data))))
+    rng = np.random.default_rng(1)
+    times, sizes = [], []
+    for k in range(args.repeat):
+        angle = rng.uniform(0, 2 * np.pi)
+        eye = np.array([30 * np.sin(angle), rng.uniform(-5, 5), -30 * np.cos(angle)])
+        fwd = -eye / np.linalg.norm(eye)
+        right = np.cross([0.0, 1.0, 0.0], fwd)
+        right /= np.linalg.norm(right)
+        down = np.cross(fwd, right)
+        w2c = np.eye(4)
+        w2c[:3, :3] = np.stack([right, down, fwd])
+        w2c[:3, 3] = -w2c[:3, :3] @ eye
+        cam = Camera.from_arrays(w2c, [[900, 0, 640], [0, 900, 360], [0, 0, 1]], 1280, 720)
+        if k == 0:
+            select_cut(h, cam, budget=budget)  # compile / load the kernel
+        t0 = time.perf_counter()
+        cut = select_cut(h, cam, budget=budget)
+        times.append(time.perf_counter() - t0)
+        sizes.append(len(cut))
+    del h
+    out_root = Path(tempfile.mkdtemp(prefix="bench_lod_"))
+    try:  # the whole command: read the PLY, build, write the chunks and the manifest
+        from recon.commands.export import ExportConfig, run_export
+        from recon.export import write_splats
+        from recon.lod.manifest import read_manifest
+
+        write_splats(out_root / "model.ply", data)
+        t0 = time.perf_counter()
+        run_export(ExportConfig(input=out_root / "model.ply", out=out_root / "lod", format="lod", quiet=True))
+        export = time.perf_counter() - t0
+        manifest = read_manifest(out_root / "lod")
+        size = sum(c.bytes for c in manifest.chunks)
+    finally:
+        shutil.rmtree(out_root, ignore_errors=True)
+    return {"gaussians": len(data), "hierarchy_nodes": nodes, "build_seconds": build, "budget": budget,
+            "cut_ms_median": 1000 * statistics.median(times), "cut_ms_min": 1000 * min(times),
+            "cut_gaussians_median": statistics.median(sizes), "cameras": args.repeat,
+            "export_seconds": export, "export_levels": len(manifest.levels), "export_chunks": len(manifest.chunks),
+            "export_bytes": size}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", type=Path, help="a finished 3dgs run folder whose dataset is here")
+    p.add_argument("--synthetic", type=int, help="N random Gaussians: cut, build and export times")
+    p.add_argument("--budget", type=float, default=0.1, help="cut budget as a fraction of the Gaussians")
+    p.add_argument("--rules", nargs="+", default=["coverage", "mass"], help="opacity rules to compare")
+    p.add_argument("--repeat", type=int, default=21, help="cameras for the synthetic cut timing")
+    args = p.parse_args()
+    if not args.run and not args.synthetic:
+        p.error("give --run RUN_DIR and/or --synthetic N")
+    out = {"machine": machine()}
+    if args.run:
+        out["run"] = bench_run(args)
+    if args.synthetic:
+        out["synthetic"] = bench_synthetic(args)
+    out["machine"]["load_average_1min_end"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

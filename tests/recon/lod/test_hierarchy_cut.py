@@ -1,0 +1,121 @@
+"""The hierarchy (recon/lod/hierarchy.py) and the cut (recon/lod/cut.py)."""
+
+import numpy as np
+import pytest
+import torch
+
+from recon.lod.cut import select_cut
+from recon.lod.hierarchy import build_hierarchy, cut_splats
+from recon.lod.merge import merge_groups, moments_of
+
+from .scenes import camera_at, render, small_model
+
+
+def _leaf_cover(h, cut):
+    """[N] how many nodes of ``cut`` lie on each leaf's path to the root."""
+    in_cut = np.zeros(h.num_nodes, dtype=np.int64)
+    in_cut[cut] = 1
+    cover = np.zeros(h.num_leaves, dtype=np.int64)
+    node = np.arange(h.num_leaves)
+    alive = np.ones(h.num_leaves, bool)
+    while alive.any():
+        cover[alive] += in_cut[node[alive]]
+        nxt = h.parent[node]
+        alive &= nxt >= 0
+        node = np.where(alive, nxt, 0)
+    return cover
+
+
+@pytest.fixture(scope="module")
+def model_and_tree():
+    data = small_model(1500, seed=5)
+    return data, build_hierarchy(data, depth=8)
+
+
+def test_structure(model_and_tree):
+    data, h = model_and_tree
+    assert h.num_leaves == len(data)
+    assert h.parent[h.root] == -1 and (h.parent[: h.root] >= 0).all()
+    assert (h.parent[: h.root] > np.arange(h.root)).all()  # children before parents
+    assert (h.child_counts()[h.num_leaves:] >= 2).all()  # no single-child chains
+    np.testing.assert_array_equal(np.sort(h.leaf_ids), np.arange(len(data)))
+    np.testing.assert_array_equal(h.nodes.means[: h.num_leaves], data.means[h.leaf_ids])
+    # every interior node is the merge of its children; children's spheres lie inside the parent's
+    mom = moments_of(h.nodes)
+    for node in range(h.num_leaves, h.num_nodes, 37):
+        kids = h.children[h.child_start[node - h.num_leaves]:h.child_start[node - h.num_leaves + 1]]
+        merged = merge_groups(mom.take(kids), np.array([0]))
+        np.testing.assert_allclose(h.nodes.means[node], merged.means[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(mom.covs[node], merged.covs[0], rtol=1e-3, atol=1e-9)
+        gap = np.linalg.norm(h.nodes.means[kids] - h.nodes.means[node], axis=1) + h.radius[kids]
+        assert (gap <= h.radius[node] * (1 + 1e-5)).all()
+        assert (h.depth[kids] > h.depth[node]).all()
+
+
+def test_level_cuts_cover_every_leaf_once(model_and_tree):
+    _, h = model_and_tree
+    sizes = []
+    for depth in range(0, h.octree_depth + 2):
+        cut = h.level_cut(depth)
+        assert (_leaf_cover(h, cut) == 1).all()
+        sizes.append(len(cut))
+    assert sizes[0] == 1 and sizes[-1] == h.num_leaves
+    assert sizes == sorted(sizes)
+
+
+@pytest.mark.parametrize("budget", [1, 10, 150, 700, None])
+def test_cut_covers_every_leaf_once_within_budget(model_and_tree, budget):
+    _, h = model_and_tree
+    cut = select_cut(h, camera_at(3.0), budget=budget)
+    assert (_leaf_cover(h, cut) == 1).all()
+    assert len(np.unique(cut)) == len(cut)
+    if budget is not None:
+        assert len(cut) <= budget
+        assert len(cut) > budget - h.child_counts().max()  # it stops at the first split that does not fit
+    else:
+        assert len(cut) > 0.5 * h.num_leaves
+
+
+def test_cut_is_fine_near_and_coarse_far(model_and_tree):
+    _, h = model_and_tree
+    near, far = select_cut(h, camera_at(1.2), pixels=2.0), select_cut(h, camera_at(30.0), pixels=2.0)
+    assert len(near) > 4 * len(far)
+    # within one cut, nodes near the camera are finer (smaller) than nodes far from it
+    cut = select_cut(h, camera_at(1.2), budget=300)
+    z = h.nodes.means[cut, 2]
+    near_half = z < np.median(z)
+    assert h.radius[cut][near_half].mean() < h.radius[cut][~near_half].mean()
+
+
+def test_pixel_threshold_bounds_the_projected_size(model_and_tree):
+    _, h = model_and_tree
+    cam = camera_at(4.0)
+    cut = select_cut(h, cam, pixels=3.0)
+    interior = cut[cut >= h.num_leaves]
+    p = h.nodes.means[interior].astype(np.float64) + [0.0, 0.0, 4.0]
+    d = np.linalg.norm(p, axis=1)
+    r = h.radius[interior]
+    size = 60.0 * r / np.maximum(d - r, 0.01)
+    in_view = (np.abs(p[:, 0] / p[:, 2]) < 32 / 60 + r / d * 2) & (np.abs(p[:, 1] / p[:, 2]) < 24 / 60 + r / d * 2)
+    assert (size[in_view] <= 3.0 * (1 + 1e-4)).all()
+
+
+def test_a_one_level_hierarchy_renders_the_model_unchanged():
+    """All leaves (the cut without limits, every Gaussian in view) render exactly as the model does."""
+    data = small_model(300, seed=9)
+    h = build_hierarchy(data, depth=1)
+    cam = camera_at(6.0)
+    cut = select_cut(h, cam)
+    assert sorted(cut.tolist()) == list(range(len(data)))
+    torch.testing.assert_close(render(cut_splats(h, cut), cam), render(data, cam), rtol=0, atol=1e-6)
+
+
+def test_one_gaussian_and_bad_input():
+    data = small_model(1)
+    h = build_hierarchy(data)
+    assert h.num_nodes == 1
+    np.testing.assert_array_equal(select_cut(h, camera_at(3.0), budget=5), [0])
+    with pytest.raises(ValueError, match="no Gaussians"):
+        build_hierarchy(data.subset(np.zeros(1, bool)))
+    with pytest.raises(ValueError, match="depth"):
+        build_hierarchy(data, depth=30)

@@ -1,0 +1,117 @@
+"""The merge rule (recon/lod/merge.py): identities, moment matching, and the render at a distance."""
+
+import numpy as np
+import pytest
+
+from recon.core.splat_data import SplatData
+from recon.lod.merge import (area_proxy, covariances, merge_groups, merge_splats, moments_of, rotmats_to_quats,
+                             quats_scales_of, unpack_sym)
+from rasterizer.quaternions import quat_to_rotmat_np
+
+from .scenes import camera_at, opacities, render, small_model
+
+
+def _same_gaussian(a: SplatData, b: SplatData, i: int = 0, j: int = 0):
+    np.testing.assert_allclose(a.means[i], b.means[j], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(covariances(a.subset([i])), covariances(b.subset([j])), rtol=1e-4, atol=1e-12)
+    np.testing.assert_allclose(opacities(a)[i], opacities(b)[j], rtol=1e-5)
+    np.testing.assert_allclose(a.sh[i], b.sh[j], rtol=1e-6, atol=1e-7)
+
+
+def test_merging_two_identical_gaussians_gives_the_same_gaussian():
+    one = small_model(5, seed=3).subset([2])
+    pair = one.subset([0, 0])
+    _same_gaussian(merge_splats(pair), one)
+
+
+def test_a_group_of_one_is_its_own_merge():
+    data = small_model(7, seed=4)
+    m = moments_of(data)
+    merged = merge_groups(m, np.arange(7))
+    np.testing.assert_allclose(merged.means, m.means, atol=1e-12)
+    np.testing.assert_allclose(merged.covs, m.covs, rtol=1e-12, atol=1e-18)
+    np.testing.assert_allclose(merged.opacities, m.opacities, rtol=1e-12)
+    np.testing.assert_allclose(merged.sh, m.sh, atol=1e-7)
+
+
+def test_moments_match_a_weighted_sample_of_the_children():
+    """Draw points from the children in proportion to their weights w_i = a_i A_i: their mean and
+    covariance are the merged Gaussian's (Monte Carlo, 400k samples)."""
+    data = small_model(5, seed=7)
+    data.means[:] *= 0.3
+    m = moments_of(data)
+    w = m.opacities * area_proxy(m.covs)
+    rng = np.random.default_rng(0)
+    pick = rng.choice(len(data), size=400_000, p=w / w.sum())
+    chol = np.linalg.cholesky(unpack_sym(m.covs))
+    pts = m.means[pick] + np.einsum("nij,nj->ni", chol[pick], rng.normal(size=(len(pick), 3)))
+    merged = merge_groups(m, np.array([0]))
+    np.testing.assert_allclose(merged.means[0], pts.mean(axis=0), atol=3e-3)
+    np.testing.assert_allclose(unpack_sym(merged.covs)[0], np.cov(pts.T), atol=2e-3, rtol=2e-2)
+    # the exact formula, written out
+    wn = w / w.sum()
+    mu = (wn[:, None] * m.means).sum(0)
+    d = m.means - mu
+    cov = (wn[:, None, None] * (unpack_sym(m.covs) + d[:, :, None] * d[:, None, :])).sum(0)
+    np.testing.assert_allclose(merged.means[0], mu, rtol=1e-12)
+    np.testing.assert_allclose(unpack_sym(merged.covs)[0], cov, rtol=1e-10, atol=1e-15)
+    np.testing.assert_allclose(merged.sh[0], (wn[:, None, None] * m.sh).sum(0), rtol=1e-5, atol=1e-6)
+
+
+def test_opacity_keeps_coverage_of_children_far_apart():
+    """Two small discs far apart (merged footprint larger than both): the coverage a_i A_i is kept."""
+    data = small_model(2, seed=1)
+    data.means[:] = [[-0.5, 0, 0], [0.5, 0, 0]]
+    m = moments_of(data)
+    merged = merge_groups(m, np.array([0]))
+    a = area_proxy(m.covs)
+    expect = (m.opacities * a).sum() / area_proxy(merged.covs)[0]
+    assert area_proxy(merged.covs)[0] > a.sum()
+    np.testing.assert_allclose(merged.opacities[0], expect, rtol=1e-12)
+
+
+def test_covariance_to_quaternion_and_scales_round_trip():
+    data = small_model(200, seed=2)
+    covs = covariances(data)
+    quats, log_scales = quats_scales_of(covs)
+    back = covariances(SplatData(data.means, quats, log_scales, data.logit_opacities, data.sh))
+    np.testing.assert_allclose(back, covs, rtol=1e-4, atol=1e-9)  # quats and log-scales stored as float32
+    R = quat_to_rotmat_np(quats)
+    np.testing.assert_allclose(rotmats_to_quats(R), quats, atol=1e-9)
+
+
+def _tile(sep: float) -> SplatData:
+    """8 flat discs (sigma 0.01) facing the camera on a 4 x 2 grid of spacing ``sep``: a piece of surface."""
+    data = small_model(8, seed=0, extent=0.05, sh_degree=0)
+    grid = np.stack(np.meshgrid(np.arange(4), np.arange(2)), -1).reshape(-1, 2) * sep
+    data.means[:] = 0.0
+    data.means[:, :2] = grid - grid.mean(0)
+    data.quats[:] = [1, 0, 0, 0]
+    data.log_scales[:] = [np.log(0.01), np.log(0.01), np.log(1e-4)]
+    data.antialiased = True
+    return data
+
+
+@pytest.mark.parametrize("rule, light", [("coverage", 0.4), ("mass", 0.6)])
+def test_a_merged_patch_renders_like_its_children_from_afar(rule, light):
+    """The stated error of a node at its distance: a piece of surface spanning under a pixel (0.08 x 0.02 seen
+    from 8 at focal 60, anti-aliased) renders within 0.02 of its children at every pixel. The light it sends
+    is lower (one Gaussian of opacity <= 1 cannot carry the coverage of overlapping opaque children): at least
+    40 % of the children's with the coverage rule, 60 % with the mass rule (measured 46 % and 70 %)."""
+    data = _tile(0.02)
+    merged = merge_splats(data, rule)
+    cam = camera_at(8.0)
+    a, b = render(data, cam), render(merged, cam)
+    assert float((a - b).abs().max()) < 0.02
+    assert light < float(b.sum()) / float(a.sum()) <= 1.0
+
+
+def test_mass_rule_keeps_coverage_and_unknown_rule_is_refused():
+    data = small_model(2, seed=1)
+    data.means[:] = [[-0.5, 0, 0], [0.5, 0, 0]]
+    m = moments_of(data)
+    merged = merge_groups(m, np.array([0]), "mass")
+    expect = min(1 - 1e-6, (m.opacities * area_proxy(m.covs)).sum() / area_proxy(merged.covs)[0])
+    np.testing.assert_allclose(merged.opacities[0], expect, rtol=1e-12)
+    with pytest.raises(ValueError, match="opacity rule"):
+        merge_groups(m, np.array([0]), "max")
