@@ -6,6 +6,9 @@
   ``<name>.gimg`` per image and report.json / report.csv (recon/image/report.py: per image and the mean).
   ``--bpp B`` chooses N = floor(B W H / nominal bits per Gaussian) of the encoding (recon/image/codec.py:
   32 (5 + C) bits for float32, 32 + 24 + 8 C bits quantised); quantised files come out below B (zstandard).
+- ``splatforge image fit IMAGE --model rbf --out model.grbf [--params P] [--neurons K]``: a Gaussian RBF field
+  instead (recon/image/rbf_fit.py; .grbf: recon/image/grbf.py), sized to P parameters (default: those of
+  --gaussians N image Gaussians, N (5 + C)).
 - ``splatforge image render MODEL (--scale S | --size WxH) --out out.png``: any size, up or down. The default
   fit's models are area-sampled (each pixel averages its own area, ``pixel_variance``), at every output size:
   that is the anti-aliasing. Point-sampled models (``--preset gaussianimage``) are low-passed below the fitted
