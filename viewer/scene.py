@@ -13,6 +13,7 @@ import numpy as np
 
 from recon.core.errors import SplatforgeError
 from recon.export import SplatFileError, read_splats
+from recon.export.view_sidecar import read_view_sidecar, up_from_world_to_cams
 from viewer.splat_scene import BrowserSplats, SplatScene, TrainingCamera, browser_splats, robust_bounds
 
 __all__ = ["BrowserSplats", "SplatScene", "TrainingCamera", "ViewerInputError", "browser_splats", "load_meshes",
@@ -55,20 +56,18 @@ def training_cameras(scene) -> list[TrainingCamera]:
     return [TrainingCamera(f.name, f.camera) for f in scene.frames_train]
 
 
-def up_from_cameras(cameras: list[TrainingCamera], max_angle_deg: float = 45.0) -> np.ndarray | None:
-    """World up when the run says otherwise than -y: the mean camera up (-y axis of each camera, in
-    world) if the cameras agree (|mean| > 0.5) and it is more than ``max_angle_deg`` away from the OpenCV
-    world's -y; None (keep -y) otherwise. Cameras looking down on an object tilt their ups, hence the
-    tolerance."""
-    if not cameras:
-        return None
-    ups = np.stack([-c.camera.world_to_cam_numpy()[1, :3] for c in cameras])  # row 1 of R = camera y axis in world
-    mean = ups.mean(axis=0)
-    n = np.linalg.norm(mean)
-    if n <= 0.5:
-        return None
-    mean = mean / n
-    return mean if mean @ [0.0, -1.0, 0.0] < np.cos(np.radians(max_angle_deg)) else None
+VIEWER_UP_AGREEMENT = 0.5
+"""Cameras whose mean up is shorter than this disagree: the viewer keeps OpenCV -y."""
+VIEWER_KEEP_MINUS_Y_DEG = 45.0
+"""A mean camera up this close to -y keeps -y (cameras looking down on an object tilt their ups)."""
+
+
+def up_from_cameras(cameras: list[TrainingCamera]) -> np.ndarray:
+    """World up of a run for the viewer: :func:`recon.export.view_sidecar.up_from_world_to_cams` (the one
+    rule) over the training cameras, keeping OpenCV -y unless the cameras agree on an up more than
+    :data:`VIEWER_KEEP_MINUS_Y_DEG` away from it."""
+    return up_from_world_to_cams([c.camera.world_to_cam_numpy() for c in cameras],
+                                 min_agreement=VIEWER_UP_AGREEMENT, keep_fallback_within_deg=VIEWER_KEEP_MINUS_Y_DEG)
 
 
 def load_scene(path: str | os.PathLike, cameras: bool = True) -> SplatScene:
@@ -81,9 +80,7 @@ def load_scene(path: str | os.PathLike, cameras: bool = True) -> SplatScene:
         scene = _load_3d(path)
     if scene.run_dir is not None and cameras:
         scene.cameras = load_run_cameras(scene.run_dir)
-        up = up_from_cameras(scene.cameras)
-        if up is not None:
-            scene.up = up
+        scene.up = up_from_cameras(scene.cameras)
         if scene.cameras:
             scene.up_known, scene.start_camera = True, 0
     elif scene.run_dir is None and cameras:
@@ -95,8 +92,6 @@ def apply_sidecar(scene: SplatScene) -> None:
     """Give a splat file's scene the cameras, up axis and start camera of its view sidecar
     (FILE.view.json / FILE.cameras.json, :mod:`recon.export.view_sidecar`) when it has one; a malformed
     sidecar is ViewerInputError naming it."""
-    from recon.export.view_sidecar import read_view_sidecar
-
     try:
         sidecar = read_view_sidecar(scene.source)
     except (SplatFileError, OSError) as err:

@@ -79,21 +79,34 @@ class SpaceTimeScene(SplatScene):
     def total(self) -> int:
         return len(self.model)
 
+    @staticmethod
+    def shown(sliced, min_opacity: float = 0.0, crop=None):
+        """bool [M] over the entries of a slice (a :class:`rasterizer.spacetime.SlicedGaussians`): opacity after
+        the temporal factor at least ``min_opacity`` and sliced centre inside ``crop`` (a
+        :class:`viewer.crop.CropBox`, or None); None when nothing is filtered. The one rule of what the browser
+        draws and what the "render" button renders."""
+        import torch
+
+        if min_opacity <= 0.0 and crop is None:
+            return None
+        keep = sliced.opacities >= min_opacity
+        if crop is not None:
+            inside = crop.contains(sliced.means.double().cpu().numpy())
+            keep = keep & torch.as_tensor(inside, device=keep.device)
+        return keep
+
     def browser(self, scale_factor: float = 1.0, min_opacity: float = 0.0, crop=None) -> BrowserSplats:
         """The current slice in viser's format (covariances scaled by ``scale_factor`` squared; Gaussians
         below ``min_opacity`` after the temporal factor, or whose sliced centre is outside ``crop``
-        (a :class:`viewer.crop.CropBox`), dropped)."""
+        (a :class:`viewer.crop.CropBox`), dropped: :meth:`shown`)."""
         import torch
 
         with self._lock:
             s, cache = self._slice
         with torch.no_grad():
             opac = s.opacities
-            filtered = opac >= min_opacity
-            if crop is not None:
-                inside = crop.contains(s.means.double().cpu().numpy())
-                filtered = filtered & torch.as_tensor(inside, device=opac.device)
-            keep = None if min_opacity <= 0.0 and crop is None else filtered.nonzero()[:, 0]
+            shown = self.shown(s, min_opacity, crop)
+            keep = None if shown is None else shown.nonzero()[:, 0]
             pick = (lambda x: x) if keep is None else (lambda x: x.index_select(0, keep))  # noqa: E731
             rgb = cache["rgb"].index_select(0, pick(s.indices))
             cov = pick(s.covars) * float(scale_factor) ** 2
@@ -101,14 +114,20 @@ class SpaceTimeScene(SplatScene):
             return BrowserSplats(as_np(pick(s.means)), as_np(cov), as_np(rgb), as_np(pick(opac))[:, None])
 
     def render_image(self, frame, background, device, min_opacity: float = 0.0, crop=None) -> np.ndarray:
-        """[H, W, 3] float32 render of the 4D model at the current time into ``frame`` (a Camera).
-        ``min_opacity`` and ``crop`` are not applied to 4D models yet (the browser's filters are)."""
-        del min_opacity, crop
+        """[H, W, 3] float32 render of the 4D model at the current time into ``frame`` (a Camera), leaving out
+        the Gaussians the browser leaves out (:meth:`shown` of the slice at that time: ``min_opacity`` after
+        the temporal factor, centres outside ``crop``), as the 3D scene's render does."""
         import torch
 
         model = self.model.to(device)
         cam = frame.to(device=device, dtype=torch.float32)
         with torch.no_grad():
+            if min_opacity > 0.0 or crop is not None:
+                sliced = model.slice(self.time)
+                kept = sliced.indices[self.shown(sliced, min_opacity, crop)]  # 4D Gaussians shown now
+                if len(kept) == 0:
+                    return np.broadcast_to(np.asarray(background, np.float32), (frame.height, frame.width, 3)).copy()
+                model = model.subset(kept)
             rgb, _, _ = model.render([cam], None, torch.as_tensor(background, dtype=torch.float32, device=device),
                                      t=self.time)
         return rgb[0].clamp(0, 1).cpu().numpy()

@@ -143,9 +143,7 @@ class TrainingViewer:
         out = Path(getattr(trainer, "out", "."))
         cameras = training_cameras(trainer.scene)
         scene = training_scene(trainer.model, out, cameras)
-        up = up_from_cameras(cameras)
-        if up is not None:
-            scene.up = up
+        scene.up = up_from_cameras(cameras)
         if cameras:  # like `view RUN`: start at the first training camera, the run's up
             scene.up_known, scene.start_camera = True, 0
         if self.log is None and hasattr(trainer, "log"):

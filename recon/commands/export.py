@@ -25,15 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-from recon.core.errors import USER_ERRORS, OutputError, SplatforgeError, UsageError, fail
+from recon.core.errors import USER_ERRORS, OutputError, UsageError, fail
 from recon.export import SplatFileError
 from recon.export.atomic import refuse_overwrite
 from recon.export.budget import apply_budget, resolve_budget
 from recon.export.glb import format_key, read_any, write_any
 from recon.export.report import ExportReport, print_report
-from recon.export.view_sidecar import (ViewSidecar, carry_view_sidecars, sidecar_paths, up_from_world_to_cams,
-                                       write_view_sidecars)
 from recon.commands.budget_cameras import run_cameras
+from recon.commands.export_sidecars import refuse_existing_sidecars, write_sidecars
 from recon.outputs.paths import ensure_writable_folder
 from recon.run.time_args import resolve_times
 
@@ -85,7 +84,8 @@ class ExportConfig:
     """Do not print the report."""
     view_sidecars: bool = True
     """Write FILE.cameras.json (3DGS layout) and FILE.view.json (up axis, start camera) beside the output, in its
-    axes (recon/export/view_sidecar.py): a run's training cameras, or the input file's sidecars carried over."""
+    axes (recon/export/view_sidecar.py): a run's training cameras, or the input file's sidecars carried over; 4D
+    models: beside a --format ply4d file and beside each frame file of a --times sequence."""
     remove_floaters: bool = False
     """For run folders: drop the Gaussians whose blending weight (alpha x transmittance) stays below
     --floater-threshold in every training view (recon/run/floaters.py); the report counts them."""
@@ -114,8 +114,7 @@ def run_export(config: ExportConfig) -> ExportReport:
         raise OutputError(f"--out {config.out}: is a folder; give a file path")
     refuse_overwrite(config.out, config.force)  # before any slow work
     if config.view_sidecars:
-        for side in sidecar_paths(config.out):
-            refuse_overwrite(side, config.force)
+        refuse_existing_sidecars(config.out, config.force)
     ensure_writable_folder(Path(config.out).parent, f"--out {config.out}: folder")
     max_splats, sh_degree = resolve_budget(config.target, config.max_splats, config.sh_degree)
 
@@ -159,55 +158,16 @@ def run_export(config: ExportConfig) -> ExportReport:
 
 
 def drop_floaters(config: ExportConfig, run, data, notes: list[str]):
-    """``data`` less its floaters (:mod:`recon.run.floaters`, the run's training views); a note in ``notes``.
-    UsageError for a file input or a run whose dataset is not here."""
-    from recon.run.floaters import remove_floaters
+    """``data`` less its floaters (:func:`recon.run.floaters.remove_run_floaters`, the run's training views); a
+    note in ``notes``. UsageError for a file input or a run whose dataset is not here."""
+    from recon.run.floaters import remove_run_floaters
 
     if run is None:
         raise UsageError(f"--remove-floaters: {config.input} is a file; it needs a run folder (its training "
                          f"cameras decide what was seen)")
-    cameras, why = run_cameras(run)
-    if cameras is None:
-        raise UsageError(f"--remove-floaters: no training cameras ({why.split(':')[0]})")
-    try:
-        result = remove_floaters(data, cameras, config.floater_threshold)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    result = remove_run_floaters(run, data, config.floater_threshold)
     notes.append(result.note())
     return result.kept
-
-
-def run_sidecar(run) -> ViewSidecar | None:
-    """The view sidecar of a run: its training cameras (named), the mean camera up, start camera 0 (the one
-    ``view RUN`` starts at); None when its dataset is not here."""
-    cameras, _ = run_cameras(run)
-    if cameras is None:
-        return None
-    try:
-        names = [f.name for f in run.scene.frames_train]
-    except (SplatforgeError, OSError):  # cameras from elsewhere than the scene: numbered names
-        names = []
-    if len(names) != len(cameras):
-        names = [f"{i:04d}" for i in range(len(cameras))]
-    up = up_from_world_to_cams([c.world_to_cam_numpy() for c in cameras])
-    return ViewSidecar(cameras, names, up, 0)
-
-
-def write_sidecars(config: ExportConfig, run, model_path, fmt: str) -> str:
-    """Write the sidecars of ``config.out`` (a run's cameras, or carried over from the input file's); a note."""
-    if run is not None:
-        sidecar = run_sidecar(run)
-        if sidecar is None:
-            return "no view sidecar: the run's training cameras are not available"
-        paths = write_view_sidecars(config.out, sidecar, fmt, force=config.force)
-    else:
-        try:
-            paths = carry_view_sidecars(model_path, config.out, format_key(model_path), fmt, force=config.force)
-        except SplatFileError as err:
-            return f"no view sidecar: {err}"
-        if paths is None:
-            return "no view sidecar: the input file has none"
-    return "view sidecars: " + ", ".join(p.name for p in paths)
 
 
 def export(config: Annotated[ExportConfig, _NoPrefix] if _NoPrefix else ExportConfig) -> ExportReport:

@@ -3,7 +3,9 @@ sequence folder of slices at ``--times A:B:N`` (:mod:`recon.export.sequence`, ma
 
 A source is 4D when it is a run of a 4D method (``--method 4dgs``: its splats4d.ply, or its newest
 checkpoint before the run ends) or a ply4d file (recon/export/PLY4D.md). Every write is atomic: a file
-appears only complete, a sequence folder only with all its frames and its manifest.
+appears only complete, a sequence folder only with all its frames and its manifest. Like 3D exports, the
+outputs get view sidecars (:mod:`recon.commands.export_sidecars`; off with --no-view-sidecars): beside a
+ply4d file, and beside each frame file of a sequence (in the frame format's axes).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from recon.export.budget import apply_budget, resolve_budget
 from recon.export.budget4d import apply_budget4
 from recon.export.glb import all_formats
 from recon.export.report import ExportReport
+from recon.export.view_sidecar import CAMERAS_SUFFIX, VIEW_SUFFIX
 from recon.outputs.paths import ensure_writable_folder
+from recon.commands.export_sidecars import refuse_existing_sidecars, source_sidecar, write_sidecars
 
 
 def open_source(src: Path):
@@ -118,6 +122,8 @@ def export_ply4d(config) -> ExportReport:
                          "--format ply|splat|spz|glb with it)")
     max_splats, sh_degree = resolve_budget(config.target, config.max_splats, config.sh_degree)
     _check_out_file(config)
+    if config.view_sidecars:
+        refuse_existing_sidecars(out, config.force)
     run, path, is_4d = open_source(src)
     if not is_4d:
         raise ModelKindError(path, "holds 3D Gaussians; --format ply4d stores 4D models (a --method 4dgs run or a "
@@ -141,6 +147,8 @@ def export_ply4d(config) -> ExportReport:
         notes += [why] if why else []
     budgeted, info = apply_budget4(clean, max_splats, sh_degree, cameras=cameras)
     write_ply4d(out, budgeted, force=config.force)
+    if config.view_sidecars:
+        notes.append(write_sidecars(config, run, path, "ply"))
     return ExportReport(path=out, format="ply4d", splats=len(budgeted), bytes=os.path.getsize(out),
                         sh_degree=budgeted.sh_degree, input_splats=len(data), dropped_nonfinite=dropped,
                         dropped_budget=info.dropped, importance=info.importance, target=config.target, notes=notes)
@@ -179,13 +187,17 @@ def export_sequence(config, times: list[float]) -> ExportReport:
         cameras, why = run_cameras(run)
         if why:
             notes.append(why)
+    sidecar = None
+    if config.view_sidecars:
+        sidecar, why = source_sidecar(run, path)
+        notes.append(why or f"view sidecars beside each frame (FRAME{CAMERAS_SUFFIX}, FRAME{VIEW_SUFFIX})")
     duration, why = sequence_duration(config.duration, run, path)
     notes.append(why)
     span = abs(times[-1] - times[0]) * duration
     fps = (len(times) - 1) / span if len(times) > 1 and span > 0 else 1.0
     written = sliced = dropped = budget_dropped = 0
     degree = model.sh_degree
-    with SequenceWriter(out, fps, fmt, force=config.force) as writer:
+    with SequenceWriter(out, fps, fmt, force=config.force, sidecar=sidecar) as writer:
         for t in track(times, description="slicing", disable=config.quiet):
             clean, bad = slice_model(model, t, path).drop_nonfinite()
             budgeted, info = apply_budget(clean, max_splats, sh_degree, cameras=cameras)

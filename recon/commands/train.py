@@ -88,16 +88,9 @@ def make_logger_hooks(cfg: TrainConfig) -> list:
     return [TensorBoardLogger(Path(cfg.out) / rf.TENSORBOARD_DIR, every=cfg.logger_every)]
 
 
-def show_final_splats(cfg: TrainConfig, viewers: list) -> None:
-    """Hand the live viewers the run's splats.ply (after ``--remove-floaters`` it differs from the trained model)."""
-    if not viewers:
-        return
-    from pathlib import Path
-
-    from recon.export import read_splats
-    from recon.outputs import files as rf
-
-    data = read_splats(Path(cfg.out) / rf.SPLATS_FILE)
+def show_final_splats(data, viewers: list) -> None:
+    """Hand the live viewers the run's final splats ``data`` (a SplatData: after ``--remove-floaters`` it
+    differs from the trained model; the one just written to splats.ply, not read back)."""
     for hook in viewers:
         hook.show_splats(data)
 
@@ -115,7 +108,7 @@ def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
     --remove-floaters drops the Gaussians no training view sees from OUT/splats.ply at the end (the final
     checkpoint keeps them).
     """
-    from recon.commands.train_floaters import check_floater_method, remove_run_floaters
+    from recon.commands.train_floaters import check_floater_method, clean_run
 
     viewers = []
     try:
@@ -125,8 +118,8 @@ def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
             viewers.append(make_viewer_hook(cfg))
         metrics = train_model(cfg, hooks=[*loggers, *viewers])
         if cfg.remove_floaters:
-            metrics = remove_run_floaters(cfg, metrics)
-            show_final_splats(cfg, viewers)
+            metrics, cleaned = clean_run(cfg, metrics)
+            show_final_splats(cleaned, viewers)
     except USER_ERRORS as err:
         for hook in viewers:
             hook.stop()

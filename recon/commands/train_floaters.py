@@ -12,6 +12,7 @@ Rerunning the same command resumes from that checkpoint and cleans the trained m
 from __future__ import annotations
 
 from recon.core.errors import UsageError
+from recon.core.splat_data import SplatData
 from recon.training.trainer import TrainConfig
 
 
@@ -48,29 +49,23 @@ def psnr_line(psnr: tuple[float, float] | None, why: str) -> str:
             f"({psnr[1] - psnr[0]:+.3f} dB)")
 
 
-def remove_run_floaters(cfg: TrainConfig, metrics: dict, log=print) -> dict:
+def clean_run(cfg: TrainConfig, metrics: dict, log=print) -> tuple[dict, SplatData]:
     """Clean the finished run ``cfg.out`` (module docstring); returns ``metrics`` with ``floaters`` added (also
-    written to metrics.json). UsageError when the run's training cameras are not available."""
-    from recon.commands.budget_cameras import run_cameras
+    written to metrics.json) and the cleaned model (what splats.ply now holds). UsageError when the run's
+    training cameras are not available."""
     from recon.core.devices import resolve_device
     from recon.export import write_splats
     from recon.outputs import files as rf
     from recon.run.export_psnr import export_psnr
-    from recon.run.floaters import remove_floaters
+    from recon.run.floaters import remove_run_floaters
     from recon.run.folder import Run
 
     run = Run.open(cfg.out)
     lock = rf.RunLock(run.dir).acquire()
     try:
         data, _ = run.read_splats().drop_nonfinite()
-        cameras, why = run_cameras(run)
-        if cameras is None:
-            raise UsageError(f"--remove-floaters: no training cameras ({why.split(':')[0]})")
         device = resolve_device(cfg.device)
-        try:
-            result = remove_floaters(data, cameras, cfg.floater_threshold, device=device)
-        except ValueError as err:
-            raise UsageError(str(err)) from None
+        result = remove_run_floaters(run, data, cfg.floater_threshold, device=device)
         log(result.note())
         psnr, why = export_psnr(run, result.kept, original=data, device=device)
         write_splats(run.splats_path, result.kept, force=True)  # atomic
@@ -81,4 +76,4 @@ def remove_run_floaters(cfg: TrainConfig, metrics: dict, log=print) -> dict:
         rf.write_json(run.metrics_path, metrics)
     finally:
         lock.release()
-    return metrics
+    return metrics, result.kept

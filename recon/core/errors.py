@@ -118,13 +118,19 @@ def is_user_error(err: BaseException) -> bool:
     return isinstance(err, OSError) and (err.filename is not None or err.errno is None)
 
 
-def memory_line(err: MemoryError, inputs: str | None = None) -> str:
-    """One line for a MemoryError (numpy's ``_ArrayMemoryError`` is one): an input declared more data than
-    fits, named by ``inputs`` when known (the command's input arguments)."""
+def memory_problem(err: MemoryError, what: str = "the input") -> str:
+    """The one message for a MemoryError (numpy's ``_ArrayMemoryError`` is one) while reading ``what``: an
+    input declared more data than fits. Used by :func:`memory_line` (the CLI) and
+    :func:`recon.core.limits.memory_guard` (readers)."""
     detail = f" ({err})" if str(err) else ""
-    about = f"while reading {inputs}" if inputs else "while reading the input"
-    return " ".join(f"out of memory {about}{detail}; an input declares more data than this machine can "
-                    f"hold: check that it is not damaged, or use a machine with more memory".split())
+    return " ".join(f"out of memory while reading {what}{detail}; the input declares more data than this machine "
+                    f"can hold: check that it is not damaged, or use a machine with more memory".split())
+
+
+def memory_line(err: MemoryError, inputs: str | None = None) -> str:
+    """One line for a MemoryError escaping a command: :func:`memory_problem` naming ``inputs`` when known (the
+    command's input arguments)."""
+    return memory_problem(err, inputs if inputs else "the input")
 
 
 def fail(command: str, err: BaseException, status: int = 2, inputs: str | None = None) -> None:

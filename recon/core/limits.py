@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from recon.core.errors import InputFileError
+from recon.core.errors import InputFileError, memory_problem
 
 MAX_JSON_BYTES = 256 << 20  # no JSON file splatforge reads comes near this (transforms of 100k frames: ~60 MB)
 MAX_JSON_DEPTH = 512  # glTF, transforms, camera paths nest < 10 deep; json.loads recursion fails near 1000
@@ -326,9 +326,7 @@ def memory_guard(inputs: str, error: Callable[[str], Exception] | None = None) -
     try:
         yield
     except MemoryError as err:
-        detail = f" ({err})" if str(err) else ""
-        problem = (f"out of memory while reading it{detail}; the file declares more data than this machine "
-                   f"can hold: check that it is not damaged, or use a machine with more memory")
+        problem = memory_problem(err, "it")
         if error is None:
-            raise InputFileError(inputs, " ".join(problem.split())) from None
-        raise error(" ".join(f"{inputs}: {problem}".split())) from None
+            raise InputFileError(inputs, problem) from None
+        raise error(f"{inputs}: {problem}") from None

@@ -185,20 +185,15 @@ def split_every_nth(frames: Sequence[Frame], n: int = TEST_EVERY) -> tuple[list[
 
 def _read_pil(path: Path, what: str = "image"):
     """Open and decode an image with Pillow under the reader rules (recon.core.limits.open_image: a regular
-    file, a pixel limit checked before decoding); MissingImageError naming the file on failure."""
-    path = Path(path)
-    if not path.exists():
-        raise MissingImageError(f"{what} file not found: {path}")
-    return open_image(path, what=what, error=with_path(MissingImageError))
+    file, a pixel limit checked before decoding); MissingImageError naming the file on failure
+    (``<path>: image file not found`` for a missing one)."""
+    return open_image(Path(path), what=what, error=with_path(MissingImageError))
 
 
 def image_size(path: Path) -> tuple[int, int]:
-    """(width, height) of an image file, reading only its header (at most MAX_IMAGE_PIXELS pixels)."""
-
-    path = Path(path)
-    if not path.exists():
-        raise MissingImageError(f"image file not found: {path}")
-    return read_image_size(path, error=with_path(MissingImageError))
+    """(width, height) of an image file, reading only its header (at most MAX_IMAGE_PIXELS pixels);
+    MissingImageError naming the file (``<path>: image file not found`` for a missing one)."""
+    return read_image_size(Path(path), error=with_path(MissingImageError))
 
 
 def check_image_size(path: Path, size: tuple[int, int], width: int, height: int, what: str = "image") -> None:
@@ -301,8 +296,6 @@ def read_json_object(path: Path, expected: str) -> dict:
     """A JSON file holding an object; DataFormatError naming the file when it is missing, not JSON, or not
     an object (``expected`` says what it should hold)."""
     path = Path(path)
-    if not path.exists():
-        raise DataFormatError(f"file not found: {path}")
     # NaN literals are let through: every field is checked where it is read, with a message naming it
     data = load_json(path, "JSON file", with_path(DataFormatError), allow_nan=True)
     if not isinstance(data, dict):

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from recon.losses.image import masked_render, photometric_loss, quick_masked_psnr, quick_psnr
+from recon.losses.image import masked_render, photometric_loss, quick_psnrs
 from recon.training.trainer import StepResult, Trainer, TrainingHook
 
 APPEARANCE_FILE = "appearance.pt"
@@ -200,9 +200,10 @@ class MomentumTrainer(Trainer):
             with torch.no_grad():
                 target = shared.teacher(render[k].detach(), index)
             consistency = consistency + (shared.student(render[k].detach(), index) - target).abs().mean()
-            psnrs.append(quick_psnr(seen.detach(), gt))  # full image, nothing filled in
-            if mask is not None:
-                masked_psnrs.append(quick_masked_psnr(seen.detach(), gt, mask))
+            full, masked = quick_psnrs(seen.detach(), gt, mask)  # full image, nothing filled in; one sync
+            psnrs.append(full)
+            if masked is not None:
+                masked_psnrs.append(masked)
         n = len(picks)
         loss = w * photo / n + self.strategy.regularization(self.model) + shared.weight * consistency / n
         value = self.optimise(loss, meta, step)

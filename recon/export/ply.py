@@ -241,6 +241,60 @@ def sh_from_vertices(path: str | os.PathLike, v: np.ndarray) -> np.ndarray:
         sh[:, 1:] = sh_rest_from_channel_major(_columns(v, [f"f_rest_{i}" for i in range(m)]))
     return sh
 
+# Plausibility of the values (a header whose byte order is not the data's loads garbage without an error):
+# a float32 read in the wrong byte order takes its exponent from a mantissa byte, so its magnitude is about
+# log-uniform over 1e-45..3e38 (about half of such values fall outside the band below; 1.0 becomes 4.6e-41).
+# Trained models stay far inside it: means within a few km, log scales and opacity logits within tens.
+PLAUSIBLE_MAX_ABS = 1e10
+PLAUSIBLE_MIN_ABS = 1e-30  # exact zeros are plausible (normals, SH of degree-0 models padded)
+IMPLAUSIBLE_FRACTION = 0.1  # byte-swapped data: about 0.45; real models: 0
+PLAUSIBILITY_ROWS = 65_536  # rows looked at (evenly spaced); enough to tell garbage from a model
+_BYTE_ORDER_NAMES = {"<": "binary_little_endian", ">": "binary_big_endian"}
+
+
+def implausible_fraction(values: np.ndarray) -> float:
+    """Fraction of the finite values of ``values`` (any float dtype and byte order) whose magnitude is
+    above :data:`PLAUSIBLE_MAX_ABS` or non-zero below :data:`PLAUSIBLE_MIN_ABS` (0 when none is finite);
+    NaN/Inf are left to the readers' callers (``drop_nonfinite`` counts them)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN payloads and swapped halves cast quietly
+        a = np.abs(np.asarray(values, dtype=np.float64)).ravel()
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return 0.0
+    return float(np.count_nonzero((a > PLAUSIBLE_MAX_ABS) | ((a > 0) & (a < PLAUSIBLE_MIN_ABS))) / a.size)
+
+
+def check_plausible_values(path, ply: PlyData, v: np.ndarray, names) -> None:
+    """SplatFileError naming ``path`` when more than :data:`IMPLAUSIBLE_FRACTION` of the vertex values of
+    properties ``names`` (at most :data:`PLAUSIBILITY_ROWS` rows) are implausible for Gaussian splats
+    (:func:`implausible_fraction`): the header's byte order does not match the data (the message says
+    so when the other order reads plausibly), or the data is damaged."""
+    rows = v[:: max(1, len(v) // PLAUSIBILITY_ROWS)]
+    columns = {n: np.asarray(rows[n]) for n in names if n in (rows.dtype.names or ())}
+    if not columns:
+        return
+    fractions = {n: implausible_fraction(c) for n, c in columns.items()}
+    total = sum(f * c.size for f, c in zip(fractions.values(), columns.values())) / sum(c.size for c in columns.values())
+    if total <= IMPLAUSIBLE_FRACTION:
+        return
+    worst = max(fractions, key=fractions.get)
+    with np.errstate(invalid="ignore", over="ignore"):
+        col = np.abs(columns[worst].astype(np.float64))
+    example = float(col[np.isfinite(col) & ((col > PLAUSIBLE_MAX_ABS) | ((col > 0) & (col < PLAUSIBLE_MIN_ABS)))][0])
+    head = (f"{100 * total:.0f}% of its vertex values are implausible for Gaussian splats (e.g. |{worst}| = "
+            f"{example:.3g}; a model's values are 0 or of magnitude {PLAUSIBLE_MIN_ABS:g}..{PLAUSIBLE_MAX_ABS:g})")
+    declared = None if ply.text else _BYTE_ORDER_NAMES.get(ply.byte_order)
+    if declared is None:
+        raise SplatFileError(path, f"{head}: the data is damaged; re-export the file from its source")
+    other = _BYTE_ORDER_NAMES[">" if ply.byte_order == "<" else "<"]
+    swapped = [implausible_fraction(c.view(c.dtype.newbyteorder())) * c.size for c in columns.values()]
+    if sum(swapped) / sum(c.size for c in columns.values()) <= IMPLAUSIBLE_FRACTION:
+        raise SplatFileError(path, f"{head}: the header says {declared} but the data reads as {other}: the byte "
+                                   f"order in its 'format' line is wrong; re-export the file (or fix that line)")
+    raise SplatFileError(path, f"{head}: the data does not match the header's byte order ({declared}) or is "
+                               f"damaged; re-export the file from its source")
+
+
 def read_ply(path: str | os.PathLike) -> SplatData:
     """Read a 3DGS PLY (with or without normals, SH degree 0-3) into :class:`SplatData`.
 
@@ -253,6 +307,7 @@ def read_ply(path: str | os.PathLike) -> SplatData:
     n = len(v)
     if n == 0:
         raise SplatFileError(path, "empty model (0 splats)")
+    check_plausible_values(path, ply, v, [*_REQUIRED, *(n for n in v.dtype.names if n.startswith("f_rest_"))])
     sh = sh_from_vertices(path, v)
     return SplatData(
         means=_columns(v, ["x", "y", "z"]),

@@ -20,7 +20,7 @@ from recon.core.spacetime_data import SpaceTimeData
 from recon.core.splat_data import num_sh_bases
 
 from .ply import MAX_HEADER_BYTES, MIP_COMMENT, _columns, _is_mip, _load_plydata, sh_from_vertices
-from .ply import check_float_properties, sh_rest_to_channel_major
+from .ply import check_float_properties, check_plausible_values, sh_rest_to_channel_major
 from .splats import ModelKindError, SplatFileError, require_regular_file
 
 PLY4D_MARKER = "splatforge_ply4d"
@@ -145,6 +145,7 @@ def read_ply4d(path: str | os.PathLike) -> SpaceTimeData:
     n = len(v)
     if n == 0:
         raise SplatFileError(path, "empty 4D model (0 Gaussians)")
+    check_plausible_values(path, ply, v, [*_REQUIRED4, *(n for n in v.dtype.names if n.startswith("f_rest_"))])
     sh = sh_from_vertices(path, v)
     means4, log_scales4 = _columns(v, ["x", "y", "z", "t"]), _columns(v, [f"scale_{i}" for i in range(4)])
     require_finite(means4[:, 3], path, "vertex property t (time)", SplatFileError)

@@ -24,7 +24,9 @@ Layout of a sequence folder::
 ``time`` is in seconds from the start of the sequence (players need wall time; the default is
 ``index / fps``). Frame files are relative to the manifest, plain names without folders. Every frame
 file is in the file format's own axes (SPZ/GLB: +Y up, PLY/.splat: OpenCV), exactly as a single
-export would write it.
+export would write it; given a :class:`~recon.export.view_sidecar.ViewSidecar`, :class:`SequenceWriter`
+writes its view sidecars beside every frame (``frame_00000.spz.cameras.json``, ``.view.json``), as a
+single export does.
 
 Writes are all-or-nothing: frames and manifest go into a hidden temporary folder beside ``<out>``,
 which is renamed onto ``<out>`` only when everything is written; an existing ``<out>`` is refused
@@ -54,6 +56,7 @@ from recon.core.limits import load_json
 
 from .glb import all_formats, read_any, write_any
 from .splats import SplatFileError
+from .view_sidecar import ViewSidecar, write_view_sidecars
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
@@ -187,8 +190,9 @@ class SequenceWriter:
 
     def __init__(self, out: str | os.PathLike, fps: float, format: str = "spz",
                  camera: Camera | None = None, force: bool = False,
-                 name_pattern: str = "frame_{index:05d}.{ext}"):
+                 name_pattern: str = "frame_{index:05d}.{ext}", sidecar: ViewSidecar | None = None):
         self.out = Path(out)
+        self.sidecar = sidecar  # written beside every frame (FRAME.cameras.json, FRAME.view.json) when given
         self.fps = _check_fps(fps)
         self.format = format.lower().lstrip(".")
         if self.format not in all_formats():
@@ -214,6 +218,8 @@ class SequenceWriter:
             raise ValueError(f"frame {index}: time {t} must be finite and not decrease")
         name = _check_file_name(self.out, self.name_pattern.format(index=index, ext=self.format))
         result = write_any(self._tmp / name, data, self.format)
+        if self.sidecar is not None:
+            write_view_sidecars(self._tmp / name, self.sidecar, self.format)
         self.dropped += result.dropped
         frame = SequenceFrame(t, name)
         self.frames.append(frame)

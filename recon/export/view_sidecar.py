@@ -29,6 +29,7 @@ import numpy as np
 
 from rasterizer.camera import Camera, rigid_inverse
 from recon.core.atomic import atomic_write_bytes, refuse_overwrite
+from recon.core.limits import load_json
 
 from .splats import SplatFileError
 
@@ -79,16 +80,25 @@ def format_of(path: str | os.PathLike) -> str:
     return Path(path).suffix.lower().lstrip(".")
 
 
-def up_from_world_to_cams(world_to_cams, fallback=OPENCV_UP) -> np.ndarray:
-    """Unit [3] world up of a capture: the mean camera up (-y axis of each OpenCV camera, in world) from
-    [C, 4, 4] world-to-camera transforms; ``fallback`` (OpenCV -y) when the cameras disagree (|mean| < 0.3)
-    or there are none."""
+def up_from_world_to_cams(world_to_cams, fallback=OPENCV_UP, min_agreement: float = 0.3,
+                          keep_fallback_within_deg: float = 0.0) -> np.ndarray:
+    """Unit [3] world up of a capture, the one rule of splatforge (export's sidecars, ``view RUN``, the
+    training viewer): the mean camera up (-y axis of each OpenCV camera, in world) of [C, 4, 4]
+    world-to-camera transforms. ``fallback`` (unit [3], OpenCV -y) when there are no cameras, when they
+    disagree (|mean| < ``min_agreement``), or when the mean up is within ``keep_fallback_within_deg`` degrees
+    of ``fallback`` (cameras looking down on an object tilt their ups: the viewer keeps -y for such runs)."""
+    fallback = np.asarray(fallback, dtype=np.float64)
     w2c = np.asarray(world_to_cams, dtype=np.float64).reshape(-1, 4, 4)
     if len(w2c) == 0:
-        return np.asarray(fallback, dtype=np.float64)
+        return fallback
     mean = (-w2c[:, 1, :3]).mean(axis=0)  # row 1 of R: the camera's y axis in world
     n = float(np.linalg.norm(mean))
-    return mean / n if n >= 0.3 else np.asarray(fallback, dtype=np.float64)
+    if n < min_agreement or n == 0.0:
+        return fallback
+    mean = mean / n
+    if keep_fallback_within_deg > 0 and mean @ fallback >= np.cos(np.radians(keep_fallback_within_deg)):
+        return fallback
+    return mean
 
 
 def camera_entry(index: int, name: str, camera: Camera, flip: np.ndarray) -> dict:
@@ -144,13 +154,6 @@ def write_view_sidecars(splat_path: str | os.PathLike, sidecar: ViewSidecar, fmt
     return cams_path, view_path
 
 
-def _load_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SplatFileError(path, f"cannot read the view sidecar ({type(err).__name__}: {err})") from None
-
-
 def read_view_sidecar(splat_path: str | os.PathLike, fmt: str | None = None) -> ViewSidecar | None:
     """The sidecar of ``splat_path`` in the OpenCV world (its axes undone for SPZ/GLB), or None when it has
     none: ``FILE.view.json`` when present, else ``FILE.cameras.json`` (up from the cameras, start camera 0).
@@ -158,7 +161,7 @@ def read_view_sidecar(splat_path: str | os.PathLike, fmt: str | None = None) -> 
     cams_path, view_path = sidecar_paths(splat_path)
     flip = axis_flip(fmt or format_of(splat_path))
     if view_path.is_file():
-        doc = _load_json(view_path)
+        doc = load_json(view_path, "view sidecar", SplatFileError)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise SplatFileError(view_path, f"not a {FORMAT} file (its \"format\" is not {FORMAT!r})")
         if int(doc.get("version", 0)) > VERSION:
@@ -166,7 +169,7 @@ def read_view_sidecar(splat_path: str | os.PathLike, fmt: str | None = None) -> 
                                             f"reads ({VERSION})")
         entries, path = doc.get("cameras"), view_path
     elif cams_path.is_file():
-        doc, entries, path = None, _load_json(cams_path), cams_path
+        doc, entries, path = None, load_json(cams_path, "view sidecar", SplatFileError), cams_path
     else:
         return None
     if not isinstance(entries, list) or not entries:

@@ -105,23 +105,39 @@ def psnr(a: Tensor, b: Tensor, max_value: float = 1.0) -> float:
     return psnr_from_mse(float((a.detach().double() - b.detach().double()).square().mean()), max_value)
 
 
+def to_host(values: Tensor) -> list[float]:
+    """The values of a small 1-D tensor as Python floats: one device sync (on CUDA) for all of them."""
+    return values.tolist()
+
+
 @torch.no_grad()
+def squared_error_terms(render: Tensor, target: Tensor, mask: Tensor | None = None) -> Tensor:
+    """[1] (no mask) or [3] on ``render``'s device and dtype: the MSE of ``render`` clamped to [0, 1] against
+    ``target`` (one fused pass); with a loss ``mask`` ([H, W, 1] or [B, H, W, 1], 1 = keep; soft masks weigh)
+    also the mask-weighted sum of squared errors and the kept weight (mask sum x 3 channels)."""
+    clamped = render.clamp(0.0, 1.0)
+    terms = [F.mse_loss(clamped, target)]
+    if mask is not None:
+        mask = mask.to(render)
+        terms += [((clamped - target).square() * mask).sum(), mask.expand_as(render).sum()]
+    return torch.stack(terms)
+
+
+def quick_psnrs(render: Tensor, target: Tensor, mask: Tensor | None = None) -> tuple[float, float | None]:
+    """(full-image PSNR, masked PSNR or None without ``mask``) of ``render`` clamped to [0, 1] against
+    ``target`` (images [H, W, 3] or [B, H, W, 3], or rays [R, 3]), the MSEs in the storage dtype, read back
+    with one device sync (for progress displays, where :func:`psnr`'s float64 copies cost milliseconds a step
+    at 480 x 272). The masked PSNR is over the pixels a loss ``mask`` keeps: the weighted squared error
+    divided by the kept weight; it never counts pixels outside the mask, filled in or not; inf when the kept
+    pixels match exactly, nan when the mask keeps nothing."""
+    values = to_host(squared_error_terms(render.detach(), target, mask))
+    full = psnr_from_mse(values[0])
+    if mask is None:
+        return full, None
+    sq, weight = values[1], values[2]
+    return full, (math.nan if weight <= 0.0 else psnr_from_mse(sq / weight))
+
+
 def quick_psnr(render: Tensor, target: Tensor) -> float:
-    """PSNR of ``render`` clamped to [0, 1] against ``target`` with the MSE in the storage dtype (one
-    fused pass; for progress displays, where :func:`psnr`'s float64 copies cost milliseconds a step at
-    480 x 272)."""
-    return psnr_from_mse(float(F.mse_loss(render.clamp(0.0, 1.0), target)))
-
-
-@torch.no_grad()
-def quick_masked_psnr(render: Tensor, target: Tensor, mask: Tensor) -> float:
-    """PSNR of ``render`` clamped to [0, 1] against ``target`` over the pixels a loss ``mask`` keeps:
-    the MSE weighted by ``mask`` ([H, W, 1] or [B, H, W, 1], 1 = keep; soft masks weigh) and divided by
-    the kept weight (x 3 channels). Never counts pixels outside the mask, filled in or not; inf when the
-    kept pixels match exactly, nan when the mask keeps nothing. Images [H, W, 3] or [B, H, W, 3]."""
-    mask = mask.to(render)
-    weight = float(mask.expand_as(render).sum())
-    if weight <= 0.0:
-        return math.nan
-    sq = (render.clamp(0.0, 1.0) - target).square() * mask
-    return psnr_from_mse(float(sq.sum()) / weight)
+    """The full-image PSNR of :func:`quick_psnrs`."""
+    return quick_psnrs(render, target)[0]

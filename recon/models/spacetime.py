@@ -254,6 +254,12 @@ class SpaceTimeGaussians(SceneModel):
         """[N] activated 4D opacities (before the temporal factor)."""
         return torch.sigmoid(self.params["logit_opacities"])
 
+    def subset(self, index: Tensor) -> "SpaceTimeGaussians":
+        """A new model of the Gaussians ``index`` ([K] int64 on the model's device), detached, with a fresh
+        optimiser (for rendering a selection: the viewer's opacity filter and crop box)."""
+        params = {n: p.detach().index_select(0, index) for n, p in self.params.items()}
+        return type(self)(params, self.sh_degree, self.extent, self.antialiased, self.lrs)
+
     def to(self, device: torch.device | str) -> "SpaceTimeGaussians":
         device = torch.device(device)
         if device == self.device:

@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
 from rasterizer import rasterize_gaussians
 from rasterizer.camera import Camera
+from recon.core.errors import UsageError
 from recon.core.splat_data import SplatData
+from recon.run.cameras import run_cameras
+
+if TYPE_CHECKING:
+    from recon.run.folder import Run
 
 DEFAULT_THRESHOLD = 0.005
 """lego (1500 steps, data factor 4): 23.8% removed at -0.016 dB; 0.01: 37.4% at -0.24 dB; 0.05: 78.8% (docs/export.md)."""
@@ -90,3 +95,17 @@ def remove_floaters(data: SplatData, cameras: Sequence[Camera], threshold: float
     keep = weight >= threshold
     return FloaterResult(data.subset(keep), int((~keep).sum()), float(threshold), weight)
 
+
+
+def remove_run_floaters(run: "Run", data: SplatData, threshold: float = DEFAULT_THRESHOLD,
+                        device: str | torch.device = "cpu") -> FloaterResult:
+    """:func:`remove_floaters` over the training cameras of ``run`` (``export --remove-floaters`` and
+    ``train --remove-floaters``). UsageError naming --remove-floaters when the run's cameras are not
+    available, naming --floater-threshold for a threshold outside (0, 1)."""
+    cameras, why = run_cameras(run)
+    if cameras is None:
+        raise UsageError(f"--remove-floaters: no training cameras ({why})")
+    try:
+        return remove_floaters(data, cameras, threshold, device=device)
+    except ValueError as err:
+        raise UsageError(str(err)) from None

@@ -33,7 +33,7 @@ from recon.export import write_ply4d, write_splats
 from recon.data.frame_images import FrameImages
 from recon.data.holdout import hold_out
 from recon.models.init_region import parse_init_box, random_init_region
-from recon.losses.image import masked_render, photometric_loss, quick_masked_psnr, quick_psnr
+from recon.losses.image import masked_render, photometric_loss, quick_psnrs
 from recon.models.base import MODELS, SceneModel, model_class
 from recon.models.gaussians import LearningRates
 from recon.nerf.config import FIELD_RANGES as NERF_FIELD_RANGES
@@ -422,9 +422,7 @@ class StepResult:
 def step_psnrs(render: Tensor, target: Tensor, mask: Tensor | None) -> tuple[float, float | None]:
     """(full-image PSNR, masked PSNR or None) of a step's plain ``render`` against ``target`` ([H, W, 3] or
     [B, H, W, 3], or rays [R, 3]); ``mask`` the loss mask shaped like them with 1 channel, or None."""
-    render = render.detach()
-    full = quick_psnr(render, target)
-    return full, None if mask is None else quick_masked_psnr(render, target, mask)
+    return quick_psnrs(render, target, mask)  # one device sync for both
 
 
 class TrainingHook:
@@ -620,25 +618,28 @@ class Trainer:
         """[3] background of one training view (``train_background``: random ones drawn from ``view_gen``)."""
         return named_background(self.train_background, self.scene, self.view_gen).to(self.device)
 
+    def _draw_picks(self, gen: torch.Generator) -> list[tuple[int, torch.Tensor]]:
+        """[(training view index, background [3])] of one step's ``cfg.batch`` views, drawn from ``gen``: per
+        view its index, then its background (a random colour when ``train_background`` is random; batch 1: as
+        ever). The one sampling rule of :meth:`render_views` and :meth:`next_views`."""
+        picks = []
+        for _ in range(self.cfg.batch):
+            i = int(torch.randint(len(self.images), (1,), generator=gen))
+            picks.append((i, named_background(self.train_background, self.scene, gen).to(self.device)))
+        return picks
+
     def next_views(self) -> list[int]:
-        """Indices of the training views the next :meth:`render_views` draws (replayed on a copy of
-        ``view_gen``: per view its index, then a random background's colour when the background is random)."""
+        """Indices of the training views the next :meth:`render_views` draws: :meth:`_draw_picks` on a copy of
+        ``view_gen`` (which it leaves as it is)."""
         g = torch.Generator()
         g.set_state(self.view_gen.get_state())
-        out = []
-        for _ in range(self.cfg.batch):
-            out.append(int(torch.randint(len(self.images), (1,), generator=g)))
-            named_background(self.train_background, self.scene, g)
-        return out
+        return [i for i, _ in self._draw_picks(g)]
 
     def render_views(self, step: int) -> tuple[list, list, torch.Tensor, object]:
         """(picks [(index, background)], targets [H, W, 3] per pick, render [B, H, W, 3], meta) of
-        ``cfg.batch`` random training views, each at its own time (dynamic scenes; static methods ignore
-        it), rendered together with the step's SH degree."""
-        picks = []
-        for _ in range(self.cfg.batch):  # per view its index, then its background (batch 1: as ever)
-            i = int(torch.randint(len(self.images), (1,), generator=self.view_gen))
-            picks.append((i, self.step_background()))
+        ``cfg.batch`` random training views (:meth:`_draw_picks` from ``view_gen``), each at its own time
+        (dynamic scenes; static methods ignore it), rendered together with the step's SH degree."""
+        picks = self._draw_picks(self.view_gen)
         self.images.prefetch(self.next_views())  # decoded on a thread while this step renders
         gts = [self.images.rgb(i, bg) for i, bg in picks]
         self.model.set_step(step, self.cfg.steps)

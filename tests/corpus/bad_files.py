@@ -242,7 +242,36 @@ def ply_with_uchar_opacity() -> bytes:
     return "\n".join(lines).encode() + row * 2
 
 
+def ply_byte_order_swapped(stored: str, declared: str) -> Callable[[], bytes]:
+    """A trained-looking 3DGS PLY (300 splats, SH degree 1) whose data is written ``stored`` ('<' or '>') under
+    a header declaring ``declared`` (binary_little_endian / binary_big_endian): issue 52's silent garbage."""
+    def make() -> bytes:
+        import io
+
+        from plyfile import PlyData, PlyElement
+
+        from recon.export.ply import splats_to_vertex_array
+
+        vertex = splats_to_vertex_array(random_splats(300, sh_degree=1, seed=5, extent=3.0))
+        vertex = vertex.astype([(n, stored + "f4") for n in vertex.dtype.names])
+        buf = io.BytesIO()
+        PlyData([PlyElement.describe(vertex, "vertex")], text=False, byte_order=stored).write(buf)
+        head, sep, body = buf.getvalue().partition(b"end_header\n")
+        fmt = {"<": b"binary_little_endian", ">": b"binary_big_endian"}
+        return head.replace(fmt[stored], declared.encode()) + sep + body
+
+    return make
+
+
 PLY_CASES = [
+    BadFile("ply-big-endian-header-over-little-endian-data",
+            write_bytes("swapped.ply", ply_byte_order_swapped("<", "binary_big_endian")), read_ply,
+            r"implausible for Gaussian splats .*the header says binary_big_endian but the data reads as "
+            r"binary_little_endian", SplatFileError),
+    BadFile("ply-little-endian-header-over-big-endian-data",
+            write_bytes("swapped.ply", ply_byte_order_swapped(">", "binary_little_endian")), read_ply,
+            r"implausible for Gaussian splats .*the header says binary_little_endian but the data reads as "
+            r"binary_big_endian", SplatFileError),
     BadFile("ply-ascii-declares-4g-vertices",
             write_bytes("ascii.ply", ply_declaring(4_000_000_000, "ascii", b"0 " * 14 + b"\n")),
             read_ply, r"declares 4,000,000,000 vertices .* hold at most 1;", SplatFileError),
@@ -581,6 +610,23 @@ def _set_field(name: str, value: float):
     return edit
 
 
+def ply4d_byte_order_swapped(folder: Path) -> Path:
+    """A valid 200-Gaussian ply4d (little-endian data) whose header says binary_big_endian."""
+    from recon.core.spacetime_data import SpaceTimeData
+    from recon.export import write_ply4d
+
+    rng = np.random.default_rng(1)
+    n = 200
+    path = folder / "swapped4d.ply"
+    write_ply4d(path, SpaceTimeData(np.c_[rng.uniform(-0.5, 0.5, (n, 3)), rng.uniform(0, 1, (n, 1))],
+                                    np.log(rng.uniform(0.02, 0.3, (n, 4))), rng.normal(size=(n, 4)),
+                                    rng.normal(size=(n, 4)), rng.normal(size=n), rng.normal(size=(n, 4, 3))))
+    raw = path.read_bytes()
+    end = raw.index(b"end_header")
+    path.write_bytes(raw[:end].replace(b"binary_little_endian", b"binary_big_endian") + raw[end:])
+    return path
+
+
 def read_ply4d_file(path: Path):
     from recon.export import read_ply4d
 
@@ -768,6 +814,8 @@ LIMITS_CASES = [
             names="transforms_train.json"),
     BadFile("colmap-nan-point", colmap_with_nan_point, load,
             r"points3D\.txt: point 7: X Y Z .* is not finite", DataFormatError, names="points3D.txt"),
+    BadFile("ply4d-big-endian-header-over-little-endian-data", ply4d_byte_order_swapped, read_ply4d_file,
+            r"implausible for Gaussian splats .*the header says binary_big_endian", SplatFileError),
     BadFile("ply4d-nan-time", ply4d_edited(_set_field("t", float("nan"))), read_ply4d_file,
             r"vertex property t \(time\) holds 1 non-finite", SplatFileError),
     BadFile("ply4d-nan-scale", ply4d_edited(_set_field("scale_2", float("inf"))), read_ply4d_file,

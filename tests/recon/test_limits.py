@@ -118,9 +118,15 @@ def test_npy_and_npz_headers_checked_against_bytes_present(tmp_path):
 
 
 def test_memory_guard_turns_memory_error_into_one_line():
-    with pytest.raises(InputFileError, match=r"^in\.ply: out of memory while reading it"):
+    with pytest.raises(InputFileError, match=r"^in\.ply: out of memory while reading it") as caught:
         with limits.memory_guard("in.ply"):
             raise MemoryError("Unable to allocate 8.00 TiB for an array")
+    from recon.core.errors import memory_line
+
+    # one message: the guard's and the CLI's lines differ only in how they name the input
+    cli_line = memory_line(MemoryError("Unable to allocate 8.00 TiB for an array"), "in.ply")
+    assert str(caught.value) == "in.ply: " + cli_line.replace("reading in.ply", "reading it")
+    assert "\n" not in cli_line and "8.00 TiB" in cli_line and "more memory" in cli_line
 
 
 def test_cli_memory_error_is_one_line_naming_the_input(tmp_path, monkeypatch, capsys):

@@ -94,6 +94,37 @@ def test_render_frame_renders_the_model_at_the_current_time(file4d, tmp_path):
     assert lit(late)[:, 36:].mean() > 0.1 and lit(late)[:, :28].mean() < 0.01  # right half at t = 1
 
 
+def test_render_of_a_4d_scene_honours_the_crop_box_and_min_opacity(file4d, tmp_path):
+    """The render button leaves out what the browser leaves out, for 4D models as for 3D: a crop box around
+    part of the t = 0 Gaussians renders exactly like a file holding only those; a threshold above every
+    opacity (sigmoid(3) = 0.95 at most) leaves the background."""
+    from viewer.camera_path import viser_camera_to_frame
+    from viewer.crop import CropBox
+
+    frame = viser_camera_to_frame((1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0), math.radians(60), 64, 48)
+    black = (0.0, 0.0, 0.0)
+    scene = load_scene(file4d)
+    scene.set_time(0.0)
+    full = scene.render_image(frame, black, "cpu")
+    crop = CropBox((-0.7, -1.0, 3.0), (-0.2, 1.0, 5.0))  # the right part of the t = 0 (left) half
+    cropped = scene.render_image(frame, black, "cpu", crop=crop)
+    data = two_moments()
+    inside = crop.contains(data.means4[:, :3])  # identity rotations: the sliced centre is (x, y, z)
+    assert 0 < len(scene.browser(crop=crop)) == int(inside[:100].sum())
+    only = tmp_path / "only.ply"
+    write_ply4d(only, data.subset(inside))
+    alone = load_scene(only)
+    alone.set_time(0.0)
+    np.testing.assert_allclose(cropped, alone.render_image(frame, black, "cpu"), atol=1e-6)
+    lit = lambda img: img.sum(-1) > 0.05  # noqa: E731
+    assert lit(cropped).sum() < 0.8 * lit(full).sum()
+    assert np.array_equal(scene.render_image(frame, (0.2, 0.3, 0.4), "cpu", min_opacity=0.99),
+                          np.broadcast_to(np.float32([0.2, 0.3, 0.4]), (48, 64, 3)))
+    outside = CropBox((5.0, 5.0, 5.0), (6.0, 6.0, 6.0))
+    assert not scene.render_image(frame, black, "cpu", crop=outside).any()
+    np.testing.assert_array_equal(scene.render_image(frame, black, "cpu", min_opacity=0.0), full)
+
+
 def test_time_flags_checked_before_a_server_starts(file4d, tmp_path, monkeypatch):
     import viser
 

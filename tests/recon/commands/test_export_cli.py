@@ -1,5 +1,7 @@
 """`splatforge export`: inputs (run folder, files), formats, budgets, --force, report, PSNR hook."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from rasterizer.camera import Camera
 from recon.export.glb import read_any
 from recon.export.report import format_report
 from recon.export.splats import random_splats
+from recon.run.folder import Run
 
 
 def make_run(tmp_path, n=500, config="data: /nonexistent/dataset\n"):
@@ -95,8 +98,9 @@ def test_camera_footprint_used_for_run_with_cameras(tmp_path, monkeypatch):
     run = make_run(tmp_path, n=50)
     K = np.array([[50.0, 0, 32], [0, 50, 24], [0, 0, 1]])
     cams = [Camera.from_arrays(np.eye(4), K, 64, 48)]
-    monkeypatch.setattr("recon.commands.export.run_cameras", lambda run_dir: (cams, ""))
-    report = run_export(ExportConfig(input=run, out=tmp_path / "o.ply", max_splats=10))
+    frames = [SimpleNamespace(name="a", camera=cams[0])]  # the run's dataset: one training view
+    monkeypatch.setattr(Run, "scene", property(lambda self: SimpleNamespace(frames_train=frames)))
+    report = run_export(ExportConfig(input=run, out=tmp_path / "o.ply", max_splats=10, evaluate=False))
     assert report.importance == "footprint" and report.splats == 10
 
 

@@ -53,8 +53,14 @@ def test_scale_intrinsics():
 
 def test_load_image_errors_name_file(tmp_path):
     f = frames_for(1, tmp_path)[0]
-    with pytest.raises(MissingImageError, match=r"img_000\.png"):
+    with pytest.raises(MissingImageError, match=r"img_000\.png: image file not found$"):
         load_image(f)
+    from recon.data.scene import image_size, read_json_object
+
+    with pytest.raises(MissingImageError, match=r"img_000\.png: image file not found$"):
+        image_size(f.image_path)
+    with pytest.raises(DataFormatError, match=r"transforms\.json: JSON file not found$"):
+        read_json_object(tmp_path / "transforms.json", "a transforms object")
     Image.fromarray(np.zeros((5, 5, 3), np.uint8)).save(f.image_path)
     with pytest.raises(MissingImageError, match=r"img_000\.png is 5x5.*16x12"):
         load_image(f)

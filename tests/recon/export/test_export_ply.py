@@ -168,3 +168,42 @@ def test_smallest_files_pass_the_count_check(tmp_path, fmt):
     path.write_bytes(header + body)
     d = read_ply(path)
     assert len(d) == 2 and np.all(d.means == 1.0)
+
+
+def test_wrong_byte_order_is_one_line_and_real_value_ranges_load(tmp_path):
+    """Issue 52: a header whose byte order is not the data's is refused naming the file and the byte order;
+    the plausibility band is generous: large-ish trained values, exact zeros and a few outliers load."""
+    rng = np.random.default_rng(0)
+    n = 2000
+    data = random_splats(n, sh_degree=3, seed=2)
+    data.means = rng.uniform(-5e3, 5e3, (n, 3)).astype(np.float32)  # an unbounded capture's far points
+    data.logit_opacities = rng.uniform(-60, 60, n).astype(np.float32)
+    data.log_scales = rng.uniform(-25, 8, (n, 3)).astype(np.float32)
+    data.quats[: n // 2] = [1.0, 0.0, 0.0, 0.0]  # exact zeros
+    data.sh[:, 1:] = 0.0
+    data.sh[:, 1:][::20] = 1e-35  # a few (denormal-ish) outliers: 5 % of the rows' SH rest
+    path = tmp_path / "big.ply"
+    write_ply(path, data)
+    back = read_ply(path)
+    assert np.array_equal(back.means, data.means) and np.array_equal(back.sh, data.sh)
+    raw = path.read_bytes()
+    end = raw.index(b"end_header")
+    path.write_bytes(raw[:end].replace(b"binary_little_endian", b"binary_big_endian") + raw[end:])
+    with pytest.raises(SplatFileError) as info:
+        read_ply(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message
+    assert "implausible" in message and "header says binary_big_endian but the data reads as binary_little_endian" \
+        in message
+
+
+def test_garbage_values_in_an_ascii_ply_are_refused(tmp_path):
+    """Values no model holds (1e30 in bulk) are refused also where no byte order is involved."""
+    n = 40
+    vertex = np.zeros(n, dtype=[(p, "<f4") for p in property_names(0)])
+    for name in vertex.dtype.names:
+        vertex[name] = np.float32(1e30)
+    path = tmp_path / "garbage.ply"
+    PlyData([PlyElement.describe(vertex, "vertex")], text=True).write(str(path))
+    with pytest.raises(SplatFileError, match=r"garbage\.ply: 100% of its vertex values are implausible .*damaged"):
+        read_ply(path)

@@ -68,6 +68,38 @@ def test_round_trip_and_3dgs_layout(tmp_path):
     assert np.allclose(only.up, [0, 0, 1], atol=1e-6) and only.start == 0
 
 
+def rotated(cams, axis_angle_deg):
+    """``cams`` with the world rotated about x by ``axis_angle_deg`` degrees."""
+    a = np.radians(axis_angle_deg)
+    Rw = np.eye(4)
+    Rw[1:3, 1:3] = [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]
+    return [Camera.from_arrays(c.world_to_cam_numpy() @ np.linalg.inv(Rw), c.K_numpy(), c.width, c.height)
+            for c in cams]
+
+
+def test_one_up_rule_for_export_and_viewer():
+    """Export's sidecars and the viewer share up_from_world_to_cams; the viewer only keeps -y for ups near it."""
+    from viewer.scene import up_from_cameras
+    from viewer.splat_scene import TrainingCamera
+
+    def both(cams):
+        return (up_from_world_to_cams([c.world_to_cam_numpy() for c in cams]),
+                up_from_cameras([TrainingCamera(f"{i}", c) for i, c in enumerate(cams)]))
+
+    z_up = ring_cameras()
+    for up in both(z_up):
+        assert np.allclose(up, [0, 0, 1], atol=1e-6)
+    tilted = rotated(ring_cameras(z_up=False), 30.0)  # the world's up 30 degrees from -y
+    expected = np.array([0.0, -np.cos(np.radians(30)), -np.sin(np.radians(30))])
+    export_up, viewer_up = both(tilted)
+    assert np.allclose(export_up, expected, atol=1e-6) and np.allclose(viewer_up, [0, -1, 0])
+    export_up, viewer_up = both(rotated(ring_cameras(z_up=False), 60.0))  # beyond 45 degrees: both follow
+    assert np.allclose(export_up, viewer_up) and abs(export_up[1] + 0.5) < 1e-6
+    opposed = ring_cameras(2) + rotated(ring_cameras(2), 180.0)  # ups cancel: no agreement
+    for up in both(opposed) + both([]):
+        assert np.allclose(up, [0, -1, 0])
+
+
 def test_writes_are_atomic_and_refuse_overwrite(tmp_path, monkeypatch):
     f = tmp_path / "m.ply"
     sc = ViewSidecar(ring_cameras(), up=np.array([0.0, 0, 1]))
@@ -110,7 +142,11 @@ def test_malformed_sidecar_is_one_line(tmp_path):
     with pytest.raises(SplatFileError, match="m.ply.view.json"):
         read_view_sidecar(f)
     sidecar_paths(f)[1].write_text("{not json")
-    with pytest.raises(SplatFileError, match="cannot read"):
+    with pytest.raises(SplatFileError, match=r"m.ply.view.json: not valid JSON \(view sidecar"):
+        read_view_sidecar(f)
+    sidecar_paths(f)[1].unlink()
+    sidecar_paths(f)[0].write_bytes(b"[\xff]")
+    with pytest.raises(SplatFileError, match="m.ply.cameras.json: view sidecar is not UTF-8"):
         read_view_sidecar(f)
 
 
@@ -159,18 +195,23 @@ def test_pose_helper_agrees():
 
 
 def test_export_of_a_run_writes_its_training_cameras(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from recon.run.folder import Run
     from tests.recon.commands.test_export_cli import make_run
 
     run = make_run(tmp_path, n=30)
     cams = ring_cameras()
-    monkeypatch.setattr("recon.commands.export.run_cameras", lambda r: (cams, ""))
+    frames = [SimpleNamespace(name=f"r_{i}", camera=c) for i, c in enumerate(cams)]  # the run's dataset
+    monkeypatch.setattr(Run, "scene", property(lambda self: SimpleNamespace(frames_train=frames)))
     out = tmp_path / "o.glb"
-    report = run_export(ExportConfig(input=run, out=out, quiet=True))
+    report = run_export(ExportConfig(input=run, out=out, quiet=True, evaluate=False))
     assert any("view sidecars" in n for n in report.notes)
     back = read_view_sidecar(out)
     same_cameras(back.cameras, cams)
+    assert back.names == [f"r_{i}" for i in range(len(cams))]
     assert back.start == 0 and np.allclose(back.up, [0, 0, 1], atol=1e-6)  # the mean camera up
     assert np.allclose(json.loads(sidecar_paths(out)[1].read_text())["up"], [0, 0, -1], atol=1e-6)  # glTF axes
-    monkeypatch.setattr("recon.commands.export.run_cameras", lambda r: (None, "dataset not available"))
+    monkeypatch.undo()  # the run's dataset (/nonexistent/dataset) is not here: no cameras, no sidecar
     report = run_export(ExportConfig(input=run, out=tmp_path / "p.ply", quiet=True))
     assert any("no view sidecar" in n for n in report.notes)

@@ -149,17 +149,30 @@ def test_train_remove_floaters_shows_the_cleaned_model_in_the_live_viewer(tmp_pa
     import recon.commands.train as train_cmd
     from viewer.training import TrainingViewer
 
-    shown = []
+    shown, handed, cleaned = [], [], []
 
     class Recording(TrainingViewer):
+        def show_splats(self, data):
+            handed.append(data)
+            super().show_splats(data)
+
         def stop(self):  # what the viewer shows when training (and cleaning) is over
             if self.viewer is not None:
                 shown.append(len(self.viewer.scene.splats))
             super().stop()
 
+    def recording_clean_run(cfg, metrics, log=print):
+        metrics, kept = clean_run(cfg, metrics, log)
+        cleaned.append(kept)
+        return metrics, kept
+
+    from recon.commands.train_floaters import clean_run
+
     monkeypatch.setattr(train_cmd, "make_viewer_hook",
                         lambda cfg, log=print: Recording(every=1000, port=0, verbose=False))
+    monkeypatch.setattr("recon.commands.train_floaters.clean_run", recording_clean_run)
     out = tmp_path / "run"
     train_cmd.train(floater_cfg(out, viewer=True, viewer_port=0, viewer_keep_open=False))
     kept = json.loads((out / "metrics.json").read_text())["floaters"]["kept"]
     assert shown == [kept]
+    assert len(handed) == 1 and handed[0] is cleaned[0]  # the cleaned model in memory, not reread from disk

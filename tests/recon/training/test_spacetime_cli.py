@@ -222,3 +222,36 @@ def test_render_refusals_write_nothing(run4d, run3d, tmp_path):
     with pytest.raises(OutputError, match="must end in"):
         render_video(run4d, "orbit", tmp_path / "a.gif", progress=False, time=0.5)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_4d_exports_write_view_sidecars_like_3d_ones(run4d, tmp_path):
+    """--format ply4d and each frame of a --times sequence get FILE.cameras.json / FILE.view.json (the run's
+    training cameras; a ply4d file's own carried over); --no-view-sidecars writes none."""
+    from recon.export.view_sidecar import read_view_sidecar, sidecar_paths
+
+    cams = Run.open(run4d).cameras
+    m = tmp_path / "m.ply"
+    report = run_export(ExportConfig(input=run4d, out=m, format="ply4d", quiet=True))
+    assert any(n.startswith("view sidecars") for n in report.notes), report.notes
+    back = read_view_sidecar(m)
+    assert len(back.cameras) == len(cams) and np.allclose(back.cameras[0].world_to_cam_numpy(),
+                                                          cams[0].world_to_cam_numpy(), atol=1e-9)
+    sidecar_paths(tmp_path / "n.ply")[0].write_text("[]")
+    with pytest.raises(FileExistsError, match=r"n\.ply\.cameras\.json"):  # refused before any work
+        run_export(ExportConfig(input=run4d, out=tmp_path / "n.ply", format="ply4d", quiet=True))
+    assert not (tmp_path / "n.ply").exists()
+    seq = tmp_path / "seq"
+    report = run_export(ExportConfig(input=m, out=seq, times="0:1:2", format="spz", quiet=True))  # carried over
+    assert any("view sidecars beside each frame" in n for n in report.notes), report.notes
+    for frame in read_sequence(seq).frames:
+        side = read_view_sidecar(seq / frame.file)
+        assert len(side.cameras) == len(cams) and np.allclose(side.up, back.up)
+        assert np.allclose(side.cameras[1].world_to_cam_numpy(), cams[1].world_to_cam_numpy(), atol=1e-6)
+    assert sorted(p.name for p in seq.iterdir()) == sorted(
+        ["manifest.json"] + [n for f in read_sequence(seq).frames
+                             for n in (f.file, f.file + ".cameras.json", f.file + ".view.json")])
+    off = tmp_path / "off"
+    run_export(ExportConfig(input=run4d, out=off, times="0:1:2", quiet=True, view_sidecars=False))
+    assert sorted(p.name for p in off.iterdir()) == ["frame_00000.ply", "frame_00001.ply", "manifest.json"]
+    run_export(ExportConfig(input=run4d, out=tmp_path / "o.ply", format="ply4d", quiet=True, view_sidecars=False))
+    assert not any(p.exists() for p in sidecar_paths(tmp_path / "o.ply"))

@@ -36,6 +36,28 @@ def test_quick_psnr_matches_psnr_of_the_clamped_render():
     assert quick_psnr(target, target) == math.inf
 
 
+def test_quick_psnrs_one_host_read_and_the_same_numbers(monkeypatch):
+    """A step's full and masked PSNR come back in one device sync, with exactly the numbers of the separate
+    float32 computations (the masked one: weighted squared error over the kept weight)."""
+    import recon.losses.image as image
+
+    g = torch.Generator().manual_seed(3)
+    render, target = torch.rand(2, 8, 9, 3, generator=g) * 1.2 - 0.1, torch.rand(2, 8, 9, 3, generator=g)
+    mask = (torch.rand(2, 8, 9, 1, generator=g) > 0.4).float()
+    reads = []
+    monkeypatch.setattr(image, "to_host", lambda t: reads.append(t) or t.tolist())
+    full, masked = image.quick_psnrs(render, target, mask)
+    assert len(reads) == 1
+    clamped = render.clamp(0, 1)
+    weight = float(mask.expand_as(render).sum())
+    assert full == image.psnr_from_mse(float(torch.nn.functional.mse_loss(clamped, target)))
+    assert masked == image.psnr_from_mse(float(((clamped - target).square() * mask).sum()) / weight)
+    keep = mask.expand_as(render) > 0
+    assert abs(masked - psnr(clamped[keep], target[keep])) < 1e-4  # the PSNR of the kept pixels alone
+    assert image.quick_psnrs(render, target) == (full, None)
+    assert math.isnan(image.quick_psnrs(render, target, torch.zeros_like(mask))[1])
+
+
 def test_photometric_loss_mix():
     g = torch.Generator().manual_seed(2)
     a, b = torch.rand(16, 16, 3, generator=g), torch.rand(16, 16, 3, generator=g)

@@ -132,3 +132,26 @@ def test_next_views_are_the_views_the_next_step_draws(tmp_path):
                 picks, _, _, _ = trainer.render_views(step)
             assert [i for i, _ in picks] == expected
         trainer.images.close()
+
+
+def test_prefetch_does_not_change_the_picks(tmp_path):
+    """For a seed, the sequence of picks (view indices and random backgrounds) is the same whether the trainer
+    prefetches the next views or not: next_views replays the sampling on a copy of the generator."""
+    root, _ = make_dataset(tmp_path / "ns")
+
+    def picks_of(prefetch: bool) -> list:
+        trainer = Trainer(TrainConfig(data=root, out=tmp_path / "run", progress=False, init_num_random=200,
+                                      steps=4, save_every=0, background="random", batch=2, seed=7),
+                          log=quiet, writes_outputs=False)
+        if not prefetch:
+            trainer.next_views = lambda: []  # nothing drawn ahead, nothing prefetched
+        out = []
+        for step in range(4):
+            with torch.no_grad():
+                picks, _, _, _ = trainer.render_views(step)
+            out += [(i, bg.tolist()) for i, bg in picks]
+        trainer.images.close()
+        return out
+
+    with_prefetch, without = picks_of(True), picks_of(False)
+    assert with_prefetch == without and len({i for i, _ in without}) > 1
