@@ -6,6 +6,9 @@
   ``<name>.gimg`` per image and report.json / report.csv (recon/image/report.py: per image and the mean).
   ``--bpp B`` chooses N = floor(B W H / nominal bits per Gaussian) of the encoding (recon/image/codec.py:
   32 (5 + C) bits for float32, 32 + 24 + 8 C bits quantised); quantised files come out below B (zstandard).
+- ``splatforge image fit IMAGE --model rbf --out model.grbf [--params P] [--neurons K]``: a Gaussian RBF field
+  instead (recon/image/rbf_fit.py; .grbf: recon/image/grbf.py), sized to P parameters (default: those of
+  --gaussians N image Gaussians, N (5 + C)).
 - ``splatforge image render MODEL (--scale S | --size WxH) --out out.png``: any size, up or down. The default
   fit's models are area-sampled (each pixel averages its own area, ``pixel_variance``), at every output size:
   that is the anti-aliasing. Point-sampled models (``--preset gaussianimage``) are low-passed below the fitted
@@ -61,6 +64,14 @@ class FitArgs:
     """show a progress bar with the PSNR."""
     force: bool = False
     """overwrite existing output files."""
+    model: Literal["gaussians", "rbf"] = "gaussians"
+    """gaussians: 2D Gaussians (.gimg); rbf: a Gaussian RBF field, low-resolution feature grids + one layer of
+    Gaussian RBF neurons (.grbf; recon/image/rbf_fit.py), sized to the parameters of --gaussians N image
+    Gaussians unless --params is given."""
+    params: Optional[int] = None
+    """--model rbf: parameter budget (default: that of --gaussians N image Gaussians, N (5 + C))."""
+    neurons: int = 64
+    """--model rbf: Gaussian RBF neurons."""
 
 
 @dataclass
@@ -68,7 +79,7 @@ class RenderArgs:
     """Render a .gimg model at any size (anti-aliased below the fitted size)."""
 
     model: Annotated[Path, tyro.conf.Positional]
-    """a .gimg file written by `splatforge image fit`."""
+    """a .gimg or .grbf file written by `splatforge image fit`."""
     scale: Optional[float] = None
     """output size = fitted size x scale (e.g. 0.5, 3.5); default 1."""
     size: Optional[str] = None
@@ -88,7 +99,7 @@ class CompareArgs:
     """The image, the model's render and the error, side by side in one PNG."""
 
     model: Annotated[Path, tyro.conf.Positional]
-    """a .gimg file."""
+    """a .gimg or .grbf file."""
     image: Annotated[Path, tyro.conf.Positional]
     """the image it was fitted to."""
     out: Path = Path("compare.png")
@@ -150,6 +161,23 @@ def check_fit_args(args: FitArgs) -> None:
         raise UsageError(f"--steps {args.steps}: must be >= 1")
     if args.gaussians is not None and args.bpp is not None:
         raise UsageError("--gaussians and --bpp: give one of them, not both")
+    if args.model == "rbf":
+        for flag, given in (("--bpp", args.bpp is not None), ("--quantize", args.quantize),
+                            ("--preset gaussianimage", args.preset != "default"), ("--init", args.init is not None),
+                            ("--loss l1+ssim", args.loss != "l2")):
+            if given:
+                raise UsageError(f"{flag}: an option of the Gaussian fit; --model rbf takes --params, --neurons, "
+                                 f"--steps and --seed")
+        if args.params is not None and args.params < 1:
+            raise UsageError(f"--params {args.params}: must be >= 1")
+        if args.neurons < 1:
+            raise UsageError(f"--neurons {args.neurons}: must be >= 1")
+    elif args.params is not None:
+        raise UsageError("--params: the parameter budget of --model rbf; Gaussians are counted with --gaussians")
+
+
+def model_suffix(args: FitArgs) -> str:
+    return ".grbf" if args.model == "rbf" else ".gimg"
 
 
 def fit_command(args: FitArgs) -> None:
@@ -163,9 +191,14 @@ def fit_command(args: FitArgs) -> None:
         return
     if not source.exists():
         raise FileNotFoundError(f"{source}: no such file or folder; give an image or a folder of images")
-    check_output_file(args.out, args.force, suffixes=(".gimg",))
+    check_output_file(args.out, args.force, suffixes=(model_suffix(args),))
     loaded = read_image(source)
     record = fit_one(args, loaded, Path(args.out))
+    if args.model == "rbf":
+        print(f"wrote {args.out}: Gaussian RBF field of {record.parameters:,} parameters, PSNR {record.psnr:.2f} dB, "
+              f"MS-SSIM {record.ms_ssim:.4f}, {record.bpp:.3f} bits per pixel ({record.file_bytes:,} bytes), "
+              f"{record.seconds:.1f} s")
+        return
     print(f"wrote {args.out}: {record.gaussians:,} Gaussians, PSNR {record.psnr:.2f} dB, MS-SSIM "
           f"{record.ms_ssim:.4f}, {record.bpp:.3f} bits per pixel ({record.file_bytes:,} bytes, {record.encoding}), "
           f"{record.seconds:.1f} s")
@@ -174,6 +207,8 @@ def fit_command(args: FitArgs) -> None:
 def fit_one(args: FitArgs, loaded, out: Path, label: str = ""):
     """Fit ``loaded`` (recon.image.io.LoadedImage), write ``out`` and return its ImageRecord (measured on the
     file as read back)."""
+    if args.model == "rbf":
+        return fit_one_rbf(args, loaded, out, label)
     from recon.image.codec import bits_per_pixel
     from recon.image.fit import PRESETS, fit_image
     from recon.image.gimg import read_gimg, write_gimg
@@ -198,7 +233,42 @@ def fit_one(args: FitArgs, loaded, out: Path, label: str = ""):
     return ImageRecord(image=loaded.source.get("name", ""), model=out.name, width=loaded.width, height=loaded.height,
                        layout=loaded.layout, gaussians=n, steps=cfg.steps, encoding=encoding_of(args),
                        psnr=psnr(render, loaded.pixels), ms_ssim=value, ms_ssim_window=window, file_bytes=size,
-                       bpp=bits_per_pixel(size, loaded.width, loaded.height), seconds=seconds)
+                       bpp=bits_per_pixel(size, loaded.width, loaded.height), seconds=seconds,
+                       parameters=n * (5 + loaded.pixels.shape[2]))
+
+
+def fit_one_rbf(args: FitArgs, loaded, out: Path, label: str = ""):
+    """:func:`fit_one` for --model rbf (recon/image/rbf_fit.py; the .grbf file, recon/image/grbf.py)."""
+    from recon.image.codec import bits_per_pixel
+    from recon.image.grbf import read_grbf, write_grbf
+    from recon.image.rbf_fit import RBFFitConfig, fit_rbf_image
+    from recon.image.rbf_image import render_rbf_image
+    from recon.image.report import ImageRecord, ms_ssim
+    from recon.image.resample import psnr
+
+    channels = loaded.pixels.shape[2]
+    budget = args.params if args.params is not None else gaussian_count(args, loaded.width, loaded.height,
+                                                                        channels) * (5 + channels)
+    backend = args.backend if args.backend in ("reference", "auto") else ("numba" if args.backend == "cpu" else "matmul")
+    cfg = RBFFitConfig(parameters=budget, neurons=args.neurons, seed=args.seed, backend=backend)
+    if args.steps:
+        cfg.steps = args.steps
+    started = time.perf_counter()
+    try:
+        with FitProgress(args.progress, cfg.steps, label or loaded.source.get("name", "")) as on_step:
+            result = fit_rbf_image(loaded.pixels, cfg, layout=loaded.layout, source=loaded.source, progress=on_step)
+    except ValueError as err:  # a budget too small for the decoder
+        raise UsageError(f"--params {budget}: {err}") from None
+    seconds = time.perf_counter() - started
+    size = write_grbf(out, result.model, force=args.force)
+    stored = read_grbf(out)
+    render = render_rbf_image(stored, backend=backend)
+    value, window = ms_ssim(render, loaded.pixels)
+    return ImageRecord(image=loaded.source.get("name", ""), model=out.name, width=loaded.width, height=loaded.height,
+                       layout=loaded.layout, gaussians=0, steps=cfg.steps, encoding="float32",
+                       psnr=psnr(render, loaded.pixels), ms_ssim=value, ms_ssim_window=window, file_bytes=size,
+                       bpp=bits_per_pixel(size, loaded.width, loaded.height), seconds=seconds,
+                       parameters=stored.parameters)
 
 
 class FitProgress:
@@ -237,25 +307,27 @@ def fit_folder(args: FitArgs) -> None:
     if not files:
         raise UsageError(f"{args.input}: no image files in this folder (looked for .png, .jpg, ...)")
     stems = [f.stem for f in files]
+    suffix = model_suffix(args)
     twins = sorted({s for s in stems if stems.count(s) > 1})
     if twins:
         raise UsageError(f"{args.input}: several images share the name {twins[0]!r} (e.g. .png and .jpg) and would "
-                         f"write the same {twins[0]}.gimg; keep one of them")
+                         f"write the same {twins[0]}{suffix}; keep one of them")
     out = Path(args.out)
-    if out.suffix.lower() == ".gimg":
-        raise UsageError(f"--out {out}: for a folder of images give an output folder, not a .gimg file")
+    if out.suffix.lower() in (".gimg", ".grbf"):
+        raise UsageError(f"--out {out}: for a folder of images give an output folder, not a {out.suffix} file")
     ensure_writable_folder(out)
-    for name in [f"{s}.gimg" for s in stems] + [REPORT_JSON, REPORT_CSV]:
+    for name in [f"{s}{suffix}" for s in stems] + [REPORT_JSON, REPORT_CSV]:
         refuse_overwrite(out / name, args.force)  # before any fitting
     loaded = [read_image(f) for f in files]  # every file checked before the first fit
     for item in loaded:  # and every Gaussian count (--bpp too low for a small image)
         gaussian_count(args, item.width, item.height, item.pixels.shape[2])
     records = []
     for i, image_ in enumerate(loaded):
-        record = fit_one(args, image_, out / f"{files[i].stem}.gimg", label=f"[{i + 1}/{len(files)}] {files[i].name}")
+        record = fit_one(args, image_, out / f"{files[i].stem}{suffix}", label=f"[{i + 1}/{len(files)}] {files[i].name}")
         records.append(record)
+        size = f"{record.parameters:,} parameters" if args.model == "rbf" else f"{record.gaussians:,} Gaussians"
         print(f"{files[i].name}: PSNR {record.psnr:.2f} dB, MS-SSIM {record.ms_ssim:.4f}, {record.bpp:.3f} bpp, "
-              f"{record.gaussians:,} Gaussians, {record.seconds:.1f} s")
+              f"{size}, {record.seconds:.1f} s")
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(args).items()}
     paths = write_reports(out, records, settings, force=args.force)
     mean = mean_record(records)
@@ -266,13 +338,32 @@ def fit_folder(args: FitArgs) -> None:
 # ------------------------------------------------------------------------------------------ render
 
 
+def read_image_model(path: Path):
+    """The model in a .gimg (ImageGaussians) or .grbf (ImageRBF) file, told apart by the file's first bytes."""
+    from recon.image import grbf
+    from recon.image.gimg import read_gimg
+
+    path = Path(path)
+    if path.is_file():
+        with open(path, "rb") as fh:
+            if fh.read(len(grbf.MAGIC)) == grbf.MAGIC:
+                return grbf.read_grbf(path)
+    return read_gimg(path)
+
+
 def render_at(model, out_width: int, out_height: int, antialias: bool = True, backend: str = "auto"):
     """[H, W, C] render of ``model`` at out_width x out_height, clamped to [0, 1]. An area-sampled model
     (``pixel_variance`` > 0, the default fit) averages each output pixel's own area at every size, which is the
     anti-aliasing; a point-sampled one (GaussianImage's) is low-passed below the fitted size when ``antialias``
-    (recon/image/resample.py)."""
+    (recon/image/resample.py). A Gaussian RBF field is box-supersampled below its fitted size when ``antialias``
+    (recon/image/rbf_image.py)."""
     from recon.image.model import render_image
+    from recon.image.rbf_image import ImageRBF, render_rbf_image
     from recon.image.resample import prefilter_variance
+
+    if isinstance(model, ImageRBF):
+        rbf_backend = backend if backend in ("reference", "auto") else ("numba" if backend == "cpu" else "matmul")
+        return render_rbf_image(model, out_width, out_height, rbf_backend, antialias)
 
     point_sampled = model.pixel_variance == 0.0
     variance = prefilter_variance(model.width, model.height, out_width, out_height) if antialias and point_sampled \
@@ -281,7 +372,6 @@ def render_at(model, out_width: int, out_height: int, antialias: bool = True, ba
 
 
 def render_command(args: RenderArgs) -> None:
-    from recon.image.gimg import read_gimg
     from recon.image.io import write_png
     from recon.image.resample import check_memory, output_size
     from recon.outputs.paths import check_output_file
@@ -293,7 +383,7 @@ def render_command(args: RenderArgs) -> None:
     if args.scale is not None and not args.scale > 0:  # refused before the model is read
         raise UsageError(f"--scale {args.scale}: must be a positive number (e.g. 0.5 to halve, 3.5 to enlarge)")
     check_output_file(args.out, args.force, suffixes=(".png",))
-    model = read_gimg(args.model)
+    model = read_image_model(args.model)
     width, height = output_size(model.width, model.height, args.scale, args.size)
     check_memory(width, height, model.channels, args.max_memory_gb)
     started = time.perf_counter()
@@ -321,13 +411,12 @@ def side_by_side(original, render, layout: str):
 
 
 def compare_command(args: CompareArgs) -> None:
-    from recon.image.gimg import read_gimg
     from recon.image.io import read_image, write_png
     from recon.image.resample import psnr
     from recon.outputs.paths import check_output_file
 
     check_output_file(args.out, args.force, suffixes=(".png",))
-    model = read_gimg(args.model)
+    model = read_image_model(args.model)
     loaded = read_image(args.image)
     if loaded.layout != model.layout:
         raise UsageError(f"{args.image}: a {loaded.layout} image, but {args.model} was fitted to a {model.layout} "

@@ -76,28 +76,36 @@ def read_gimg(path: str | Path) -> ImageGaussians:
     return decode_gimg(path.read_bytes(), str(path))
 
 
+def read_preamble(data: bytes, name: str, magic: bytes, kind: str, version_max: int, error, redo: str) -> int:
+    """End offset of the JSON header of a file of this container (magic, uint16 version, uint32 header length,
+    JSON header, payload: .gimg and .grbf); ``error`` (an exception class) for a bad magic, a future or impossible
+    version, a cut-short file. ``kind`` names the file type (".gimg"), ``redo`` says how to write it again."""
+    if len(data) < PREAMBLE.size:
+        if magic.startswith(data[:len(magic)]) and data:
+            raise error(f"{name}: truncated: {len(data)} bytes, shorter than the {PREAMBLE.size}-byte preamble; "
+                        f"{redo}")
+        raise error(f"{name}: not a {kind} file (too short, {len(data)} bytes); give a model written by "
+                    f"`splatforge image fit`")
+    found, version, header_bytes = PREAMBLE.unpack_from(data)
+    if found != magic:
+        raise error(f"{name}: not a {kind} file (it starts with {found[:8]!r}, a {kind} file with {magic!r}); "
+                    f"give a model written by `splatforge image fit`")
+    if version > version_max:
+        raise error(f"{name}: {kind} format version {version} was written by a newer splatforge; this "
+                    f"splatforge reads format version {version_max} and older: upgrade splatforge")
+    if version < 1:
+        raise error(f"{name}: {kind} format version {version} does not exist (damaged file); {redo}")
+    end = PREAMBLE.size + header_bytes
+    if len(data) < end:
+        raise error(f"{name}: truncated: the header needs {end} bytes, the file has {len(data)}; {redo}")
+    return end
+
+
 def read_header(data: bytes, name: str) -> tuple[dict, int]:
     """(JSON header, offset of the payload) of .gimg bytes; :class:`GimgError` for a bad magic, a future
     version, a cut-short or damaged header."""
     redo = "write it again with `splatforge image fit`"
-    if len(data) < PREAMBLE.size:
-        if MAGIC.startswith(data[:len(MAGIC)]) and data:
-            raise GimgError(f"{name}: truncated: {len(data)} bytes, shorter than the {PREAMBLE.size}-byte preamble; "
-                            f"{redo}")
-        raise GimgError(f"{name}: not a .gimg file (too short, {len(data)} bytes); give a model written by "
-                        f"`splatforge image fit`")
-    magic, version, header_bytes = PREAMBLE.unpack_from(data)
-    if magic != MAGIC:
-        raise GimgError(f"{name}: not a .gimg file (it starts with {magic[:8]!r}, a .gimg file with {MAGIC!r}); "
-                        f"give a model written by `splatforge image fit`")
-    if version > FORMAT_VERSION:
-        raise GimgError(f"{name}: .gimg format version {version} was written by a newer splatforge; this "
-                        f"splatforge reads format version {FORMAT_VERSION} and older: upgrade splatforge")
-    if version < 1:
-        raise GimgError(f"{name}: .gimg format version {version} does not exist (damaged file); {redo}")
-    end = PREAMBLE.size + header_bytes
-    if len(data) < end:
-        raise GimgError(f"{name}: truncated: the header needs {end} bytes, the file has {len(data)}; {redo}")
+    end = read_preamble(data, name, MAGIC, ".gimg", FORMAT_VERSION, GimgError, redo)
     header = parse_json(data[PREAMBLE.size:end], name, "header",
                         lambda p, problem: GimgError(f"{p}: damaged header ({problem}); {redo}"))
     try:

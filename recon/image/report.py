@@ -60,6 +60,8 @@ class ImageRecord:
     file_bytes: int
     bpp: float
     seconds: float
+    parameters: int = 0
+    """stored scalars of the model (Gaussians: N (5 + C); a Gaussian RBF field: grids + decoder)"""
 
 
 def mean_record(records: list[ImageRecord]) -> dict:

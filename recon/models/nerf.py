@@ -36,8 +36,8 @@ from torch import Tensor
 
 from recon.core.errors import ConfigValueError, UsageError
 from recon.models.base import SceneModel, check_state_method, register_model
-from recon.nerf.config import NerfConfig
-from recon.nerf.field import NerfField
+from recon.nerf.config import FieldConfig, NerfConfig
+from recon.nerf.field import NerfField, build_field
 from recon.nerf.marching import clip_steps, march_rays, ray_entry
 from recon.nerf.occupancy import OccupancyGrid
 from recon.nerf.rendering import composite, median_depth, transmittance_weights
@@ -167,13 +167,13 @@ class NerfModel(SceneModel):
     SPLAT_FILE_IS_BAKED: ClassVar[bool] = True  # splats.ply is a baked stand-in: the viewer renders the field
     MODEL_IN_CHECKPOINTS: ClassVar[bool] = True  # splats.ply is a baked approximation (recon.run.folder.Run.load_model)
     COUNT_NAME: ClassVar[str] = "occupied grid cells"  # what len(model) counts (the CLI's summary line)
-    config_sections = ("nerf",)
+    config_sections = ("nerf", "field")
 
     def __init__(self, cfg: NerfConfig, space: FieldSpace, extent: float = 1.0,
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, field_cfg: FieldConfig | None = None):
         self.cfg, self.space, self.extent = cfg, space, float(extent)
-        self.field = NerfField(cfg.hash_grid(), cfg.hidden, cfg.geo_dim, cfg.color_layers, generator,
-                               backend="numba" if cfg.backend == "numba" else ("torch" if cfg.backend == "torch" else "auto"))
+        self.field_cfg = field_cfg or FieldConfig()
+        self.field = build_field(cfg, self.field_cfg, generator)
         self.grid = OccupancyGrid(cfg.occupancy_resolution)
         self.params = dict(self.field.named_parameters())
         self.samples_per_ray = float(cfg.steps_per_diagonal) / 2.0
@@ -204,7 +204,9 @@ class NerfModel(SceneModel):
     def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "NerfModel":
         """A fresh field in the space of ``scene`` (:func:`scene_space`)."""
         space = scene_space(cfg.nerf, scene, log)
-        return cls(cfg.nerf, space, scene.extent, generator)
+        if cfg.field != FieldConfig():
+            log(f"nerf: field encoding {cfg.field.encoding}, decoder {cfg.field.decoder}")
+        return cls(cfg.nerf, space, scene.extent, generator, cfg.field)
 
     @classmethod
     def from_splat_data(cls, data, extent: float = 1.0) -> "NerfModel":
@@ -509,7 +511,8 @@ class NerfModel(SceneModel):
 
     def state_dict(self) -> dict:
         """Plain checkpoint dict: method, config, space, field weights, occupancy grid, optimiser, estimate."""
-        return {"method": self.method, "config": asdict(self.cfg), "space": self.space.to_dict(),
+        return {"method": self.method, "config": asdict(self.cfg), "field_config": asdict(self.field_cfg),
+                "space": self.space.to_dict(),
                 "extent": self.extent, "field": {n: p.detach().cpu() for n, p in self.params.items()},
                 "grid": {"resolution": self.grid.resolution, "values": self.grid.values.cpu(),
                          "bits": self.grid.bits.cpu()},
@@ -519,7 +522,9 @@ class NerfModel(SceneModel):
     def from_state_dict(cls, state: dict, device: torch.device | str = "cpu") -> "NerfModel":
         """Rebuild a model saved by :meth:`state_dict`; ValueError when ``state`` holds another method's model."""
         check_state_method(cls, state)
-        model = cls(NerfConfig(**state["config"]), FieldSpace.from_dict(state["space"]), state["extent"])
+        field_cfg = FieldConfig(**state.get("field_config", {}))  # checkpoints before --field: the default field
+        model = cls(NerfConfig(**state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
+                    field_cfg=field_cfg)
         with torch.no_grad():
             for n, p in model.params.items():
                 p.copy_(state["field"][n])

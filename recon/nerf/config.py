@@ -16,6 +16,39 @@ from recon.nerf.hash_encoding import HashGridConfig
 
 
 @dataclass
+class FieldConfig:
+    """The neural field's parts (``--field.encoding``, ``--field.decoder``), one choice for every neural method
+    (--method nerf today). Encodings: ``hash`` (instant-ngp's multiresolution hash grid, sized by the method's
+    --nerf.hash-* options) or ``dense`` (a few low-resolution dense grids, --field.dense-*: every level stored
+    whole, no hashing). Decoders: ``mlp`` (the method's MLPs, --nerf.hidden ...) or ``rbf`` (one layer of
+    Gaussian RBF neurons per head, recon/nerf/rbf.py: Gaussian RBFNet / GNF, Bouzidi et al. 2025)."""
+
+    encoding: Literal["hash", "dense"] = "hash"
+    """position encoding: hash (multiresolution hash grid) or dense (low-resolution dense grids)"""
+    decoder: Literal["mlp", "rbf"] = "mlp"
+    """decoder of the encoded features: mlp or rbf (a single layer of Gaussian RBF neurons)"""
+    dense_levels: int = 4
+    """dense encoding: resolution levels"""
+    dense_features: int = 4
+    """dense encoding: features per level"""
+    dense_base_res: int = 16
+    """dense encoding: cells per axis of the coarsest level"""
+    dense_max_res: int = 128
+    """dense encoding: cells per axis of the finest level"""
+    rbf_neurons: int = 64
+    """rbf decoder: Gaussian neurons per head (density head and colour head)"""
+    rbf_backend: Literal["auto", "numba", "matmul", "reference"] = "auto"
+    """rbf decoder: the matrix-product form (any device), the Numba kernels (CPU), the reference, or auto
+    (matmul: the fastest measured on the CPU too)"""
+
+    def dense_grid(self) -> HashGridConfig:
+        """The dense encoding as a hash-grid layout whose table is large enough that no level is hashed."""
+        rows = (self.dense_max_res + 1) ** 3
+        return HashGridConfig(self.dense_levels, self.dense_features, max(1, math.ceil(math.log2(rows))),
+                              self.dense_base_res, self.dense_max_res)
+
+
+@dataclass
 class NerfConfig:
     """Hash-grid NeRF options (--method nerf); see recon/nerf/config.py for the sources of the defaults."""
 
@@ -80,6 +113,9 @@ _FINITE_NONNEG = (lambda v: math.isfinite(v) and v >= 0, ">= 0")
 _FINITE_POS = (lambda v: math.isfinite(v) and v > 0, "> 0")
 
 FIELD_RANGES = {  # merged into recon.training.trainer.FIELD_RANGES (dotted names)
+    **{f"field.{name}": (_pos_int, ">= 1") for name in (
+        "dense_levels", "dense_features", "dense_base_res", "rbf_neurons")},
+    "field.dense_max_res": (lambda v: 1 <= v <= 1000, "1..1000 (a dense level holds (res + 1)^3 rows)"),
     **{f"nerf.{name}": (_pos_int, ">= 1") for name in (
         "hash_levels", "hash_features", "hash_base_res", "hash_max_res", "hidden", "geo_dim", "steps_per_diagonal",
         "target_samples", "max_rays", "occupancy_resolution", "eval_rays")},

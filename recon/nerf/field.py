@@ -1,6 +1,8 @@
-"""The radiance field: hash-grid encoding, density MLP, colour MLP on spherical harmonics of the direction.
+"""The radiance field: grid encoding, density decoder, colour decoder on spherical harmonics of the direction.
 
-As instant-ngp's NeRF (Mueller et al. 2022, section 5.4) and nerfacto:
+The encoding and the decoders are choices (:class:`recon.nerf.config.FieldConfig`, ``--field.encoding`` /
+``--field.decoder``); :func:`build_field` makes the field a config asks for. The default is instant-ngp's NeRF
+(Mueller et al. 2022, section 5.4) and nerfacto's:
 
 - ``u`` [N, 3] in the unit cube (:mod:`recon.nerf.space`) -> hash features [N, L F]
   (:mod:`recon.nerf.hash_encoding`);
@@ -8,6 +10,13 @@ As instant-ngp's NeRF (Mueller et al. 2022, section 5.4) and nerfacto:
   is the log density: ``sigma = exp(out[0])`` (truncated exponential: its gradient uses exp(min(x, 15)));
 - colour MLP (``color_layers`` hidden layers of ``hidden`` ReLU units, no biases) on [the ``geo_dim``
   outputs, the degree-3 real SH basis (16 values) of the unit view direction] -> sigmoid RGB.
+
+``--field.encoding dense``: the same layout with every level dense (a few low-resolution grids, no hashing;
+:meth:`FieldConfig.dense_grid`). ``--field.decoder rbf``: each MLP is replaced by one layer of Gaussian RBF
+neurons with a linear read-out (:class:`recon.nerf.rbf.RBFLayer`, same inputs and outputs); the grid then starts
+uniform in [-FEATURE_INIT, FEATURE_INIT] (features must differ between places for the neurons to tell them
+apart) and the neurons' centres are k-means centres of the features of random points at initialisation (the
+colour head's: of the density head's outputs there next to the SH of random directions).
 """
 
 from __future__ import annotations
@@ -16,10 +25,13 @@ import torch
 from torch import Tensor, nn
 
 from rasterizer.reference.sh import sh_basis
+from recon.nerf.config import FieldConfig
 from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
+from recon.nerf.rbf import FEATURE_INIT, RBFLayer
 
 SH_DEGREE = 3  # 16 basis functions ("degree 4" in instant-ngp's count of bands)
 TRUNC_EXP_MAX = 15.0
+INIT_SAMPLES = 4096  # random points whose features place the RBF neurons at initialisation
 
 
 class TruncExp(torch.autograd.Function):
@@ -47,20 +59,41 @@ def mlp(d_in: int, hidden: int, d_out: int, layers: int) -> nn.Sequential:
     return nn.Sequential(*mods)
 
 
+def random_directions(n: int, generator: torch.Generator | None = None) -> Tensor:
+    """[n, 3] unit vectors, uniform on the sphere."""
+    v = torch.randn(n, 3, generator=generator)
+    return v / v.norm(dim=1, keepdim=True).clamp(min=1e-12)
+
+
 class NerfField(nn.Module):
-    """Hash grid + density MLP + colour MLP (see the module docstring). ``backend`` picks the hash
-    encoding's implementation (:func:`recon.nerf.hash_encoding.hash_encode`)."""
+    """Grid encoding + density decoder + colour decoder (see the module docstring). ``backend`` picks the
+    encoding's implementation (:func:`recon.nerf.hash_encoding.hash_encode`); ``decoder`` "mlp" or "rbf"
+    (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`)."""
 
     def __init__(self, grid: HashGridConfig, hidden: int = 64, geo_dim: int = 16, color_layers: int = 2,
-                 generator: torch.Generator | None = None, backend: str = "auto"):
+                 generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
+                 rbf_neurons: int = 64, rbf_backend: str = "auto"):
         super().__init__()
-        self.grid, self.backend = grid, backend
+        self.grid, self.backend, self.decoder = grid, backend, decoder
         res, offsets = level_layout(grid)
         self.register_buffer("resolutions", res, persistent=False)
         self.register_buffer("offsets", offsets, persistent=False)
-        self.table = nn.Parameter(init_table(offsets, grid.features, generator))
-        self.density_mlp = mlp(grid.output_dim, hidden, geo_dim, 1)
-        self.color_mlp = mlp(geo_dim + (SH_DEGREE + 1) ** 2, hidden, 3, color_layers)
+        color_in = geo_dim + (SH_DEGREE + 1) ** 2
+        if decoder == "mlp":
+            self.table = nn.Parameter(init_table(offsets, grid.features, generator))
+            self.density_mlp = mlp(grid.output_dim, hidden, geo_dim, 1)
+            self.color_mlp = mlp(color_in, hidden, 3, color_layers)
+        elif decoder == "rbf":
+            self.table = nn.Parameter(init_table(offsets, grid.features, generator, scale=FEATURE_INIT))
+            with torch.no_grad():
+                feats = self.encode(torch.rand(INIT_SAMPLES, 3, generator=generator))
+            self.density_mlp = RBFLayer(grid.output_dim, rbf_neurons, geo_dim, generator, rbf_backend, feats)
+            with torch.no_grad():
+                geo = self.density_mlp(feats)
+                sh = sh_basis(SH_DEGREE, random_directions(INIT_SAMPLES, generator))
+            self.color_mlp = RBFLayer(color_in, rbf_neurons, 3, generator, rbf_backend, torch.cat([geo, sh], 1))
+        else:
+            raise ValueError(f"NerfField: unknown decoder {decoder!r} (mlp, rbf)")
 
     def encode(self, u: Tensor) -> Tensor:
         """[N, L F] hash features of unit-cube positions ``u`` [N, 3]."""
@@ -75,3 +108,17 @@ class NerfField(nn.Module):
         """[N, 3] RGB in (0, 1) from geometry features [N, geo_dim] and unit view directions [N, 3]."""
         sh = sh_basis(SH_DEGREE, dirs.to(geo.dtype))
         return torch.sigmoid(self.color_mlp(torch.cat([geo, sh], dim=1)))
+
+
+def build_field(nerf_cfg, field_cfg: FieldConfig, generator: torch.Generator | None = None) -> NerfField:
+    """The field ``field_cfg`` asks for (encoding, decoder), sized by the method's ``nerf_cfg``
+    (:class:`recon.nerf.config.NerfConfig`: the hash grid, the MLPs' widths, the encoding's backend)."""
+    grid = nerf_cfg.hash_grid() if field_cfg.encoding == "hash" else field_cfg.dense_grid()
+    backend = nerf_cfg.backend if nerf_cfg.backend in ("numba", "torch") else "auto"
+    return NerfField(grid, nerf_cfg.hidden, nerf_cfg.geo_dim, nerf_cfg.color_layers, generator, backend,
+                     decoder=field_cfg.decoder, rbf_neurons=field_cfg.rbf_neurons, rbf_backend=field_cfg.rbf_backend)
+
+
+def parameter_count(field: nn.Module) -> int:
+    """Number of trainable scalars of ``field``."""
+    return sum(p.numel() for p in field.parameters() if p.requires_grad)

@@ -1,0 +1,126 @@
+"""Fit an image with a Gaussian RBF field (:class:`recon.image.rbf_image.ImageRBF`): sizing, initialisation, loop.
+
+Sizing (:func:`rbf_layout`): a parameter budget P (the CLI's default: what ``--gaussians N`` image Gaussians hold,
+N (5 + C)) is spent on the decoder (2 K D + K C + C) and the grids: the finest level's cell count across is the
+largest whose grids still fit in what is left.
+
+Initialisation: grid values uniform in [-FEATURE_INIT, FEATURE_INIT] (recon/nerf/rbf.py), neuron centres by
+k-means over the features of random pixels, precisions from the centres' spacing, read-out weights N(0, 1/K),
+biases at the image's mean colour.
+
+Loop: each step draws ``batch`` random pixels (with replacement) and takes one Adam step on their mean squared
+error (point samples at pixel centres); learning rate: one-cycle (warm-up over the first 5 %, cosine decay to
+~0). The PSNR reported to ``progress`` is that of the current batch; the final PSNR is measured on the whole
+rendered image.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from recon.losses.image import quick_psnr
+from recon.nerf.rbf import FEATURE_INIT, kmeans, precision_from_spacing
+
+from .model import CHANNEL_LAYOUTS
+from .rbf_image import ImageRBF, grid_parameters, level_sizes, render_rbf_image, sample_points
+
+INIT_PIXELS = 8192  # random pixels whose features place the neurons
+PROGRESS_EVERY = 25
+
+
+@dataclass
+class RBFFitConfig:
+    """How to fit one image with a Gaussian RBF field."""
+
+    parameters: int = 200_000
+    """parameter budget (grids + decoder); the CLI's default is that of 25,000 image Gaussians."""
+    levels: int = 4
+    """grid levels (each half the resolution of the next)."""
+    features: int = 4
+    """features per level."""
+    neurons: int = 64
+    """Gaussian RBF neurons."""
+    steps: int = 2_000
+    batch: int = 1 << 14
+    """random pixels per step."""
+    lr_grid: float = 1e-2
+    lr_decoder: float = 1e-2
+    seed: int = 0
+    backend: str = "auto"
+    """the RBF layer's implementation (recon/nerf/rbf.py: auto, matmul, numba, reference)."""
+
+
+@dataclass
+class RBFFitResult:
+    model: ImageRBF
+    psnr: float
+    history: list[tuple[int, float]]
+
+
+def rbf_layout(cfg: RBFFitConfig, width: int, height: int, channels: int) -> list[tuple[int, int]]:
+    """Level sizes [(ry, rx)] spending the budget (module docstring); ValueError when even the smallest grids do
+    not fit."""
+    d = cfg.levels * cfg.features
+    left = cfg.parameters - (2 * cfg.neurons * d + cfg.neurons * channels + channels)
+    finest = 2
+    if grid_parameters(level_sizes(width, height, finest, cfg.levels), cfg.features) > left:
+        raise ValueError(f"a parameter budget of {cfg.parameters:,} leaves {max(left, 0):,} for the grids after the "
+                         f"decoder's; raise it or use fewer neurons / levels / features")
+    while grid_parameters(level_sizes(width, height, finest + 1, cfg.levels), cfg.features) <= left:
+        finest += 1
+    return level_sizes(width, height, finest, cfg.levels)
+
+
+def init_model(target: Tensor, cfg: RBFFitConfig, layout: str, source: dict, generator: torch.Generator) -> ImageRBF:
+    """A fresh field for ``target`` [H, W, C] (module docstring)."""
+    H, W, C = target.shape
+    sizes = rbf_layout(cfg, W, H, C)
+    grids = tuple((torch.rand(ry + 1, rx + 1, cfg.features, generator=generator) * 2 - 1) * FEATURE_INIT
+                  for ry, rx in sizes)
+    probe = ImageRBF(grids, torch.zeros(1, cfg.levels * cfg.features), torch.zeros(1, cfg.levels * cfg.features),
+                     torch.zeros(C, 1), torch.zeros(C), W, H, layout, source)
+    u = sample_points(W, H)[torch.randint(W * H, (INIT_PIXELS,), generator=generator)]
+    centres = kmeans(probe.encode(u), cfg.neurons, generator)
+    weight = torch.randn(C, cfg.neurons, generator=generator) / math.sqrt(cfg.neurons)
+    return ImageRBF(grids, centres, precision_from_spacing(centres), weight, target.reshape(-1, C).mean(0).clone(),
+                    W, H, layout, source)
+
+
+def fit_rbf_image(target: Tensor, cfg: RBFFitConfig, *, layout: str | None = None, source: dict | None = None,
+                  progress: Callable[[int, float], None] | None = None) -> RBFFitResult:
+    """Fit ``target`` [H, W, C] in [0, 1] (module docstring). ``progress(step, psnr)`` every few steps."""
+    H, W, C = target.shape
+    layout = layout or CHANNEL_LAYOUTS[C]
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model = init_model(target, cfg, layout, dict(source or {}), gen)
+    params = [t.requires_grad_() for t in model.tensors()]
+    L = len(model.grids)
+    opt = torch.optim.Adam([{"params": params[:L], "lr": cfg.lr_grid}, {"params": params[L:], "lr": cfg.lr_decoder}],
+                           betas=(0.9, 0.99), eps=1e-15)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[cfg.lr_grid, cfg.lr_decoder], total_steps=cfg.steps,
+                                                pct_start=0.05)
+    pixels = target.reshape(-1, C)
+    u_all = sample_points(W, H)
+    history = []
+    for step in range(1, cfg.steps + 1):
+        idx = torch.randint(W * H, (cfg.batch,), generator=gen)
+        pred = model.evaluate(u_all[idx], cfg.backend)
+        loss = torch.mean((pred - pixels[idx]) ** 2)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % PROGRESS_EVERY == 0 or step == cfg.steps:
+            value = float(quick_psnr(pred.detach().clamp(0, 1), pixels[idx]))
+            history.append((step, value))
+            if progress is not None:
+                progress(step, value)
+    final = model.detached()
+    render = render_rbf_image(final, backend=cfg.backend)
+    mse = float(torch.mean((render - target) ** 2))
+    return RBFFitResult(final, 10.0 * math.log10(1.0 / max(mse, 1e-20)), history)
