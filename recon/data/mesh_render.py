@@ -286,15 +286,17 @@ def write_png(path: Path, array: np.ndarray) -> None:
 
 
 def write_split(out: Path, split: str, scene, shader, c2ws: np.ndarray, size: int, mesh_to_world: np.ndarray,
-                progress, samples: int = 1) -> None:
+                progress, samples: int = 1, geometry: bool = True) -> None:
+    """Render and write one split (``geometry`` False: colour images only, no depth and normal PNGs)."""
     (out / split).mkdir(parents=True, exist_ok=True)
     frames = []
     for k, c2w in enumerate(c2ws):
         images = render_view(scene, shader, c2w, size, samples)
         stem = out / split / f"r_{k}"
         write_png(stem.with_name(f"r_{k}.png"), images["rgba"])
-        write_png(stem.with_name(f"r_{k}_depth.png"), images["depth"])
-        write_png(stem.with_name(f"r_{k}_normal.png"), images["normal"])
+        if geometry:
+            write_png(stem.with_name(f"r_{k}_depth.png"), images["depth"])
+            write_png(stem.with_name(f"r_{k}_normal.png"), images["normal"])
         frames.append({"file_path": f"./{split}/r_{k}", "rotation": 0.0, "transform_matrix": c2w.tolist()})
         progress()
     doc = {"camera_angle_x": FOV_X, "depth_scale": DEPTH_SCALE, "normal_frame": "world", "pixel_samples": samples,
@@ -340,14 +342,16 @@ def check_render_args(views: int, size: int, samples: int) -> None:
 
 
 def render_dataset(mesh, m2w: np.ndarray, out: Path, views: int, test_views: int, size: int,
-                   progress=lambda: None, samples: int = DEFAULT_SAMPLES) -> None:
-    """Write the train and test splits of the normalised ``mesh`` (``m2w`` recorded) into ``out``."""
+                   progress=lambda: None, samples: int = DEFAULT_SAMPLES, geometry: bool = True) -> None:
+    """Write the train and test splits of the normalised ``mesh`` (``m2w`` recorded) into ``out`` (depth and
+    normal PNGs too unless ``geometry`` is False)."""
     check_render_args(views, size, samples)
     scene = raycasting_scene(mesh)
     shader = MeshShader(mesh)
     out.mkdir(parents=True, exist_ok=True)
-    write_split(out, "train", scene, shader, sphere_cameras(views), size, m2w, progress, samples)
-    write_split(out, "test", scene, shader, sphere_cameras(test_views, rotation=0.5), size, m2w, progress, samples)
+    write_split(out, "train", scene, shader, sphere_cameras(views), size, m2w, progress, samples, geometry)
+    write_split(out, "test", scene, shader, sphere_cameras(test_views, rotation=0.5), size, m2w, progress, samples,
+                geometry)
 
 
 def make_dataset(mesh_path: Path, out: Path, views: int = 100, test_views: int | None = None, size: int = 400,

@@ -58,7 +58,7 @@ def train_object(mesh, views: Path, run: Path, preset: ObjectPreset, method: str
     images = FrameImages(scene.frames_train, trainer.device)
     try:
         train = evaluate_model(trainer.model, scene.frames_train, images, background_color(cfg, scene),
-                               cfg.sh_degree, prefix="train")
+                               cfg.sh_degree, prefix="train", supersample=cfg.supersample)
     finally:
         images.close()
     return trainer.model, metrics["test"], train["psnr"]
@@ -79,7 +79,7 @@ def convert_object(mesh_dir: Path, out: Path, source: str, preset: ObjectPreset,
         mesh, m2w = normalised_mesh(mesh)
         row["mesh_to_world"] = m2w.tolist()
         render_dataset(mesh, m2w, work / VIEWS_DIR, preset.views, preset.test_views, preset.size,
-                       samples=preset.samples)
+                       samples=preset.samples, geometry=False)
         model, test, train_psnr = train_object(mesh, work / VIEWS_DIR, work / RUN_DIR, preset, method, device, hooks)
         data = model.to_splat_data()
         row.update(gaussians=len(data.means), train_psnr=_rounded(train_psnr, 3), test_psnr=_rounded(test["psnr"], 3),
