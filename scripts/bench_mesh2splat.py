@@ -55,6 +55,18 @@ def build_mesh_folder(root: Path, per_category: int, shared: bool) -> list[str]:
     return added
 
 
+def warm_kernel_cache(meshes: Path, scratch: Path, method: str) -> None:
+    """Convert one mesh at toy size in this process, so the Numba kernels are compiled into the cache before
+    the timed batch (a fresh checkout compiles them for minutes; every worker would wait for that)."""
+    from recon.mesh2splat.convert import convert_object
+    from recon.mesh2splat.sources import find_meshes
+
+    first = find_meshes(meshes)[0]
+    tiny = ObjectPreset(views=2, test_views=1, size=16, samples=1, steps=3, init_points=64, max_gaussians=64)
+    convert_object(meshes, scratch, first, tiny, method, "cpu")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def median(values: list) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
@@ -103,6 +115,7 @@ def main(argv=None) -> int:
     added = build_mesh_folder(meshes, args.per_category, not args.no_shared)
     cfg = BatchConfig(mesh_dir=meshes, out=args.out / "splats", method=args.method, preset=preset,
                       workers=args.workers, progress=sys.stderr.isatty())
+    warm_kernel_cache(meshes, args.out / "warmup", args.method)
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     run = run_batch(cfg)

@@ -144,6 +144,12 @@ def worker_main(conn, cfg: BatchConfig, source: str, parent: int) -> None:
 
     _limit_memory(cfg.memory_limit_gb)
     torch.set_num_threads(cfg.threads)
+    try:
+        import numba
+
+        numba.set_num_threads(min(cfg.threads, numba.config.NUMBA_NUM_THREADS))  # the cpu kernels' threads too
+    except ImportError:  # pragma: no cover - numba is a dependency; without it the reference backend runs
+        pass
     row = convert_object(cfg.mesh_dir, cfg.out, source, cfg.preset, cfg.method, cfg.device,
                          hooks=[ParentWatch(parent)])
     if row["status"] == "failed" and "MemoryError" in (row["reason"] or ""):
