@@ -40,9 +40,10 @@ TARGETS = {"test_psnr_db": 35.0, "seconds_per_object": 60.0, "chamfer_pct": 1.0}
 def build_mesh_folder(root: Path, per_category: int, shared: bool) -> list[str]:
     """Write the benchmark's meshes under ``root`` (kept when already there); returns what was added."""
     added = []
-    if not (root / ".generated").is_file():
-        write_mesh_collection(root, per_category, seed=0)
-        (root / ".generated").write_text(str(per_category))
+    marker = root / ".generated"
+    if not marker.is_file() or marker.read_text() != str(per_category):
+        write_mesh_collection(root, per_category, seed=0)  # the same seed gives the same files: a larger
+        marker.write_text(str(per_category))               # --per-category adds meshes, the rest resume
         added.append(f"{5 * per_category} procedural")
     if shared and SHARED_MESHES.is_dir():
         if (SHARED_MESHES / "spot").is_dir() and not (root / "spot").is_dir():
