@@ -28,6 +28,7 @@ from recon.mesh2splat.convert import base_row, convert_object
 from recon.data.splat_index import append_row, latest_rows, read_index
 from recon.mesh2splat.preset import ObjectPreset
 from recon.mesh2splat.sources import WORK_DIR, find_meshes, output_path
+from recon.outputs.files import RunLock
 
 POLL_SECONDS = 0.2
 
@@ -85,16 +86,17 @@ def run_batch(cfg: BatchConfig, log=print) -> dict:
     check_batch_config(cfg)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out / WORK_DIR, ignore_errors=True)  # half-done objects of a killed batch restart
-    sources, todo = pending(cfg)
-    t0 = time.perf_counter()
-    counts = {"done": 0, "failed": 0}
-    with _Progress(cfg.progress, len(todo)) as bar:
-        for row in convert_all(cfg, todo):
-            append_row(out, row)
-            counts[row["status"]] = counts.get(row["status"], 0) + 1
-            bar.advance(row)
-    shutil.rmtree(out / WORK_DIR, ignore_errors=True)
+    with RunLock(out):  # one batch writes OUT at a time (RunLockedError names the other); a killed one's is taken over
+        shutil.rmtree(out / WORK_DIR, ignore_errors=True)  # half-done objects of a killed batch restart
+        sources, todo = pending(cfg)
+        t0 = time.perf_counter()
+        counts = {"done": 0, "failed": 0}
+        with _Progress(cfg.progress, len(todo)) as bar:
+            for row in convert_all(cfg, todo):
+                append_row(out, row)
+                counts[row["status"]] = counts.get(row["status"], 0) + 1
+                bar.advance(row)
+        shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     return {"objects": len(sources), "converted": len(todo), **counts, "skipped": len(sources) - len(todo),
             "seconds": round(time.perf_counter() - t0, 2)}
 

@@ -19,6 +19,8 @@ from recon.data.splat_index import latest_rows, read_index  # noqa: E402
 from recon.mesh2splat.batch import BatchConfig, run_batch  # noqa: E402
 from recon.mesh2splat.preset import ObjectPreset  # noqa: E402
 from recon.mesh2splat.sources import WORK_DIR  # noqa: E402
+from recon.core.errors import RunLockedError  # noqa: E402
+from recon.outputs.files import RunLock  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ObjectPreset(views=2, test_views=1, size=16, samples=1, steps=3, init_points=64, max_gaussians=64)
@@ -123,6 +125,8 @@ def test_workers_run_objects_in_processes_and_enforce_the_time_limit(tmp_path):
         if path.name != "empty.obj":
             path.unlink()
     out = tmp_path / "out"
+    with RunLock(out), pytest.raises(RunLockedError, match="another"):  # a second batch on the same folder
+        run_batch(BatchConfig(mesh_dir=meshes, out=out, preset=TINY, workers=2, progress=False))
     summary = run_batch(BatchConfig(mesh_dir=meshes, out=out, preset=TINY, workers=2, progress=False,
                                     time_limit=120, limit=2))  # bad/empty.obj, box/a.off
     assert summary["done"] == 1 and summary["failed"] == 1
