@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "compare": "recon.commands.compare:compare",
     "image": "recon.commands.image:image",
     "mesh": "recon.commands.mesh:mesh",
+    "mesh2splat": "recon.commands.mesh2splat:mesh2splat",
     "insert": "recon.commands.insert:insert",
     "partition": "recon.commands.partition:partition",
     "view": "viewer.commands:view",
