@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "compare": "recon.commands.compare:compare",
     "image": "recon.commands.image:image",
     "mesh": "recon.commands.mesh:mesh",
+    "sdf": "recon.commands.sdf:sdf",
     "insert": "recon.commands.insert:insert",
     "partition": "recon.commands.partition:partition",
     "view": "viewer.commands:view",
