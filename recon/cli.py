@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "image": "recon.commands.image:image",
     "mesh": "recon.commands.mesh:mesh",
     "mesh2splat": "recon.commands.mesh2splat:mesh2splat",
+    "sdf": "recon.commands.sdf:sdf",
     "insert": "recon.commands.insert:insert",
     "partition": "recon.commands.partition:partition",
     "view": "viewer.commands:view",

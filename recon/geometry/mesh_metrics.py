@@ -73,3 +73,24 @@ def chamfer_distance(pred_vertices, pred_faces, true_vertices, true_faces, sampl
     acc = float(distance_to_mesh(p, true_vertices, true_faces).mean()) / diag * 100
     comp = float(distance_to_mesh(t, pred_vertices, pred_faces).mean()) / diag * 100
     return {"chamfer_pct": 0.5 * (acc + comp), "accuracy_pct": acc, "completeness_pct": comp, "diagonal": diag}
+
+
+def face_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
+    """[F, 3] unit normals of the triangles (right-handed vertex order; zero-area triangles give 0)."""
+    tri = np.asarray(vertices, dtype=np.float64)[np.asarray(faces)]
+    n = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    return n / np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-300)
+
+
+def normal_consistency(pred_vertices, pred_faces, true_vertices, true_faces, samples: int = 100_000,
+                       seed: int = 0) -> float:
+    """Mean |n_pred . n_true| over points sampled on the prediction, n_true the normal of the truth's nearest
+    triangle (1: the surfaces agree in orientation everywhere; orientation-free, as in the SDF literature)."""
+    o3d = open3d("normal consistency")
+    rng = np.random.default_rng(seed)
+    points, tri = sample_surface_faces(pred_vertices, pred_faces, samples, rng)
+    query = o3d.core.Tensor(np.ascontiguousarray(points, dtype=np.float32))
+    nearest = triangle_scene(true_vertices, true_faces).compute_closest_points(query)["primitive_ids"].numpy()
+    dots = np.abs((face_normals(pred_vertices, pred_faces)[tri] * face_normals(true_vertices, true_faces)[nearest])
+                  .sum(axis=1))
+    return float(dots.mean())

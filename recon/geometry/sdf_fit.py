@@ -1,0 +1,258 @@
+"""Fit a signed distance field to a watertight mesh (`splatforge sdf fit`): samples, the field, the loop, the mesh.
+
+Frame: the mesh is normalised into the unit cube [0, 1]^3 of the field (``to_unit``: centre of the bounding box to
+0.5, longest side to 1 - 2 MARGIN), so the field's grids cover it with a margin; distances are fitted in mesh units
+(the field's output x ``scale``), so a marching-cubes mesh at level 0 comes back in the mesh's own frame.
+
+Samples (:func:`sdf_samples`): a share near the surface (surface points plus Gaussian offsets of two widths,
+NEAR_SIGMAS x the bounding diagonal) and the rest uniform in the box; their signed distances (negative inside)
+from open3d's ray-casting scene (exact distance to the triangles, sign by ray parity: the mesh must be watertight,
+checked first with trimesh).
+
+Field (:class:`SDFField`): the same parts as the radiance field (recon/nerf: ``--encoding`` hash or dense grids,
+``--decoder`` mlp or rbf), one scalar out; the RBF read-out's bias starts at the samples' mean distance (positive:
+far from every neuron the field is its bias, which must read "outside", or empty space fills with spurious
+surfaces). Loss: mean absolute error of the distance, samples redrawn from a pool
+each step. The result: ``mesh.ply`` (marching cubes of the field at level 0 on a ``--resolution``^3 grid, scikit-
+image), ``sdf.pt`` (the field, its config and the normalisation: :func:`load_sdf` rebuilds it), ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from recon.nerf.field import mlp, parameter_count
+from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
+from recon.nerf.rbf import FEATURE_INIT, RBFLayer
+
+from recon.core.open3d_import import open3d
+
+from .mesh_metrics import bounding_diagonal, sample_surface, triangle_scene
+
+MARGIN = 0.05  # of the unit cube left empty on each side
+NEAR_SIGMAS = (0.01, 0.002)  # x the bounding diagonal: offsets of the near-surface samples
+NEAR_SHARE = 0.8  # of the samples near the surface (the rest uniform in the box)
+EVAL_CHUNK = 1 << 18
+
+
+@dataclass
+class SDFConfig:
+    """How to fit one mesh's signed distance field."""
+
+    encoding: Literal["hash", "dense"] = "dense"
+    decoder: Literal["mlp", "rbf"] = "rbf"
+    levels: int = 4
+    features: int = 4
+    base_res: int = 16
+    max_res: int = 128
+    log2_table: int = 19
+    """hash encoding: rows of a hashed level (dense: every level whole)."""
+    neurons: int = 64
+    """rbf decoder: Gaussian neurons."""
+    hidden: int = 64
+    """mlp decoder: width (two hidden layers)."""
+    steps: int = 1500
+    batch: int = 1 << 14
+    pool: int = 1 << 20
+    """samples drawn once (distances computed once); each step takes ``batch`` of them."""
+    lr: float = 1e-2
+    resolution: int = 256
+    """marching-cubes grid cells per axis."""
+    seed: int = 0
+    backend: str = "auto"
+
+    def grid(self) -> HashGridConfig:
+        if self.encoding == "dense":
+            rows = (self.max_res + 1) ** 3
+            return HashGridConfig(self.levels, self.features, max(1, math.ceil(math.log2(rows))), self.base_res,
+                                  self.max_res)
+        return HashGridConfig(self.levels, self.features, self.log2_table, self.base_res, self.max_res)
+
+
+class SDFField(nn.Module):
+    """Grid encoding + decoder -> one signed distance (in mesh units: output x ``scale``) at unit-cube points."""
+
+    def __init__(self, cfg: SDFConfig, scale: float, generator: torch.Generator | None = None):
+        super().__init__()
+        self.cfg, self.scale = cfg, float(scale)
+        grid = cfg.grid()
+        res, offsets = level_layout(grid)
+        self.register_buffer("resolutions", res, persistent=False)
+        self.register_buffer("offsets", offsets, persistent=False)
+        init = FEATURE_INIT if cfg.decoder == "rbf" else 1e-4
+        self.table = nn.Parameter(init_table(offsets, grid.features, generator, scale=init))
+        if cfg.decoder == "rbf":
+            with torch.no_grad():
+                feats = self.encode(torch.rand(4096, 3, generator=generator))
+            self.decoder = RBFLayer(grid.output_dim, cfg.neurons, 1, generator, cfg.backend, feats)
+        else:
+            self.decoder = mlp(grid.output_dim, cfg.hidden, 1, 2)
+
+    def encode(self, u: Tensor) -> Tensor:
+        return hash_encode(u, self.table, self.resolutions, self.offsets, "auto")
+
+    def forward(self, u: Tensor) -> Tensor:
+        """[N] signed distance (mesh units) at unit-cube points ``u`` [N, 3]."""
+        return self.decoder(self.encode(u))[:, 0] * self.scale
+
+
+@dataclass
+class Normalisation:
+    """mesh -> unit cube: u = (x - centre) / size + 0.5 (``size``: the longest side / (1 - 2 MARGIN))."""
+
+    centre: tuple[float, float, float]
+    size: float
+
+    @staticmethod
+    def of(vertices: np.ndarray) -> "Normalisation":
+        lo, hi = vertices.min(0), vertices.max(0)
+        return Normalisation(tuple(float(v) for v in (lo + hi) / 2), float((hi - lo).max() / (1 - 2 * MARGIN)))
+
+    def to_unit(self, x: np.ndarray) -> np.ndarray:
+        return (x - np.asarray(self.centre)) / self.size + 0.5
+
+    def from_unit(self, u: np.ndarray) -> np.ndarray:
+        return (u - 0.5) * self.size + np.asarray(self.centre)
+
+
+def load_closed_mesh(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(vertices [V, 3], faces [F, 3], notes) of the mesh file ``path``, its vertices merged by position (an OBJ's
+    texture seams split them) and small holes filled (trimesh.repair.fill_holes) when that closes it; ValueError
+    naming the file when it is empty or stays open (:func:`check_watertight`)."""
+    import trimesh
+
+    try:
+        mesh = trimesh.load(path, force="mesh", process=True)
+    except Exception as err:  # trimesh raises many kinds for unreadable files
+        raise ValueError(f"{path}: cannot read a mesh ({type(err).__name__}: {' '.join(str(err).split())[:160]})") \
+            from None
+    notes = []
+    mesh.merge_vertices(merge_tex=True, merge_norm=True)
+    if len(mesh.faces) and not mesh.is_watertight:
+        trimesh.repair.fill_holes(mesh)
+        if mesh.is_watertight:
+            notes.append("holes filled to close the surface (trimesh.repair.fill_holes)")
+    check_watertight(mesh, str(path))
+    return np.asarray(mesh.vertices, dtype=np.float64), np.asarray(mesh.faces, dtype=np.int64), notes
+
+
+def check_watertight(mesh, name: str) -> None:
+    """ValueError naming the mesh unless it is a non-empty watertight triangle mesh (signs need a closed
+    surface)."""
+    if len(mesh.faces) == 0:
+        raise ValueError(f"{name}: no triangles")
+    if not mesh.is_watertight:
+        raise ValueError(f"{name}: not watertight ({len(mesh.faces):,} faces; some edges belong to one face or to "
+                         f"more than two), so inside and outside are undefined; close its holes first (e.g. "
+                         f"trimesh.repair.fill_holes, or a remesher)")
+
+
+def sdf_samples(vertices: np.ndarray, faces: np.ndarray, norm: Normalisation, count: int,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(points [count, 3] in mesh units, signed distances [count], negative inside) (module docstring)."""
+    diag = bounding_diagonal(vertices)
+    near = int(count * NEAR_SHARE)
+    per = near // len(NEAR_SIGMAS)
+    parts = [sample_surface(vertices, faces, per, rng) + rng.normal(scale=s * diag, size=(per, 3))
+             for s in NEAR_SIGMAS]
+    u = rng.random((count - per * len(NEAR_SIGMAS), 3))
+    parts.append(norm.from_unit(u))
+    points = np.concatenate(parts)
+    scene = triangle_scene(vertices, faces)
+    query = open3d("signed distances").core.Tensor(points.astype(np.float32))
+    return points, scene.compute_signed_distance(query).numpy().astype(np.float64)
+
+
+def fit_sdf(vertices: np.ndarray, faces: np.ndarray, cfg: SDFConfig,
+            progress: Callable[[int, float], None] | None = None) -> tuple[SDFField, Normalisation, dict]:
+    """The fitted field, the normalisation and {"seconds", "sample_seconds", "final_l1", "parameters"}."""
+    rng = np.random.default_rng(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    norm = Normalisation.of(vertices)
+    t0 = time.perf_counter()
+    points, sdf = sdf_samples(vertices, faces, norm, cfg.pool, rng)
+    sample_seconds = time.perf_counter() - t0
+    u = torch.from_numpy(norm.to_unit(points)).float().clamp(0, 1)
+    target = torch.from_numpy(sdf).float()
+    field = SDFField(cfg, norm.size, gen)
+    if cfg.decoder == "rbf":  # far from every neuron the field is its bias: start it at the mean distance (outside)
+        with torch.no_grad():
+            field.decoder.bias.fill_(float(target.mean()) / field.scale)
+    opt = torch.optim.Adam(field.parameters(), lr=cfg.lr, betas=(0.9, 0.99), eps=1e-15)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.steps, pct_start=0.05)
+    loss_value = float("nan")
+    for step in range(1, cfg.steps + 1):
+        idx = torch.randint(len(u), (cfg.batch,), generator=gen)
+        loss = (field(u[idx]) - target[idx]).abs().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 25 == 0 or step == cfg.steps:
+            loss_value = float(loss.detach())
+            if progress is not None:
+                progress(step, loss_value)
+    return field, norm, {"seconds": time.perf_counter() - t0, "sample_seconds": sample_seconds,
+                         "final_l1": loss_value, "parameters": parameter_count(field)}
+
+
+@torch.no_grad()
+def field_grid(field: SDFField, resolution: int) -> np.ndarray:
+    """[R + 1, R + 1, R + 1] distances at the vertices of a resolution^3 grid over the unit cube (x, y, z order)."""
+    ax = torch.linspace(0, 1, resolution + 1)
+    out = np.empty((resolution + 1,) * 3, dtype=np.float32)
+    for i in range(resolution + 1):  # one x slab at a time: bounded memory
+        yy, zz = torch.meshgrid(ax, ax, indexing="ij")
+        u = torch.stack([torch.full_like(yy, float(ax[i])), yy, zz], -1).reshape(-1, 3)
+        out[i] = torch.cat([field(u[s:s + EVAL_CHUNK]) for s in range(0, len(u), EVAL_CHUNK)]).reshape(
+            resolution + 1, resolution + 1).numpy()
+    return out
+
+
+def extract_mesh(field: SDFField, norm: Normalisation, resolution: int) -> tuple[np.ndarray, np.ndarray]:
+    """(vertices [V, 3] in mesh units, faces [F, 3]) of the field's zero level (marching cubes); ValueError when
+    the field has no zero crossing in the box."""
+    from skimage.measure import marching_cubes
+
+    values = field_grid(field, resolution)
+    if not (values.min() < 0 < values.max()):
+        raise ValueError(f"the fitted field has no surface in the box (distances {values.min():.4g}..{values.max():.4g})")
+    # "ascent": triangles face towards increasing distance, i.e. outwards (negative inside)
+    verts, faces, _, _ = marching_cubes(values, level=0.0, spacing=(1.0 / resolution,) * 3,
+                                        gradient_direction="ascent")
+    return norm.from_unit(verts.astype(np.float64)), faces.astype(np.int64)
+
+
+def save_sdf(path: Path, field: SDFField, norm: Normalisation) -> None:
+    """``sdf.pt``: {"config", "normalisation", "scale", "state"} written atomically."""
+    from recon.core.atomic import atomic_write_bytes
+    import io
+
+    buf = io.BytesIO()
+    torch.save({"format": "splatforge-sdf", "version": 1, "config": asdict(field.cfg), "normalisation": asdict(norm),
+                "scale": field.scale, "state": field.state_dict()}, buf)
+    atomic_write_bytes(path, buf.getvalue(), force=True)
+
+
+def load_sdf(path: Path) -> tuple[SDFField, Normalisation]:
+    """The field and normalisation saved by :func:`save_sdf`; ValueError naming the file otherwise."""
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(data, dict) or data.get("format") != "splatforge-sdf":
+            raise ValueError("not an sdf.pt written by `splatforge sdf fit`")
+        cfg = SDFConfig(**data["config"])
+        field = SDFField(cfg, data["scale"])
+        field.load_state_dict(data["state"])
+        n = data["normalisation"]
+        return field, Normalisation(tuple(n["centre"]), float(n["size"]))
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError, EOFError, pickle.UnpicklingError) as err:
+        raise ValueError(f"{path}: cannot load the SDF ({' '.join(str(err).split())[:200]})") from None
