@@ -2,22 +2,8 @@
 
     python scripts/make_mesh_dataset.py MESH [--views 100] [--test-views N] [--size 400] --out DIR
 
-Input: a mesh trimesh can load (OBJ with its MTL and texture PNG, PLY, GLB, ...). It must have triangles
-and be edge-manifold (no edge shared by more than two faces); the error names the failed check.
-
-Scene: the mesh is normalised (bounding-box centre to the origin, farthest vertex at distance 1); the map
-from mesh to world coordinates is recorded as ``mesh_to_world`` (4x4, row-major, world = M @ [x, y, z, 1])
-in both transforms files. Cameras look at the origin from a sphere of radius ``CAMERA_RADIUS`` (Fibonacci
-points; the test split uses a rotated set, so no test view repeats a training view), with
-``camera_angle_x`` = ``FOV_X`` (lego's).
-
-Rendering (open3d ``RaycastingScene``): colour = texture at the interpolated UV (bilinear; the vertex colour
-or a flat grey without one) x (AMBIENT + (1 - AMBIENT) x max(0, n . L)) with a fixed world light direction
-L (view-independent Lambert, so every view agrees) and the interpolated vertex normal n. Colour and alpha
-average ``--samples`` x ``--samples`` rays on a regular grid inside each pixel (default 4 x 4: a box
-filter, as a camera pixel integrates light, so silhouettes are antialiased like lego_400's Blender
-renders); depth and normal are those of the ray through the pixel centre. ``--samples 1`` is one ray
-per pixel centre (hard, aliased silhouettes).
+Input checks, normalisation (``mesh_to_world``), cameras and rendering: recon/data/mesh_render.py (its module
+docstring; `splatforge mesh2splat` renders the same way).
 
 Output (``DIR``), as lego_400: ``transforms_train.json``, ``transforms_test.json`` with ``camera_angle_x``
 and ``frames`` of ``file_path`` (``./train/r_0``, no extension) and ``transform_matrix`` (camera-to-world,

@@ -272,11 +272,11 @@ def fit_one_rbf(args: FitArgs, loaded, out: Path, label: str = ""):
 
 
 class FitProgress:
-    """Context manager yielding the ``progress(step, psnr)`` callback of fit_image: a rich bar with the
-    PSNR, or None when ``enabled`` is false."""
+    """Context manager yielding the ``progress(step, value)`` callback of a fit: a rich bar with the value
+    (``metric``, formatted with ``fmt``: the PSNR by default), or None when ``enabled`` is false."""
 
-    def __init__(self, enabled: bool, steps: int, label: str):
-        self.enabled, self.steps, self.label = enabled, steps, label
+    def __init__(self, enabled: bool, steps: int, label: str, metric: str = "PSNR", fmt: str = "{:.2f} dB"):
+        self.enabled, self.steps, self.label, self.metric, self.fmt = enabled, steps, label, metric, fmt
         self.bar = None
 
     def __enter__(self):
@@ -285,10 +285,11 @@ class FitProgress:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                            TextColumn("PSNR {task.fields[psnr]}"), TimeElapsedColumn(), TimeRemainingColumn())
+                            TextColumn(f"{self.metric} {{task.fields[value]}}"), TimeElapsedColumn(),
+                            TimeRemainingColumn())
         self.bar.start()
-        task = self.bar.add_task(self.label, total=self.steps, psnr="-")
-        return lambda step, value: self.bar.update(task, completed=step, psnr=f"{value:.2f} dB")
+        task = self.bar.add_task(self.label, total=self.steps, value="-")
+        return lambda step, value: self.bar.update(task, completed=step, value=self.fmt.format(value))
 
     def __exit__(self, *exc):
         if self.bar is not None:

@@ -107,6 +107,7 @@ def check_args(args: SdfFitArgs) -> None:
 
 
 def fit_command(args: SdfFitArgs) -> None:
+    from recon.commands.image import FitProgress
     from recon.core.atomic import atomic_write_bytes, refuse_overwrite
     from recon.geometry.mesh_metrics import chamfer_distance, normal_consistency
     from recon.geometry.sdf_fit import SDFConfig, extract_mesh, fit_sdf, load_closed_mesh, save_sdf
@@ -126,7 +127,7 @@ def fit_command(args: SdfFitArgs) -> None:
     cfg = SDFConfig(encoding=args.encoding, decoder=args.decoder, steps=args.steps, resolution=args.resolution,
                     neurons=args.neurons, pool=args.samples, seed=args.seed)
     started = time.perf_counter()
-    with _progress(args.progress, cfg.steps, Path(args.mesh).name) as on_step:
+    with FitProgress(args.progress, cfg.steps, Path(args.mesh).name, metric="L1", fmt="{:.2e}") as on_step:
         field, norm, info = fit_sdf(vertices, faces, cfg, on_step)
     try:
         mesh_v, mesh_f = extract_mesh(field, norm, cfg.resolution)
@@ -150,26 +151,3 @@ def fit_command(args: SdfFitArgs) -> None:
     print(f"wrote {out}/mesh.ply ({len(mesh_f):,} triangles), sdf.pt, metrics.json: Chamfer "
           f"{metrics['chamfer_pct']:.3f} % of the diagonal, normal consistency {metrics['normal_consistency']:.4f}, "
           f"{info['parameters']:,} parameters, fit {info['seconds']:.1f} s")
-
-
-class _progress:
-    """A rich bar with the fit's L1 error (``progress(step, l1)``), or None when disabled."""
-
-    def __init__(self, enabled: bool, steps: int, label: str):
-        self.enabled, self.steps, self.label, self.bar = enabled, steps, label, None
-
-    def __enter__(self):
-        if not self.enabled:
-            return None
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                            TextColumn("L1 {task.fields[l1]}"), TimeElapsedColumn(), TimeRemainingColumn())
-        self.bar.start()
-        task = self.bar.add_task(self.label, total=self.steps, l1="-")
-        return lambda step, value: self.bar.update(task, completed=step, l1=f"{value:.2e}")
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-        return False

@@ -19,7 +19,6 @@ image), ``sdf.pt`` (the field, its config and the normalisation: :func:`load_sdf
 
 from __future__ import annotations
 
-import math
 import pickle
 import time
 from dataclasses import asdict, dataclass
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from recon.nerf.config import FieldConfig
 from recon.nerf.field import mlp, parameter_count
 from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
 from recon.nerf.rbf import FEATURE_INIT, RBFLayer
@@ -72,9 +72,8 @@ class SDFConfig:
 
     def grid(self) -> HashGridConfig:
         if self.encoding == "dense":
-            rows = (self.max_res + 1) ** 3
-            return HashGridConfig(self.levels, self.features, max(1, math.ceil(math.log2(rows))), self.base_res,
-                                  self.max_res)
+            return FieldConfig(dense_levels=self.levels, dense_features=self.features, dense_base_res=self.base_res,
+                               dense_max_res=self.max_res).dense_grid()
         return HashGridConfig(self.levels, self.features, self.log2_table, self.base_res, self.max_res)
 
 
