@@ -264,6 +264,39 @@ class FrameImages:
             self.disk_cache.store(frame.image_path, "rgba", rgba[..., :3] if opaque else rgba)
         return rgba
 
+    def fill_disk_cache(self, progress: bool = True) -> int:
+        """Decode every image (and loss mask) without an on-disk cache entry into :attr:`disk_cache`, on a few
+        threads, without keeping them in memory; a progress bar when ``progress`` and there are at least
+        PROGRESS_MIN_IMAGES of them. Returns how many images were decoded (0 once the cache is complete:
+        only the entries' names are checked, a damaged entry is decoded again when read)."""
+        cache = self.disk_cache
+        if cache is None:
+            return 0
+        todo = [f for f in self.frames if self._on_disk(f) and not cache.has(f.image_path, "rgba", (f.width, f.height))]
+        if not todo:
+            return 0
+
+        def one(frame: Frame) -> None:
+            rgba = frame_rgba(frame)
+            opaque = bool((rgba[..., 3] == 255).all())
+            cache.store(frame.image_path, "rgba", rgba[..., :3] if opaque else rgba)
+            if frame.mask_path is not None and not cache.has(frame.mask_path, "mask", (frame.width, frame.height)):
+                cache.store(frame.mask_path, "mask", frame_mask_u8(frame))
+            with self._lock:
+                self.decodes += 1
+
+        workers = max(1, min(4, os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers, thread_name_prefix="frame-cache") as pool:
+            jobs = pool.map(one, todo)
+            if progress and len(todo) >= PROGRESS_MIN_IMAGES:
+                from rich.progress import track
+
+                jobs = track(jobs, total=len(todo), transient=True,
+                             description=f"caching {len(todo)} decoded images in {cache.folder}")
+            for _ in jobs:
+                pass
+        return len(todo)
+
     def replace_frame(self, i: int, frame: Frame) -> None:
         """Use ``frame`` as image ``i`` from now on (its cached entries dropped)."""
         with self._lock:

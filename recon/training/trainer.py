@@ -489,6 +489,7 @@ class Trainer:
         self.disk_cache = resolve_frame_cache(cfg.frame_cache)
         self.images = FrameImages(self.scene.frames_train, self.device, cache_bytes=cfg.cache_bytes,
                                   disk_cache=self.disk_cache)
+        self.images.fill_disk_cache(progress=cfg.progress)  # a first run decodes every image once, shown
         self.train_background = training_background(cfg, self.model or model_class(cfg.method), self.images)
         check_batch(cfg.batch, self.scene.frames_train)
         torch.manual_seed(cfg.seed)

@@ -134,3 +134,33 @@ def test_cache_setting_auto_off_and_folder(tmp_path, monkeypatch):
     assert resolve_frame_cache(str(tmp_path / "x")).folder == tmp_path / "x"
     monkeypatch.delenv("SPLATFORGE_CACHE")
     assert default_frame_cache_dir() == Path.home() / ".cache" / "splatforge" / "frames"
+
+
+def test_fill_disk_cache_decodes_each_missing_frame_once(tmp_path):
+    frames = write_frames(tmp_path / "src", n=4, masks=True)
+    cache = FrameCache(tmp_path / "cache")
+    decoded(frames[:1], cache)
+    images = FrameImages(frames, disk_cache=cache)
+    assert images.fill_disk_cache(progress=False) == 3 and images.cached_bytes == 0  # nothing kept in memory
+    assert FrameImages(frames, disk_cache=cache).fill_disk_cache(progress=False) == 0
+    again = decoded(frames, cache)
+    assert again.decodes == 0 and again.disk_reads == 4 and again.mask_u8(2) is not None
+    assert FrameImages(frames).fill_disk_cache() == 0  # no disk cache: nothing to fill
+
+
+def test_training_fills_the_frame_cache_and_a_second_run_decodes_nothing(tmp_path):
+    from recon.training.trainer import TrainConfig, Trainer
+    from tests.recon.data.test_panoptic_segmentation import write_tiny_panoptic
+
+    root = write_tiny_panoptic(tmp_path / "pan")
+    cfg = TrainConfig(data=root, out=tmp_path / "run", method="4dgs", steps=1, save_every=0, progress=False,
+                      frame_cache=str(tmp_path / "fc"), init_num_random=100)
+    first = Trainer(cfg, log=lambda *a: None)
+    n = len(first.scene.frames_train)
+    assert first.images.decodes == n and len(list((tmp_path / "fc").rglob("*.npy"))) == n
+    second = Trainer(cfg, log=lambda *a: None)
+    for i in range(n):
+        second.images.load(i)
+    assert second.images.decodes == 0 and second.images.disk_reads == n
+    off = Trainer(TrainConfig(**{**cfg.__dict__, "frame_cache": "off"}), log=lambda *a: None)
+    assert off.images.disk_cache is None and off.images.decodes == 0  # decoded lazily, from the files
