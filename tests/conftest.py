@@ -1,10 +1,14 @@
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
+# the on-disk frame cache (recon.data.frame_cache) of every run in the tests, CLI children included: a fresh
+# folder, never the user's ~/.cache/splatforge/frames
+os.environ["SPLATFORGE_CACHE"] = tempfile.mkdtemp(prefix="splatforge-test-cache-")
 
 import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
 import pytest  # noqa: E402

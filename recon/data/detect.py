@@ -13,6 +13,7 @@ from pathlib import Path
 
 from recon.data.blender import load_blender
 from recon.data.colmap import ColmapFormatError, find_sparse_dir, load_colmap
+from recon.data.frame_cache import FrameCache
 from recon.data.holdout import hold_out
 from recon.data.n3dv import is_n3dv, load_n3dv
 from recon.data.nerfstudio import load_nerfstudio
@@ -80,6 +81,7 @@ def load_scene(
     time_range: str | None = None,
     test_cameras: str | None = None,
     test_time_every: int = 0,
+    frame_cache: FrameCache | None = None,
 ) -> Scene:
     """Load any supported dataset folder.
 
@@ -94,12 +96,15 @@ def load_scene(
         frame_stride, time_range: videos (N3DV) only: keep every n-th frame, within "START:END" seconds.
         test_cameras, test_time_every: multi-view video (Panoptic, N3DV) only: hold out these cameras ("A,B")
             and / or every n-th time step as test frames (:func:`recon.data.holdout.hold_out`).
+        frame_cache: the on-disk frame cache (:mod:`recon.data.frame_cache`) videos (N3DV) are decoded into.
     """
-    scene = _load_format(path, data_factor, cache_dir, format, test_every, background, frame_stride, time_range)
+    scene = _load_format(path, data_factor, cache_dir, format, test_every, background, frame_stride, time_range,
+                         frame_cache)
     return hold_out(scene, test_cameras, test_time_every)
 
 
-def _load_format(path, data_factor, cache_dir, format, test_every, background, frame_stride, time_range) -> Scene:
+def _load_format(path, data_factor, cache_dir, format, test_every, background, frame_stride, time_range,
+                 frame_cache=None) -> Scene:
     """The scene of ``path`` as its format's loader gives it (arguments as :func:`load_scene`)."""
     path = Path(path)
     fmt = format or detect_format(path)
@@ -114,7 +119,7 @@ def _load_format(path, data_factor, cache_dir, format, test_every, background, f
     if fmt == "panoptic":
         return load_panoptic(path, data_factor, cache, background)
     if fmt == "n3dv":
-        return load_n3dv(path, data_factor, cache, frame_stride, time_range, background)
+        return load_n3dv(path, data_factor, cache, frame_stride, time_range, background, frame_cache)
     if fmt == "colmap":
         scene = load_colmap(path, data_factor, cache, test_every)
         if background is not None:

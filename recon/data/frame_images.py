@@ -9,6 +9,11 @@ composite on a random background each step; for a fixed background the composite
 in the budget's spare room only (they never evict a decoded frame) and in at most a quarter of it, so a training step does not convert its
 image again while everything fits. A background thread decodes the frames the next steps will use
 (:meth:`FrameImages.prefetch`).
+
+Below the LRU sits the on-disk frame cache (:mod:`recon.data.frame_cache`, ``disk_cache``): a frame not in
+memory is read from there when present (a plain uint8 ``.npy``: no JPEG/PNG decode, no downscale), else
+decoded from its source and written there for the next run. Video frames (``Frame.video_frame``) are read
+from their own cache folder (``Frame.frames_dir``, filled by the loader; :mod:`recon.data.video_frames`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from recon.data.frame_cache import FrameCache
 from recon.data.scene import Frame, MissingImageError, _read_pil, is_16bit, load_mask, to_float_rgba
+from recon.data.video_frames import cached_video_frame, read_video_frame
 
 CACHE_FRACTION = 0.25  # of the available memory: the default --cache-bytes
 FALLBACK_CACHE_BYTES = 2 << 30  # when the available memory cannot be read
@@ -58,6 +65,8 @@ def frame_rgba(frame: Frame) -> np.ndarray:
     rgba = getattr(frame, "rgba", None)
     if rgba is not None:
         return np.asarray(rgba, dtype=np.uint8)
+    if frame.video_frame is not None:
+        return as_rgba(read_video_frame(frame))
     im = _read_pil(frame.image_path)
     if im.size != (frame.width, frame.height):
         raise MissingImageError(f"image file {frame.image_path} is {im.size[0]}x{im.size[1]}, its camera "
@@ -65,6 +74,16 @@ def frame_rgba(frame: Frame) -> np.ndarray:
     if is_16bit(im):
         return np.round(to_float_rgba(im) * 255.0).astype(np.uint8)
     return np.array(im if im.mode == "RGBA" else im.convert("RGBA"), dtype=np.uint8)  # 8-bit: exact as is
+
+
+def as_rgba(arr: np.ndarray) -> np.ndarray:
+    """uint8 [H, W, 4] of uint8 [H, W, 3] (alpha 255) or [H, W, 4] (as is)."""
+    if arr.shape[-1] == 4:
+        return arr
+    out = np.empty((*arr.shape[:2], 4), dtype=np.uint8)
+    out[..., :3] = arr
+    out[..., 3] = 255
+    return out
 
 
 def frame_mask_u8(frame: Frame) -> np.ndarray | None:
@@ -78,6 +97,8 @@ def file_may_have_alpha(frame: Frame) -> bool:
     frame, or an image mode with alpha or transparency."""
     if getattr(frame, "rgba", None) is not None:
         return True
+    if frame.video_frame is not None:
+        return False  # video frames are RGB
     from PIL import Image
 
     try:
@@ -102,10 +123,13 @@ def tensor_bytes(t: Tensor | None) -> int:
 class FrameImages:
     """Decoded images of a list of frames, on one device, indexed like the list; decoded on first use into an
     LRU of at most ``cache_bytes`` (module docstring). :meth:`prefetch` decodes images on a background thread
-    ahead of their use (the trainer asks for the next step's views); thread-safe."""
+    ahead of their use (the trainer asks for the next step's views); thread-safe. ``disk_cache``: the on-disk
+    frame cache of image files (None: none; video frames use their own, ``Frame.frames_dir``)."""
 
-    def __init__(self, frames: Sequence[Frame], device: torch.device | str = "cpu", cache_bytes: int | None = None):
+    def __init__(self, frames: Sequence[Frame], device: torch.device | str = "cpu", cache_bytes: int | None = None,
+                 disk_cache: FrameCache | None = None):
         self.frames = list(frames)
+        self.disk_cache = disk_cache
         self.device = torch.device(device)
         self.cache_bytes = default_cache_bytes() if cache_bytes is None else int(cache_bytes)
         self._lru: OrderedDict[tuple[str, int], Tensor] = OrderedDict()  # ("rgba"|"mask"|"rgb", index) -> tensor
@@ -114,7 +138,8 @@ class FrameImages:
         self._bytes = 0
         self._rgb_bytes = 0  # of which composited images
         self._lock = threading.RLock()
-        self.decodes = 0  # frames decoded so far (a re-decode after eviction counts again)
+        self.decodes = 0  # frames decoded from their source so far (a re-decode after eviction counts again)
+        self.disk_reads = 0  # frames read from the on-disk frame cache instead
         self._pending: dict[int, Future] = {}  # image index -> its decode on the prefetch thread
         self._pool: ThreadPoolExecutor | None = None
 
@@ -209,11 +234,68 @@ class FrameImages:
     def _decode(self, i: int) -> Tensor:
         """Decode image ``i`` (and its loss mask) now, into the LRU when they fit; the uint8 RGBA [H, W, 4]."""
         frame = self.frames[i]
-        rgba = torch.from_numpy(frame_rgba(frame)).to(self.device)
-        self.decodes += 1
+        rgba = torch.from_numpy(self._rgba_u8(frame)).to(self.device)
         self._put(("rgba", i), rgba, evict=True)
         self.mask_u8(i)  # its loss mask too (cached; None without one)
         return rgba
+
+    def _on_disk(self, frame: Frame) -> bool:
+        """Whether ``frame``'s image goes through :attr:`disk_cache` (a file on disk; not in memory, not video)."""
+        return (self.disk_cache is not None and getattr(frame, "rgba", None) is None
+                and frame.video_frame is None)
+
+    def _rgba_u8(self, frame: Frame) -> np.ndarray:
+        """uint8 [H, W, 4] of ``frame``: from the on-disk cache when there, else decoded (and stored there)."""
+        shape = (frame.height, frame.width, None)
+        cached = None
+        if frame.video_frame is not None:
+            cached = cached_video_frame(frame)
+        elif self._on_disk(frame):
+            cached = self.disk_cache.load(frame.image_path, "rgba", shape)
+        if cached is not None:
+            with self._lock:
+                self.disk_reads += 1
+            return as_rgba(cached)
+        rgba = frame_rgba(frame)
+        with self._lock:
+            self.decodes += 1
+        if self._on_disk(frame):
+            opaque = bool((rgba[..., 3] == 255).all())
+            self.disk_cache.store(frame.image_path, "rgba", rgba[..., :3] if opaque else rgba)
+        return rgba
+
+    def fill_disk_cache(self, progress: bool = True) -> int:
+        """Decode every image (and loss mask) without an on-disk cache entry into :attr:`disk_cache`, on a few
+        threads, without keeping them in memory; a progress bar when ``progress`` and there are at least
+        PROGRESS_MIN_IMAGES of them. Returns how many images were decoded (0 once the cache is complete:
+        only the entries' names are checked, a damaged entry is decoded again when read)."""
+        cache = self.disk_cache
+        if cache is None:
+            return 0
+        todo = [f for f in self.frames if self._on_disk(f) and not cache.has(f.image_path, "rgba", (f.width, f.height))]
+        if not todo:
+            return 0
+
+        def one(frame: Frame) -> None:
+            rgba = frame_rgba(frame)
+            opaque = bool((rgba[..., 3] == 255).all())
+            cache.store(frame.image_path, "rgba", rgba[..., :3] if opaque else rgba)
+            if frame.mask_path is not None and not cache.has(frame.mask_path, "mask", (frame.width, frame.height)):
+                cache.store(frame.mask_path, "mask", frame_mask_u8(frame))
+            with self._lock:
+                self.decodes += 1
+
+        workers = max(1, min(4, os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers, thread_name_prefix="frame-cache") as pool:
+            jobs = pool.map(one, todo)
+            if progress and len(todo) >= PROGRESS_MIN_IMAGES:
+                from rich.progress import track
+
+                jobs = track(jobs, total=len(todo), transient=True,
+                             description=f"caching {len(todo)} decoded images in {cache.folder}")
+            for _ in jobs:
+                pass
+        return len(todo)
 
     def replace_frame(self, i: int, frame: Frame) -> None:
         """Use ``frame`` as image ``i`` from now on (its cached entries dropped)."""
@@ -247,8 +329,20 @@ class FrameImages:
             return None
         m = self._get(("mask", i))
         if m is None:
-            m = torch.from_numpy(frame_mask_u8(self.frames[i])).to(self.device)
+            m = torch.from_numpy(self._mask_u8(self.frames[i])).to(self.device)
             self._put(("mask", i), m, evict=True)
+        return m
+
+    def _mask_u8(self, frame: Frame) -> np.ndarray:
+        """uint8 [H, W] loss mask of ``frame`` (which has one): from the on-disk cache when there, else decoded
+        (and stored there)."""
+        if self.disk_cache is None:
+            return frame_mask_u8(frame)
+        cached = self.disk_cache.load(frame.mask_path, "mask", (frame.height, frame.width))
+        if cached is not None:
+            return cached
+        m = frame_mask_u8(frame)
+        self.disk_cache.store(frame.mask_path, "mask", m)
         return m
 
     def mask(self, i: int) -> Tensor | None:

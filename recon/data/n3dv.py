@@ -5,11 +5,16 @@ the camera's down, right and backward axes, its centre, and (height, width, foca
 bounds) and ``camNN.mp4``, one per row of ``poses_bounds.npy`` in sorted name order. ``cam00`` is the test view
 (the dataset's protocol); the others train.
 
-Decoding: each video is decoded once with imageio-ffmpeg into ``<cache>/n3dv_frames/camNN/<index:06d>.jpg``
-(JPEG quality 95; a progress bar; the folder is reused while it holds every frame asked for), only the frames
-kept by ``frame_stride`` and ``time_range``. Times: the kept frames span t in [0, 1]; ``Scene.duration`` keeps
+Decoding: each video is read directly with imageio-ffmpeg, streamed (one frame in memory at a time), and the
+frames kept by ``frame_stride`` and ``time_range`` are downscaled to the ``data_factor`` size and stored once in
+the on-disk frame cache (:mod:`recon.data.video_frames`; ``--frame-cache``, default
+``~/.cache/splatforge/frames``; videos need it even with ``--frame-cache off``: see :func:`video_frames_dir`),
+with a progress bar; a later load decodes only frames missing there (an edited video has a new key). The
+frame count and rate are cached too (counting frames decodes the whole video). Frames are named
+``camNN/<index:06d>.jpg`` (as when they were extracted to JPEG files; nothing is written under that name). Times: the kept frames span t in [0, 1]; ``Scene.duration`` keeps
 their real length in seconds (frame count and the video's frame rate) for playback. Intrinsics: the focal of
-``poses_bounds.npy`` scaled by video width / its width, principal point at the image centre. No points: training
+``poses_bounds.npy`` scaled by video width / its width, principal point at the image centre, then scaled to the
+downscaled size. No points: training
 starts from random Gaussians in the region the cameras look at.
 """
 
@@ -20,14 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-from recon.core.limits import check_npy_header, with_path
-from recon.data.finalize import finalize_frames
-from recon.data.scene import BLACK, DataFormatError, Frame, MissingImageError, Scene, default_cache_root, make_camera
 from recon.core.errors import UsageError
+from recon.core.limits import check_npy_header, with_path
+from recon.data.frame_cache import FrameCache, default_frame_cache_dir
+from recon.data.scene import (BLACK, DataFormatError, Frame, MissingImageError, Scene, check_cameras,
+                              downscaled_size, make_camera)
+from recon.data.video_frames import decode_into_cache, missing_frames
 
 POSES_FILE = "poses_bounds.npy"
 TEST_CAMERA = "cam00"
-JPEG_QUALITY = 95
 
 
 def video_files(root: Path) -> list[Path]:
@@ -67,12 +73,16 @@ def read_poses(root: Path, n_videos: int) -> np.ndarray:
     return arr[:, :15].reshape(-1, 3, 5)
 
 
-def video_info(path: Path) -> tuple[int, float, int, int]:
+def video_info(path: Path, cache: FrameCache | None = None) -> tuple[int, float, int, int]:
     """(frame count, fps, width, height) of a video; MissingImageError naming it when unreadable. The count is
-    ffmpeg's exact one (imageio_ffmpeg.count_frames_and_secs: a decode without output), not the container's."""
+    ffmpeg's exact one (imageio_ffmpeg.count_frames_and_secs: a decode without output), not the container's;
+    it is kept in ``cache`` (keyed by the video's size and mtime) so that a later load does not decode again."""
     import imageio.v3 as iio
     import imageio_ffmpeg
 
+    known = cache.load_json(path, "video-info") if cache is not None else None
+    if known is not None and {"count", "fps", "width", "height"} <= known.keys():
+        return int(known["count"]), float(known["fps"]), int(known["width"]), int(known["height"])
     try:
         fps = float(iio.immeta(path, plugin="FFMPEG")["fps"])
         count = imageio_ffmpeg.count_frames_and_secs(str(path))[0]
@@ -80,7 +90,10 @@ def video_info(path: Path) -> tuple[int, float, int, int]:
     except Exception as e:  # imageio raises several types for broken or missing files: name the file
         raise MissingImageError(f"{path}: cannot read the video ({type(e).__name__}: {e}); "
                                 f"is it a complete mp4?") from None
-    return int(count), fps, int(first.shape[1]), int(first.shape[0])
+    info = int(count), fps, int(first.shape[1]), int(first.shape[0])
+    if cache is not None:
+        cache.store_json(path, "video-info", dict(zip(("count", "fps", "width", "height"), info)))
+    return info
 
 
 def parse_time_range(text: str | None, duration: float) -> tuple[float, float]:
@@ -110,69 +123,59 @@ def selected_frames(count: int, fps: float, frame_stride: int, time_range: str |
     return kept
 
 
-def decode_frames(video: Path, indices: list[int], out_dir: Path, progress=None) -> list[Path]:
-    """Decode ``indices`` of ``video`` into ``out_dir/<index:06d>.jpg`` (skipping files already there);
-    returns the paths in order. Files are written whole (a temporary name, then renamed)."""
-    import imageio.v3 as iio
-    from PIL import Image
-
-    paths = [out_dir / f"{i:06d}.jpg" for i in indices]
-    todo = {i for i, p in zip(indices, paths) if not p.is_file()}
-    if todo:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        last = max(todo)
-        for i, frame in enumerate(iio.imiter(video, plugin="FFMPEG")):
-            if i in todo:
-                tmp = out_dir / f".{i:06d}.jpg.tmp"
-                Image.fromarray(np.asarray(frame)[..., :3]).save(tmp, format="JPEG", quality=JPEG_QUALITY)
-                tmp.replace(out_dir / f"{i:06d}.jpg")
-                if progress is not None:
-                    progress()
-            if i >= last:
-                break
-        missing = [p for p in paths if not p.is_file()]
-        if missing:
-            raise MissingImageError(f"{video}: the video ended before frame {missing[0].stem} (asked for "
-                                    f"{len(indices)} frames up to {max(indices)})")
-    return paths
+def video_frames_dir(cache_dir: Path | None, frame_cache: FrameCache | None) -> Path:
+    """Where the decoded frames go: the run's frame cache; without one (``--frame-cache off`` too: video
+    frames cannot be read one by one cheaply) ``frames/`` of ``cache_dir`` when given, else the default frame
+    cache (:func:`recon.data.frame_cache.default_frame_cache_dir`)."""
+    if frame_cache is not None:
+        return frame_cache.folder
+    return Path(cache_dir) / "frames" if cache_dir is not None else default_frame_cache_dir()
 
 
 def load_n3dv(root: Path, data_factor: int = 1, cache_dir: Path | None = None, frame_stride: int = 1,
-              time_range: str | None = None, background: tuple[float, float, float] | None = None) -> Scene:
-    """Load a Neural 3D Video folder (module docstring) as a dynamic :class:`Scene`."""
+              time_range: str | None = None, background: tuple[float, float, float] | None = None,
+              frame_cache: FrameCache | None = None) -> Scene:
+    """Load a Neural 3D Video folder (module docstring) as a dynamic :class:`Scene`; the kept frames not yet
+    in the frame cache are decoded into it first (progress bar)."""
     from rich.progress import Progress
 
+    if int(data_factor) != data_factor or data_factor < 1:
+        raise UsageError(f"--data-factor {data_factor!r}: must be a positive integer")
     root = Path(root)
     videos = video_files(root)
     poses = read_poses(root, len(videos))
-    infos = [video_info(v) for v in videos]
+    cache = FrameCache(video_frames_dir(cache_dir, frame_cache))
+    infos = [video_info(v, cache) for v in videos]
     counts = {v.stem: info[0] for v, info in zip(videos, infos)}
     if len(set(counts.values())) != 1:
         listing = ", ".join(f"{k}: {n}" for k, n in counts.items())
         raise DataFormatError(f"{root}: the cameras' videos have different frame counts ({listing}); a synchronised "
                               f"rig needs the same count for every camera (trim the longer videos)")
     count, fps, width, height = infos[0]
+    for video, (_, _, w, h) in zip(videos, infos):
+        if (w, h) != (width, height):
+            raise DataFormatError(f"{video}: {w}x{h} frames but {videos[0].name} has {width}x{height}")
     kept = selected_frames(count, fps, frame_stride, time_range)
-    cache = (Path(cache_dir) if cache_dir is not None else default_cache_root(root)) / "n3dv_frames"
+    size = downscaled_size(width, height, int(data_factor))
+    todo = {v: missing_frames(v, kept, size, cache) for v in videos}
+    if any(todo.values()):
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"decoding {len(videos)} videos ({size[0]}x{size[1]}) into {cache.folder}",
+                                total=sum(len(t) for t in todo.values()))
+            for video in videos:
+                decode_into_cache(video, todo[video], size, cache, lambda: bar.advance(task))
     raw_train, raw_test = [], []
-    with Progress(transient=True) as bar:
-        task = bar.add_task("decoding videos", total=len(videos) * len(kept))
-        for video, pose, (_, _, w, h) in zip(videos, poses, infos):
-            if (w, h) != (width, height):
-                raise DataFormatError(f"{video}: {w}x{h} frames but {videos[0].name} has {width}x{height}")
-            paths = decode_frames(video, kept, cache / video.stem, lambda: bar.advance(task))
-            bar.update(task, completed=(videos.index(video) + 1) * len(kept))
-            f = pose[2, 4] * width / pose[1, 4]
-            K = np.array([[f, 0.0, width / 2.0], [0.0, f, height / 2.0], [0.0, 0.0, 1.0]])
-            camera = make_camera(llff_world_to_cam(pose), K, width, height)
-            for j, path in enumerate(paths):
-                t = j / (len(paths) - 1) if len(paths) > 1 else 0.0
-                frame = Frame(f"{video.stem}/{path.name}", path, camera, None, t)
-                (raw_test if video.stem == TEST_CAMERA else raw_train).append((frame, None))
+    for video, pose in zip(videos, poses):
+        f = pose[2, 4] * width / pose[1, 4]
+        K = np.array([[f, 0.0, width / 2.0], [0.0, f, height / 2.0], [0.0, 0.0, 1.0]])
+        K = np.diag([size[0] / width, size[1] / height, 1.0]) @ K
+        camera = make_camera(llff_world_to_cam(pose), K, size[0], size[1])
+        for j, k in enumerate(kept):
+            t = j / (len(kept) - 1) if len(kept) > 1 else 0.0
+            frame = Frame(f"{video.stem}/{k:06d}.jpg", video, camera, None, t, video_frame=k, frames_dir=cache.folder)
+            (raw_test if video.stem == TEST_CAMERA else raw_train).append(frame)
     if not raw_train:
         raise DataFormatError(f"{root}: only {TEST_CAMERA}.mp4 (the test view): no training camera")
-    listed = root / POSES_FILE
-    train = finalize_frames(raw_train, cache.parent, listed, data_factor, cache_dir)
-    test = finalize_frames(raw_test, cache.parent, listed, data_factor, cache_dir) if raw_test else []
+    check_cameras(raw_train + raw_test, root / POSES_FILE)
     duration = (kept[-1] - kept[0]) / fps
-    return Scene(train, test, None, None, background or BLACK, "n3dv", root, duration=duration)
+    return Scene(raw_train, raw_test, None, None, background or BLACK, "n3dv", root, duration=duration)

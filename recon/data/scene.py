@@ -70,6 +70,10 @@ class Frame:
         segmentation_path: optional single-channel foreground segmentation of the same size (non-zero =
             foreground), e.g. Dynamic 3D Gaussians' ``seg/``; never a loss mask: the whole image is
             supervised (datasets/README.md, "What masks mean").
+        video_frame: for a frame of a video (``image_path`` is the video), its index in the video, else None;
+            read through :mod:`recon.data.video_frames` (:class:`recon.data.frame_images.FrameImages` does).
+        frames_dir: the on-disk frame cache folder (:mod:`recon.data.frame_cache`) holding a video frame's
+            decoded image, or None.
     """
 
     name: str
@@ -78,6 +82,8 @@ class Frame:
     mask_path: Path | None = None
     time: float | None = None
     segmentation_path: Path | None = None
+    video_frame: int | None = None
+    frames_dir: Path | None = None
 
     @property
     def width(self) -> int:
@@ -248,6 +254,9 @@ def load_image(frame: Frame, background: Sequence[float] = WHITE) -> np.ndarray:
     Raises MissingImageError (a ValueError) naming the file when it is missing, unreadable, or not
     ``frame.width x frame.height``.
     """
+    if frame.video_frame is not None:
+        raise MissingImageError(f"{frame.image_path}: frame {frame.video_frame} of a video: read it with "
+                                f"recon.data.frame_images.FrameImages")
     im = _read_pil(frame.image_path)
     check_image_size(frame.image_path, im.size, frame.width, frame.height)
     return composite(to_float_rgba(im), background)

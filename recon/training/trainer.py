@@ -30,6 +30,7 @@ from recon.core.schedule import schedule_scaler
 from recon.core.errors import CheckpointError, ConfigValueError, RunFolderError
 from recon.training.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_ply4d, write_splats
+from recon.data.frame_cache import resolve_frame_cache
 from recon.data.frame_images import FrameImages
 from recon.data.holdout import hold_out
 from recon.models.init_region import parse_init_box, random_init_region
@@ -49,7 +50,8 @@ from recon.losses.spacetime import SpaceTimeConfig
 # folder itself, which may have been moved or named by another path since
 RESUMABLE_CHANGES = {"out", "steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device",
                      "overwrite", "viewer", "viewer_port", "viewer_every", "viewer_keep_open", "logger",
-                     "logger_every", "remove_floaters", "floater_threshold", "cache_bytes"}
+                     "logger_every", "remove_floaters", "floater_threshold", "cache_bytes",
+                     "frame_cache"}
 # entries every checkpoint must hold (see Trainer.checkpoint_payload); "a.b" is key b of mapping a; the
 # loss record is "history" ("losses" in checkpoints written before histories; see load_checkpoint)
 CHECKPOINT_KEYS = ("step", "model", "strategy_state", "rng.torch", "rng.view", "history|losses", "train_seconds")
@@ -89,6 +91,9 @@ class TrainConfig:
     cache_bytes: int | None = None
     """bytes of decoded training images kept in memory (an LRU; frames are decoded on first use); default
     a quarter of the available memory (recon.data.frame_images.default_cache_bytes)"""
+    frame_cache: str = "auto"
+    """on-disk cache of decoded, downscaled frames (uint8 .npy per frame, reused across runs; recon.data.frame_cache):
+    a folder, "auto" ($SPLATFORGE_CACHE/frames, else ~/.cache/splatforge/frames) or "off" (videos still use auto)"""
     strategy: Literal["adc", "mcmc", "occupancy"] = "adc"
     """densification: adaptive density control (3DGS) or MCMC relocation; occupancy: the occupancy-grid
     updates of --method nerf (its only strategy)"""
@@ -274,7 +279,8 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
         return hold_out(procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed), cfg.test_cameras,
                         cfg.test_every)
     scene = load_scene(cfg.data, data_factor=cfg.data_factor, frame_stride=cfg.frame_stride,
-                       time_range=cfg.time_range, test_cameras=cfg.test_cameras, test_time_every=cfg.test_every)
+                       time_range=cfg.time_range, test_cameras=cfg.test_cameras, test_time_every=cfg.test_every,
+                       frame_cache=resolve_frame_cache(cfg.frame_cache))
     if not scene.frames_train:
         raise DataFormatError(f"{cfg.data}: the dataset has no training images")
     return scene
@@ -483,7 +489,10 @@ class Trainer:
         self.out = Path(cfg.out)
         if self.scene is None:
             self.scene = load_training_scene(cfg)
-        self.images = FrameImages(self.scene.frames_train, self.device, cache_bytes=cfg.cache_bytes)
+        self.disk_cache = resolve_frame_cache(cfg.frame_cache)
+        self.images = FrameImages(self.scene.frames_train, self.device, cache_bytes=cfg.cache_bytes,
+                                  disk_cache=self.disk_cache)
+        self.images.fill_disk_cache(progress=cfg.progress)  # a first run decodes every image once, shown
         self.train_background = training_background(cfg, self.model or model_class(cfg.method), self.images)
         check_batch(cfg.batch, self.scene.frames_train)
         torch.manual_seed(cfg.seed)
@@ -753,7 +762,7 @@ class Trainer:
     def evaluate(self, renders_dir: Path | None) -> dict:
         """Test-view metrics (see evaluate_model), recorded in ``history`` and passed to hooks' on_evaluate."""
         bg = background_color(self.cfg, self.scene)
-        images = FrameImages(self.scene.frames_test, self.device)
+        images = FrameImages(self.scene.frames_test, self.device, disk_cache=self.disk_cache)
         test = evaluate_model(self.model, self.scene.frames_test, images, bg, self.cfg.sh_degree, renders_dir,
                               supersample=self.cfg.supersample)
         self.history.record_eval(self.step, test["psnr"], test["ssim"])

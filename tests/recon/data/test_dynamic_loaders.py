@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -122,23 +123,84 @@ def test_llff_pose_round_trip(rendered):
     np.testing.assert_allclose(llff_world_to_cam(row[:15].reshape(3, 5)), w2c, atol=1e-12)
 
 
-def test_n3dv_decodes_once_and_loads(tmp_path, rendered):
+def n3dv_image(scene, frame) -> np.ndarray:
+    """float32 [H, W, 3] of a video frame, read as training reads it (FrameImages)."""
+    from recon.data.frame_images import FrameImages
+
+    return FrameImages([frame]).load(0).numpy()[..., :3].astype(np.float32) / 255.0
+
+
+def count_video_reads(monkeypatch) -> list:
+    """Patch imageio's iterator so that each video streamed is recorded."""
+    import imageio.v3 as iio
+
+    calls, real = [], iio.imiter
+
+    def counting(path, *a, **k):
+        calls.append(Path(path).name)
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(iio, "imiter", counting)
+    return calls
+
+
+def test_n3dv_decodes_videos_once_into_the_frame_cache(tmp_path, rendered, monkeypatch):
+    """The videos are streamed once into the frame cache (uint8 .npy per kept frame, no extracted JPEGs); a
+    second load decodes nothing (frame counts cached too); a touched video is decoded again."""
     root = write_n3dv(tmp_path / "n3dv", rendered)
-    scene = load_scene(root, cache_dir=tmp_path / "cache")
     train, test, frames = rendered
+    calls = count_video_reads(monkeypatch)
+    scene = load_scene(root, cache_dir=tmp_path / "cache")
+    assert sorted(calls) == [f"cam{j:02d}.mp4" for j in range(N_TRAIN + 1)]  # one pass per video
     assert scene.source_format == "n3dv" and len(scene.frames_test) == T and len(scene.frames_train) == N_TRAIN * T
     assert scene.duration == pytest.approx((T - 1) / 10)
     assert all(f.name.startswith("cam00/") for f in scene.frames_test)
     np.testing.assert_allclose(scene.frames_test[0].camera.world_to_cam.numpy(), test.world_to_cam.numpy(), atol=1e-5)
     np.testing.assert_allclose(scene.frames_test[0].camera.K.numpy(), test.K.numpy(), atol=1e-4)
-    img = scene.load_image(scene.frames_test[2])
+    img = n3dv_image(scene, scene.frames_test[2])
     expected = frames[2, N_TRAIN, ..., :3].astype(np.float32) / 255 * frames[2, N_TRAIN, ..., 3:] / 255
     assert np.abs(img - expected).mean() < 0.03
-    decoded = sorted((tmp_path / "cache" / "n3dv_frames").rglob("*.jpg"))
-    assert len(decoded) == (N_TRAIN + 1) * T
-    mtimes = [p.stat().st_mtime_ns for p in decoded]
-    load_scene(root, cache_dir=tmp_path / "cache")  # second load: nothing decoded again
-    assert [p.stat().st_mtime_ns for p in decoded] == mtimes
+    assert not list(tmp_path.rglob("*.jpg")) and not list(root.rglob("*.jpg"))
+    entries = sorted((tmp_path / "cache" / "frames").rglob("*.npy"))
+    assert len(entries) == (N_TRAIN + 1) * T
+    mtimes = [p.stat().st_mtime_ns for p in entries]
+    calls.clear()
+    again = load_scene(root, cache_dir=tmp_path / "cache")  # second load: nothing decoded again
+    assert calls == [] and [p.stat().st_mtime_ns for p in entries] == mtimes
+    assert np.array_equal(n3dv_image(again, again.frames_test[2]), img) and calls == []
+    st = (root / "cam02.mp4").stat()
+    os.utime(root / "cam02.mp4", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # an edited video: a new key
+    load_scene(root, cache_dir=tmp_path / "cache")
+    assert "cam02.mp4" in calls and "cam01.mp4" not in calls
+
+
+def test_n3dv_data_factor_downscales_while_decoding(tmp_path, rendered):
+    root = write_n3dv(tmp_path / "n3dv", rendered)
+    full = load_scene(root, cache_dir=tmp_path / "cache")
+    half = load_scene(root, cache_dir=tmp_path / "cache", data_factor=2)
+    f = half.frames_train[3]
+    assert (f.width, f.height) == (SIZE // 2, SIZE // 2)
+    np.testing.assert_allclose(f.camera.K[:2].numpy(), full.frames_train[3].camera.K[:2].numpy() / 2, atol=1e-5)
+    img = n3dv_image(half, f)
+    big = n3dv_image(full, full.frames_train[3])
+    box = big.reshape(SIZE // 2, 2, SIZE // 2, 2, 3).mean(axis=(1, 3))
+    assert np.abs(img - box).max() < 2.5 / 255
+
+
+def test_n3dv_frame_missing_from_the_cache_is_decoded_from_the_video(tmp_path, rendered):
+    root = write_n3dv(tmp_path / "n3dv", rendered)
+    scene = load_scene(root, cache_dir=tmp_path / "cache")
+    frame = scene.frames_train[-1]
+    before = n3dv_image(scene, frame)
+    for p in (tmp_path / "cache" / "frames").rglob("*.npy"):
+        p.write_bytes(b"damaged")
+    from recon.data.frame_images import FrameImages
+
+    images = FrameImages([frame])
+    assert np.array_equal(images.load(0).numpy()[..., :3].astype(np.float32) / 255.0, before)
+    assert images.decodes == 1
+    reread = FrameImages([frame])  # the damaged entry was written again
+    assert np.array_equal(reread.load(0).numpy(), images.load(0).numpy()) and reread.decodes == 0
 
 
 def test_n3dv_frame_stride_and_time_range(tmp_path, rendered):

@@ -1,0 +1,127 @@
+"""On-disk cache of decoded, downscaled frames: one uint8 ``.npy`` file per frame, reused across runs.
+
+A decoded training image (uint8 [H, W, 4] RGBA, uint8 [H, W] loss mask, or a video frame) is stored under a
+name hashed from what decides its content: the source file's resolved path, size in bytes and ``mtime_ns``,
+which part of it (``rgba``, ``mask``, ``frame<k>`` of a video) and the output size (the run's
+``--data-factor``). An edited or replaced source therefore maps to another name: its old entry is never read
+again. Entries are written with :func:`recon.core.atomic.atomic_open` (a temporary file renamed into place),
+so a crash never leaves a partial file under an entry's name; an entry that is damaged anyway (truncated,
+not a ``.npy``, another shape or dtype) reads as missing, and the caller decodes the source again and
+rewrites it.
+
+Where: ``--frame-cache DIR``; "auto" (the default) is ``$SPLATFORGE_CACHE/frames`` when that variable is set,
+else ``~/.cache/splatforge/frames``; "off" keeps nothing on disk (image frames are decoded from their files
+every time they are not in memory; video frames still need a cache and use the dataset's own derived-files
+folder, see :mod:`recon.data.n3dv`). Nothing is ever deleted by splatforge: remove the folder to reclaim it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from recon.core.atomic import atomic_open, atomic_write_bytes
+
+CACHE_ENV = "SPLATFORGE_CACHE"
+OFF = "off"
+AUTO = "auto"
+
+
+def default_frame_cache_dir() -> Path:
+    """``$SPLATFORGE_CACHE/frames``, else ``~/.cache/splatforge/frames``."""
+    base = os.environ.get(CACHE_ENV)
+    return (Path(base) if base else Path.home() / ".cache" / "splatforge") / "frames"
+
+
+def resolve_frame_cache(setting: str | os.PathLike | None) -> "FrameCache | None":
+    """The cache named by a ``--frame-cache`` value: "auto" / None = :func:`default_frame_cache_dir`, "off" =
+    None (no disk cache), else that folder."""
+    if setting is None or str(setting) == AUTO:
+        return FrameCache(default_frame_cache_dir())
+    if str(setting) == OFF:
+        return None
+    return FrameCache(Path(setting))
+
+
+def source_stamp(path: Path) -> dict:
+    """What identifies a source file's content cheaply: resolved path, size in bytes, ``mtime_ns``."""
+    st = Path(path).stat()
+    return {"source": str(Path(path).resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+class FrameCache:
+    """A folder of decoded frames (module docstring). Thread- and process-safe: entries appear whole."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self.reads = 0  # entries read back (hits)
+        self.writes = 0  # entries written
+
+    def __repr__(self) -> str:
+        return f"FrameCache({str(self.folder)!r})"
+
+    def entry_path(self, source: Path, part: str, size: tuple[int, int]) -> Path:
+        """The file of ``part`` of ``source`` at ``size`` (width, height); its name hashes the source's stamp
+        (:func:`source_stamp`), so it changes when the source does. OSError when the source is missing."""
+        key = {**source_stamp(source), "part": part, "size": [int(size[0]), int(size[1])]}
+        digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        return self.folder / digest[:2] / f"{digest}.npy"
+
+    def load(self, source: Path, part: str, shape: tuple) -> np.ndarray | None:
+        """The uint8 array of shape ``shape`` cached for ``part`` of ``source``, or None when there is none
+        or it is damaged (then the caller decodes the source and :meth:`store` s it again). A last dimension
+        of None in ``shape`` accepts 3 or 4 (RGB or RGBA)."""
+        try:
+            path = self.entry_path(source, part, (shape[1], shape[0]))
+            arr = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError):  # no entry, a missing source, or a damaged file
+            return None
+        want = tuple(shape)
+        fits = arr.dtype == np.uint8 and arr.ndim == len(want) and all(
+            a == w if w is not None else a in (3, 4) for a, w in zip(arr.shape, want))
+        if not fits:
+            return None
+        self.reads += 1
+        return arr
+
+    def has(self, source: Path, part: str, size: tuple[int, int]) -> bool:
+        """Whether an entry file exists (not checked: :meth:`load` does that)."""
+        try:
+            return self.entry_path(source, part, size).is_file()
+        except OSError:
+            return False
+
+    def store(self, source: Path, part: str, array: np.ndarray) -> None:
+        """Write ``array`` (uint8 [H, W, ...]) as ``part`` of ``source`` atomically. A cache that cannot be
+        written (read-only, disk full) is not an error: the frame is simply decoded again next time."""
+        array = np.ascontiguousarray(array, dtype=np.uint8)
+        try:
+            path = self.entry_path(source, part, (array.shape[1], array.shape[0]))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_open(path, force=True) as f:
+                np.save(f, array, allow_pickle=False)
+        except OSError:
+            return
+        self.writes += 1
+
+    def load_json(self, source: Path, part: str) -> dict | None:
+        """A small JSON record cached for ``source`` (e.g. a video's frame count), or None."""
+        try:
+            path = self.entry_path(source, part, (0, 0)).with_suffix(".json")
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def store_json(self, source: Path, part: str, record: dict) -> None:
+        """Write a small JSON record for ``source`` atomically (failures ignored, as :meth:`store`)."""
+        try:
+            path = self.entry_path(source, part, (0, 0)).with_suffix(".json")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(path, json.dumps(record).encode(), force=True)
+        except OSError:
+            return
