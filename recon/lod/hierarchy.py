@@ -144,7 +144,6 @@ def build_hierarchy(data: SplatData, depth: int = DEFAULT_DEPTH, progress=None,
     node_code = [code]
     parent = np.full(n + max(n - 1, 0), -1, dtype=np.int32)  # at most N - 1 merges
     child_lists, child_counts = [], []
-    lookup_mom, lookup_radius = mom, radius[0]  # row of node id i: i < n leaves, else in merged blocks
     all_means, all_radius = mom.means, radius[0].astype(np.float64)
     next_id = n
     for level in range(1, depth + 1):
