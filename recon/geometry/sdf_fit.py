@@ -5,8 +5,8 @@ Frame: the mesh is normalised into the unit cube [0, 1]^3 of the field (``to_uni
 (the field's output x ``scale``), so a marching-cubes mesh at level 0 comes back in the mesh's own frame.
 
 Samples (:func:`sdf_samples`): a share near the surface (surface points plus Gaussian offsets of two widths,
-NEAR_SIGMAS x the bounding diagonal) and the rest uniform in the box; their signed distances (negative inside)
-from open3d's ray-casting scene (exact distance to the triangles, sign by ray parity: the mesh must be watertight,
+NEAR_SIGMAS x the bounding diagonal) and the rest uniform in the box; their signed distances (negative inside) come from
+the ray-casting scene of open3d (exact distance to the triangles, sign by ray parity: the mesh must be watertight,
 checked first with trimesh).
 
 Field (:class:`SDFField`): the same parts as the radiance field (recon/nerf: ``--encoding`` hash or dense grids,
