@@ -24,6 +24,7 @@ import numpy as np
 from recon.core.splat_data import SplatData, rgb_to_dc
 from recon.lod.export_lod import LodExport
 from recon.lod.manifest import LodManifest, LodManifestError
+from viewer.errors import ViewerInputError
 from viewer.splat_scene import BrowserSplats, SplatScene, browser_splats
 
 DEFAULT_PIXELS = 2.0  # a chunk is refined while its error projects to more than this many pixels
@@ -156,10 +157,8 @@ class LodScene(SplatScene):
 
 
 def load_lod_scene(folder: Path) -> LodScene:
-    """The :class:`LodScene` of an LOD export; :class:`viewer.scene.ViewerInputError` for a damaged one (its
+    """The :class:`LodScene` of an LOD export; :class:`viewer.errors.ViewerInputError` for a damaged one (its
     manifest, or any chunk file missing or of another size than listed)."""
-    from viewer.scene import ViewerInputError
-
     try:
         scene = LodScene(folder)
         scene.lod.check_files()  # every chunk there, of the listed size: fail now, not mid-flight

@@ -14,15 +14,12 @@ import numpy as np
 from recon.core.errors import SplatforgeError
 from recon.export import SplatFileError, read_splats
 from recon.export.view_sidecar import read_view_sidecar, up_from_world_to_cams
+from viewer.errors import ViewerInputError
 from viewer.splat_scene import BrowserSplats, SplatScene, TrainingCamera, browser_splats, robust_bounds
 
 __all__ = ["BrowserSplats", "SplatScene", "TrainingCamera", "ViewerInputError", "browser_splats", "load_meshes",
            "load_run_cameras", "load_scene", "resolve_splat_file", "robust_bounds", "spacetime_source",
            "training_cameras", "up_from_cameras"]
-
-
-class ViewerInputError(SplatforgeError, ValueError):
-    """A file or folder given to the viewer is missing or unusable; the message names it."""
 
 
 def resolve_splat_file(path: str | os.PathLike) -> tuple[Path, Path | None]:
