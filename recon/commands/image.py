@@ -237,6 +237,12 @@ def fit_one(args: FitArgs, loaded, out: Path, label: str = ""):
                        parameters=n * (5 + loaded.pixels.shape[2]))
 
 
+def rbf_backend(backend: str) -> str:
+    """The RBF layer's implementation (recon/nerf/rbf.py) for the image commands' --backend: "cpu" -> the Numba
+    kernels, "cuda" -> the matrix products, "auto" / "reference" as they are."""
+    return backend if backend in ("reference", "auto") else ("numba" if backend == "cpu" else "matmul")
+
+
 def fit_one_rbf(args: FitArgs, loaded, out: Path, label: str = ""):
     """:func:`fit_one` for --model rbf (recon/image/rbf_fit.py; the .grbf file, recon/image/grbf.py)."""
     from recon.image.codec import bits_per_pixel
@@ -249,7 +255,7 @@ def fit_one_rbf(args: FitArgs, loaded, out: Path, label: str = ""):
     channels = loaded.pixels.shape[2]
     budget = args.params if args.params is not None else gaussian_count(args, loaded.width, loaded.height,
                                                                         channels) * (5 + channels)
-    backend = args.backend if args.backend in ("reference", "auto") else ("numba" if args.backend == "cpu" else "matmul")
+    backend = rbf_backend(args.backend)
     cfg = RBFFitConfig(parameters=budget, neurons=args.neurons, seed=args.seed, backend=backend)
     if args.steps:
         cfg.steps = args.steps
@@ -363,8 +369,7 @@ def render_at(model, out_width: int, out_height: int, antialias: bool = True, ba
     from recon.image.resample import prefilter_variance
 
     if isinstance(model, ImageRBF):
-        rbf_backend = backend if backend in ("reference", "auto") else ("numba" if backend == "cpu" else "matmul")
-        return render_rbf_image(model, out_width, out_height, rbf_backend, antialias)
+        return render_rbf_image(model, out_width, out_height, rbf_backend(backend), antialias)
 
     point_sampled = model.pixel_variance == 0.0
     variance = prefilter_variance(model.width, model.height, out_width, out_height) if antialias and point_sampled \
