@@ -21,8 +21,10 @@ Initialisation (:func:`init_rbf`): the paper learns the centres as features; we 
 sample of the input features when one is given (``init_centres``: the field passes the features of random
 points of its freshly initialised grid, whose values are uniform in [-FEATURE_INIT, FEATURE_INIT]), else
 uniformly in that range, and set each neuron's precision from the spacing of the
-centres: s = 1 / (sqrt(2) h) with h the mean distance from a centre to its nearest other centre over sqrt(D)
-(so neighbouring bumps overlap at about exp(-1/2) of their height); read-out weights N(0, 1/K) and bias 0.
+centres: s = sqrt(q0) / h in every feature, with h the mean distance from a centre to its nearest other
+centre, so q = q0 at a neighbouring centre (q0 = 1/2 by default: bumps overlap at exp(-1/2) of their height;
+the image fitter asks for more local neurons, recon/image/rbf_fit.py);
+read-out weights N(0, 1/K) and bias 0.
 
 Three implementations with one signature, ``rbf_forward(f, centres, log_precision, weight, bias)``:
 
@@ -46,6 +48,7 @@ from rasterizer.cpu.schedule import thread_count
 REFERENCE_CHUNK = 4096  # samples per chunk of the reference ([chunk, K, D] intermediate)
 FEATURE_INIT = 0.1  # grids feeding an RBF layer start uniform in [-FEATURE_INIT, FEATURE_INIT] (an MLP's: 1e-4)
 KMEANS_ITERATIONS = 10
+NEIGHBOUR_Q = 0.5  # q of a neuron at its nearest neighbour's centre, at initialisation (precision_from_spacing)
 
 
 def rbf_reference(f: Tensor, centres: Tensor, log_precision: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
@@ -154,18 +157,25 @@ def kmeans(points: Tensor, k: int, generator: torch.Generator | None = None,
     return centres
 
 
-def precision_from_spacing(centres: Tensor) -> Tensor:
-    """[K, D] log precisions: s = 1 / (sqrt(2) h), h = mean nearest-centre distance / sqrt(D) (the module
-    docstring); one neuron alone gets h = 1 / sqrt(D)."""
+def precision_from_spacing(centres: Tensor, neighbour_q: float = NEIGHBOUR_Q) -> Tensor:
+    """[K, D] log precisions: s = sqrt(neighbour_q) / h with h the mean distance from a centre to its nearest
+    other centre (in all D features together), so that q = s^2 |f - c|^2 = ``neighbour_q`` at a neighbouring
+    centre (default 1/2: bumps overlap at exp(-1/2) of their height); one neuron alone gets h = 1.
+
+    The precision is the same in every feature: q sums over the D features, so a per-feature spacing
+    (h / sqrt(D), what this function used until stop 60) makes q = D / 2 at a neighbour, and with the 32
+    features of a hash grid every neuron's bump was exp(-16) wide of the next one: at initialisation the
+    largest activation of a typical sample was about 1e-19 and no gradient reached the grid (lego: 11.7 dB
+    after 300 steps)."""
     k, d = centres.shape
     if k > 1:
         dist = torch.cdist(centres, centres)
         dist.fill_diagonal_(float("inf"))
-        h = float(dist.min(1).values.mean()) / math.sqrt(d)
+        h = float(dist.min(1).values.mean())
     else:
-        h = 1.0 / math.sqrt(d)
+        h = 1.0
     h = max(h, 1e-3)
-    return torch.full((k, d), -math.log(math.sqrt(2.0) * h), dtype=centres.dtype)
+    return torch.full((k, d), math.log(math.sqrt(neighbour_q) / h), dtype=centres.dtype)
 
 
 def init_centres(d: int, k: int, generator: torch.Generator | None = None, sample: Tensor | None = None) -> Tensor:
@@ -179,12 +189,12 @@ class RBFLayer(nn.Module):
     """K Gaussian RBF neurons on D features with an O-wide linear read-out (see the module docstring)."""
 
     def __init__(self, d_in: int, neurons: int, d_out: int, generator: torch.Generator | None = None,
-                 backend: str = "auto", sample: Tensor | None = None):
+                 backend: str = "auto", sample: Tensor | None = None, neighbour_q: float = NEIGHBOUR_Q):
         super().__init__()
         self.backend = backend
         centres = init_centres(d_in, neurons, generator, sample)
         self.centres = nn.Parameter(centres)
-        self.log_precision = nn.Parameter(precision_from_spacing(centres))
+        self.log_precision = nn.Parameter(precision_from_spacing(centres, neighbour_q))
         self.weight = nn.Parameter(torch.randn(d_out, neurons, generator=generator) / math.sqrt(neurons))
         self.bias = nn.Parameter(torch.zeros(d_out))
 

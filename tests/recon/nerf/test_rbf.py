@@ -72,9 +72,38 @@ def test_kmeans_finds_separated_clusters():
 
 def test_precision_from_spacing():
     centres = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
-    rho = precision_from_spacing(centres)
-    h = 1.0 / math.sqrt(2)  # nearest distance 1 for all three, over sqrt(D)
-    assert torch.allclose(rho, torch.full((3, 2), -math.log(math.sqrt(2) * h)))
+    rho = precision_from_spacing(centres)  # nearest distance 1 for all three: q = 1/2 there
+    assert torch.allclose(rho, torch.full((3, 2), math.log(math.sqrt(0.5))))
+    rho8 = precision_from_spacing(centres, neighbour_q=8.0)
+    assert torch.allclose(rho8, torch.full((3, 2), math.log(math.sqrt(8.0))))
+
+
+def test_neighbouring_neurons_overlap_in_many_features():
+    """q at a neighbouring centre is the asked-for value whatever the feature count (the per-feature spacing
+    used before stop 60 gave q = D / 2: exp(-16) with a hash grid's 32 features, and no gradient)."""
+    g = torch.Generator().manual_seed(0)
+    for d in (2, 16, 32):
+        centres = torch.randn(64, d, generator=g)
+        s2 = torch.exp(2.0 * precision_from_spacing(centres))
+        dist = torch.cdist(centres, centres)
+        dist.fill_diagonal_(float("inf"))
+        q_nearest = (s2[:, 0] * dist.min(1).values ** 2).median()
+        assert 0.2 < float(q_nearest) < 0.8
+
+
+def test_nerf_rbf_heads_are_active_at_initialisation():
+    """A fresh RBF field's density head answers random points with activations that carry a gradient."""
+    from recon.nerf.config import FieldConfig, NerfConfig
+    from recon.nerf.field import build_field
+
+    g = torch.Generator().manual_seed(0)
+    field = build_field(NerfConfig(), FieldConfig(encoding="dense", decoder="rbf"), g)
+    feats = field.encode(torch.rand(2048, 3, generator=g)).float()
+    head = field.density_mlp
+    s2 = torch.exp(2.0 * head.log_precision.detach())
+    q = ((feats[:, None, :] - head.centres.detach()[None]) ** 2 * s2[None]).sum(-1)
+    strongest = torch.exp(-q).max(1).values
+    assert float(strongest.median()) > 0.1
 
 
 def test_layer_fits_a_1d_function():
