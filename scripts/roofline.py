@@ -7,12 +7,14 @@
    480 x 272; the procedural 480 x 272 scene with 6,500 random Gaussians without it) and the NeRF step
    (the nerf preset on lego_400 at --data-factor 2; procedural without it): each kernel timed where it
    runs inside real training steps (scripts/roofline_timing.py), its median seconds per step, its share
-   of the step (its mean seconds over the mean step: shares add up), its work (flops and bytes, counted from the problem sizes by the rule printed
-   beside it: scripts/roofline_work.py), arithmetic intensity, achieved flop/s and bytes/s, and the
-   fraction of its roof: max(achieved flop/s / compute roof, achieved bytes/s / memory roof), which is
-   achieved / min(compute roof, intensity x memory roof). What no kernel entry covers (PyTorch glue:
-   activations, losses but SSIM, conversions, zeroing gradients, densification bookkeeping) is the
-   step's "rest".
+   of the step (its mean seconds over the mean step: the shares and the rest's add up to 1), its work
+   (flops and bytes, counted from the problem sizes by the rule printed beside it:
+   scripts/roofline_work.py), arithmetic intensity, achieved flop/s and bytes/s, and the fraction of its
+   roof: max(achieved flop/s / compute roof, achieved bytes/s / memory roof), which is achieved /
+   min(compute roof, intensity x memory roof); launch_floor_share: the part of the kernel's time that
+   empty parallel Numba launches take (near 1: launch-bound, too little work to fill the threads). What
+   no kernel entry covers (PyTorch glue: activations, the L1 loss, conversions, zeroing gradients,
+   densification bookkeeping) is the step's "rest".
 3. With several --threads counts (e.g. ``--threads 1,2``), everything at each, and per kernel the
    speed-up from the first count to the last.
 
@@ -43,7 +45,7 @@ import numba  # noqa: E402
 import torch  # noqa: E402
 
 import roofline_work as W  # noqa: E402
-from roofline_peaks import peak_bandwidth, peak_flops  # noqa: E402
+from roofline_peaks import launch_overhead, peak_bandwidth, peak_flops  # noqa: E402
 from roofline_timing import KernelTimer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,7 +216,9 @@ def kernel_rows(group: str, kernels, timer: KernelTimer, mean_step_s: float, pea
                      "share": round(share, 4), "flops": work.flops, "bytes": work.bytes,
                      "intensity": None if ai is None else round(ai, 4), "flops_per_s": round(fps),
                      "bytes_per_s": round(bps), "roof": bound,
-                     "fraction_of_roof": None if frac is None else round(frac, 4), "rule": work.rule})
+                     "fraction_of_roof": None if frac is None else round(frac, 4),
+                     "launch_floor_share": round(len(calls) * peaks["launch_seconds"] / secs, 4) if secs > 0 else None,
+                     "rule": work.rule})
     return rows
 
 
@@ -252,7 +256,8 @@ def run_at(threads: int, args) -> dict:
     fl = peak_flops(threads, iters=200_000 if q else 2_000_000, repeats=9)
     bw = peak_bandwidth(threads, mib=32 if q else 256, repeats=3 if q else 7)
     peaks = {"flops_per_s": fl["flops_per_s"], "bytes_per_s": bw["bytes_per_s"], "flops_rule": fl["rule"],
-             "bytes_rule": bw["rule"], "ridge_intensity": round(fl["flops_per_s"] / bw["bytes_per_s"], 3)}
+             "bytes_rule": bw["rule"], "ridge_intensity": round(fl["flops_per_s"] / bw["bytes_per_s"], 3),
+             "launch_seconds": launch_overhead(threads)["seconds"]}
     out = {"threads": threads, "load_average_before": load_average(), "peaks": peaks}
     steps, warm = (3, 2) if q else (args.steps, 3)
     if "3dgs" in args.only:

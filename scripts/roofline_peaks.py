@@ -87,3 +87,27 @@ def peak_bandwidth(threads: int, mib: int = 256, repeats: int = 5) -> dict:
     moved = 2.0 * src.nbytes
     return {"bytes_per_s": moved / best, "seconds": best, "bytes": moved,
             "rule": f"stream copy of {mib} MiB: 2 x {src.nbytes} bytes (read + write)"}
+
+
+@njit(cache=True, parallel=True)
+def empty_parallel(out, threads):
+    for t in prange(threads):
+        out[t] = t
+
+
+def launch_overhead(threads: int, repeats: int = 200) -> dict:
+    """{"seconds", "rule"}: the median time of a parallel Numba launch that does nothing, taken as every cpu
+    kernel is launched (holding rasterizer.cpu.KERNEL_LOCK, which also places the workers): the floor under
+    a kernel's time however small its work."""
+    from rasterizer.cpu import KERNEL_LOCK
+
+    out = np.empty(threads, np.int64)
+    empty_parallel(out, threads)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        with KERNEL_LOCK:
+            empty_parallel(out, threads)
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return {"seconds": times[len(times) // 2], "rule": f"median of {repeats} empty parallel launches"}
