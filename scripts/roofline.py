@@ -5,7 +5,9 @@
    loop on the threads, bytes/s of a stream copy.
 2. The 3DGS step (scripts/bench_train.py's problem: colmap_bird at --data-factor 2, about 6.3k Gaussians,
    480 x 272; the procedural 480 x 272 scene with 6,500 random Gaussians without it) and the NeRF step
-   (the nerf preset on lego_400 at --data-factor 2; procedural without it): each kernel timed where it
+   (the nerf preset on lego_400 at --data-factor 2; procedural without it), and the 2DGS (colmap_bird) and
+   4DGS (dnerf_mutant) steps at --data-factor 2, whose own kernels (surfel projection and compositing, 4D
+   slicing) are timed but their work not counted yet: each kernel timed where it
    runs inside real training steps (scripts/roofline_timing.py), its median seconds per step, its share
    of the step (its mean seconds over the mean step: the shares and the rest's add up to 1), its work
    (flops and bytes, counted from the problem sizes by the rule printed beside it:
@@ -50,6 +52,7 @@ from roofline_timing import KernelTimer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
+GROUPS = ("3dgs", "2dgs", "4dgs", "nerf")
 
 
 def load_average() -> list[float]:
@@ -99,6 +102,23 @@ def nerf_trainer(quick: bool, tmp: Path):
             "nerf preset, procedural 64x64, 4096 samples, hash table 2^14")
 
 
+def method_trainer(method: str, dataset: str, quick_data: str):
+    """A maker of (trainer, description) for ``method`` on ../shared/data/``dataset`` at data factor 2, or on
+    the procedural scene ``quick_data`` (--quick, or without the dataset)."""
+
+    def make(quick: bool, tmp: Path):
+        from recon.training.trainer import TrainConfig, Trainer
+
+        data = SHARED / dataset
+        if data.is_dir() and not quick:
+            cfg = TrainConfig(method=method, data=data, out=tmp, data_factor=2, progress=False, device="cpu")
+            return Trainer(cfg, log=lambda *a: None, writes_outputs=False), f"{method}, {dataset} --data-factor 2"
+        cfg = TrainConfig(method=method, data=Path(quick_data), out=tmp, data_factor=2, progress=False, device="cpu")
+        return Trainer(cfg, log=lambda *a: None, writes_outputs=False), f"{method}, {quick_data} --data-factor 2"
+
+    return make
+
+
 # ---------------------------------------------------------------------------- what is timed
 def gaussian_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
     """Wrap the 3DGS step's kernels; [(name, work function of the calls)]."""
@@ -136,6 +156,43 @@ def gaussian_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
     params = [p for g in model.optimizer.param_groups for p in g["params"]]
     return [(name, fn) for _, _, name, fn in table] + [("Adam (torch fused, all groups)",
                                                         lambda calls: W.adam(calls, params))]
+
+
+def not_counted(what: str):
+    return lambda calls: W.Work(0.0, 0.0, f"not counted yet ({what})")
+
+
+def surfel_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
+    """The 2DGS step: the 3DGS step's shared kernels (depth sort, binning, SSIM, SH, Adam) and the surfels' own
+    projection and compositing (their work not counted yet: time and share only)."""
+    import importlib
+
+    import rasterizer.surfels.cpu_kernels as SK
+    import rasterizer.surfels.cpu_projection as SP
+
+    SC = importlib.import_module("rasterizer.surfels.cpu")
+    own = [(SP, "project_forward_kernel", "surfel projection forward", not_counted("surfel projection")),
+           (SK, "pack_surfels", "surfel packing", not_counted("surfel packing")),
+           (SK, "forward_kernel", "surfel composite forward", not_counted("surfel compositing")),
+           (SC, "major_rows", "surfel gradient rows", not_counted("index permutation")),
+           (SK, "backward_kernel", "surfel composite backward", not_counted("surfel compositing")),
+           (SC, "sum_major_rows", "surfel gradient sums", W.major_row_sums),
+           (SP, "project_backward_kernel", "surfel projection backward", not_counted("surfel projection"))]
+    for owner, attr, name, _ in own:
+        timer.wrap(owner, attr, name)
+    return [(name, fn) for _, _, name, fn in own] + gaussian_kernels(timer, model)
+
+
+def spacetime_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
+    """The 4DGS step: slicing the 4D Gaussians at the view's time (work not counted yet), then the 3DGS step's
+    kernels."""
+    import rasterizer.spacetime.cpu_kernels as ST
+
+    own = [(ST, "condition_forward_kernel", "4D slicing forward", not_counted("4D conditioning")),
+           (ST, "condition_backward_kernel", "4D slicing backward", not_counted("4D conditioning"))]
+    for owner, attr, name, _ in own:
+        timer.wrap(owner, attr, name)
+    return [(name, fn) for _, _, name, fn in own] + gaussian_kernels(timer, model)
 
 
 def nerf_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
@@ -210,7 +267,8 @@ def kernel_rows(group: str, kernels, timer: KernelTimer, mean_step_s: float, pea
         fps = work.flops / secs if secs > 0 else 0.0
         bps = work.bytes / secs if secs > 0 else 0.0
         ai = work.flops / work.bytes if work.bytes > 0 else None
-        frac = roof_fraction(work.flops, work.bytes, secs, pf, pb) if secs > 0 else None
+        counted = work.flops > 0 or work.bytes > 0
+        frac = roof_fraction(work.flops, work.bytes, secs, pf, pb) if secs > 0 and counted else None
         bound = None if ai is None else ("compute" if ai * pb >= pf else "memory")
         rows.append({"group": group, "kernel": name, "calls_per_step": len(calls), "seconds": round(secs, 6),
                      "share": round(share, 4), "flops": work.flops, "bytes": work.bytes,
@@ -240,9 +298,13 @@ def measure_step(group: str, make, kernels_of, quick: bool, steps: int, warmup: 
         n_items = len(trainer.model)
     step_s, mean_s = statistics.median(step_times), statistics.fmean(step_times)
     rows = kernel_rows(group, kernels, timer, mean_s, peaks)
+    unused = [r["kernel"] for r in rows if r["calls_per_step"] == 0]
+    if group in ("2dgs", "4dgs"):  # lists shared with the 3DGS step: what this method never calls is left out
+        rows = [r for r in rows if r["calls_per_step"] > 0]
     rest = statistics.fmean(t - sum(s.values()) for t, s in zip(step_times, timer.steps))
     return {"source": source, "size": n_items, "first_step": first_step, "steps_timed": len(step_times),
             "median_step_seconds": round(step_s, 5), "mean_step_seconds": round(mean_s, 5), "kernels": rows,
+            "not_called": unused,
             "sum_of_kernel_shares": round(sum(r["share"] for r in rows), 4),
             "rest": {"seconds": round(rest, 6), "share": round(rest / mean_s, 4),
                      "what": "PyTorch glue outside the timed kernels (mean over steps of step - kernels)"}}
@@ -263,6 +325,12 @@ def run_at(threads: int, args) -> dict:
     if "3dgs" in args.only:
         out["3dgs"] = measure_step("3dgs", gaussian_trainer, gaussian_kernels, q, steps, warm,
                                    10 if q else args.first_step, peaks)
+    if "2dgs" in args.only:
+        out["2dgs"] = measure_step("2dgs", method_trainer("2dgs", "colmap_bird", "procedural"), surfel_kernels, q,
+                                   steps, warm, 10 if q else args.first_step, peaks)
+    if "4dgs" in args.only:
+        out["4dgs"] = measure_step("4dgs", method_trainer("4dgs", "dnerf_mutant", "procedural-4d"), spacetime_kernels,
+                                   q, steps, warm, 10 if q else args.first_step, peaks)
     if "nerf" in args.only:
         out["nerf"] = measure_step("nerf", nerf_trainer, nerf_kernels, q, steps, warm, 5 if q else args.nerf_warm,
                                    peaks)
@@ -276,7 +344,7 @@ def scaling(runs: list[dict]) -> list[dict]:
     """Per kernel: seconds at the first and the last thread count, and their ratio."""
     a, b = runs[0], runs[-1]
     rows = []
-    for group in ("3dgs", "nerf"):
+    for group in GROUPS:
         if group not in a:
             continue
         for ra, rb in zip(a[group]["kernels"], b[group]["kernels"]):
@@ -299,7 +367,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--first-step", type=int, default=3000,
                    help="3DGS steps are timed from here (3000: SH degree 3, as bench_train's sh3 figure)")
     p.add_argument("--nerf-warm", type=int, default=30, help="NeRF steps trained before timing")
-    p.add_argument("--only", default="3dgs,nerf", help="which steps: 3dgs, nerf or both")
+    p.add_argument("--only", default="3dgs,2dgs,4dgs,nerf", help="which steps (comma-separated): 3dgs, 2dgs, 4dgs, nerf")
     p.add_argument("--no-plot", action="store_true")
     args = p.parse_args(argv)
     counts = [int(t) for t in args.threads.split(",")]
@@ -319,10 +387,10 @@ def main(argv: list[str] | None = None) -> dict:
         from roofline_plot import plot_roofline
 
         last = runs[-1]
-        rows = [r for g in ("3dgs", "nerf") if g in last for r in last[g]["kernels"]]
+        rows = [r for g in GROUPS if g in last for r in last[g]["kernels"]]
         plot_roofline(rows, last["peaks"]["flops_per_s"], last["peaks"]["bytes_per_s"],
-                      f"splatforge training steps, {last['threads']} threads (3DGS: circles, NeRF: squares; "
-                      "size: share of the step)", args.out / "roofline.png")
+                      f"splatforge training steps, {last['threads']} threads (3DGS circles, 2DGS diamonds, "
+                      "4DGS triangles, NeRF squares; size: share of its step)", args.out / "roofline.png")
         report["plot"] = str(args.out / "roofline.png")
     (args.out / "roofline.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))

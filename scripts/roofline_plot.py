@@ -12,7 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-MARKERS = {"3dgs": "o", "nerf": "s"}
+MARKERS = {"3dgs": "o", "2dgs": "D", "4dgs": "v", "nerf": "s"}
+COLOURS = {"3dgs": "tab:blue", "2dgs": "tab:green", "4dgs": "tab:purple", "nerf": "tab:orange"}
 
 
 def plot_roofline(rows: list[dict], peak_flops: float, peak_bw: float, title: str, path: Path) -> None:
@@ -27,8 +28,8 @@ def plot_roofline(rows: list[dict], peak_flops: float, peak_bw: float, title: st
     ax.text(hi / 30, peak_flops / 1e9 * 1.1, f"compute {peak_flops / 1e9:.0f} Gflop/s", fontsize=8)
     for r in pts:
         ax.loglog(r["intensity"], r["flops_per_s"] / 1e9, MARKERS.get(r["group"], "^"), ms=5 + 30 * r["share"],
-                  alpha=0.7, color="tab:blue" if r["group"] == "3dgs" else "tab:orange")
-        ax.annotate(f'{r["kernel"]} ({100 * r["share"]:.0f}%)', (r["intensity"], r["flops_per_s"] / 1e9),
+                  alpha=0.7, color=COLOURS.get(r["group"], "tab:gray"))
+        ax.annotate(f'{r["group"]}: {r["kernel"]} ({100 * r["share"]:.0f}%)', (r["intensity"], r["flops_per_s"] / 1e9),
                     fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("arithmetic intensity (flops / byte)")
     ax.set_ylabel("achieved Gflop/s")

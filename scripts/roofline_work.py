@@ -353,3 +353,11 @@ def volume_composite_backward(calls) -> Work:
         return Work(S * 12, S * (4 + 12 + 8 + 4 + 12), "per sample: gathered cotangents x values 12; bytes: "
                     "weights, rgb, ray in, their gradients out")
     return _sum(calls, one)
+
+
+def major_row_sums(calls) -> Work:
+    def one(a, out):
+        values, starts = a[0], a[1]
+        return Work(float(values.size), values.size * values.itemsize * 2 + starts.shape[0] * 2 * I64,
+                    "one add per value; bytes: the per-intersection rows in, per-surfel sums out (same size at most)")
+    return _sum(calls, one)
