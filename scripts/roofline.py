@@ -367,7 +367,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--first-step", type=int, default=3000,
                    help="3DGS steps are timed from here (3000: SH degree 3, as bench_train's sh3 figure)")
     p.add_argument("--nerf-warm", type=int, default=30, help="NeRF steps trained before timing")
-    p.add_argument("--only", default="3dgs,2dgs,4dgs,nerf", help="which steps (comma-separated): 3dgs, 2dgs, 4dgs, nerf")
+    p.add_argument("--only", default="3dgs,2dgs,4dgs,nerf",
+                   help="which steps (comma-separated): 3dgs, 2dgs, 4dgs, nerf")
     p.add_argument("--no-plot", action="store_true")
     args = p.parse_args(argv)
     counts = [int(t) for t in args.threads.split(",")]

@@ -1,6 +1,6 @@
-"""scripts/roofline.py: the quick run writes its JSON and plot, every kernel of each step (3DGS, 2DGS, 4DGS, NeRF) was timed where it
-runs (called in the step, a share of it), the shares add up to the step with its rest, every fraction of a
-roof is positive and not far above 1; the counting helpers on hand-built cases."""
+"""scripts/roofline.py: the quick run writes its JSON and plot; every kernel of each step (3DGS, 2DGS, 4DGS,
+NeRF) was timed where it runs (called in the step, a share of it); the shares add up to the step with its rest;
+every fraction of a roof is positive and not far above 1; the counting helpers on hand-built cases."""
 
 import importlib.util
 import json
