@@ -182,9 +182,9 @@ class NerfModel(SceneModel):
 
     def _make_optimizer(self) -> torch.optim.Adam:
         """Adam: the hash table without weight decay, the MLPs with it. ``fused=True``: one pass over each
-        group instead of about ten elementwise ones; for the 12M-value hash table of the nerf preset on 2
-        CPU cores, 337 -> 81 ms an update (scripts/roofline.py's "Adam" row; issue 53); the same update
-        rule, rounding differs in the last bits (tests/recon/nerf/test_nerf_adam.py)."""
+        group instead of about ten elementwise ones (issue 53: 337 -> 81 ms an update of a 24M-value table on
+        2 CPU cores; in the nerf preset's step, 12M values, 62 -> 21 ms at 1 thread, scripts/roofline.py's
+        "Adam" row); the same update rule, rounding differs in the last bits (tests/recon/nerf/test_nerf_adam.py)."""
         table = [p for n, p in self.params.items() if n == "table"]
         mlps = [p for n, p in self.params.items() if n != "table"]
         return torch.optim.Adam([{"params": table, "lr": self.cfg.lr, "weight_decay": 0.0, "name": "table"},
