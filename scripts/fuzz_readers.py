@@ -163,6 +163,7 @@ def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
     from recon.hybrid.assets import load_asset_path
     from recon.image.gimg import read_gimg
     from recon.image.io import read_image
+    from tests.corpus.fuzz_formats import formats
     from viewer.camera_path import load_camera_path
 
     return {
@@ -178,6 +179,7 @@ def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
         "panoptic-npz": (good_npz, _read_in_folder("init_pt_cld.npz", load_points), ".npz"),
         "transforms": (good_transforms, _read_in_folder("transforms.json", load_scene, _nerfstudio_folder),
                        ".json"),
+        **formats(),  # COLMAP, checkpoints, run-folder metadata, blocks, sequences, meshes, N3DV, D-NeRF, Panoptic
     }
 
 
@@ -210,7 +212,7 @@ def variants(data: bytes, seed: int = 0, flips: int = 64) -> Iterator[tuple[str,
     for off in range(0, min(len(data) - 4, 64), 4):
         for word in HUGE_WORDS:
             yield f"word-{off}-{word:#x}", data[:off] + struct.pack("<I", word) + data[off + 4:]
-    for off in range(0, min(len(data) - 8, 64), 8):
+    for off in range(0, min(len(data) - 8, 256), 8):  # 64-bit counts of records past the first (COLMAP)
         yield f"qword-{off}", data[:off] + struct.pack("<Q", 1 << 60) + data[off + 8:]
     head = data[:4096]
     for m in list(re.finditer(rb"(?<![\w.])\d+(?![\w.])", head))[:40]:  # integers in text headers / JSON
@@ -222,8 +224,23 @@ def variants(data: bytes, seed: int = 0, flips: int = 64) -> Iterator[tuple[str,
         yield "nested", b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b", " + data.lstrip()[1:]
         yield "not-utf8", data.replace(b'"', b'"\xff', 1)
         yield "wrong-type", b"[1, 2, 3]"
+    if re.match(rb"[A-Za-z_]+:", data):  # YAML (config.yaml)
+        yield "yaml-nested", data + b"\nx: " + b"[" * 100_000 + b"]" * 100_000 + b"\n"
+        yield "yaml-aliases", data + b"\n" + _yaml_alias_bomb()
+        yield "yaml-python-tag", data + b"\nx: !!python/object/apply:os.getpid []\n"
+        yield "yaml-not-utf8", data.replace(b":", b":\xff", 1)
+        yield "yaml-list", b"- 1\n- 2\n"
+        yield "yaml-tabs", data.replace(b"\n  ", b"\n\t", 1)
     yield "empty", b""
     yield "zeros-1mb", bytes(1 << 20)
+
+
+def _yaml_alias_bomb(levels: int = 9) -> bytes:
+    """Billion laughs: each anchor a list of ten aliases of the previous one (10^9 leaves from 1 kB)."""
+    lines = [b"l0: &l0 [lol]"]
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [".encode() + b", ".join([f"*l{i - 1}".encode()] * 10) + b"]")
+    return b"\n".join(lines) + b"\n"
 
 
 SPECIAL = ("folder", "fifo", "dev-zero")
@@ -338,11 +355,17 @@ def summarise(fmt: str, results: list[dict]) -> dict:
     count = lambda o: sum(r["outcome"] == o for r in results)  # noqa: E731
     good = next((r for r in results if r["name"] == "good"), None)
     peaks = [r["peak_mb"] for r in results if r.get("peak_mb") is not None]
-    bad = [r for r in results if r["outcome"] in ("traceback", "crash", "unclear")]
+    bad, seen = [], set()
+    for r in results:  # one example per distinct failure (outcome and the message's last line)
+        lines = (r["message"] or "").strip().splitlines()
+        key = (r["outcome"], lines[-1] if lines else "")
+        if r["outcome"] in ("traceback", "crash", "unclear") and key not in seen:
+            seen.add(key)
+            bad.append(r)
     return {"format": fmt, "cases": len(results), "clear_errors": count("error"), "loads": count("load"),
             "good_file_loads": bool(good and good["outcome"] == "load"), "unclear": count("unclear"),
             "tracebacks": count("traceback"), "crashes": count("crash"), "peak_mb": max(peaks, default=0.0),
-            "examples": [{k: r[k] for k in ("name", "outcome", "message")} for r in bad[:5]]}
+            "examples": [{k: r[k] for k in ("name", "outcome", "message")} for r in bad[:8]]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -845,3 +845,85 @@ LIMITS_CASES = [
 ]
 
 CASES: list[BadFile] = SPZ_CASES + GLB_CASES + SPLAT_CASES + PLY_CASES + DATASET_CASES + LIMITS_CASES
+
+
+# ------------------------------------------------- found by scripts/fuzz_readers.py's newer formats (issue 52)
+# COLMAP, checkpoints, run-folder metadata, meshes, N3DV, D-NeRF and Panoptic: each case one the fuzzer found
+# as a traceback, an unclear message or a silent load, so that it stays fixed.
+
+
+def colmap_text_model(camera_line: str | None = None, points_line: str | None = None) -> Callable[[Path], Path]:
+    """The two-image COLMAP text model of :func:`colmap_dataset` with cameras.txt's camera line and / or
+    points3D.txt's one point line replaced."""
+    def write(folder: Path) -> Path:
+        root = colmap_dataset()(folder)
+        sparse = root / "sparse" / "0"
+        if camera_line is not None:
+            (sparse / "cameras.txt").write_text(camera_line + "\n")
+        if points_line is not None:
+            (sparse / "points3D.txt").write_text(points_line + "\n")
+        return root
+
+    return write
+
+
+def colmap_binary_point_id(point_id: int) -> Callable[[Path], Path]:
+    """A binary COLMAP model whose one 3D point has id ``point_id`` (a uint64 in the file)."""
+    def write(folder: Path) -> Path:
+        root = colmap_dataset()(folder)
+        sparse = root / "sparse" / "0"
+        model = read_model(sparse, ".txt")
+        for name in ("cameras", "images", "points3D"):
+            (sparse / f"{name}.txt").unlink()
+        write_model(ColmapModel(model.cameras, model.images, ColmapPoints(
+            np.array([1]), np.zeros((1, 3)), np.zeros((1, 3), np.uint8), np.zeros(1), [np.zeros((0, 2), np.int64)])),
+            sparse, ".bin")
+        raw = bytearray((sparse / "points3D.bin").read_bytes())
+        raw[8:16] = struct.pack("<Q", point_id)
+        (sparse / "points3D.bin").write_bytes(bytes(raw))
+        return root
+
+    return write
+
+
+def npy_version_3(folder: Path) -> Path:
+    """An N3DV folder whose poses_bounds.npy has a version 3.0 magic and a damaged header."""
+    root = folder / "n3dv"
+    root.mkdir()
+    (root / "poses_bounds.npy").write_bytes(b"\x93NUMPY\x03\x00" + b"\x10\x00\x00\x00" + b"{'descr': <f8 ]]" + b"\n")
+    return root
+
+
+def camera_path_with(old: bytes, new: bytes) -> Callable[[], bytes]:
+    def make() -> bytes:
+        data = camera_path_json()()
+        assert old in data
+        return data.replace(old, new, 1)
+
+    return make
+
+
+FUZZ_FOUND_CASES = [
+    BadFile("colmap-opencv-lens-folds-the-borders",
+            colmap_text_model(camera_line=f"1 OPENCV {W} {H} 20 20 {W / 2} {H / 2} -50 0 0 0"), load,
+            r"cameras\.txt: camera 1: cannot undistort camera model OPENCV .*folds or loses the image borders",
+            DataFormatError, names="cameras.txt"),
+    BadFile("colmap-points3D-txt-rgb-out-of-range",
+            colmap_text_model(points_line="7 0 0 0 4000000000 0 0 0.5"), load,
+            r"points3D\.txt, line 1: rgb 4000000000 is outside 0\.\.255", DataFormatError, names="points3D.txt"),
+    BadFile("colmap-points3D-txt-id-beyond-int64",
+            colmap_text_model(points_line=f"{2**64} 0 0 0 1 2 3 0.5"), load,
+            r"points3D\.txt, line 1: point id \d+ is outside", DataFormatError, names="points3D.txt"),
+    BadFile("colmap-points3D-bin-id-beyond-int64", colmap_binary_point_id(2**64 - 1), load,
+            r"points3D\.bin: point record 0 has id 18446744073709551615", DataFormatError, names="points3D.bin"),
+    BadFile("npy-version-3-damaged-header", npy_version_3, read_n3dv_poses,
+            r"poses_bounds\.npy: poses file has a damaged \.npy header", DataFormatError, names="poses_bounds.npy"),
+    BadFile("camera-path-float-overflows-to-inf", write_bytes("path.json", camera_path_with(b'"fps": 30.0',
+                                                                                           b'"fps": 1e400')),
+            read_camera_path, r"path\.json: .*holds 1e400, beyond the largest float"),
+    BadFile("camera-path-5000-digit-integer", write_bytes("path.json", camera_path_with(b'"fps": 30.0',
+                                                                                       b'"fps": ' + b"9" * 5000)),
+            read_camera_path, r"path\.json: .*holds an integer of 5,000 digits"),
+]
+
+CASES += FUZZ_FOUND_CASES
