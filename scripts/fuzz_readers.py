@@ -13,8 +13,9 @@ crashed worker is restarted at the next case.
 
 Per case the outcome is one of: ``error`` (a user error, one line naming the file: what every bad input
 must give), ``load`` (the reader returned), ``unclear`` (a user error whose message spans lines or does not
-name the file), ``traceback`` (any other exception: a bug), ``crash`` (the worker died). The table per
-format: cases, clear errors, correct loads, unclear, tracebacks, crashes, peak MB (tracemalloc, numpy
+name the file), ``traceback`` (any other exception: a bug), ``crash`` (the worker died), ``hang`` (still
+reading after :data:`CASE_TIMEOUT` seconds: a FIFO opened, ``/dev/zero`` read). The table per
+format: cases, clear errors, loads, unclear, tracebacks, crashes, hangs, peak MB (tracemalloc, numpy
 included) and the first few tracebacks. ``tests/corpus/test_fuzz_subset.py`` runs a fast subset in CI.
 """
 
@@ -275,14 +276,29 @@ def classify(err: BaseException, path: Path) -> str:
     return "error" if names and "\n" not in str(err) else "unclear"
 
 
-def run_case(read: Callable[[Path], object], path: Path) -> dict:
-    """Run one reader on ``path``: outcome, message and peak MB (tracemalloc: Python and numpy)."""
+class CaseTimeout(BaseException):
+    """A reader ran past the per-case time limit (a hang: a FIFO opened, ``/dev/zero`` read to its end)."""
+
+
+def _alarm(signum, frame):
+    raise CaseTimeout()
+
+
+def run_case(read: Callable[[Path], object], path: Path, timeout: int = 0) -> dict:
+    """Run one reader on ``path``: outcome, message and peak MB (tracemalloc: Python and numpy). With
+    ``timeout`` seconds (main thread only) a reader still running then is a ``hang``."""
+    import signal
     import traceback
 
+    if timeout:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(timeout)
     tracemalloc.start()
     try:
         read(path)
         outcome, message = "load", ""
+    except CaseTimeout:
+        outcome, message = "hang", f"still reading after {timeout} s"
     except MemoryError as err:  # must have become a one-line error before reaching here
         outcome, message = "traceback", f"MemoryError: {err}"
     except Exception as err:  # noqa: BLE001 - classifying is the point
@@ -290,6 +306,8 @@ def run_case(read: Callable[[Path], object], path: Path) -> dict:
         message = str(err) if outcome != "traceback" else "".join(
             traceback.format_exception(err)[-3:])
     finally:
+        if timeout:
+            signal.alarm(0)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     return {"outcome": outcome, "message": message[:400], "peak_mb": round(peak / 2**20, 2)}
@@ -304,6 +322,9 @@ def _cap_memory(limit_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
+CASE_TIMEOUT = 60  # seconds one case may take (the slowest good load, N3DV's videos, takes about 2)
+
+
 def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None) -> None:
     """Run format ``fmt``'s cases from index ``start``, one JSON line per case on stdout."""
     good, read, suffix = readers()[fmt]
@@ -313,7 +334,7 @@ def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None) -> None:
         name, data = cases[i]
         with tempfile.TemporaryDirectory() as tmp:
             path = write_case(Path(tmp), suffix, name, data)
-            result = run_case(read, path)
+            result = run_case(read, path, CASE_TIMEOUT)
         print(json.dumps({"index": i, "name": name, **result}), flush=True)
 
 
@@ -351,6 +372,9 @@ def fuzz_format(fmt: str, limit_mb: int, max_cases: int | None, timeout: int) ->
     return summarise(fmt, results)
 
 
+BAD_OUTCOMES = ("traceback", "crash", "hang", "unclear")
+
+
 def summarise(fmt: str, results: list[dict]) -> dict:
     count = lambda o: sum(r["outcome"] == o for r in results)  # noqa: E731
     good = next((r for r in results if r["name"] == "good"), None)
@@ -359,12 +383,12 @@ def summarise(fmt: str, results: list[dict]) -> dict:
     for r in results:  # one example per distinct failure (outcome and the message's last line)
         lines = (r["message"] or "").strip().splitlines()
         key = (r["outcome"], lines[-1] if lines else "")
-        if r["outcome"] in ("traceback", "crash", "unclear") and key not in seen:
+        if r["outcome"] in BAD_OUTCOMES and key not in seen:
             seen.add(key)
             bad.append(r)
     return {"format": fmt, "cases": len(results), "clear_errors": count("error"), "loads": count("load"),
             "good_file_loads": bool(good and good["outcome"] == "load"), "unclear": count("unclear"),
-            "tracebacks": count("traceback"), "crashes": count("crash"), "peak_mb": max(peaks, default=0.0),
+            "tracebacks": count("traceback"), "crashes": count("crash"), "hangs": count("hang"), "peak_mb": max(peaks, default=0.0),
             "examples": [{k: r[k] for k in ("name", "outcome", "message")} for r in bad[:8]]}
 
 
@@ -383,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     formats = args.formats or list(readers())
     table = [fuzz_format(f, args.limit_mb, args.max_cases, args.timeout) for f in formats]
     print(json.dumps(table, indent=1))
-    bad = sum(r["tracebacks"] + r["crashes"] + r["unclear"] + (not r["good_file_loads"]) for r in table)
+    bad = sum(r["tracebacks"] + r["crashes"] + r["hangs"] + r["unclear"] + (not r["good_file_loads"]) for r in table)
     return 1 if bad else 0
 
 

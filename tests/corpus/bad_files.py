@@ -927,3 +927,102 @@ FUZZ_FOUND_CASES = [
 ]
 
 CASES += FUZZ_FOUND_CASES
+
+
+def checkpoint_with_flipped_bit() -> bytes:
+    """A torch.save'd checkpoint whose tensor data has one bit flipped (torch.load does not check CRCs)."""
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"step": 1, "model": {"means": torch.arange(4096, dtype=torch.float32)}}, buf)
+    data = bytearray(buf.getvalue())
+    at = data.index(np.arange(4096, dtype=np.float32)[1000:1002].tobytes())
+    data[at] ^= 0x10
+    return bytes(data)
+
+
+def read_run_config(root: Path):
+    from recon.run.folder import Run
+
+    return Run.open(root).config
+
+
+def run_folder_with(name: str, data_fn: Callable[[], bytes] | None = None, special=None) -> Callable[[Path], Path]:
+    """A run folder (config.yaml of the default TrainConfig) whose file ``name`` holds ``data_fn()`` (or is the
+    special entry ``special`` makes)."""
+    def write(folder: Path) -> Path:
+        from recon.outputs.files import write_config
+        from recon.training.trainer import TrainConfig
+
+        root = folder / "run"
+        root.mkdir()
+        write_config(root, TrainConfig(data=Path("procedural"), out=root))
+        (root / name).unlink(missing_ok=True)
+        if special is not None:
+            special(root)
+        else:
+            (root / name).write_bytes(data_fn())
+        return root
+
+    return write
+
+
+def _config_not_utf8() -> bytes:
+    from recon.outputs.files import config_to_dict
+    from recon.training.trainer import TrainConfig
+
+    import yaml
+
+    return yaml.safe_dump(config_to_dict(TrainConfig())).encode().replace(b"steps:", b"st\xffeps:", 1)
+
+
+def read_run_history(root: Path):
+    from recon.run.folder import Run
+
+    return Run.open(root).history()
+
+
+def read_run_metrics(root: Path):
+    from recon.run.folder import Run
+
+    return Run.open(root).metrics()
+
+
+def read_sdf_mesh(path: Path):
+    from recon.geometry.sdf_fit import load_closed_mesh
+
+    return load_closed_mesh(path)
+
+
+def _history(loss) -> bytes:
+    return json.dumps({"loss": loss, "num_gaussians": [5, 5], "step_seconds": [0.1, 0.1], "eval_step": [],
+                       "eval_psnr": [], "eval_ssim": []}).encode()
+
+
+FUZZ_FOUND_CASES_2 = [
+    BadFile("checkpoint-bit-flipped-in-tensor-data", write_bytes("ckpt_00001.pt", checkpoint_with_flipped_bit),
+            read_checkpoint, r"ckpt_00001\.pt: damaged checkpoint \(member '.*' fails its CRC-32 check\)",
+            CheckpointError),
+    BadFile("checkpoint-fifo", fifo("ckpt_00001.pt"), read_checkpoint, r"not a regular file", CheckpointError),
+    BadFile("config-yaml-not-utf8", run_folder_with("config.yaml", _config_not_utf8), read_run_config,
+            r"config\.yaml: not UTF-8 text", ValueError, names="config.yaml"),
+    BadFile("config-yaml-nested-flow", run_folder_with("config.yaml", lambda: b"steps: " + b"[" * 50_000 + b"]" * 50_000),
+            read_run_config, r"config\.yaml: nests 50000 levels deep", ValueError, names="config.yaml"),
+    BadFile("config-yaml-nested-blocks", run_folder_with("config.yaml", lambda: b"steps:\n" + b"- " * 50_000 + b"1\n"),
+            read_run_config, r"config\.yaml: nests too deeply", ValueError, names="config.yaml"),
+    BadFile("config-yaml-dev-zero", run_folder_with("config.yaml", special=lambda root: os.symlink(
+        "/dev/zero", root / "config.yaml")), read_run_config, r"config\.yaml: not a regular file", ValueError,
+        names="config.yaml"),
+    BadFile("history-loss-not-a-number", run_folder_with("history.json", lambda: _history([0.5, "low"])),
+            read_run_history, r"history\.json: loss\[1\] is 'low', not a number", ValueError, names="history.json"),
+    BadFile("metrics-test-not-an-object", run_folder_with("metrics.json", lambda: b'{"test": [30.1]}'),
+            read_run_metrics, r"metrics\.json: 'test' is a list, not an object", ValueError, names="metrics.json"),
+    BadFile("metrics-psnr-a-string", run_folder_with("metrics.json", lambda: b'{"test": {"psnr": "high"}}'),
+            read_run_metrics, r"metrics\.json: 'test\.psnr' is 'high', not a number", ValueError,
+            names="metrics.json"),
+    BadFile("sdf-mesh-fifo", fifo("mesh.obj"), read_sdf_mesh, r"mesh\.obj: not a regular file"),
+]
+
+CASES += FUZZ_FOUND_CASES_2
