@@ -9,7 +9,8 @@ metadata) goes through these helpers, so the rules hold everywhere:
   a float, ``1e400``, which read as infinity) refused on request.
 - **Images** (:func:`open_image`, :func:`read_image_size`): a regular file (not ``/dev/zero`` or a FIFO),
   at most :data:`MAX_IMAGE_PIXELS` pixels read from the header before anything is decoded.
-- **Numbers** (:func:`require_finite`): every float array read from a file is finite.
+- **Numbers** (:func:`require_finite`): every float array read from a file is finite; indices
+  (:func:`require_indices`, faces into vertices) lie within what they index.
 - **numpy files** (:func:`check_npy_header`, :func:`check_npz`): the shape a header declares times its
   item size must equal the bytes present (before an array is made), under :data:`MAX_ARRAY_BYTES`.
 - **Memory** (:func:`memory_guard`): a MemoryError (numpy's ``_ArrayMemoryError`` included) becomes one
@@ -28,6 +29,7 @@ import math
 import os
 import re
 import stat
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -266,6 +268,19 @@ def require_finite(array, path, field: str, error: ErrorFactory = InputFileError
                             f"the file is damaged or was written from a diverged model")
 
 
+def require_indices(indices, count: int, path, field: str, error: ErrorFactory = InputFileError) -> None:
+    """``error`` naming the file, the field and the first bad entry unless every entry of integer array
+    ``indices`` lies in [0, count) (face indices into the vertices, track indices into images, ...)."""
+    arr = np.asarray(indices)
+    if arr.size == 0:
+        return
+    bad = (arr < 0) | (arr >= count)
+    if bad.any():
+        first = int(np.flatnonzero(bad.ravel())[0])
+        _raise(error, path, f"{field} holds {int(bad.sum()):,} index(es) outside 0..{count - 1} (the first: "
+                            f"{int(arr.ravel()[first])} at entry {first:,}); the file is damaged")
+
+
 # --------------------------------------------------------------------------------------- numpy files
 
 
@@ -293,7 +308,8 @@ def _read_npy_header(f, path, what: str, error: ErrorFactory) -> tuple[tuple, np
 
                 impl = _format_impl._read_array_header  # noqa: SLF001
             shape, _, dtype = impl(f, version)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError, RecursionError, MemoryError) as err:
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError, RecursionError, MemoryError,
+            tokenize.TokenError) as err:  # TokenError: numpy's filter of a version 1 header cut mid-token
         _raise(error, path, f"{what} has a damaged .npy header ({err})")
     if dtype.hasobject:
         _raise(error, path, f"{what} holds Python objects, which splatforge does not load; save plain numbers")

@@ -1026,3 +1026,75 @@ FUZZ_FOUND_CASES_2 = [
 ]
 
 CASES += FUZZ_FOUND_CASES_2
+
+
+def ply_mesh_face_out_of_range() -> bytes:
+    """A binary PLY mesh (a tetrahedron with vertex colours) whose last face names vertex 73 of 4."""
+    import trimesh
+
+    mesh = trimesh.creation.box()
+    mesh.visual.vertex_colors = np.tile(np.array([200, 100, 50, 255], np.uint8), (len(mesh.vertices), 1))
+    data = mesh.export(file_type="ply")
+    head, sep, body = data.partition(b"end_header\n")
+    faces_at = len(body) - len(mesh.faces) * 13  # each face: uchar 3 + three int32
+    body = bytearray(body)
+    body[faces_at + 1:faces_at + 5] = struct.pack("<i", 73)
+    return head + sep + bytes(body)
+
+
+def glb_mesh_chunk_declaring(length: int) -> bytes:
+    """A GLB mesh whose JSON chunk header declares ``length`` bytes (the file holds under 2 kB)."""
+    import trimesh
+
+    data = bytearray(trimesh.creation.box().export(file_type="glb"))
+    data[12:16] = struct.pack("<I", length)
+    return bytes(data)
+
+
+def read_dataset_mesh(path: Path):
+    from recon.data.mesh_render import load_mesh
+
+    return load_mesh(path)
+
+
+def read_blocks(path: Path):
+    from recon.distributed.partition import Partition
+
+    return Partition.read(path)
+
+
+def blocks_with_core(core) -> bytes:
+    return json.dumps({"format": "splatforge-blocks", "version": 1, "dataset": {},
+                       "frame": {"up": [0, 0, 1], "e1": [1, 0, 0], "e2": [0, 1, 0]},
+                       "box": {"lo": [-1, -1], "hi": [1, 1], "height": [0, 1]}, "settings": {},
+                       "blocks": [{"id": 0, "core": core, "bounded": [[-1, -1], [1, 1]], "expanded": [[-1, -1], [1, 1]],
+                                   "train_images": ["a"], "test_images": [], "num_points": 3}]}).encode()
+
+
+FUZZ_FOUND_CASES_3 = [
+    BadFile("mesh-ply-face-index-out-of-range", write_bytes("box.ply", ply_mesh_face_out_of_range), read_mesh_asset,
+            r"box\.ply: mesh .*faces holds 1 index\(es\) outside 0\.\.7 \(the first: 73"),
+    BadFile("mesh-dataset-ply-face-index-out-of-range", write_bytes("box.ply", ply_mesh_face_out_of_range),
+            read_dataset_mesh, r"box\.ply: faces holds 1 index\(es\) outside 0\.\.7"),
+    BadFile("mesh-glb-chunk-declares-256mb", write_bytes("box.glb", lambda: glb_mesh_chunk_declaring(1 << 28)),
+            read_mesh_asset, r"box\.glb: GLB chunk at byte 12 declares 268,435,456 bytes, past the end"),
+    BadFile("blocks-core-a-string", write_bytes("blocks.json", lambda: blocks_with_core("everywhere")), read_blocks,
+            r"blocks\.json: not a blocks file .*block 0 core is 'everywhere', not \[\[xlo, ylo\], \[xhi, yhi\]\]"),
+]
+
+CASES += FUZZ_FOUND_CASES_3
+
+
+def npy_header_open_bracket(folder: Path) -> Path:
+    """An N3DV folder whose poses_bounds.npy header (version 1.0) is cut inside its shape tuple."""
+    root = folder / "n3dv"
+    root.mkdir()
+    header = b"{'descr': '<f8', 'fortran_order': False, 'shape': (3, 17"
+    header += b" " * (-(len(header) + 11) % 64) + b"\n"
+    (root / "poses_bounds.npy").write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header)
+    return root
+
+
+CASES.append(BadFile("npy-header-cut-inside-a-tuple", npy_header_open_bracket, read_n3dv_poses,
+                     r"poses_bounds\.npy: poses file has a damaged \.npy header", DataFormatError,
+                     names="poses_bounds.npy"))
