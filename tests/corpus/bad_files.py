@@ -1098,3 +1098,13 @@ def npy_header_open_bracket(folder: Path) -> Path:
 CASES.append(BadFile("npy-header-cut-inside-a-tuple", npy_header_open_bracket, read_n3dv_poses,
                      r"poses_bounds\.npy: poses file has a damaged \.npy header", DataFormatError,
                      names="poses_bounds.npy"))
+
+
+def read_proxy(path: Path):
+    from recon.hybrid.proxy import read_proxy as read
+
+    return read(path)
+
+
+CASES.append(BadFile("proxy-ply-face-index-out-of-range", write_bytes("proxy.ply", ply_mesh_face_out_of_range),
+                     read_proxy, r"proxy\.ply: faces holds 1 index\(es\) outside 0\.\.7 .*it is a cache: delete it"))

@@ -1,8 +1,8 @@
 """Good files and readers for the formats ``scripts/fuzz_readers.py`` fuzzes beyond the splat formats: COLMAP
-models (binary and text, each file), checkpoints, run-folder metadata (config.yaml, history.json,
-metrics.json), blocks.json, 4D sequence manifests, meshes (the readers of ``insert`` / ``mesh2splat``,
-``sdf fit`` and mesh datasets), Neural 3D Video (poses_bounds.npy and the camNN.mp4 videos), D-NeRF and
-Panoptic metadata.
+models (binary and text, each file), checkpoints, run-folder metadata (config.yaml, history.json, metrics.json,
+the hybrid renderer's cached proxy.ply), blocks.json, 4D sequence manifests, meshes (the readers of ``insert`` /
+``mesh2splat``, ``sdf fit`` and mesh datasets), Neural 3D Video (poses_bounds.npy and the camNN.mp4 videos),
+D-NeRF and Panoptic metadata.
 
 Each format is ``(good bytes, reader of a path, suffix)`` like the others. Most of these files live in a
 folder beside others (a dataset, a run folder): :func:`in_folder` builds that folder once per process from a
@@ -334,6 +334,23 @@ def build_n3dv(root: Path) -> None:
                                                  for c in cams]))
 
 
+def good_proxy() -> bytes:
+    """RUN/hybrid/proxy.ply as the hybrid renderer caches it (recon.geometry.mesh_extraction.mesh_bytes)."""
+    import trimesh
+
+    from recon.geometry import mesh_extraction as mx
+
+    sphere = trimesh.creation.icosphere(subdivisions=1)
+    colors = np.random.default_rng(4).uniform(0, 1, (len(sphere.vertices), 3)).astype(np.float32)
+    return mx.mesh_bytes(mx.MeshArrays(np.asarray(sphere.vertices), np.asarray(sphere.faces, np.int64), colors), "ply")
+
+
+def read_proxy(path: Path):
+    from recon.hybrid.proxy import read_proxy as read
+
+    return read(path)
+
+
 def formats() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], str]]:
     """{format: (good bytes, reader of a path, suffix)} of the formats this module adds."""
     table = {}
@@ -352,6 +369,7 @@ def formats() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
     table["mesh-glb"] = (lambda: _mesh("glb"), read_asset, ".glb")
     table["mesh-obj-sdf"] = (good_obj, read_closed_mesh, ".obj")
     table["mesh-ply-dataset"] = (lambda: _mesh("ply"), read_dataset_mesh, ".ply")
+    table["proxy-ply"] = (good_proxy, read_proxy, ".ply")
     table["dnerf-transforms"] = (good_from("dnerf", build_dnerf, "transforms_train.json"),
                                  in_folder("dnerf", build_dnerf, "transforms_train.json", load_all), ".json")
     table["panoptic-meta"] = (good_from("panoptic", build_panoptic, "train_meta.json"),
