@@ -1108,3 +1108,34 @@ def read_proxy(path: Path):
 
 CASES.append(BadFile("proxy-ply-face-index-out-of-range", write_bytes("proxy.ply", ply_mesh_face_out_of_range),
                      read_proxy, r"proxy\.ply: .*index.* 73 .*it is a cache: delete it and it is made again"))
+
+
+def n3dv_with_video(special=None, data: bytes | None = None) -> Callable[[Path], Path]:
+    """The 3-camera N3DV folder of fuzz_formats.build_n3dv whose cam01.mp4 is ``data`` or the entry ``special``
+    makes (``link_to_dev_zero`` / ``fifo`` style)."""
+    def write(folder: Path) -> Path:
+        from tests.corpus.fuzz_formats import build_n3dv
+
+        root = folder / "n3dv"
+        build_n3dv(root)
+        (root / "cam01.mp4").unlink()
+        if special is not None:
+            special("cam01.mp4")(root)
+        else:
+            (root / "cam01.mp4").write_bytes(data)
+        return root
+
+    return write
+
+
+def load_n3dv_cached(root: Path):
+    return load_scene(root, cache_dir=root.parent / "cache")
+
+
+CASES += [
+    BadFile("n3dv-video-fifo", n3dv_with_video(fifo), load_n3dv_cached, r"cam01\.mp4: not a regular file",
+            MissingImageError, names="cam01.mp4"),
+    BadFile("n3dv-video-empty-is-one-line", n3dv_with_video(data=b""), load_n3dv_cached,
+            r"cam01\.mp4: cannot read the video \(OSError: .*Invalid data found when processing input\)",
+            MissingImageError, names="cam01.mp4"),
+]
