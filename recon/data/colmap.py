@@ -272,7 +272,7 @@ def _text_lines(path: Path) -> list[tuple[int, str]]:
 def _parse(path: Path, lineno: int, what: str, fn, token):
     try:
         return fn(token)
-    except (ValueError, OverflowError) as e:
+    except (ValueError, OverflowError):
         raise ColmapFormatError(f"{path}, line {lineno}: cannot parse {what} from {token!r}") from None
 
 
