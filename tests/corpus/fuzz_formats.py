@@ -1,8 +1,8 @@
 """Good files and readers for the formats ``scripts/fuzz_readers.py`` fuzzes beyond the splat formats: COLMAP
 models (binary and text, each file), checkpoints, run-folder metadata (config.yaml, history.json, metrics.json,
-the hybrid renderer's cached proxy.ply), blocks.json, 4D sequence manifests, meshes (the readers of ``insert`` /
-``mesh2splat``, ``sdf fit`` and mesh datasets), Neural 3D Video (poses_bounds.npy and the camNN.mp4 videos),
-D-NeRF and Panoptic metadata.
+the hybrid renderer's cached proxy.ply), blocks.json, 4D sequence manifests, LOD exports' manifest.json,
+meshes (the readers of ``insert`` / ``mesh2splat``, ``sdf fit`` and mesh datasets), Neural 3D Video
+(poses_bounds.npy and the camNN.mp4 videos), D-NeRF and Panoptic metadata.
 
 Each format is ``(good bytes, reader of a path, suffix)`` like the others. Most of these files live in a
 folder beside others (a dataset, a run folder): :func:`in_folder` builds that folder once per process from a
@@ -351,6 +351,25 @@ def read_proxy(path: Path):
     return read(path)
 
 
+def build_lod(root: Path) -> None:
+    """An LOD export (docs/lod.md) of 300 Gaussians: manifest.json and its SPZ chunks."""
+    from recon.lod.export_lod import write_lod
+    from recon.lod.hierarchy import build_hierarchy
+    from tests.recon.lod.scenes import small_model
+
+    write_lod(build_hierarchy(small_model(300, seed=1), depth=6), root, view_budget=200, chunk_size=100,
+              progress=False)
+
+
+def read_lod_levels(folder: Path):
+    """What the viewer reads of an LOD export: the checked manifest, the chunk files' sizes, every level."""
+    from recon.lod.export_lod import LodExport
+
+    lod = LodExport(folder)
+    lod.check_files()
+    return [lod.read_level(level) for level in range(len(lod.manifest.levels))]
+
+
 def formats() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], str]]:
     """{format: (good bytes, reader of a path, suffix)} of the formats this module adds."""
     table = {}
@@ -364,6 +383,8 @@ def formats() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
     table["blocks-json"] = (good_blocks, read_blocks, ".json")
     table["sequence-manifest"] = (good_from("sequence", build_sequence, "manifest.json"),
                                   in_folder("sequence", build_sequence, "manifest.json", read_sequence_frames), ".json")
+    table["lod-manifest"] = (good_from("lod", build_lod, "manifest.json"),
+                             in_folder("lod", build_lod, "manifest.json", read_lod_levels), ".json")
     table["mesh-obj"] = (good_obj, read_asset, ".obj")
     table["mesh-ply"] = (lambda: _mesh("ply"), read_asset, ".ply")
     table["mesh-glb"] = (lambda: _mesh("glb"), read_asset, ".glb")

@@ -16,7 +16,8 @@ SAMPLE = 40  # cases per format: every 40th-ish variant plus the good file and t
 # (N3DV's videos are left to the full run: each case decodes three videos with ffmpeg)
 FOLDER_FORMATS = ["colmap-cameras.bin", "colmap-images.bin", "colmap-points3D.txt", "checkpoint", "config-yaml",
                   "history-json", "metrics-json", "blocks-json", "sequence-manifest", "mesh-obj", "mesh-ply",
-                  "mesh-glb", "mesh-obj-sdf", "dnerf-transforms", "panoptic-meta", "n3dv-poses", "transforms"]
+                  "mesh-glb", "mesh-obj-sdf", "dnerf-transforms", "panoptic-meta", "n3dv-poses", "transforms",
+                  "lod-manifest"]
 FOLDER_SAMPLE = 16
 CASE_TIMEOUT = 60  # seconds: a reader still running then (a FIFO opened) fails the test instead of hanging it
 
