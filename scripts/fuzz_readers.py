@@ -13,8 +13,9 @@ crashed worker is restarted at the next case.
 
 Per case the outcome is one of: ``error`` (a user error, one line naming the file: what every bad input
 must give), ``load`` (the reader returned), ``unclear`` (a user error whose message spans lines or does not
-name the file), ``traceback`` (any other exception: a bug), ``crash`` (the worker died). The table per
-format: cases, clear errors, correct loads, unclear, tracebacks, crashes, peak MB (tracemalloc, numpy
+name the file), ``traceback`` (any other exception: a bug), ``crash`` (the worker died), ``hang`` (still
+reading after :data:`CASE_TIMEOUT` seconds: a FIFO opened, ``/dev/zero`` read). The table per
+format: cases, clear errors, loads, unclear, tracebacks, crashes, hangs, peak MB (tracemalloc, numpy
 included) and the first few tracebacks. ``tests/corpus/test_fuzz_subset.py`` runs a fast subset in CI.
 """
 
@@ -163,6 +164,7 @@ def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
     from recon.hybrid.assets import load_asset_path
     from recon.image.gimg import read_gimg
     from recon.image.io import read_image
+    from tests.corpus.fuzz_formats import formats
     from viewer.camera_path import load_camera_path
 
     return {
@@ -178,6 +180,7 @@ def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
         "panoptic-npz": (good_npz, _read_in_folder("init_pt_cld.npz", load_points), ".npz"),
         "transforms": (good_transforms, _read_in_folder("transforms.json", load_scene, _nerfstudio_folder),
                        ".json"),
+        **formats(),  # COLMAP, checkpoints, run-folder metadata, blocks, sequences, meshes, N3DV, D-NeRF, Panoptic
     }
 
 
@@ -210,7 +213,7 @@ def variants(data: bytes, seed: int = 0, flips: int = 64) -> Iterator[tuple[str,
     for off in range(0, min(len(data) - 4, 64), 4):
         for word in HUGE_WORDS:
             yield f"word-{off}-{word:#x}", data[:off] + struct.pack("<I", word) + data[off + 4:]
-    for off in range(0, min(len(data) - 8, 64), 8):
+    for off in range(0, min(len(data) - 8, 256), 8):  # 64-bit counts of records past the first (COLMAP)
         yield f"qword-{off}", data[:off] + struct.pack("<Q", 1 << 60) + data[off + 8:]
     head = data[:4096]
     for m in list(re.finditer(rb"(?<![\w.])\d+(?![\w.])", head))[:40]:  # integers in text headers / JSON
@@ -222,8 +225,23 @@ def variants(data: bytes, seed: int = 0, flips: int = 64) -> Iterator[tuple[str,
         yield "nested", b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b", " + data.lstrip()[1:]
         yield "not-utf8", data.replace(b'"', b'"\xff', 1)
         yield "wrong-type", b"[1, 2, 3]"
+    if re.match(rb"[A-Za-z_]+:", data):  # YAML (config.yaml)
+        yield "yaml-nested", data + b"\nx: " + b"[" * 100_000 + b"]" * 100_000 + b"\n"
+        yield "yaml-aliases", data + b"\n" + _yaml_alias_bomb()
+        yield "yaml-python-tag", data + b"\nx: !!python/object/apply:os.getpid []\n"
+        yield "yaml-not-utf8", data.replace(b":", b":\xff", 1)
+        yield "yaml-list", b"- 1\n- 2\n"
+        yield "yaml-tabs", data.replace(b"\n  ", b"\n\t", 1)
     yield "empty", b""
     yield "zeros-1mb", bytes(1 << 20)
+
+
+def _yaml_alias_bomb(levels: int = 9) -> bytes:
+    """Billion laughs: each anchor a list of ten aliases of the previous one (10^9 leaves from 1 kB)."""
+    lines = [b"l0: &l0 [lol]"]
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [".encode() + b", ".join([f"*l{i - 1}".encode()] * 10) + b"]")
+    return b"\n".join(lines) + b"\n"
 
 
 SPECIAL = ("folder", "fifo", "dev-zero")
@@ -258,14 +276,29 @@ def classify(err: BaseException, path: Path) -> str:
     return "error" if names and "\n" not in str(err) else "unclear"
 
 
-def run_case(read: Callable[[Path], object], path: Path) -> dict:
-    """Run one reader on ``path``: outcome, message and peak MB (tracemalloc: Python and numpy)."""
+class CaseTimeout(BaseException):
+    """A reader ran past the per-case time limit (a hang: a FIFO opened, ``/dev/zero`` read to its end)."""
+
+
+def _alarm(signum, frame):
+    raise CaseTimeout()
+
+
+def run_case(read: Callable[[Path], object], path: Path, timeout: int = 0) -> dict:
+    """Run one reader on ``path``: outcome, message and peak MB (tracemalloc: Python and numpy). With
+    ``timeout`` seconds (main thread only) a reader still running then is a ``hang``."""
+    import signal
     import traceback
 
+    if timeout:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(timeout)
     tracemalloc.start()
     try:
         read(path)
         outcome, message = "load", ""
+    except CaseTimeout:
+        outcome, message = "hang", f"still reading after {timeout} s"
     except MemoryError as err:  # must have become a one-line error before reaching here
         outcome, message = "traceback", f"MemoryError: {err}"
     except Exception as err:  # noqa: BLE001 - classifying is the point
@@ -273,6 +306,8 @@ def run_case(read: Callable[[Path], object], path: Path) -> dict:
         message = str(err) if outcome != "traceback" else "".join(
             traceback.format_exception(err)[-3:])
     finally:
+        if timeout:
+            signal.alarm(0)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     return {"outcome": outcome, "message": message[:400], "peak_mb": round(peak / 2**20, 2)}
@@ -287,6 +322,9 @@ def _cap_memory(limit_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
+CASE_TIMEOUT = 60  # seconds one case may take (the slowest good load, N3DV's videos, takes about 2)
+
+
 def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None) -> None:
     """Run format ``fmt``'s cases from index ``start``, one JSON line per case on stdout."""
     good, read, suffix = readers()[fmt]
@@ -296,7 +334,7 @@ def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None) -> None:
         name, data = cases[i]
         with tempfile.TemporaryDirectory() as tmp:
             path = write_case(Path(tmp), suffix, name, data)
-            result = run_case(read, path)
+            result = run_case(read, path, CASE_TIMEOUT)
         print(json.dumps({"index": i, "name": name, **result}), flush=True)
 
 
@@ -334,15 +372,24 @@ def fuzz_format(fmt: str, limit_mb: int, max_cases: int | None, timeout: int) ->
     return summarise(fmt, results)
 
 
+BAD_OUTCOMES = ("traceback", "crash", "hang", "unclear")
+
+
 def summarise(fmt: str, results: list[dict]) -> dict:
     count = lambda o: sum(r["outcome"] == o for r in results)  # noqa: E731
     good = next((r for r in results if r["name"] == "good"), None)
     peaks = [r["peak_mb"] for r in results if r.get("peak_mb") is not None]
-    bad = [r for r in results if r["outcome"] in ("traceback", "crash", "unclear")]
+    bad, seen = [], set()
+    for r in results:  # one example per distinct failure (outcome and the message's last line)
+        lines = (r["message"] or "").strip().splitlines()
+        key = (r["outcome"], lines[-1] if lines else "")
+        if r["outcome"] in BAD_OUTCOMES and key not in seen:
+            seen.add(key)
+            bad.append(r)
     return {"format": fmt, "cases": len(results), "clear_errors": count("error"), "loads": count("load"),
             "good_file_loads": bool(good and good["outcome"] == "load"), "unclear": count("unclear"),
-            "tracebacks": count("traceback"), "crashes": count("crash"), "peak_mb": max(peaks, default=0.0),
-            "examples": [{k: r[k] for k in ("name", "outcome", "message")} for r in bad[:5]]}
+            "tracebacks": count("traceback"), "crashes": count("crash"), "hangs": count("hang"), "peak_mb": max(peaks, default=0.0),
+            "examples": [{k: r[k] for k in ("name", "outcome", "message")} for r in bad[:8]]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -360,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     formats = args.formats or list(readers())
     table = [fuzz_format(f, args.limit_mb, args.max_cases, args.timeout) for f in formats]
     print(json.dumps(table, indent=1))
-    bad = sum(r["tracebacks"] + r["crashes"] + r["unclear"] + (not r["good_file_loads"]) for r in table)
+    bad = sum(r["tracebacks"] + r["crashes"] + r["hangs"] + r["unclear"] + (not r["good_file_loads"]) for r in table)
     return 1 if bad else 0
 
 

@@ -17,8 +17,7 @@ import tyro
 
 from recon.outputs import files as rf
 from recon.commands.train import USER_ERRORS, fail
-from recon.core.errors import DamagedFileError, UsageError
-from recon.core.limits import load_json
+from recon.core.errors import UsageError
 from recon.outputs.history import RunHistory
 
 MISSING = "-"
@@ -51,8 +50,7 @@ def read_run(path: Path) -> RunRecord:
     metrics_file = path / rf.METRICS_FILE
     metrics = None
     if metrics_file.is_file():
-        metrics = load_json(metrics_file, "metrics", lambda p, problem: DamagedFileError(
-            f"{p}: {problem}; rerun `splatforge eval --run {path}`"), allow_nan=True)
+        metrics = rf.read_metrics(metrics_file, f"rerun `splatforge eval --run {path}`")
     # sections (adc, mcmc, lr) flattened to dotted keys: the table names the field that differs
     return RunRecord(str(path), rf.flatten_config(rf.read_config_dict(config_file)), metrics, rf.read_history(path))
 

@@ -5,10 +5,12 @@ metadata) goes through these helpers, so the rules hold everywhere:
 
 - **JSON** (:func:`load_json`, :func:`parse_json`): at most :data:`MAX_JSON_BYTES` bytes, decoded as
   UTF-8, nesting at most :data:`MAX_JSON_DEPTH` deep (checked by a linear scan *before* ``json.loads``,
-  whose recursion a few hundred kB of ``[`` would exhaust), NaN/Infinity literals refused on request.
+  whose recursion a few hundred kB of ``[`` would exhaust), NaN/Infinity literals (and numbers too large for
+  a float, ``1e400``, which read as infinity) refused on request.
 - **Images** (:func:`open_image`, :func:`read_image_size`): a regular file (not ``/dev/zero`` or a FIFO),
   at most :data:`MAX_IMAGE_PIXELS` pixels read from the header before anything is decoded.
-- **Numbers** (:func:`require_finite`): every float array read from a file is finite.
+- **Numbers** (:func:`require_finite`): every float array read from a file is finite; indices
+  (:func:`require_indices`, faces into vertices) lie within what they index.
 - **numpy files** (:func:`check_npy_header`, :func:`check_npz`): the shape a header declares times its
   item size must equal the bytes present (before an array is made), under :data:`MAX_ARRAY_BYTES`.
 - **Memory** (:func:`memory_guard`): a MemoryError (numpy's ``_ArrayMemoryError`` included) becomes one
@@ -23,9 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import stat
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -117,10 +121,39 @@ def _refuse_constant(path, error: ErrorFactory, what: str):
     return refuse
 
 
+def _finite_float(path, error: ErrorFactory, what: str):
+    """``parse_float`` for json.loads: a literal too large for a float (``1e400`` reads as infinity) is refused
+    like ``Infinity``."""
+    def parse(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            _raise(error, path, f"{what} holds {text[:40]}, beyond the largest float (it reads as infinity), "
+                                f"which is not a finite number; write finite numbers")
+        return value
+
+    return parse
+
+
+MAX_JSON_INT_DIGITS = 308  # an integer beyond the float range: no field holds one, and float() of it overflows
+
+
+def _bounded_int(path, error: ErrorFactory, what: str):
+    """``parse_int`` for json.loads: more than :data:`MAX_JSON_INT_DIGITS` digits is refused (Python refuses
+    4,300 with a bare ValueError; ``float()`` of anything past 10^308 raises OverflowError where it is read)."""
+    def parse(text: str) -> int:
+        if len(text.lstrip("-")) > MAX_JSON_INT_DIGITS:
+            _raise(error, path, f"{what} holds an integer of {len(text.lstrip('-')):,} digits, beyond any number "
+                                f"splatforge reads; the file is damaged")
+        return int(text)
+
+    return parse
+
+
 def parse_json(data: bytes | str, path, what: str = "JSON file", error: ErrorFactory = InputFileError,
                allow_nan: bool = False, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """JSON from bytes read out of ``path`` (a file or a chunk of one): UTF-8, nesting at most ``max_depth``
-    deep (checked before parsing), NaN/Infinity refused unless ``allow_nan``; ``error`` naming ``path``
+    deep (checked before parsing), NaN/Infinity (and 1e400, which reads as infinity) refused unless
+    ``allow_nan``, integers past the float range always; ``error`` naming ``path``
     for anything else."""
     if isinstance(data, str):
         text = data
@@ -136,7 +169,9 @@ def parse_json(data: bytes | str, path, what: str = "JSON file", error: ErrorFac
     if depth > max_depth:
         _raise(error, path, f"{what} nests {depth} levels deep, more than the {max_depth} allowed; "
                             f"it is damaged or not a splatforge input")
-    kwargs = {} if allow_nan else {"parse_constant": _refuse_constant(path, error, what)}
+    kwargs = {"parse_int": _bounded_int(path, error, what)}
+    if not allow_nan:
+        kwargs.update(parse_constant=_refuse_constant(path, error, what), parse_float=_finite_float(path, error, what))
     try:
         return json.loads(text, **kwargs)
     except json.JSONDecodeError as err:
@@ -233,6 +268,19 @@ def require_finite(array, path, field: str, error: ErrorFactory = InputFileError
                             f"the file is damaged or was written from a diverged model")
 
 
+def require_indices(indices, count: int, path, field: str, error: ErrorFactory = InputFileError) -> None:
+    """``error`` naming the file, the field and the first bad entry unless every entry of integer array
+    ``indices`` lies in [0, count) (face indices into the vertices, track indices into images, ...)."""
+    arr = np.asarray(indices)
+    if arr.size == 0:
+        return
+    bad = (arr < 0) | (arr >= count)
+    if bad.any():
+        first = int(np.flatnonzero(bad.ravel())[0])
+        _raise(error, path, f"{field} holds {int(bad.sum()):,} index(es) outside 0..{count - 1} (the first: "
+                            f"{int(arr.ravel()[first])} at entry {first:,}); the file is damaged")
+
+
 # --------------------------------------------------------------------------------------- numpy files
 
 
@@ -253,9 +301,15 @@ def _read_npy_header(f, path, what: str, error: ErrorFactory) -> tuple[tuple, np
             shape, _, dtype = npformat.read_array_header_1_0(f)
         elif version == (2, 0):
             shape, _, dtype = npformat.read_array_header_2_0(f)
-        else:
-            shape, _, dtype = npformat._read_array_header(f, version)  # noqa: SLF001 - (3, 0)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as err:
+        else:  # (3, 0): a UTF-8 header; numpy >= 2 keeps its reader in numpy.lib._format_impl
+            impl = getattr(npformat, "_read_array_header", None)
+            if impl is None:
+                from numpy.lib import _format_impl
+
+                impl = _format_impl._read_array_header  # noqa: SLF001
+            shape, _, dtype = impl(f, version)
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError, RecursionError, MemoryError,
+            tokenize.TokenError) as err:  # TokenError: numpy's filter of a version 1 header cut mid-token
         _raise(error, path, f"{what} has a damaged .npy header ({err})")
     if dtype.hasobject:
         _raise(error, path, f"{what} holds Python objects, which splatforge does not load; save plain numbers")

@@ -37,11 +37,12 @@ from recon.data.scene import (
     Distortion,
     Frame,
     Scene,
+    camera_problem,
     intrinsics_matrix,
     make_camera,
     split_every_nth,
 )
-from recon.data.undistort import UnsupportedCameraModelError
+from recon.data.undistort import UndistortError, UnsupportedCameraModelError, undistorted_intrinsics
 
 
 class ColmapFormatError(DataFormatError):
@@ -62,6 +63,7 @@ CAMERA_MODELS: dict[int, tuple[str, int]] = {
     9: ("RADIAL_FISHEYE", 5),
     10: ("THIN_PRISM_FISHEYE", 12),
 }
+INT64_MAX = 2**63 - 1
 MODEL_IDS: dict[str, int] = {name: i for i, (name, _) in CAMERA_MODELS.items()}
 NUM_PARAMS: dict[str, int] = {name: n for name, n in CAMERA_MODELS.values()}
 SUPPORTED_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV", "OPENCV_FISHEYE")
@@ -234,6 +236,9 @@ def read_points3D_binary(path: Path) -> ColmapPoints:
     tracks: list[np.ndarray] = []
     for i in range(n):
         rec = r.unpack("Q3d3BdQ", f"point record {i}")
+        if rec[0] > INT64_MAX:
+            raise ColmapFormatError(f"{path}: point record {i} has id {rec[0]}, beyond the int64 ids COLMAP writes; "
+                                    f"the file is damaged")
         ids[i], xyz[i], rgb[i], errors[i] = rec[0], rec[1:4], rec[4:7], rec[7]
         track = r.array("<u4", 2 * rec[8], f"track of point {rec[0]}")
         tracks.append(track.astype(np.int64).reshape(-1, 2))
@@ -267,8 +272,17 @@ def _text_lines(path: Path) -> list[tuple[int, str]]:
 def _parse(path: Path, lineno: int, what: str, fn, token):
     try:
         return fn(token)
-    except (ValueError, OverflowError) as e:
-        raise ColmapFormatError(f"{path}, line {lineno}: cannot parse {what} from {token!r}") from e
+    except (ValueError, OverflowError):
+        raise ColmapFormatError(f"{path}, line {lineno}: cannot parse {what} from {token!r}") from None
+
+
+def _parse_int(path: Path, lineno: int, what: str, token, lo: int = -INT64_MAX - 1, hi: int = INT64_MAX) -> int:
+    """An integer token within [lo, hi] (default: int64, what the arrays hold); ColmapFormatError naming the
+    file and line otherwise."""
+    value = _parse(path, lineno, what, int, token)
+    if not lo <= value <= hi:
+        raise ColmapFormatError(f"{path}, line {lineno}: {what} {token[:40]} is outside {lo}..{hi}")
+    return value
 
 
 def read_cameras_text(path: Path) -> dict[int, ColmapCamera]:
@@ -280,7 +294,7 @@ def read_cameras_text(path: Path) -> dict[int, ColmapCamera]:
             continue
         if len(tok) < 4:
             raise ColmapFormatError(f"{path}, line {lineno}: expected CAMERA_ID MODEL WIDTH HEIGHT PARAMS[]")
-        cam_id = _parse(path, lineno, "camera id", int, tok[0])
+        cam_id = _parse_int(path, lineno, "camera id", tok[0])
         model = tok[1]
         if model not in NUM_PARAMS:
             raise ColmapFormatError(f"{path}, line {lineno}: unknown camera model {model!r}")
@@ -288,8 +302,8 @@ def read_cameras_text(path: Path) -> dict[int, ColmapCamera]:
             raise ColmapFormatError(
                 f"{path}, line {lineno}: camera model {model} takes {NUM_PARAMS[model]} params, got {len(tok) - 4}"
             )
-        width = _parse(path, lineno, "width", int, tok[2])
-        height = _parse(path, lineno, "height", int, tok[3])
+        width = _parse_int(path, lineno, "width", tok[2])
+        height = _parse_int(path, lineno, "height", tok[3])
         params = np.array([_parse(path, lineno, "params", float, t) for t in tok[4:]], dtype=np.float64)
         cameras[cam_id] = ColmapCamera(cam_id, model, width, height, params)
     return cameras
@@ -302,7 +316,7 @@ def _parse_points2d(path: Path, lineno: int, line: str) -> tuple[np.ndarray, np.
     try:
         xys = np.array([float(t) for t in tok[0::3]] + [float(t) for t in tok[1::3]], dtype=np.float64)
         ids = np.array([int(t) for t in tok[2::3]], dtype=np.int64)
-    except ValueError as e:
+    except (ValueError, OverflowError) as e:
         raise ColmapFormatError(f"{path}, line {lineno}: cannot parse 2D points: {e}") from e
     return xys.reshape(2, -1).T.copy(), ids
 
@@ -322,10 +336,10 @@ def read_images_text(path: Path) -> dict[int, ColmapImage]:
             raise ColmapFormatError(
                 f"{path}, line {lineno}: expected IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME, got {len(tok)} fields"
             )
-        image_id = _parse(path, lineno, "image id", int, tok[0])
+        image_id = _parse_int(path, lineno, "image id", tok[0])
         q = np.array([_parse(path, lineno, "qvec", float, t) for t in tok[1:5]])
         t = np.array([_parse(path, lineno, "tvec", float, t) for t in tok[5:8]])
-        cam_id = _parse(path, lineno, "camera id", int, tok[8])
+        cam_id = _parse_int(path, lineno, "camera id", tok[8])
         xys, ids = np.zeros((0, 2)), np.zeros((0,), np.int64)
         if i < len(lines):
             xys, ids = _parse_points2d(path, lines[i][0], lines[i][1])
@@ -345,11 +359,11 @@ def read_points3D_text(path: Path) -> ColmapPoints:
             raise ColmapFormatError(
                 f"{path}, line {lineno}: expected POINT3D_ID X Y Z R G B ERROR then (IMAGE_ID, POINT2D_IDX) pairs"
             )
-        ids.append(_parse(path, lineno, "point id", int, tok[0]))
+        ids.append(_parse_int(path, lineno, "point id", tok[0]))
         xyz.append([_parse(path, lineno, "xyz", float, t) for t in tok[1:4]])
-        rgb.append([_parse(path, lineno, "rgb", int, t) for t in tok[4:7]])
+        rgb.append([_parse_int(path, lineno, "rgb", t, 0, 255) for t in tok[4:7]])
         errors.append(_parse(path, lineno, "error", float, tok[7]))
-        tracks.append(np.array([_parse(path, lineno, "track", int, t) for t in tok[8:]], np.int64).reshape(-1, 2))
+        tracks.append(np.array([_parse_int(path, lineno, "track", t) for t in tok[8:]], np.int64).reshape(-1, 2))
     if not ids:
         return ColmapPoints.empty()
     check_points_finite(path, np.array(ids, np.int64), np.array(xyz, np.float64))
@@ -563,6 +577,11 @@ def camera_frame(image: ColmapImage, camera: ColmapCamera, images_dir: Path, cam
     K = intrinsics_matrix(fx, fy, cx, cy)
     cam = make_camera(colmap_world_to_cam(image), K, camera.width, camera.height)
     dist = Distortion(camera.model, coeffs) if len(coeffs) and np.any(coeffs != 0) else None
+    if dist is not None and camera_problem(cam) is None:  # (check_cameras names the other problems)
+        try:
+            undistorted_intrinsics(camera.model, coeffs, K, camera.width, camera.height)
+        except UndistortError as e:
+            raise ColmapFormatError(f"{cameras_file}: camera {camera.id}: {e}") from None
     return Frame(image.name, images_dir / image.name, cam), dist
 
 

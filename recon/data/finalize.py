@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from recon.data.scene import (
+    DataFormatError,
     Distortion,
     Frame,
     MissingImageError,
@@ -20,7 +21,7 @@ from recon.data.scene import (
     default_cache_root,
     downscale_frame,
 )
-from recon.data.undistort import undistort_frame
+from recon.data.undistort import UndistortError, undistort_frame
 from recon.core.errors import UsageError
 
 PROGRESS_MIN_FRAMES = 100  # preparing this many frames shows a progress bar
@@ -58,7 +59,10 @@ def finalize_frames(
     def one(item: tuple[Frame, Distortion | None]) -> Frame:
         frame, dist = item
         if dist is not None:
-            frame = undistort_frame(frame, dist, root, cache_root)
+            try:
+                frame = undistort_frame(frame, dist, root, cache_root)
+            except UndistortError as e:
+                raise DataFormatError(f"{listed_in}: image {frame.name!r}: {e}") from None
         if data_factor > 1:
             try:
                 frame = downscale_frame(frame, data_factor, root, cache_root)

@@ -65,15 +65,24 @@ def load_mesh(path: Path):
     edge-manifold."""
     import trimesh
 
+    from recon.core.limits import require_indices, with_path
+
     if not path.is_file():
         raise MeshInputError(f"{path}: no such mesh file")
+    from recon.export.glb import check_glb_container
+
+    check_glb_container(path, lambda p, problem: MeshInputError(f"{p}: {problem}"))  # chunk lengths, before trimesh
     try:
         loaded = trimesh.load(path, process=False)
     except Exception as err:  # trimesh raises many types for bad files
         raise MeshInputError(f"{path}: not a readable mesh ({err})") from err
     if isinstance(loaded, trimesh.Scene):
         geoms = [g for g in loaded.geometry.values() if isinstance(g, trimesh.Trimesh)]
+        for g in geoms:  # before concatenating or indexing by them (trimesh does not check)
+            require_indices(g.faces, len(g.vertices), path, "faces", with_path(MeshInputError))
         loaded = trimesh.util.concatenate(geoms) if geoms else None
+    elif isinstance(loaded, trimesh.Trimesh):
+        require_indices(loaded.faces, len(loaded.vertices), path, "faces", with_path(MeshInputError))
     if isinstance(loaded, trimesh.Trimesh) and len(loaded.faces):
         loaded = drop_duplicate_faces(loaded)
     check_mesh(loaded, path)

@@ -30,7 +30,7 @@ from recon.core.limits import check_npy_header, with_path
 from recon.data.frame_cache import FrameCache, default_frame_cache_dir
 from recon.data.scene import (BLACK, DataFormatError, Frame, MissingImageError, Scene, check_cameras,
                               downscaled_size, make_camera)
-from recon.data.video_frames import decode_into_cache, missing_frames
+from recon.data.video_frames import decode_into_cache, missing_frames, require_video_file, video_error
 
 POSES_FILE = "poses_bounds.npy"
 TEST_CAMERA = "cam00"
@@ -80,6 +80,7 @@ def video_info(path: Path, cache: FrameCache | None = None) -> tuple[int, float,
     import imageio.v3 as iio
     import imageio_ffmpeg
 
+    require_video_file(path)
     known = cache.load_json(path, "video-info") if cache is not None else None
     if known is not None and {"count", "fps", "width", "height"} <= known.keys():
         return int(known["count"]), float(known["fps"]), int(known["width"]), int(known["height"])
@@ -88,8 +89,7 @@ def video_info(path: Path, cache: FrameCache | None = None) -> tuple[int, float,
         count = imageio_ffmpeg.count_frames_and_secs(str(path))[0]
         first = iio.imread(path, plugin="FFMPEG", index=0)
     except Exception as e:  # imageio raises several types for broken or missing files: name the file
-        raise MissingImageError(f"{path}: cannot read the video ({type(e).__name__}: {e}); "
-                                f"is it a complete mp4?") from None
+        raise video_error(path, e) from None
     info = int(count), fps, int(first.shape[1]), int(first.shape[0])
     if cache is not None:
         cache.store_json(path, "video-info", dict(zip(("count", "fps", "width", "height"), info)))

@@ -37,6 +37,11 @@ class UnsupportedCameraModelError(DataFormatError):
     """A camera model we cannot convert to a pinhole camera; the message names the model and the file."""
 
 
+class UndistortError(DataFormatError):
+    """A lens whose distortion folds the image borders (or is not finite): no pinhole camera shows its image.
+    The message names the model and coefficients; loaders add the file (:func:`recon.data.finalize.finalize_frames`)."""
+
+
 
 # --------------------------------------------------------------------------------------------------
 # distortion math on normalised coordinates
@@ -183,7 +188,9 @@ def undistorted_intrinsics(
     x0, x1 = left[:, 0].max(), right[:, 0].min()
     y0, y1 = top[:, 1].max(), bottom[:, 1].min()
     if not (np.isfinite([x0, x1, y0, y1]).all() and x1 > x0 and y1 > y0):
-        raise ValueError(f"cannot undistort camera model {model} with coefficients {list(coeffs)}: degenerate borders")
+        raise UndistortError(f"cannot undistort camera model {model} with coefficients "
+                             f"{[float(c) for c in coeffs]}: the distortion folds or loses the image borders "
+                             f"(degenerate, or not finite); check the calibration")
     fx, fy = width / (x1 - x0), height / (y1 - y0)
     return intrinsics_matrix(fx, fy, -x0 * fx, -y0 * fy)
 

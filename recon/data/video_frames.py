@@ -34,15 +34,38 @@ def resized_rgb(frame: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.asarray(Image.fromarray(rgb).resize(tuple(size), Image.BOX), dtype=np.uint8)
 
 
+FFMPEG_NOISE = ("ffmpeg version", "built with", "configuration:", "lib", "Input #", "Duration:", "Stream #",
+                "Metadata:", "===", "FFMPEG", "encoder", "handler_name", "vendor_id", "major_brand", "minor_version",
+                "compatible_brands", "Press [q]", "Output #", "Stream mapping", "frame=")
+
+
+def video_error(video: Path, err: BaseException) -> MissingImageError:
+    """MissingImageError naming ``video`` with one line of what ffmpeg said (its stderr, banner and stream
+    listing dropped: imageio puts the whole log in the message)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    said = [ln for ln in lines if not ln.startswith(FFMPEG_NOISE)]
+    reason = (said[-1] if said else lines[0] if lines else "")[:200]
+    return MissingImageError(f"{video}: cannot read the video ({type(err).__name__}: {reason}); is it a complete "
+                             f"mp4? Re-encode or re-download it")
+
+
+def require_video_file(video: Path) -> None:
+    """MissingImageError naming ``video`` unless it is a regular file (ffmpeg would block on a FIFO, and read
+    ``/dev/zero`` forever)."""
+    from recon.core.limits import require_regular_file, with_path
+
+    require_regular_file(video, "video", with_path(MissingImageError))
+
+
 def _iter_video(video: Path) -> Iterable[np.ndarray]:
     """Frames of ``video`` in order, streamed; MissingImageError naming the file when it cannot be read."""
     import imageio.v3 as iio
 
+    require_video_file(video)
     try:
         yield from iio.imiter(video, plugin="FFMPEG")
     except (OSError, RuntimeError, ValueError, StopIteration) as e:
-        raise MissingImageError(f"{video}: cannot read the video ({type(e).__name__}: {e}); "
-                                f"is it a complete mp4?") from None
+        raise video_error(video, e) from None
 
 
 def missing_frames(video: Path, indices: Iterable[int], size: tuple[int, int], cache: FrameCache) -> list[int]:

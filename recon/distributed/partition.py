@@ -280,6 +280,27 @@ def assign_cameras(frames: Sequence[Frame], cams2d: np.ndarray, expanded: list, 
 # ------------------------------------------------------------------------------------------ result
 
 
+def _checked_box(box, what: str, unbounded: bool = False) -> list:
+    """``box`` when it is [[xlo, ylo], [xhi, yhi]] of finite numbers (None allowed with ``unbounded``);
+    ValueError naming ``what`` otherwise (a blocks.json edited or damaged)."""
+    def number(v) -> bool:
+        return (v is None and unbounded) or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                             and math.isfinite(v))
+
+    if not (isinstance(box, list) and len(box) == 2 and all(isinstance(c, list) and len(c) == 2 for c in box)
+            and all(number(v) for c in box for v in c)):
+        raise ValueError(f"{what} is {box!r:.80}, not [[xlo, ylo], [xhi, yhi]] of finite numbers")
+    return box
+
+
+def _checked_vector(value, n: int, what: str) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64) if isinstance(value, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) else None
+    if arr is None or arr.shape != (n,) or not np.isfinite(arr).all():
+        raise ValueError(f"{what} is {value!r:.80}, not {n} finite numbers")
+    return arr
+
+
 @dataclass
 class Block:
     """One block: ``core`` (half-open, None = unbounded), ``bounded`` (core cut to the robust box),
@@ -300,8 +321,23 @@ class Block:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Block":
-        return cls(int(d["id"]), d["core"], d["bounded"], d["expanded"], list(d["train_images"]),
-                   list(d["test_images"]), int(d["num_points"]))
+        """The block of a blocks.json entry; ValueError / TypeError / KeyError naming the field when a box is not
+        [[xlo, ylo], [xhi, yhi]] of finite numbers (None = unbounded only in ``core``) or the image lists are not
+        lists of names."""
+        if not isinstance(d, dict):
+            raise TypeError(f"a block is a {type(d).__name__}, not an object")
+        boxes = {name: _checked_box(d[name], f"block {d.get('id')!r} {name}", unbounded=name == "core")
+                 for name in ("core", "bounded", "expanded")}
+        names = {}
+        for key in ("train_images", "test_images"):
+            if not isinstance(d[key], list) or not all(isinstance(n, str) for n in d[key]):
+                raise TypeError(f"block {d.get('id')!r} {key} is not a list of image names")
+            names[key] = list(d[key])
+        ident, points = d["id"], d["num_points"]
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (ident, points)):
+            raise ValueError(f"block id {ident!r} / num_points {points!r} must be non-negative integers")
+        return cls(ident, boxes["core"], boxes["bounded"], boxes["expanded"], names["train_images"],
+                   names["test_images"], points)
 
 
 @dataclass
@@ -351,10 +387,14 @@ class Partition:
             if int(d.get("version", 0)) > VERSION:
                 raise ValueError(f"version {d['version']} is newer than this splatforge reads ({VERSION})")
             fr = d["frame"]
-            box = RobustBox(np.asarray(d["box"]["lo"]), np.asarray(d["box"]["hi"]), tuple(d["box"]["height"]))
-            return cls(d["dataset"], np.asarray(fr["up"]), np.asarray(fr["e1"]), np.asarray(fr["e2"]), box,
+            box = RobustBox(_checked_vector(d["box"]["lo"], 2, "box lo"), _checked_vector(d["box"]["hi"], 2, "box hi"),
+                            tuple(_checked_vector(d["box"]["height"], 2, "box height").tolist()))
+            if not isinstance(d["dataset"], dict) or not isinstance(d.get("settings", {}), dict) \
+                    or not isinstance(d["blocks"], list):
+                raise TypeError("dataset and settings must be objects, blocks a list")
+            return cls(d["dataset"], *(_checked_vector(fr[k], 3, f"frame {k}") for k in ("up", "e1", "e2")), box,
                        d.get("settings", {}), [Block.from_dict(b) for b in d["blocks"]])
-        except (ValueError, KeyError, TypeError) as err:
+        except (ValueError, KeyError, TypeError, OverflowError) as err:
             raise PartitionError(f"{path}: not a blocks file written by `splatforge partition` ({err}); "
                                  f"make it again") from None
 

@@ -200,6 +200,31 @@ def parse_glb(path, raw: bytes) -> tuple[dict, bytes]:
     return doc, binary
 
 
+def check_glb_container(path, error) -> None:
+    """For a file starting with the GLB magic (a mesh handed to trimesh): ``error(path, problem)`` unless its
+    length field and every chunk length fit the file, read from the 8-byte chunk headers only (a reader trusting
+    a chunk length of 2^32 would allocate that before finding the file shorter). Other files pass unchecked."""
+    size = os.stat(path).st_size
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or struct.unpack_from("<I", head)[0] != GLB_MAGIC:
+            return
+        total = struct.unpack_from("<I", head, 8)[0]
+        if total != size:
+            raise error(path, f"GLB length field {total:,} != file size {size:,}; the file is truncated or damaged")
+        offset = 12
+        while offset < total:
+            f.seek(offset)
+            chunk = f.read(8)
+            if len(chunk) < 8:
+                raise error(path, "truncated GLB chunk header")
+            length = struct.unpack_from("<I", chunk)[0]
+            if offset + 8 + length > total:
+                raise error(path, f"GLB chunk at byte {offset:,} declares {length:,} bytes, past the end of the "
+                                  f"{total:,}-byte file; the file is truncated or damaged")
+            offset += 8 + length
+
+
 def _accessor_layout(path, doc: dict, binary: bytes, index: int) -> tuple[dict, np.dtype, int, int, int]:
     """(accessor, component dtype, components, first byte, byte stride) of accessor ``index``,
     checked so its ``count`` rows of ``stride`` bytes lie inside its buffer view and the BIN chunk:

@@ -34,6 +34,7 @@ from recon.nerf.field import mlp, parameter_count
 from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
 from recon.nerf.rbf import FEATURE_INIT, RBFLayer
 
+from recon.core.errors import SplatforgeError
 from recon.core.open3d_import import open3d
 
 from .mesh_metrics import bounding_diagonal, sample_surface, triangle_scene
@@ -123,18 +124,34 @@ class Normalisation:
         return (u - 0.5) * self.size + np.asarray(self.centre)
 
 
+class MeshFileError(SplatforgeError, ValueError):
+    """The mesh file of `sdf fit` cannot be used (unreadable, not finite, empty or open); names the file."""
+
+
 def load_closed_mesh(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(vertices [V, 3], faces [F, 3], notes) of the mesh file ``path``, its vertices merged by position (an OBJ's
-    texture seams split them) and small holes filled (trimesh.repair.fill_holes) when that closes it; ValueError
-    naming the file when it is empty or stays open (:func:`check_watertight`)."""
+    texture seams split them) and small holes filled (trimesh.repair.fill_holes) when that closes it; MeshFileError
+    (a ValueError) naming the file when it is not a regular file, unreadable, not finite, empty or stays open
+    (:func:`check_watertight`)."""
     import trimesh
 
+    from recon.core.limits import require_regular_file
+
+    require_regular_file(path, "mesh file", lambda p, problem: MeshFileError(f"{p}: {problem}"))  # a FIFO would block
+    from recon.export.glb import check_glb_container
+
+    check_glb_container(path, lambda p, problem: MeshFileError(f"{p}: {problem}"))  # chunk lengths, before trimesh
     try:
         mesh = trimesh.load(path, force="mesh", process=True)
     except Exception as err:  # trimesh raises many kinds for unreadable files
-        raise ValueError(f"{path}: cannot read a mesh ({type(err).__name__}: {' '.join(str(err).split())[:160]})") \
+        raise MeshFileError(f"{path}: cannot read a mesh ({type(err).__name__}: {' '.join(str(err).split())[:160]})") \
             from None
     notes = []
+    if not isinstance(mesh, trimesh.Trimesh):  # force="mesh" gives an empty Scene for a file without geometry
+        raise MeshFileError(f"{path}: holds no triangle mesh (a point cloud or an empty scene?); give a closed mesh")
+    if not np.isfinite(np.asarray(mesh.vertices)).all():
+        raise MeshFileError(f"{path}: {int((~np.isfinite(mesh.vertices).all(axis=1)).sum()):,} vertices have NaN or "
+                            f"infinite coordinates; repair or re-export the mesh")
     mesh.merge_vertices(merge_tex=True, merge_norm=True)
     if len(mesh.faces) and not mesh.is_watertight:
         trimesh.repair.fill_holes(mesh)
@@ -145,14 +162,14 @@ def load_closed_mesh(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 
 def check_watertight(mesh, name: str) -> None:
-    """ValueError naming the mesh unless it is a non-empty watertight triangle mesh (signs need a closed
-    surface)."""
+    """MeshFileError (a ValueError) naming the mesh unless it is a non-empty watertight triangle mesh (signs need
+    a closed surface)."""
     if len(mesh.faces) == 0:
-        raise ValueError(f"{name}: no triangles")
+        raise MeshFileError(f"{name}: no triangles")
     if not mesh.is_watertight:
-        raise ValueError(f"{name}: not watertight ({len(mesh.faces):,} faces; some edges belong to one face or to "
-                         f"more than two), so inside and outside are undefined; close its holes first (e.g. "
-                         f"trimesh.repair.fill_holes, or a remesher)")
+        raise MeshFileError(f"{name}: not watertight ({len(mesh.faces):,} faces; some edges belong to one face or to "
+                            f"more than two), so inside and outside are undefined; close its holes first (e.g. "
+                            f"trimesh.repair.fill_holes, or a remesher)")
 
 
 def sdf_samples(vertices: np.ndarray, faces: np.ndarray, norm: Normalisation, count: int,

@@ -140,11 +140,16 @@ def load_mesh(path: str | Path, up: str = "y") -> MeshAsset:
     does not load, or holds no triangles."""
     import trimesh
 
+    from recon.core.limits import require_indices, with_path
+
     path = Path(path)
     if up not in ("y", "z"):
         raise AssetError(f"asset up axis {up!r}: use 'y' (glTF, most OBJ files) or 'z'")
     if not path.is_file():
         raise AssetError(f"{path}: no such mesh file; give an OBJ, PLY or GLB file")
+    from recon.export.glb import check_glb_container
+
+    check_glb_container(path, lambda p, problem: AssetError(f"{p}: {problem}"))  # chunk lengths, before trimesh
     try:
         loaded = trimesh.load(str(path), force="scene", process=False)
     except Exception as err:  # trimesh raises many types for bad files
@@ -156,6 +161,8 @@ def load_mesh(path: str | Path, up: str = "y") -> MeshAsset:
         geometry = loaded.geometry.get(geometry_name)
         if not isinstance(geometry, trimesh.Trimesh) or len(geometry.faces) == 0:
             continue
+        require_indices(geometry.faces, len(geometry.vertices), path, f"mesh {geometry_name!r}: faces",
+                        with_path(AssetError))  # before visuals index vertices by them (trimesh does not check)
         if not np.isfinite(np.asarray(geometry.vertices)).all():  # before transforms spread the NaN
             bad = int((~np.isfinite(np.asarray(geometry.vertices)).all(axis=1)).sum())
             raise AssetError(f"{path}: mesh {geometry_name!r} has {bad:,} vertices with NaN or infinite "

@@ -23,7 +23,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from recon.core.limits import load_json
+from recon.core.errors import DamagedFileError
+from recon.core.limits import load_json, require_finite, require_indices, require_regular_file
 from recon.geometry import mesh_extraction as mx
 from recon.core.atomic import atomic_write_bytes
 
@@ -127,10 +128,27 @@ def proxy_path(run) -> Path:
 
 
 def read_proxy(path: Path) -> mx.MeshArrays:
-    """A proxy PLY back as :class:`recon.geometry.mesh_extraction.MeshArrays`."""
+    """A proxy PLY back as :class:`recon.geometry.mesh_extraction.MeshArrays`; DamagedFileError naming the file
+    when it is not a regular file, its header declares more than it holds, trimesh cannot read it, or its
+    faces or vertices are out of range or not finite (:func:`load_or_build_proxy` then builds it again)."""
     import trimesh
 
-    mesh = trimesh.load(str(path), process=False, force="mesh")
+    from recon.export.ply import check_ply_counts
+
+    def damaged(p, problem: str) -> DamagedFileError:
+        return DamagedFileError(f"{p}: {problem}; it is a cache: delete it and it is made again")
+
+    require_regular_file(path, "proxy mesh", damaged)
+    try:
+        check_ply_counts(path)  # plyfile / trimesh allocate declared counts before reading
+        mesh = trimesh.load(str(path), process=False, force="mesh")
+    except Exception as err:  # noqa: BLE001 - trimesh raises many types for damaged files
+        raise damaged(path, f"not a readable mesh ({type(err).__name__}: {' '.join(str(err).split())[:160]})") \
+            from None
+    if not isinstance(mesh, trimesh.Trimesh):
+        raise damaged(path, "holds no triangle mesh")
+    require_indices(mesh.faces, len(mesh.vertices), path, "faces", damaged)
+    require_finite(np.asarray(mesh.vertices), path, "vertices", damaged)
     colors = np.asarray(mesh.visual.vertex_colors, np.float32)[:, :3] / 255.0 \
         if getattr(mesh.visual, "kind", None) == "vertex" else np.full((len(mesh.vertices), 3), 0.7, np.float32)
     return mx.MeshArrays(np.asarray(mesh.vertices, np.float64), np.asarray(mesh.faces, np.int64), colors)
@@ -156,7 +174,10 @@ def load_or_build_proxy(run, model, *, time: float | None = None, rebuild: bool 
     and the run's training cameras and written there atomically. ``kw``: :func:`build_proxy` options."""
     path = proxy_path(run)
     if not rebuild and _cache_fresh(run, time):
-        return read_proxy(path)
+        try:
+            return read_proxy(path)
+        except DamagedFileError:  # a damaged cache is made again
+            pass
     mesh = build_proxy(model, run.cameras, time=time, background=run.background(), progress=progress, **kw)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, mx.mesh_bytes(mesh, "ply"), force=True)

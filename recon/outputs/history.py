@@ -86,6 +86,14 @@ class RunHistory:
             raise DamagedFileError(f"{source}: expected lists {', '.join(names)}")
         n = len(data["loss"])
         history = cls(**{k: list(data[k]) if k in data else [None] * n for k in names})
+        for name in names:  # each list holds what it records, so plots and `compare` never meet a string
+            ints, optional = name in ("num_gaussians", "eval_step"), name not in ("loss", "eval_step")
+            for i, value in enumerate(getattr(history, name)):
+                if value is None and optional:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, int if ints else (int, float)):
+                    raise DamagedFileError(f"{source}: {name}[{i}] is {value!r:.40}, not "
+                                           f"{'an integer' if ints else 'a number'}{' or null' if optional else ''}")
         per_step = {len(history.loss), len(history.num_gaussians), len(history.step_seconds), len(history.psnr),
                     len(history.masked_psnr)}
         per_eval = {len(history.eval_step), len(history.eval_psnr), len(history.eval_ssim)}

@@ -22,8 +22,7 @@ from typing import Any
 import torch
 
 from recon.outputs import files as rf
-from recon.core.errors import DamagedFileError, RunFolderError
-from recon.core.limits import load_json
+from recon.core.errors import RunFolderError
 from recon.outputs.history import RunHistory
 from recon.data.data_arg import names_procedural_scene, saved_data_path
 from recon.training.trainer import TrainConfig, background_color, load_training_scene
@@ -65,7 +64,7 @@ class Run:
             what = "is a file, not a folder" if folder.exists() else "does not exist"
             raise NotARunError(f"{folder}: {what}; give a training run folder (written by `splatforge train`)")
         config_file = folder / rf.CONFIG_FILE
-        has_config = config_file.is_file()
+        has_config = config_file.exists() or config_file.is_symlink()  # a folder or device: read_config_dict says
         if not has_config and not (folder / rf.SPLATS_FILE).is_file():
             raise NotARunError(f"{folder}: not a run folder (it holds neither {rf.CONFIG_FILE} nor "
                                f"{rf.SPLATS_FILE}); give a folder written by `splatforge train`")
@@ -120,8 +119,7 @@ class Run:
         """metrics.json (None when the run has none)."""
         if not self.metrics_path.is_file():
             return None
-        return load_json(self.metrics_path, "metrics", lambda p, problem: DamagedFileError(
-            f"{p}: {problem}; rerun `splatforge eval --run {self.dir}`"), allow_nan=True)
+        return rf.read_metrics(self.metrics_path, f"rerun `splatforge eval --run {self.dir}`")
 
     def history(self) -> RunHistory | None:
         """history.json, else the newest checkpoint's record (``losses`` in checkpoints from before

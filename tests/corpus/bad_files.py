@@ -845,3 +845,297 @@ LIMITS_CASES = [
 ]
 
 CASES: list[BadFile] = SPZ_CASES + GLB_CASES + SPLAT_CASES + PLY_CASES + DATASET_CASES + LIMITS_CASES
+
+
+# ------------------------------------------------- found by scripts/fuzz_readers.py's newer formats (issue 52)
+# COLMAP, checkpoints, run-folder metadata, meshes, N3DV, D-NeRF and Panoptic: each case one the fuzzer found
+# as a traceback, an unclear message or a silent load, so that it stays fixed.
+
+
+def colmap_text_model(camera_line: str | None = None, points_line: str | None = None) -> Callable[[Path], Path]:
+    """The two-image COLMAP text model of :func:`colmap_dataset` with cameras.txt's camera line and / or
+    points3D.txt's one point line replaced."""
+    def write(folder: Path) -> Path:
+        root = colmap_dataset()(folder)
+        sparse = root / "sparse" / "0"
+        if camera_line is not None:
+            (sparse / "cameras.txt").write_text(camera_line + "\n")
+        if points_line is not None:
+            (sparse / "points3D.txt").write_text(points_line + "\n")
+        return root
+
+    return write
+
+
+def colmap_binary_point_id(point_id: int) -> Callable[[Path], Path]:
+    """A binary COLMAP model whose one 3D point has id ``point_id`` (a uint64 in the file)."""
+    def write(folder: Path) -> Path:
+        root = colmap_dataset()(folder)
+        sparse = root / "sparse" / "0"
+        model = read_model(sparse, ".txt")
+        for name in ("cameras", "images", "points3D"):
+            (sparse / f"{name}.txt").unlink()
+        write_model(ColmapModel(model.cameras, model.images, ColmapPoints(
+            np.array([1]), np.zeros((1, 3)), np.zeros((1, 3), np.uint8), np.zeros(1), [np.zeros((0, 2), np.int64)])),
+            sparse, ".bin")
+        raw = bytearray((sparse / "points3D.bin").read_bytes())
+        raw[8:16] = struct.pack("<Q", point_id)
+        (sparse / "points3D.bin").write_bytes(bytes(raw))
+        return root
+
+    return write
+
+
+def npy_version_3(folder: Path) -> Path:
+    """An N3DV folder whose poses_bounds.npy has a version 3.0 magic and a damaged header."""
+    root = folder / "n3dv"
+    root.mkdir()
+    (root / "poses_bounds.npy").write_bytes(b"\x93NUMPY\x03\x00" + b"\x10\x00\x00\x00" + b"{'descr': <f8 ]]" + b"\n")
+    return root
+
+
+def camera_path_with(old: bytes, new: bytes) -> Callable[[], bytes]:
+    def make() -> bytes:
+        data = camera_path_json()()
+        assert old in data
+        return data.replace(old, new, 1)
+
+    return make
+
+
+FUZZ_FOUND_CASES = [
+    BadFile("colmap-opencv-lens-folds-the-borders",
+            colmap_text_model(camera_line=f"1 OPENCV {W} {H} 20 20 {W / 2} {H / 2} -50 0 0 0"), load,
+            r"cameras\.txt: camera 1: cannot undistort camera model OPENCV .*folds or loses the image borders",
+            DataFormatError, names="cameras.txt"),
+    BadFile("colmap-points3D-txt-rgb-out-of-range",
+            colmap_text_model(points_line="7 0 0 0 4000000000 0 0 0.5"), load,
+            r"points3D\.txt, line 1: rgb 4000000000 is outside 0\.\.255", DataFormatError, names="points3D.txt"),
+    BadFile("colmap-points3D-txt-id-beyond-int64",
+            colmap_text_model(points_line=f"{2**64} 0 0 0 1 2 3 0.5"), load,
+            r"points3D\.txt, line 1: point id \d+ is outside", DataFormatError, names="points3D.txt"),
+    BadFile("colmap-points3D-bin-id-beyond-int64", colmap_binary_point_id(2**64 - 1), load,
+            r"points3D\.bin: point record 0 has id 18446744073709551615", DataFormatError, names="points3D.bin"),
+    BadFile("npy-version-3-damaged-header", npy_version_3, read_n3dv_poses,
+            r"poses_bounds\.npy: poses file has a damaged \.npy header", DataFormatError, names="poses_bounds.npy"),
+    BadFile("camera-path-float-overflows-to-inf", write_bytes("path.json", camera_path_with(b'"fps": 30.0',
+                                                                                           b'"fps": 1e400')),
+            read_camera_path, r"path\.json: .*holds 1e400, beyond the largest float"),
+    BadFile("camera-path-5000-digit-integer", write_bytes("path.json", camera_path_with(b'"fps": 30.0',
+                                                                                       b'"fps": ' + b"9" * 5000)),
+            read_camera_path, r"path\.json: .*holds an integer of 5,000 digits"),
+]
+
+CASES += FUZZ_FOUND_CASES
+
+
+def checkpoint_with_flipped_bit() -> bytes:
+    """A torch.save'd checkpoint whose tensor data has one bit flipped (torch.load does not check CRCs)."""
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"step": 1, "model": {"means": torch.arange(4096, dtype=torch.float32)}}, buf)
+    data = bytearray(buf.getvalue())
+    at = data.index(np.arange(4096, dtype=np.float32)[1000:1002].tobytes())
+    data[at] ^= 0x10
+    return bytes(data)
+
+
+def read_run_config(root: Path):
+    from recon.run.folder import Run
+
+    return Run.open(root).config
+
+
+def run_folder_with(name: str, data_fn: Callable[[], bytes] | None = None, special=None) -> Callable[[Path], Path]:
+    """A run folder (config.yaml of the default TrainConfig) whose file ``name`` holds ``data_fn()`` (or is the
+    special entry ``special`` makes)."""
+    def write(folder: Path) -> Path:
+        from recon.outputs.files import write_config
+        from recon.training.trainer import TrainConfig
+
+        root = folder / "run"
+        root.mkdir()
+        write_config(root, TrainConfig(data=Path("procedural"), out=root))
+        (root / name).unlink(missing_ok=True)
+        if special is not None:
+            special(root)
+        else:
+            (root / name).write_bytes(data_fn())
+        return root
+
+    return write
+
+
+def _config_not_utf8() -> bytes:
+    from recon.outputs.files import config_to_dict
+    from recon.training.trainer import TrainConfig
+
+    import yaml
+
+    return yaml.safe_dump(config_to_dict(TrainConfig())).encode().replace(b"steps:", b"st\xffeps:", 1)
+
+
+def read_run_history(root: Path):
+    from recon.run.folder import Run
+
+    return Run.open(root).history()
+
+
+def read_run_metrics(root: Path):
+    from recon.run.folder import Run
+
+    return Run.open(root).metrics()
+
+
+def read_sdf_mesh(path: Path):
+    from recon.geometry.sdf_fit import load_closed_mesh
+
+    return load_closed_mesh(path)
+
+
+def _history(loss) -> bytes:
+    return json.dumps({"loss": loss, "num_gaussians": [5, 5], "step_seconds": [0.1, 0.1], "eval_step": [],
+                       "eval_psnr": [], "eval_ssim": []}).encode()
+
+
+FUZZ_FOUND_CASES_2 = [
+    BadFile("checkpoint-bit-flipped-in-tensor-data", write_bytes("ckpt_00001.pt", checkpoint_with_flipped_bit),
+            read_checkpoint, r"ckpt_00001\.pt: damaged checkpoint \(member '.*' fails its CRC-32 check\)",
+            CheckpointError),
+    BadFile("checkpoint-fifo", fifo("ckpt_00001.pt"), read_checkpoint, r"not a regular file", CheckpointError),
+    BadFile("config-yaml-not-utf8", run_folder_with("config.yaml", _config_not_utf8), read_run_config,
+            r"config\.yaml: not UTF-8 text", ValueError, names="config.yaml"),
+    BadFile("config-yaml-nested-flow", run_folder_with("config.yaml", lambda: b"steps: " + b"[" * 50_000 + b"]" * 50_000),
+            read_run_config, r"config\.yaml: nests 50000 levels deep", ValueError, names="config.yaml"),
+    BadFile("config-yaml-nested-blocks", run_folder_with("config.yaml", lambda: b"steps:\n" + b"- " * 50_000 + b"1\n"),
+            read_run_config, r"config\.yaml: nests too deeply", ValueError, names="config.yaml"),
+    BadFile("config-yaml-dev-zero", run_folder_with("config.yaml", special=lambda root: os.symlink(
+        "/dev/zero", root / "config.yaml")), read_run_config, r"config\.yaml: not a regular file", ValueError,
+        names="config.yaml"),
+    BadFile("history-loss-not-a-number", run_folder_with("history.json", lambda: _history([0.5, "low"])),
+            read_run_history, r"history\.json: loss\[1\] is 'low', not a number", ValueError, names="history.json"),
+    BadFile("metrics-test-not-an-object", run_folder_with("metrics.json", lambda: b'{"test": [30.1]}'),
+            read_run_metrics, r"metrics\.json: 'test' is a list, not an object", ValueError, names="metrics.json"),
+    BadFile("metrics-psnr-a-string", run_folder_with("metrics.json", lambda: b'{"test": {"psnr": "high"}}'),
+            read_run_metrics, r"metrics\.json: 'test\.psnr' is 'high', not a number", ValueError,
+            names="metrics.json"),
+    BadFile("sdf-mesh-fifo", fifo("mesh.obj"), read_sdf_mesh, r"mesh\.obj: not a regular file"),
+]
+
+CASES += FUZZ_FOUND_CASES_2
+
+
+def ply_mesh_face_out_of_range() -> bytes:
+    """A binary PLY mesh (a tetrahedron with vertex colours) whose last face names vertex 73 of 4."""
+    import trimesh
+
+    mesh = trimesh.creation.box()
+    mesh.visual.vertex_colors = np.tile(np.array([200, 100, 50, 255], np.uint8), (len(mesh.vertices), 1))
+    data = mesh.export(file_type="ply")
+    head, sep, body = data.partition(b"end_header\n")
+    faces_at = len(body) - len(mesh.faces) * 13  # each face: uchar 3 + three int32
+    body = bytearray(body)
+    body[faces_at + 1:faces_at + 5] = struct.pack("<i", 73)
+    return head + sep + bytes(body)
+
+
+def glb_mesh_chunk_declaring(length: int) -> bytes:
+    """A GLB mesh whose JSON chunk header declares ``length`` bytes (the file holds under 2 kB)."""
+    import trimesh
+
+    data = bytearray(trimesh.creation.box().export(file_type="glb"))
+    data[12:16] = struct.pack("<I", length)
+    return bytes(data)
+
+
+def read_dataset_mesh(path: Path):
+    from recon.data.mesh_render import load_mesh
+
+    return load_mesh(path)
+
+
+def read_blocks(path: Path):
+    from recon.distributed.partition import Partition
+
+    return Partition.read(path)
+
+
+def blocks_with_core(core) -> bytes:
+    return json.dumps({"format": "splatforge-blocks", "version": 1, "dataset": {},
+                       "frame": {"up": [0, 0, 1], "e1": [1, 0, 0], "e2": [0, 1, 0]},
+                       "box": {"lo": [-1, -1], "hi": [1, 1], "height": [0, 1]}, "settings": {},
+                       "blocks": [{"id": 0, "core": core, "bounded": [[-1, -1], [1, 1]], "expanded": [[-1, -1], [1, 1]],
+                                   "train_images": ["a"], "test_images": [], "num_points": 3}]}).encode()
+
+
+FUZZ_FOUND_CASES_3 = [
+    BadFile("mesh-ply-face-index-out-of-range", write_bytes("box.ply", ply_mesh_face_out_of_range), read_mesh_asset,
+            r"box\.ply: mesh .*faces holds 1 index\(es\) outside 0\.\.7 \(the first: 73"),
+    BadFile("mesh-dataset-ply-face-index-out-of-range", write_bytes("box.ply", ply_mesh_face_out_of_range),
+            read_dataset_mesh, r"box\.ply: faces holds 1 index\(es\) outside 0\.\.7"),
+    BadFile("mesh-glb-chunk-declares-256mb", write_bytes("box.glb", lambda: glb_mesh_chunk_declaring(1 << 28)),
+            read_mesh_asset, r"box\.glb: GLB chunk at byte 12 declares 268,435,456 bytes, past the end"),
+    BadFile("blocks-core-a-string", write_bytes("blocks.json", lambda: blocks_with_core("everywhere")), read_blocks,
+            r"blocks\.json: not a blocks file .*block 0 core is 'everywhere', not \[\[xlo, ylo\], \[xhi, yhi\]\]"),
+]
+
+CASES += FUZZ_FOUND_CASES_3
+
+
+def npy_header_open_bracket(folder: Path) -> Path:
+    """An N3DV folder whose poses_bounds.npy header (version 1.0) is cut inside its shape tuple."""
+    root = folder / "n3dv"
+    root.mkdir()
+    header = b"{'descr': '<f8', 'fortran_order': False, 'shape': (3, 17"
+    header += b" " * (-(len(header) + 11) % 64) + b"\n"
+    (root / "poses_bounds.npy").write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header)
+    return root
+
+
+CASES.append(BadFile("npy-header-cut-inside-a-tuple", npy_header_open_bracket, read_n3dv_poses,
+                     r"poses_bounds\.npy: poses file has a damaged \.npy header", DataFormatError,
+                     names="poses_bounds.npy"))
+
+
+def read_proxy(path: Path):
+    from recon.hybrid.proxy import read_proxy as read
+
+    return read(path)
+
+
+CASES.append(BadFile("proxy-ply-face-index-out-of-range", write_bytes("proxy.ply", ply_mesh_face_out_of_range),
+                     read_proxy, r"proxy\.ply: .*index.* 73 .*it is a cache: delete it and it is made again"))
+
+
+def n3dv_with_video(special=None, data: bytes | None = None) -> Callable[[Path], Path]:
+    """The 3-camera N3DV folder of fuzz_formats.build_n3dv whose cam01.mp4 is ``data`` or the entry ``special``
+    makes (``link_to_dev_zero`` / ``fifo`` style)."""
+    def write(folder: Path) -> Path:
+        from tests.corpus.fuzz_formats import build_n3dv
+
+        root = folder / "n3dv"
+        build_n3dv(root)
+        (root / "cam01.mp4").unlink()
+        if special is not None:
+            special("cam01.mp4")(root)
+        else:
+            (root / "cam01.mp4").write_bytes(data)
+        return root
+
+    return write
+
+
+def load_n3dv_cached(root: Path):
+    return load_scene(root, cache_dir=root.parent / "cache")
+
+
+CASES += [
+    BadFile("n3dv-video-fifo", n3dv_with_video(fifo), load_n3dv_cached, r"cam01\.mp4: not a regular file",
+            MissingImageError, names="cam01.mp4"),
+    BadFile("n3dv-video-empty-is-one-line", n3dv_with_video(data=b""), load_n3dv_cached,
+            r"cam01\.mp4: cannot read the video \(OSError: .*Invalid data found when processing input\)",
+            MissingImageError, names="cam01.mp4"),
+]

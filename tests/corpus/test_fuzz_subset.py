@@ -1,5 +1,5 @@
-"""The fast CI subset of scripts/fuzz_readers.py: for a few formats, a sample of its hostile variants run
-in-process; each is a clear one-line error naming the file or a load, never a traceback, with a small
+"""The fast CI subset of scripts/fuzz_readers.py: for most formats, a sample of its hostile variants run
+in-process; each is a clear one-line error naming the file or a load, never a traceback or a hang, with a small
 peak allocation (tracemalloc). The full corpus: ``python scripts/fuzz_readers.py``."""
 
 from __future__ import annotations
@@ -12,6 +12,14 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fuzz_readers.py"
 FORMATS = ["ply", "spz", "splat", "glb", "ply4d", "gimg", "png", "camera-path", "keyframes", "panoptic-npz"]
 SAMPLE = 40  # cases per format: every 40th-ish variant plus the good file and the special entries
+# the formats of tests/corpus/fuzz_formats.py whose cases load a whole dataset or run folder: fewer cases each
+# (N3DV's videos are left to the full run: each case decodes three videos with ffmpeg)
+FOLDER_FORMATS = ["colmap-cameras.bin", "colmap-images.bin", "colmap-points3D.txt", "checkpoint", "config-yaml",
+                  "history-json", "metrics-json", "blocks-json", "sequence-manifest", "mesh-obj", "mesh-ply",
+                  "mesh-glb", "mesh-obj-sdf", "dnerf-transforms", "panoptic-meta", "n3dv-poses", "transforms",
+                  "lod-manifest"]
+FOLDER_SAMPLE = 16
+CASE_TIMEOUT = 60  # seconds: a reader still running then (a FIFO opened) fails the test instead of hanging it
 
 
 def _fuzz():
@@ -21,19 +29,19 @@ def _fuzz():
     return module
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS + FOLDER_FORMATS)
 def test_fuzz_sample_has_no_tracebacks(fmt, tmp_path):
     fuzz = _fuzz()
     good, read, suffix = fuzz.readers()[fmt]
     cases = fuzz.all_cases(good())
-    step = max(1, len(cases) // SAMPLE)
+    step = max(1, len(cases) // (SAMPLE if fmt in FORMATS else FOLDER_SAMPLE))
     sample = cases[:1] + cases[1:-3:step] + cases[-3:]  # the good file, a spread, folder / fifo / dev-zero
     bad = []
     for i, (name, data) in enumerate(sample):
         folder = tmp_path / str(i)
         folder.mkdir()
         path = fuzz.write_case(folder, suffix, name, data)
-        result = fuzz.run_case(read, path)
+        result = fuzz.run_case(read, path, CASE_TIMEOUT)
         if name == "good" and result["outcome"] != "load":
             bad.append((name, result))
         elif result["outcome"] not in ("error", "load") or result["peak_mb"] > 256:
