@@ -40,7 +40,7 @@ from recon.outputs import files as rf
 from recon.distributed.merge import block_dir, merge_run, run_finished
 from recon.distributed.partition import Partition, PartitionConfig, check_blocks, partition_scene, block_scene, write_partition
 from recon.distributed.queue import BlockQueue
-from recon.core.errors import RunFolderError, RunLockedError, SplatforgeError, UsageError
+from recon.core.errors import DamagedFileError, RunFolderError, RunLockedError, SplatforgeError, UsageError
 from recon.training.trainer import (ConfigMismatchError, TrainConfig, Trainer, TrainingHook, check_resumable,
                            load_training_scene, resolve_device, stored_config)
 
@@ -547,8 +547,12 @@ class Job:
     def merge(self, trained_now: bool) -> dict:
         """Rank 0: merge (again only when blocks were trained now or the merged files are missing)."""
         if not trained_now and (self.out / rf.METRICS_FILE).is_file() and (self.out / rf.SPLATS_FILE).is_file():
-            self.log("every block was finished before; the merged model is up to date")
-            return json.loads((self.out / rf.METRICS_FILE).read_text())
+            try:
+                metrics = rf.read_metrics(self.out / rf.METRICS_FILE, "merging the blocks again")
+                self.log("every block was finished before; the merged model is up to date")
+                return metrics
+            except DamagedFileError as err:
+                self.log(f"{err}")
         from recon.distributed.prior import prior_dir
 
         prior = prior_dir(self.out) / rf.SPLATS_FILE if self.opts.prior_steps else None

@@ -261,9 +261,17 @@ def save_sdf(path: Path, field: SDFField, norm: Normalisation) -> None:
 
 def load_sdf(path: Path) -> tuple[SDFField, Normalisation]:
     """The field and normalisation saved by :func:`save_sdf`; ValueError naming the file otherwise."""
+    from recon.core.errors import CheckpointError
+    from recon.outputs.files import load_checkpoint_file
+
+    try:  # the checkpoint reader's checks: a regular file, a zip archive whose CRC-32s hold, weights only
+        data = load_checkpoint_file(path)
+    except CheckpointError as err:
+        problem = str(err).removeprefix(f"{path}: ").split(";")[0]
+        raise ValueError(f"{path}: cannot load the SDF ({problem}); fit it again with `splatforge sdf fit`") \
+            from None
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(data, dict) or data.get("format") != "splatforge-sdf":
+        if data.get("format") != "splatforge-sdf":
             raise ValueError("not an sdf.pt written by `splatforge sdf fit`")
         cfg = SDFConfig(**data["config"])
         field = SDFField(cfg, data["scale"])

@@ -27,7 +27,7 @@ from recon.export import read_ply, read_splat, read_spz
 from recon.export.glb import (CHUNK_BIN, CHUNK_JSON, GLB_MAGIC, GLB_VERSION, encode_glb, parse_glb,
                               read_glb)
 from recon.export.splats import SplatFileError, random_splats
-from recon.export.spz import HEADER, MAGIC, encode_spz
+from recon.export.spz import HEADER, MAGIC
 
 BOMB_BYTES = 64 << 20  # decompressed size of the gzip bombs below: 64 MiB of zeros, ~65 KB on disk
 
@@ -929,6 +929,12 @@ FUZZ_FOUND_CASES = [
 CASES += FUZZ_FOUND_CASES
 
 
+def read_sdf(path: Path):
+    from recon.geometry.sdf_fit import load_sdf
+
+    return load_sdf(path)
+
+
 def checkpoint_with_flipped_bit() -> bytes:
     """A torch.save'd checkpoint whose tensor data has one bit flipped (torch.load does not check CRCs)."""
     import io
@@ -1006,6 +1012,9 @@ FUZZ_FOUND_CASES_2 = [
             read_checkpoint, r"ckpt_00001\.pt: damaged checkpoint \(member '.*' fails its CRC-32 check\)",
             CheckpointError),
     BadFile("checkpoint-fifo", fifo("ckpt_00001.pt"), read_checkpoint, r"not a regular file", CheckpointError),
+    BadFile("sdf-pt-fifo", fifo("sdf.pt"), read_sdf, r"sdf\.pt: cannot load the SDF \(not a regular file", ValueError),
+    BadFile("sdf-pt-bit-flipped", write_bytes("sdf.pt", checkpoint_with_flipped_bit), read_sdf,
+            r"sdf\.pt: cannot load the SDF \(damaged checkpoint \(member '.*' fails its CRC-32 check\)", ValueError),
     BadFile("config-yaml-not-utf8", run_folder_with("config.yaml", _config_not_utf8), read_run_config,
             r"config\.yaml: not UTF-8 text", ValueError, names="config.yaml"),
     BadFile("config-yaml-nested-flow", run_folder_with("config.yaml", lambda: b"steps: " + b"[" * 50_000 + b"]" * 50_000),

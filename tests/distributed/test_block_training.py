@@ -108,6 +108,11 @@ def test_rerun_skips_finished_blocks_and_resumes_unfinished(reference, tiny_city
     same_model(reference / "splats.ply", out / "splats.ply")
     rc, output = run_job(1, train_args(tiny_city, tiny_blocks, out))
     assert rc == 0 and "6 finished before, 0 to train" in output and "up to date" in output, output
+    (out / "metrics.json").write_text('{"test": [1, 2')  # a damaged merged metrics.json: merge again
+    rc, output = run_job(1, train_args(tiny_city, tiny_blocks, out))
+    assert rc == 0 and "metrics.json" in output and "merging the blocks again" in output, output
+    assert "up to date" not in output, output
+    json.loads((out / "metrics.json").read_text())
 
 
 # ------------------------------------------------------------------------------------------ refusals
