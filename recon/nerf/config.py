@@ -121,8 +121,8 @@ class NeusConfig:
     the sharpness to grow faster)"""
     start_levels: int = 4
     """progressive training: hash levels active at step 0"""
-    level_every: int = 100
-    """progressive training: one more hash level every N steps"""
+    level_every: int = 500
+    """progressive training: one more hash level every N steps (the default: all 16 levels by step 6,000)"""
     fd_cells: float = 0.5
     """finite-difference step of the SDF gradient, in cells of the finest active hash level"""
     geo_hidden: int = 64
