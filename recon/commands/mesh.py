@@ -132,6 +132,10 @@ def mesh(config: Annotated[MeshConfig, _NoPrefix] if _NoPrefix else MeshConfig) 
         summary = extract_run_mesh(config)
     except (*USER_ERRORS, MemoryError) as exc:
         fail("mesh", exc)
+    if summary["views"] == 0:  # a signed distance field's zero level set
+        print(f"wrote {summary['out']}: {summary['vertices']} vertices, {summary['faces']} faces (marching cubes of "
+              f"the SDF, cell {summary['voxel_size']:.4g})")
+        return summary
     print(f"wrote {summary['out']}: {summary['vertices']} vertices, {summary['faces']} faces "
           f"(voxel {summary['voxel_size']:.4g}, {summary['depth']} depth, {summary['views']} views"
           + (f" at {summary['supersample']}x" if summary["supersample"] > 1 else "") + ")")
