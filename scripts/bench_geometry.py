@@ -1,10 +1,11 @@
 #!/usr/bin/env python
-"""Geometry benchmark with ground truth: 3dgs against 2dgs (equal steps), printed as JSON.
+"""Geometry benchmark with ground truth: 3dgs against 2dgs (equal steps), and neus, printed as JSON.
 
     python scripts/bench_geometry.py [--steps 7000] [--data-factor 2] [--datasets spot lego]
         [--methods 3dgs 2dgs] [--out bench_geometry] [--spot-views 100] [--spot-size 400]
         [--geometry-views 0] [--mesh-resolution 512] [--no-keep-largest] [--supersample 1]
         [--surfel-grow-grad2d G] [--device cpu]
+        [--neus-steps N] [--neus-target-samples S] [--neus-mesh-resolution R]
 
 Datasets:
 
@@ -46,6 +47,13 @@ the JSON; results before stop 26 scored such runs at 1x):
   distance of the mesh's surface to the true one (negative: inside; scripts/surface_offset.py);
 - ``train_seconds``, ``seconds_per_step``: from the run's metrics.json (one training run each: training
   is not repeated for a median; the load average around it is recorded).
+
+``--methods ... neus`` adds the NeuS column (``--method neus``, issue 50): its own step count
+(``--neus-steps``, default ``--steps``; the run name carries it; all hash levels active by half of them) and samples per step (``--neus-target-samples``,
+``-tsS`` in the name when given); its mesh is the SDF's zero level set (``splatforge mesh`` on a neus run,
+``--neus-mesh-resolution`` cells per axis of the box); ``eikonal`` reports |grad SDF| at the mesh's vertices
+(the trained field near its surface: mean, median, fraction within 5 % of 1). ``comparisons`` gains
+``chamfer_ratio_neus_over_2dgs`` and ``psnr_neus_minus_2dgs`` when both ran.
 
 Evaluations are cached in ``OUT/results/`` next to the runs and reused while their options match.
 """
@@ -119,10 +127,12 @@ def ensure_spot(out: Path, views: int, size: int, mesh: Path, log, samples: int 
 
 def train_run(data: Path, run: Path, method: str, steps: int, factor: int, device: str, progress: bool,
               log, init_num_random: int | None = None, background: str | None = None,
-              supersample: int = 1, grow_grad2d: float | None = None) -> tuple[dict, bool]:
+              supersample: int = 1, grow_grad2d: float | None = None,
+              target_samples: int | None = None) -> tuple[dict, bool]:
     """(metrics.json, trained now) of the run in ``run``: reused when finished at ``steps``, else trained
     (resuming its checkpoints). ``grow_grad2d``: the run's ``--adc.grow-grad2d`` (None: train's default).
     UsageError for a finished run of another dataset (its config.yaml's ``data``): never scored on this one."""
+    from recon.nerf.config import NerfConfig, NeusConfig
     from recon.strategy import ADCConfig
     from recon.training.trainer import TrainConfig, train_model
 
@@ -143,7 +153,10 @@ def train_run(data: Path, run: Path, method: str, steps: int, factor: int, devic
                       progress=progress, save_every=max(1000, steps // 4), supersample=supersample,
                       **({} if init_num_random is None else {"init_num_random": init_num_random}),
                       **({} if background is None else {"background": background}),
-                      **({} if grow_grad2d is None else {"adc": ADCConfig(grow_grad2d=grow_grad2d)}))
+                      **({} if grow_grad2d is None else {"adc": ADCConfig(grow_grad2d=grow_grad2d)}),
+                      **({"strategy": "occupancy", "neus": NeusConfig(level_every=max(1, steps // 24))}
+                         if method == "neus" else {}),
+                      **({} if target_samples is None else {"nerf": NerfConfig(target_samples=target_samples)}))
     return train_model(cfg, log=lambda *a: None), True
 
 
@@ -266,7 +279,7 @@ def geometry_eval(run_dir: Path, source: str, geometry_views: int, device: str) 
 
 
 def mesh_eval(run_dir: Path, data: Path, mesh_out: Path, resolution: int, keep_largest: bool,
-              true_mesh: Path) -> dict:
+              true_mesh: Path, sdf_resolution: int = 256) -> dict:
     """Chamfer distance (% of the true bounding-box diagonal) of ``splatforge mesh``'s mesh of the run."""
     import trimesh
 
@@ -276,7 +289,8 @@ def mesh_eval(run_dir: Path, data: Path, mesh_out: Path, resolution: int, keep_l
 
     t = time.perf_counter()
     summary = extract_run_mesh(MeshConfig(run=run_dir, out=mesh_out, resolution=resolution,
-                                          keep_largest=keep_largest, force=True, progress=False))
+                                          keep_largest=keep_largest, force=True, progress=False,
+                                          sdf_resolution=sdf_resolution))
     seconds = time.perf_counter() - t
     pred = trimesh.load(mesh_out, process=False)
     truth = true_mesh_in_scene(data, true_mesh)
@@ -288,6 +302,21 @@ def mesh_eval(run_dir: Path, data: Path, mesh_out: Path, resolution: int, keep_l
             "completeness_pct": cd["completeness_pct"], "mesh": str(mesh_out), "mesh_faces": summary["faces"],
             "mesh_depth": summary["depth"], "mesh_voxel_size": summary["voxel_size"],
             "mesh_seconds": round(seconds, 2)}
+
+
+def eikonal_eval(run_dir: Path, mesh_path: Path, device: str) -> dict:
+    """|grad SDF| of a neus run's field at the vertices of its mesh (the zero level set: near the surface),
+    :func:`recon.nerf.neus.eikonal_stats` (tolerance 5 %)."""
+    import torch
+    import trimesh
+
+    from recon.nerf.neus import eikonal_stats
+    from recon.run.folder import Run
+
+    model = Run.open(run_dir).load_model(device=device)
+    verts = torch.from_numpy(np.asarray(trimesh.load(mesh_path, process=False).vertices, dtype=np.float64))
+    return {**eikonal_stats(model.surface_gradients(verts), 0.05), "points": int(len(verts)),
+            "where": "vertices of the zero-level mesh"}
 
 
 # ------------------------------------------------------------------------------ driver
@@ -319,10 +348,26 @@ def compare(res: dict) -> dict:
     return out
 
 
+def compare_neus(res: dict) -> dict:
+    """neus relative to 2dgs on one dataset (issue 50's targets: Chamfer <= 0.7x, PSNR within 2 dB)."""
+    a, b = res.get("neus"), res.get("2dgs")
+    if not a or not b:
+        return {}
+    out = {"psnr_neus_minus_2dgs": (a["psnr"] - b["psnr"]) if a.get("psnr") is not None and b.get("psnr") is not None
+           else None, "normal_deg_ratio_neus_over_2dgs": ratio(a.get("normal_deg"), b.get("normal_deg"))}
+    if "chamfer_pct" in a and "chamfer_pct" in b:
+        out["chamfer_ratio_neus_over_2dgs"] = ratio(a["chamfer_pct"], b["chamfer_pct"])
+    return out
+
+
 def run_name(label: str, method: str, args, grow_grad2d: float | None) -> str:
     """Folder and result name of one run: dataset label, method, factor, steps, then each option that is
     not its default (``-n``: init_num_random, ``-bg``: background, ``-ss``: supersample, ``-gg``: ADC
     grow threshold)."""
+    if method == "neus":
+        return (f"{label}-neus-f{args.data_factor}-s{args.neus_steps or args.steps}"
+                + ("" if args.neus_target_samples is None else f"-ts{args.neus_target_samples}")
+                + ("" if args.background is None else f"-bg{args.background}"))
     return (f"{label}-{method}-f{args.data_factor}-s{args.steps}"
             + ("" if args.init_num_random is None else f"-n{args.init_num_random}")
             + ("" if args.background is None else f"-bg{args.background}")
@@ -365,9 +410,14 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
             if args.supersample > 1:  # scored on the supersampled grid, block-averaged (since stop 26)
                 key["geometry_supersample"] = args.supersample
             load0 = os.getloadavg()[0]
-            metrics, trained = train_run(data, run, method, args.steps, args.data_factor, args.device,
-                                         args.progress, log, args.init_num_random, args.background,
-                                         args.supersample, grow)
+            neus = method == "neus"
+            if neus:
+                key["neus_mesh_resolution"] = args.neus_mesh_resolution
+            metrics, trained = train_run(data, run, method, (args.neus_steps or args.steps) if neus else args.steps,
+                                         args.data_factor, args.device, args.progress, log,
+                                         None if neus else args.init_num_random, args.background,
+                                         1 if neus else args.supersample, grow,
+                                         args.neus_target_samples if neus else None)
             if not trained and cache.is_file():
                 cached = json.loads(cache.read_text())
                 if cached.get("key") == key:
@@ -390,11 +440,13 @@ def bench(args, log=lambda msg: print(msg, file=sys.stderr)) -> dict:
             if dataset == "spot":
                 log(f"extracting the mesh of {name}")
                 res.update(mesh_eval(run, data, out / "meshes" / f"{name}.ply", args.mesh_resolution,
-                                     args.keep_largest, Path(args.spot_mesh)))
+                                     args.keep_largest, Path(args.spot_mesh), args.neus_mesh_resolution))
+                if neus:
+                    res["eikonal"] = eikonal_eval(run, out / "meshes" / f"{name}.ply", args.device)
             atomic_write_bytes(cache, json.dumps({"key": key, "result": res}, indent=2).encode(), force=True)
             per_method[method] = res
         report["results"][dataset] = per_method
-        report["comparisons"][dataset] = compare(per_method)
+        report["comparisons"][dataset] = {**compare(per_method), **compare_neus(per_method)}
     report["load_avg"] = [round(x, 2) for x in os.getloadavg()]
     atomic_write_bytes(out / "bench_geometry.json", json.dumps(report, indent=2).encode(), force=True)
     return report
@@ -405,7 +457,7 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=7000, help="training steps, the same for every method")
     ap.add_argument("--data-factor", type=int, default=2, help="image downscale factor of the runs")
     ap.add_argument("--datasets", nargs="+", default=["spot", "lego"], choices=["spot", "lego"])
-    ap.add_argument("--methods", nargs="+", default=["3dgs", "2dgs"], choices=["3dgs", "2dgs"])
+    ap.add_argument("--methods", nargs="+", default=["3dgs", "2dgs"], choices=["3dgs", "2dgs", "neus"])
     ap.add_argument("--out", type=Path, default=Path("bench_geometry"),
                     help="output folder: datasets/, runs/, meshes/, results/ (finished runs are reused)")
     ap.add_argument("--spot-views", type=int, default=SPOT_VIEWS, help="training views of the spot dataset")
@@ -434,6 +486,11 @@ def parse_args(argv=None):
     ap.add_argument("--surfel-grow-grad2d", type=float, default=None,
                     help="--adc.grow-grad2d of the 2dgs runs (default: train's, 0.0002; 3dgs runs keep theirs); "
                          "the 2dgs run folder name records it when given (-gg0.0003)")
+    ap.add_argument("--neus-steps", type=int, default=None, help="training steps of the neus run (default: --steps)")
+    ap.add_argument("--neus-target-samples", type=int, default=None,
+                    help="--nerf.target-samples of the neus run (default: train's, 65536); the run name records it")
+    ap.add_argument("--neus-mesh-resolution", type=int, default=256,
+                    help="splatforge mesh --sdf-resolution of the neus run (marching-cubes cells per axis)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--progress", action="store_true", help="training progress bars (on stderr)")
     args = ap.parse_args(argv)

@@ -1,5 +1,9 @@
 """``splatforge mesh RUN --out mesh.ply|obj|glb [--voxel-size S] [--trunc VOXELS] [--depth median|expected]
-[--resolution N] [--keep-largest] [--supersample N] [--max-memory-gb G] [--force]``
+[--resolution N] [--keep-largest] [--supersample N] [--sdf-resolution N] [--max-memory-gb G] [--force]``
+
+A run with a signed distance field (--method neus) is meshed directly: marching cubes on the field's zero
+level set over ``--sdf-resolution``^3 cells of its box, vertex colours from its colour net seen along -normal
+(:func:`recon.geometry.mesh_extraction.zero_level_mesh`). Every other run:
 
 Renders depth and colour of the run's training views, fuses them into a TSDF (open3d ``VoxelBlockGrid``),
 extracts a vertex-coloured triangle mesh and writes it atomically with trimesh; see
@@ -52,6 +56,9 @@ class MeshConfig:
     """Keep only the largest connected component."""
     supersample: int = 1
     """Render depth and colour at N x the training views' resolution (for voxels finer than a pixel)."""
+    sdf_resolution: int = 256
+    """Runs with a signed distance field (--method neus): marching-cubes cells per axis of the box (the mesh is
+    the field's zero level set; the TSDF options do not apply)."""
     max_memory_gb: float = 4.0
     """Refuse voxel sizes whose TSDF grid is estimated to need more memory than this."""
     data: Optional[Path] = None
@@ -87,6 +94,8 @@ def extract_run_mesh(cfg: MeshConfig) -> dict:
     if not cameras:
         raise UsageError(f"{cfg.run}: the run's dataset has no training cameras; nothing to fuse into a mesh")
     model = run.load_model()
+    if hasattr(model, "sdf_function"):
+        return zero_level_run_mesh(cfg, model, fmt)
     kind = depth_kind(model, cfg.depth)
     cameras = [cam.scaled(cfg.supersample) for cam in cameras]
     with Progress(disable=not cfg.progress, transient=True) as bar:
@@ -104,12 +113,29 @@ def extract_run_mesh(cfg: MeshConfig) -> dict:
             "voxel_size": voxel, "depth": kind, "views": len(cameras), "supersample": cfg.supersample}
 
 
+def zero_level_run_mesh(cfg: MeshConfig, model, fmt: str) -> dict:
+    """The mesh of a run with a signed distance field: its zero level set (:func:`mx.zero_level_mesh`)."""
+    if cfg.sdf_resolution < 2:
+        raise UsageError(f"--sdf-resolution {cfg.sdf_resolution}: must be >= 2 (cells per axis)")
+    mesh = mx.zero_level_mesh(model, cfg.sdf_resolution)
+    if cfg.keep_largest:
+        mesh = mx.keep_largest_component(mesh)
+    atomic_write_bytes(cfg.out, mx.mesh_bytes(mesh, fmt), force=cfg.force)
+    return {"out": str(cfg.out), "vertices": len(mesh.vertices), "faces": len(mesh.faces),
+            "voxel_size": float(model.sdf_function()[2]) / cfg.sdf_resolution, "depth": "sdf zero level",
+            "views": 0, "supersample": 1}
+
+
 def mesh(config: Annotated[MeshConfig, _NoPrefix] if _NoPrefix else MeshConfig) -> dict:
     """Extract a mesh from a run. Errors print one line on stderr and exit with status 2."""
     try:
         summary = extract_run_mesh(config)
     except (*USER_ERRORS, MemoryError) as exc:
         fail("mesh", exc)
+    if summary["views"] == 0:  # a signed distance field's zero level set
+        print(f"wrote {summary['out']}: {summary['vertices']} vertices, {summary['faces']} faces (marching cubes of "
+              f"the SDF, cell {summary['voxel_size']:.4g})")
+        return summary
     print(f"wrote {summary['out']}: {summary['vertices']} vertices, {summary['faces']} faces "
           f"(voxel {summary['voxel_size']:.4g}, {summary['depth']} depth, {summary['views']} views"
           + (f" at {summary['supersample']}x" if summary["supersample"] > 1 else "") + ")")

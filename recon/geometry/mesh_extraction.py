@@ -279,3 +279,21 @@ def mesh_bytes(mesh: MeshArrays, fmt: str) -> bytes:
         raise UsageError(f"mesh format {fmt!r}: give --out with .ply, .obj or .glb")
     data = to_trimesh(mesh).export(file_type=fmt)
     return data.encode() if isinstance(data, str) else data
+
+
+# -------------------------------------------------------------------------------- zero level set (neus)
+
+def zero_level_mesh(model, resolution: int) -> MeshArrays:
+    """The zero level set of a model with a signed distance field (``model.sdf_function()``, neus): marching
+    cubes (:func:`recon.geometry.sdf_fit.extract_mesh`, scikit-image) on a ``resolution``^3 grid over the cube
+    the model names (its box; a contracted capture's inner cube), vertices in world units, vertex colours from
+    ``model.surface_colors`` (the colour seen along -normal). EmptyMeshError when the field has no surface there."""
+    from recon.geometry.sdf_fit import Normalisation, extract_mesh
+
+    fn, centre, side = model.sdf_function()
+    try:
+        vertices, faces = extract_mesh(fn, Normalisation(centre, side), resolution)
+    except ValueError as err:
+        raise EmptyMeshError(f"marching cubes at resolution {resolution}: {err}") from None
+    rgb, _ = model.surface_colors(torch.from_numpy(vertices))
+    return canonical_order(MeshArrays(vertices, faces, rgb.numpy().astype(np.float32).clip(0, 1)))

@@ -222,21 +222,23 @@ def fit_sdf(vertices: np.ndarray, faces: np.ndarray, cfg: SDFConfig,
 
 
 @torch.no_grad()
-def field_grid(field: SDFField, resolution: int) -> np.ndarray:
-    """[R + 1, R + 1, R + 1] distances at the vertices of a resolution^3 grid over the unit cube (x, y, z order)."""
+def field_grid(field: Callable[[Tensor], Tensor], resolution: int) -> np.ndarray:
+    """[R + 1, R + 1, R + 1] distances at the vertices of a resolution^3 grid over the unit cube (x, y, z order) of
+    ``field`` (unit-cube points [N, 3] -> [N]: an :class:`SDFField`, or a neus model's ``sdf_function``)."""
     ax = torch.linspace(0, 1, resolution + 1)
     out = np.empty((resolution + 1,) * 3, dtype=np.float32)
     for i in range(resolution + 1):  # one x slab at a time: bounded memory
         yy, zz = torch.meshgrid(ax, ax, indexing="ij")
         u = torch.stack([torch.full_like(yy, float(ax[i])), yy, zz], -1).reshape(-1, 3)
-        out[i] = torch.cat([field(u[s:s + EVAL_CHUNK]) for s in range(0, len(u), EVAL_CHUNK)]).reshape(
-            resolution + 1, resolution + 1).numpy()
+        out[i] = torch.cat([field(u[s:s + EVAL_CHUNK]).float().cpu() for s in range(0, len(u), EVAL_CHUNK)]
+                           ).reshape(resolution + 1, resolution + 1).numpy()
     return out
 
 
-def extract_mesh(field: SDFField, norm: Normalisation, resolution: int) -> tuple[np.ndarray, np.ndarray]:
-    """(vertices [V, 3] in mesh units, faces [F, 3]) of the field's zero level (marching cubes); ValueError when
-    the field has no zero crossing in the box."""
+def extract_mesh(field: Callable[[Tensor], Tensor], norm: Normalisation, resolution: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(vertices [V, 3] in mesh units, faces [F, 3]) of the zero level of ``field`` (as :func:`field_grid`)
+    by marching cubes; ValueError when the field has no zero crossing in the box."""
     from skimage.measure import marching_cubes
 
     values = field_grid(field, resolution)

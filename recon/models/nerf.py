@@ -173,12 +173,16 @@ class NerfModel(SceneModel):
                  generator: torch.Generator | None = None, field_cfg: FieldConfig | None = None):
         self.cfg, self.space, self.extent = cfg, space, float(extent)
         self.field_cfg = field_cfg or FieldConfig()
-        self.field = build_field(cfg, self.field_cfg, generator)
+        self.field = self._build_field(generator)
         self.grid = OccupancyGrid(cfg.occupancy_resolution)
         self.params = dict(self.field.named_parameters())
         self.samples_per_ray = float(cfg.steps_per_diagonal) / 2.0
         self.optimizer = self._make_optimizer()
         self._source: RaySource | None = None
+
+    def _build_field(self, generator: torch.Generator | None):
+        """The field of this method (:func:`build_field` of ``cfg`` and ``field_cfg``; neus: its SDF field)."""
+        return build_field(self.cfg, self.field_cfg, generator)
 
     def _make_optimizer(self) -> torch.optim.Adam:
         """Adam: the hash table without weight decay, the MLPs with it. ``fused=True``: one pass over each
@@ -205,9 +209,10 @@ class NerfModel(SceneModel):
         """--strategy must be occupancy; the nerf section's box must parse (--batch and --supersample, options
         of rendered views, are refused for every ``RAY_BATCHES`` method by recon.training.trainer.check_view_options)."""
         if cfg.strategy != "occupancy":
-            raise ConfigValueError(f"--strategy {cfg.strategy}: --method nerf has no densification; it trains with "
-                                   f"--strategy occupancy (the occupancy-grid updates; `splatforge train nerf` and "
-                                   f"`splatforge train --method nerf` select it)")
+            m = cls.method
+            raise ConfigValueError(f"--strategy {cfg.strategy}: --method {m} has no densification; it trains with "
+                                   f"--strategy occupancy (the occupancy-grid updates; `splatforge train {m}` and "
+                                   f"`splatforge train --method {m}` select it)")
         if cfg.nerf.box is not None:
             parse_box(cfg.nerf.box)
 
@@ -493,7 +498,8 @@ class NerfModel(SceneModel):
         out = self.render_rays(o, d, bg, jitter)
         pred = out["rgb"] if mask is None else out["rgb"] * mask + gt * (1.0 - mask)
         self.samples_per_ray = 0.9 * self.samples_per_ray + 0.1 * max(out["samples"] / n, 1.0)
-        return pred, gt, {"rays": n, "samples": out["samples"], "render": out["rgb"], "mask": mask}
+        return pred, gt, {"rays": n, "samples": out["samples"], "render": out["rgb"], "mask": mask,
+                          **out.get("train_meta", {})}
 
     def ray_loss(self, pred: Tensor, gt: Tensor) -> Tensor:
         """Mean squared error."""
@@ -515,8 +521,8 @@ class NerfModel(SceneModel):
         warm = self.cfg.lr_warmup_steps
         factor = 1.0 if warm <= 0 else min(1.0, 0.01 + 0.99 * step / warm)
         factor *= LR_GAMMA ** sum(step >= m * total_steps for m in LR_MILESTONES)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.cfg.lr * factor
+        for group in self.optimizer.param_groups:  # a group's "lr_scale" (neus: the variance) scales its rate
+            group["lr"] = self.cfg.lr * factor * group.get("lr_scale", 1.0)
 
     # ---------------------------------------------------------------------------- IO
 
@@ -533,9 +539,7 @@ class NerfModel(SceneModel):
     def from_state_dict(cls, state: dict, device: torch.device | str = "cpu") -> "NerfModel":
         """Rebuild a model saved by :meth:`state_dict`; ValueError when ``state`` holds another method's model."""
         check_state_method(cls, state)
-        field_cfg = FieldConfig(**state.get("field_config", {}))  # checkpoints before --field: the default field
-        model = cls(NerfConfig(**state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
-                    field_cfg=field_cfg)
+        model = cls._blank_from_state(state)
         with torch.no_grad():
             for n, p in model.params.items():
                 p.copy_(state["field"][n])
@@ -544,6 +548,13 @@ class NerfModel(SceneModel):
         model._load_optimizer_state(state["optimizer"])
         model.samples_per_ray = float(state["samples_per_ray"])
         return model.to(device)
+
+    @classmethod
+    def _blank_from_state(cls, state: dict) -> "NerfModel":
+        """A model of the checkpoint's configuration and space (weights not yet loaded)."""
+        field_cfg = FieldConfig(**state.get("field_config", {}))  # checkpoints before --field: the default field
+        return cls(NerfConfig(**state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
+                   field_cfg=field_cfg)
 
     @torch.no_grad()
     def to_splat_data(self) -> SplatData:
@@ -555,16 +566,22 @@ class NerfModel(SceneModel):
             cells = cells[torch.topk(self.grid.values[cells], MAX_BAKED).indices]
         ijk = torch.stack([cells // (G * G), (cells // G) % G, cells % G], 1).float()
         u = (ijk + 0.5) / G
-        sigma, geo = self.field.density(u.to(self.device))
-        dirs = torch.cat([torch.eye(3), -torch.eye(3)]).to(self.device)
-        rgb = torch.stack([self.field.color(geo, dv.expand(len(u), 3)) for dv in dirs]).mean(0)
         x, cell = self._from_unit(u.double().to(self.device))
-        opacity = (-torch.expm1(-sigma.double() * cell)).clamp(1e-6, 1 - 1e-6)
+        opacity, rgb = self._bake_cells(u.to(self.device), cell)
+        opacity = opacity.double().clamp(1e-6, 1 - 1e-6)
         sh0 = (rgb.double() - 0.5) / 0.28209479177387814
         n = len(u)
         return SplatData.from_torch({"means": x, "quats": torch.tensor([1.0, 0, 0, 0]).expand(n, 4),
                                      "log_scales": torch.log(0.5 * cell)[:, None].expand(n, 3),
                                      "logit_opacities": torch.logit(opacity), "sh": sh0[:, None, :]})
+
+    def _bake_cells(self, u: Tensor, cell: Tensor) -> tuple[Tensor, Tensor]:
+        """(opacity [N], rgb [N, 3]) of the baked Gaussian of each cell centred at unit-cube ``u`` [N, 3] of world
+        size ``cell`` [N]: the opacity of the density over the cell, the colour averaged over six directions."""
+        sigma, geo = self.field.density(u)
+        dirs = torch.cat([torch.eye(3), -torch.eye(3)]).to(self.device)
+        rgb = torch.stack([self.field.color(geo, dv.expand(len(u), 3)) for dv in dirs]).mean(0)
+        return -torch.expm1(-sigma.double() * cell), rgb
 
     def _from_unit(self, u: Tensor) -> tuple[Tensor, Tensor]:
         """(world positions [N, 3], world size of a grid cell there [N]) of unit-cube points ``u`` [N, 3]."""

@@ -105,6 +105,30 @@ class NerfConfig:
                               self.hash_max_res)
 
 
+@dataclass
+class NeusConfig:
+    """NeuS options (--method neus; the hash grid, sampling and optimiser come from the ``nerf`` section).
+    Sources: NeuS (Wang et al. 2021), NeuS2 (Wang et al. 2023), instant-nsr-pl's neus configs."""
+
+    eikonal_weight: float = 0.1
+    """weight of the eikonal loss mean((|grad SDF| - 1)^2) on the training samples"""
+    init_radius: float = 0.5
+    """the SDF starts as a sphere of this radius (normalised coordinates: the box is [-1, 1]^3)"""
+    init_variance: float = 0.3
+    """learned sharpness s = exp(10 variance) starts here (NeuS: 0.3, s = 20)"""
+    variance_lr_scale: float = 1.0
+    """the variance's learning rate is --nerf.lr x this (instant-nsr-pl: 0.1; the short CPU runs here need
+    the sharpness to grow faster)"""
+    start_levels: int = 4
+    """progressive training: hash levels active at step 0"""
+    level_every: int = 500
+    """progressive training: one more hash level every N steps (the default: all 16 levels by step 6,000)"""
+    fd_cells: float = 0.5
+    """finite-difference step of the SDF gradient, in cells of the finest active hash level"""
+    geo_hidden: int = 64
+    """width of the geometry MLP's hidden layer (softplus, geometric initialisation)"""
+
+
 def _pos_int(v) -> bool:
     return v >= 1
 
@@ -126,6 +150,12 @@ FIELD_RANGES = {  # merged into recon.training.trainer.FIELD_RANGES (dotted name
     "nerf.lr": _FINITE_POS,
     "nerf.weight_decay": _FINITE_NONNEG,
     "nerf.lr_warmup_steps": (lambda v: v >= 0, ">= 0"),
+    **{f"neus.{name}": (_pos_int, ">= 1") for name in ("start_levels", "level_every", "geo_hidden")},
+    "neus.eikonal_weight": _FINITE_NONNEG,
+    "neus.init_radius": (lambda v: 0 < v < 1, "in (0, 1) (the box is [-1, 1]^3)"),
+    "neus.init_variance": (lambda v: math.isfinite(v), "finite"),
+    "neus.variance_lr_scale": _FINITE_NONNEG,
+    "neus.fd_cells": _FINITE_POS,
     "occupancy.update_every": (_pos_int, ">= 1"),
     "occupancy.warmup_steps": (lambda v: v >= 0, ">= 0"),
     "occupancy.decay": (lambda v: 0 <= v <= 1, "0..1"),

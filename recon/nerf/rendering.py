@@ -79,3 +79,15 @@ def volume_render(sigma: Tensor, rgb: Tensor, t0: Tensor, t1: Tensor, ray: Tenso
     :func:`composite`."""
     weights, _ = transmittance_weights(sigma, t0, t1, ray, n_rays)
     return composite(weights, rgb, t0, t1, ray, n_rays, background)
+
+
+def alpha_weights(alpha: Tensor, ray: Tensor, n_rays: int) -> tuple[Tensor, Tensor]:
+    """(weights w [S], transmittance T [S]) of packed samples given their opacities ``alpha`` [S] in [0, 1]
+    directly (NeuS: :mod:`recon.nerf.neus`): ``T_i = prod_{j < i, same ray} (1 - alpha_j)`` as the exponential of
+    a float64 exclusive prefix sum of ``log(1 - alpha)`` (alpha clamped below 1 - 1e-7), ``w_i = T_i alpha_i``."""
+    log_keep = torch.log1p(-alpha.double().clamp(max=1.0 - 1e-7))
+    inclusive = torch.cumsum(log_keep, 0)
+    exclusive = inclusive - log_keep
+    starts = ray_starts(ray, n_rays)
+    trans = torch.exp(exclusive - exclusive[starts[ray]])
+    return (trans * alpha.double()).to(alpha.dtype), trans.to(alpha.dtype)

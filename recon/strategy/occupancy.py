@@ -7,7 +7,7 @@ its value (opacity of one base step) exceeds ``min(threshold, mean)``. Defaults:
 OccGridEstimator (``update_every_n_steps`` 16, warm-up 256 steps, ema decay 0.95, threshold 0.01;
 instant-ngp re-estimates a quarter of the cells after warm-up). No loss term, no count changes.
 
-Only ``--method nerf`` trains with it (:attr:`OccupancyGridStrategy.METHODS`).
+Only ``--method nerf`` and ``--method neus`` (its SDF-derived cell values) train with it (:attr:`OccupancyGridStrategy.METHODS`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class OccupancyConfig:
 class OccupancyGridStrategy(OccupancyConfig):
     """:class:`OccupancyConfig` as a training strategy (the interface of :mod:`recon.strategy`)."""
 
-    METHODS: ClassVar[tuple[str, ...]] = ("nerf",)  # the methods it applies to (recon.training.trainer.strategy_class)
+    METHODS: ClassVar[tuple[str, ...]] = ("nerf", "neus")  # the methods it applies to (recon.training.trainer.strategy_class)
     max_gaussians: int | None = None  # unused (the trainer passes the run's cap to every strategy)
 
     @classmethod

@@ -18,6 +18,8 @@ PRESETS: dict[str, tuple[TrainConfig, str]] = {
              "a quick look: 7k steps (schedule scaled), SH degree 1, fewer random initial Gaussians"),
     "nerf": (TrainConfig(method="nerf", strategy="occupancy", steps=20_000, save_every=2_000),
              "hash-grid NeRF (instant-ngp style), occupancy-grid sampling; also what --method nerf alone picks"),
+    "neus": (TrainConfig(method="neus", strategy="occupancy", steps=20_000, save_every=2_000),
+             "NeuS2-style SDF on the hash grid (meshes from the zero level set); also what --method neus alone picks"),
 }
 DEFAULT_PRESET = "default"
 

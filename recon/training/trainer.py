@@ -38,7 +38,7 @@ from recon.losses.image import masked_render, photometric_loss, quick_psnrs
 from recon.models.base import MODELS, SceneModel, model_class
 from recon.models.gaussians import LearningRates
 from recon.nerf.config import FIELD_RANGES as NERF_FIELD_RANGES
-from recon.nerf.config import FieldConfig, NerfConfig
+from recon.nerf.config import FieldConfig, NerfConfig, NeusConfig
 from recon.outputs import files as rf
 from recon.outputs.history import RunHistory
 from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCStrategy, OccupancyConfig, strategies_for
@@ -172,6 +172,9 @@ class TrainConfig:
     """occupancy-grid updates (--method nerf, --strategy occupancy; recon/strategy/occupancy.py)"""
     nerf: NerfConfig = field(default_factory=NerfConfig)
     """hash-grid NeRF options (--method nerf): field, sampling, optimiser; sources in recon/nerf/config.py"""
+    neus: NeusConfig = field(default_factory=NeusConfig)
+    """NeuS options (--method neus): eikonal weight, sphere initialisation, sharpness, progressive levels;
+    recon/nerf/config.py, docs/nerf.md"""
     field: FieldConfig = field(default_factory=FieldConfig)
     """the neural field's encoding (hash | dense) and decoder (mlp | rbf) for the neural methods (--method nerf);
     recon/nerf/config.py, docs/nerf.md"""

@@ -149,3 +149,25 @@ def test_another_mesh_gets_its_own_dataset_and_run_names(tmp_path):
     assert bg.spot_label(4, a) == f"{name_a}-p4"
     args = bg.parse_args(["--spot-mesh", str(a)])
     assert bg.run_name(bg.spot_label(args.spot_samples, args.spot_mesh), "2dgs", args, None).startswith(name_a)
+
+
+def test_neus_column_options_names_and_comparison(tmp_path, monkeypatch):
+    """--methods neus: its own steps and samples reach its run (strategy occupancy, all levels by half the run)
+    and its name; the comparison against 2dgs (issue 50's targets)."""
+    args = bg.parse_args(["--methods", "2dgs", "neus", "--steps", "7000", "--neus-steps", "400",
+                          "--neus-target-samples", "8192", "--supersample", "2"])
+    assert bg.run_name("spot", "neus", args, None) == "spot-neus-f2-s400-ts8192"
+    assert bg.run_name("spot", "2dgs", args, None) == "spot-2dgs-f2-s7000-ss2"
+    import recon.training.trainer as trainer
+    seen = []
+    monkeypatch.setattr(trainer, "train_model", lambda cfg, log=None: seen.append(cfg) or {"steps": cfg.steps})
+    bg.train_run(tmp_path, tmp_path / "n", "neus", 400, 2, "cpu", False, print, target_samples=8192)
+    cfg = seen[0]
+    assert (cfg.method, cfg.strategy, cfg.steps, cfg.nerf.target_samples) == ("neus", "occupancy", 400, 8192)
+    assert cfg.neus.level_every == 400 // 24
+    cmp = bg.compare_neus({"neus": {"psnr": 30.0, "normal_deg": 4.0, "chamfer_pct": 0.06},
+                           "2dgs": {"psnr": 31.5, "normal_deg": 8.0, "chamfer_pct": 0.1}})
+    assert cmp["psnr_neus_minus_2dgs"] == pytest.approx(-1.5)
+    assert cmp["chamfer_ratio_neus_over_2dgs"] == pytest.approx(0.6)
+    assert cmp["normal_deg_ratio_neus_over_2dgs"] == pytest.approx(0.5)
+    assert bg.compare_neus({"neus": {"psnr": 1.0}}) == {}

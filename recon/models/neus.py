@@ -1,0 +1,249 @@
+"""Neural implicit surface on the hash grid (NeuS / NeuS2): the "neus" method.
+
+A :class:`NerfModel` whose field is a signed distance field (:class:`recon.nerf.neus_field.NeusField`)
+rendered with NeuS's unbiased opacity (:mod:`recon.nerf.neus`). Everything else is the nerf method's: the
+scene space (Blender scenes in their box, captures contracted: :func:`recon.models.nerf.scene_space`), rays
+drawn across all training images, ray marching through the occupancy grid, the compositing over the
+trainer's background, the learning-rate schedule, checkpoints, render / eval / viewer paths.
+
+What differs:
+
+- samples: per section [t0, t1] the SDF, its features and central-difference gradient at the midpoint
+  (7 field evaluations), then ``alpha = neus_alpha(...)`` and ``w_i = alpha_i prod_{j<i}(1 - alpha_j)``
+  (:func:`recon.nerf.rendering.alpha_weights`); the colour net sees the unit normal;
+- loss: the nerf method's mean squared error plus ``--neus.eikonal-weight`` x the eikonal loss on the
+  training samples' gradients (:meth:`NeusModel.loss_terms`);
+- progressive levels: ``--neus.start-levels`` hash levels at step 0, one more every ``--neus.level-every``
+  steps (:meth:`NeusModel.set_step`); the finite-difference step follows the finest active level;
+- the learned variance (sharpness) has its own Adam group at ``--nerf.lr x --neus.variance-lr-scale``;
+- occupancy: a cell's value is the NeuS opacity of crossing the cell head-on at one random point in it
+  (:func:`recon.nerf.neus.step_alpha` with the cell's diagonal), so cells the zero level set may cross stay
+  marched, whatever the sharpness;
+- the mesh: :meth:`NeusModel.sdf_volume` (the SDF on a grid over the box; ``splatforge mesh`` runs marching
+  cubes on its zero level set) and :meth:`NeusModel.surface_colors` (the colour net seen along -normal).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from recon.core.errors import ConfigValueError
+from recon.models.base import register_model
+from recon.models.nerf import EARLY_STOP, NO_GRAD_SAMPLES, NerfModel, scene_space
+from recon.nerf.marching import clip_steps
+from recon.nerf.config import FieldConfig, NerfConfig, NeusConfig
+from recon.nerf.neus import eikonal_loss, neus_alpha, step_alpha
+from recon.nerf.neus_field import NeusField, unit_normals
+from recon.nerf.rendering import alpha_weights, composite, median_depth
+from recon.nerf.space import FieldSpace, to_unit
+
+FD_CHUNK = NO_GRAD_SAMPLES // 7  # samples per no-gradient evaluation (7 field points each)
+
+
+@register_model("neus")
+class NeusModel(NerfModel):
+    """NeuS on the hash grid (method "neus"; see the module docstring). ``neus``: :class:`NeusConfig`."""
+
+    COUNT_NAME = "occupied grid cells"
+    config_sections = ("nerf", "field", "neus")
+
+    def __init__(self, cfg: NerfConfig, space: FieldSpace, extent: float = 1.0,
+                 generator: torch.Generator | None = None, field_cfg: FieldConfig | None = None,
+                 neus_cfg: NeusConfig | None = None):
+        self.neus = neus_cfg or NeusConfig()
+        super().__init__(cfg, space, extent, generator, field_cfg)
+
+    def _build_field(self, generator: torch.Generator | None) -> NeusField:
+        backend = self.cfg.backend if self.cfg.backend in ("numba", "torch") else "auto"
+        n = self.neus
+        return NeusField(self.cfg.hash_grid(), 2.0 if self.space.contracted else 1.0, n.geo_hidden,
+                         self.cfg.geo_dim, self.cfg.hidden, self.cfg.color_layers, n.init_radius, n.init_variance,
+                         n.fd_cells, generator, backend)
+
+    def _make_optimizer(self) -> torch.optim.Adam:
+        """Adam: the hash table (no weight decay), the MLPs (``nerf.weight_decay``), the variance (its own rate)."""
+        groups = {"table": [], "mlp": [], "variance": []}
+        for name, p in self.params.items():
+            groups[name if name in ("table", "variance") else "mlp"].append(p)
+        return torch.optim.Adam(
+            [{"params": groups["table"], "lr": self.cfg.lr, "weight_decay": 0.0, "name": "table"},
+             {"params": groups["mlp"], "lr": self.cfg.lr, "weight_decay": self.cfg.weight_decay, "name": "mlp"},
+             {"params": groups["variance"], "lr": self.cfg.lr * self.neus.variance_lr_scale, "weight_decay": 0.0,
+              "name": "variance", "lr_scale": self.neus.variance_lr_scale}], betas=(0.9, 0.99), eps=1e-15)
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """The nerf method's checks; the hash encoding and MLP decoder only (--field.* other than the default)."""
+        super().check_config(cfg)
+        if cfg.field != FieldConfig():
+            raise ConfigValueError("--field.*: --method neus has its own SDF field on the hash grid (the hash "
+                                   "encoding and MLPs); leave the --field options at their defaults")
+
+    @classmethod
+    def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "NeusModel":
+        space = scene_space(cfg.nerf, scene, log)
+        return cls(cfg.nerf, space, scene.extent, generator, None, cfg.neus)
+
+    # ---------------------------------------------------------------------------- coordinates
+
+    @property
+    def norm_per_world(self) -> float:
+        """Normalised units per world unit inside the box / the contracted space's inner cube."""
+        return (2.0 / self.space.size[0]) if not self.space.contracted else 1.0 / self.space.size[0]
+
+    def normalised(self, x: Tensor) -> Tensor:
+        """[N, 3] float64 normalised positions (the field's frame) of world points ``x`` [N, 3]."""
+        return self.field.from_unit(to_unit(x.double(), self.space).clamp(0.0, 1.0))
+
+    # ---------------------------------------------------------------------------- rendering
+
+    def _sections(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor
+                  ) -> tuple[Tensor, Tensor, Tensor]:
+        """(alpha [S], geometry features [S, F], SDF gradient [S, 3]) of the sections ``ray``/``t0``/``t1``
+        [S] of rays ``o``/``d`` [R, 3] (differentiable when gradients are enabled)."""
+        oo, dd = o[ray], d[ray]
+        x0 = self.normalised(oo + t0[:, None] * dd)
+        x1 = self.normalised(oo + t1[:, None] * dd)
+        xm = self.normalised(oo + (0.5 * (t0 + t1))[:, None] * dd)
+        seg = x1 - x0
+        dist = seg.norm(dim=1)
+        dirs = torch.where(dist[:, None] > 0, seg / dist.clamp(min=1e-12)[:, None], dd)
+        sdf, feats, grad = self.field.sdf_and_gradient(xm.float())
+        alpha = neus_alpha(sdf, grad, dirs.to(sdf.dtype), dist.to(sdf.dtype), self.field.sharpness())
+        return alpha, feats, grad
+
+    def _sections_no_grad(self, o, d, ray, t0, t1) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`_sections` without gradients, :data:`FD_CHUNK` samples at a time."""
+        parts = [self._sections(o, d, ray[s:s + FD_CHUNK], t0[s:s + FD_CHUNK], t1[s:s + FD_CHUNK])
+                 for s in range(0, ray.shape[0], FD_CHUNK)]
+        return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
+
+    def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None,
+                    t_min: Tensor | None = None, t_max: Tensor | None = None) -> dict:
+        """As :meth:`NerfModel.render_rays` with NeuS's opacity (module docstring); with gradients enabled,
+        ``train_meta["gradients"]`` [S, 3] holds the SDF gradients of the coloured samples (the eikonal term)."""
+        dev = self.device
+        R = origins.shape[0]
+        o, d = origins.double().to(dev), dirs.double().to(dev)
+        jitter = torch.zeros(R, dtype=torch.float64, device=dev) if jitter is None else jitter.double().to(dev)
+        bounds = [None if b is None else b.double().to(dev) for b in (t_min, t_max)]
+        ray, t0, t1 = (a.to(dev) for a in self.march(o, d, jitter, *bounds))
+        if bounds[1] is not None:
+            t1 = clip_steps(ray, t0, t1, bounds[1])
+        samples = int(ray.shape[0])
+        grad_on = torch.is_grad_enabled()
+        grad = torch.zeros(0, 3, device=dev)
+        if samples:
+            with torch.no_grad():
+                alpha, feats, grad = self._sections_no_grad(o, d, ray, t0, t1)
+                _, trans = alpha_weights(alpha, ray, R)
+                alive = trans > EARLY_STOP
+            ray, t0, t1 = ray[alive], t0[alive], t1[alive]
+            if grad_on:
+                alpha, feats, grad = self._sections(o, d, ray, t0, t1)
+            else:
+                alpha, feats, grad = alpha[alive], feats[alive], grad[alive]
+            rgb = self.field.color(feats, d[ray].float(), unit_normals(grad))
+        else:
+            alpha = torch.zeros(0, device=dev, requires_grad=grad_on)
+            rgb = torch.zeros(0, 3, device=dev)
+        weights, _ = alpha_weights(alpha, ray, R)
+        colour, acc, depth = composite(weights, rgb, t0, t1, ray, R, background.to(device=dev, dtype=torch.float32))
+        if samples == 0 and grad_on:  # keep the graph connected to the parameters
+            colour = colour + 0.0 * self.field.table.sum()
+        out = {"rgb": colour, "opacity": acc, "depth": depth, "median_depth": median_depth(weights, t0, t1, ray, R),
+               "samples": samples}
+        if grad_on:
+            out["train_meta"] = {"gradients": grad}
+        return out
+
+    # ---------------------------------------------------------------------------- training
+
+    def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
+        """{"eikonal": ``neus.eikonal_weight`` x mean((|grad| - 1)^2)} over the step's coloured samples."""
+        grads = meta.get("gradients")
+        if grads is None or self.neus.eikonal_weight == 0:
+            return {}
+        return {"eikonal": self.neus.eikonal_weight * eikonal_loss(grads)}
+
+    def set_step(self, step: int, total_steps: int) -> None:
+        """The nerf schedule, and the active hash levels: ``start_levels + step // level_every``."""
+        super().set_step(step, total_steps)
+        self.field.set_active_levels(self.neus.start_levels + step // self.neus.level_every)
+
+    @torch.no_grad()
+    def update_occupancy(self, decay: float, threshold: float, fraction: float) -> None:
+        """Re-estimate the occupancy grid; a cell's value is the NeuS opacity of crossing it (module docstring)."""
+        cell = math.sqrt(3.0) * 2.0 * self.field.k / self.grid.resolution  # the cell's diagonal, normalised
+
+        def density(u: Tensor) -> Tensor:
+            sdf, _ = self.field.sdf(self.field.from_unit(u.to(self.device)))
+            return step_alpha(sdf, cell, self.field.sharpness()) / self.dt_min
+
+        self.grid.update(density, self.dt_min, decay, threshold, fraction)
+
+    # ---------------------------------------------------------------------------- mesh and baking
+
+    @torch.no_grad()
+    def sdf_function(self) -> tuple[Callable[[Tensor], Tensor], tuple[float, float, float], float]:
+        """(sdf of points in the meshed cube [N, 3] in [0, 1]^3 -> [N], centre, side): the cube marching cubes
+        runs in (the box; a contracted capture: its inner cube) and its world centre and side, so that world =
+        centre + (v - 0.5) side."""
+        inner = 0.5 if self.space.contracted else 1.0  # share of the unit cube that is meshed
+
+        def fn(v: Tensor) -> Tensor:
+            u = 0.5 + (v.to(self.device, torch.float32) - 0.5) * inner
+            return self.field.sdf(self.field.from_unit(u))[0]
+
+        lo, size = self.space.lo, self.space.size
+        if self.space.contracted:
+            return fn, tuple(lo), 2.0 * size[0]
+        return fn, tuple(l + 0.5 * s for l, s in zip(lo, size)), float(size[0])
+
+    @torch.no_grad()
+    def surface_colors(self, points: Tensor) -> tuple[Tensor, Tensor]:
+        """(rgb [N, 3] in [0, 1], unit world normals [N, 3]) at world ``points`` [N, 3] (a mesh's vertices): the
+        colour net seen head-on, along -normal."""
+        out_rgb, out_n = [], []
+        for s in range(0, points.shape[0], FD_CHUNK):
+            x = self.normalised(points[s:s + FD_CHUNK].to(self.device))
+            _, feats, grad = self.field.sdf_and_gradient(x.float())
+            n = unit_normals(grad)
+            out_rgb.append(self.field.color(feats, -n, n))
+            out_n.append(n)
+        return torch.cat(out_rgb).cpu(), torch.cat(out_n).cpu()
+
+    @torch.no_grad()
+    def surface_gradients(self, points: Tensor) -> Tensor:
+        """[N, 3] SDF gradients (normalised frame: |grad| = 1 for a distance field) at world ``points`` [N, 3]."""
+        return torch.cat([self.field.sdf_and_gradient(self.normalised(points[s:s + FD_CHUNK].to(self.device))
+                                                      .float())[2] for s in range(0, points.shape[0], FD_CHUNK)])
+
+    def _bake_cells(self, u: Tensor, cell: Tensor) -> tuple[Tensor, Tensor]:
+        """(opacity [N], rgb [N, 3]) of baked cells (:meth:`NerfModel.to_splat_data`): NeuS's opacity of crossing
+        the cell, the colour averaged over six directions."""
+        x = self.field.from_unit(u.float())
+        sdf, feats, grad = self.field.sdf_and_gradient(x)
+        alpha = step_alpha(sdf, cell.to(sdf) * self.norm_per_world, self.field.sharpness())
+        n = unit_normals(grad)
+        dirs = torch.cat([torch.eye(3), -torch.eye(3)]).to(self.device)
+        rgb = torch.stack([self.field.color(feats, dv.expand(len(u), 3), n) for dv in dirs]).mean(0)
+        return alpha, rgb
+
+    # ---------------------------------------------------------------------------- IO
+
+    def state_dict(self) -> dict:
+        """The nerf method's checkpoint plus the neus section and the active hash levels."""
+        return {**super().state_dict(), "neus_config": asdict(self.neus), "active_levels": self.field.active_levels}
+
+    @classmethod
+    def _blank_from_state(cls, state: dict) -> "NeusModel":
+        model = cls(NerfConfig(**state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
+                    neus_cfg=NeusConfig(**state["neus_config"]))
+        model.field.set_active_levels(int(state["active_levels"]))
+        return model

@@ -1,0 +1,158 @@
+"""NeuS math (issue 50, recon/nerf/neus.py): SDF -> opacity against a closed-form sphere, the finite-difference
+gradient and eikonal term against autograd (a smooth MLP, and the hash-grid field's reference path), the
+alpha compositing, the field's sphere initialisation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from recon.nerf.hash_encoding import HashGridConfig
+from recon.nerf.neus import (central_differences, eikonal_loss, eikonal_stats, neus_alpha, sharpness,
+                             step_alpha)
+from recon.nerf.neus_field import NeusField
+from recon.nerf.rendering import alpha_weights, transmittance_weights
+
+
+def sphere_ray(r: float, offset: float, s: float, n: int = 4000):
+    """Weights [n] and section midpoints [n] of a ray along +z from z = -2 at lateral ``offset`` through the
+    sphere |x| = r (exact SDF and gradient) with sharpness s."""
+    t = torch.linspace(0.0, 4.0, n + 1, dtype=torch.float64)
+    t0, t1 = t[:-1], t[1:]
+    mid = 0.5 * (t0 + t1)
+    pts = torch.stack([torch.full_like(mid, offset), torch.zeros_like(mid), mid - 2.0], 1)
+    sdf = pts.norm(dim=1) - r
+    grad = pts / pts.norm(dim=1, keepdim=True)
+    dirs = torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64).expand(n, 3)
+    alpha = neus_alpha(sdf, grad, dirs, t1 - t0, torch.tensor(s, dtype=torch.float64))
+    w, _ = alpha_weights(alpha, torch.zeros(n, dtype=torch.int64), 1)
+    return w, mid
+
+
+@pytest.mark.parametrize("r", [0.3, 0.6])
+def test_sphere_opacity_and_weight_peak(r):
+    """A ray through the centre: opacity -> 1 and the weight peaks at the entry point t = 2 - r (unbiased: the
+    expected distance is within a few 1/s of it); a ray passing 3 r away: opacity ~ 0."""
+    s = 400.0
+    w, mid = sphere_ray(r, 0.0, s)
+    assert float(w.sum()) > 0.999
+    entry = 2.0 - r
+    assert abs(float(mid[w.argmax()]) - entry) <= 1e-3 + 4.0 / 4000
+    near = (mid - entry).abs() < 20.0 / s  # the 1e-5 floor of every section's alpha adds a thin tail elsewhere
+    assert float(w[near].sum()) > 0.98
+    assert abs(float((w[near] * mid[near]).sum() / w[near].sum()) - entry) < 2.0 / s
+    miss, _ = sphere_ray(r, 3.0 * r, s)
+    assert float(miss.sum()) < 1e-3
+
+
+def test_sharper_is_less_spread():
+    spread = []
+    for s in (50.0, 500.0):
+        w, mid = sphere_ray(0.5, 0.0, s)
+        m = (w * mid).sum() / w.sum()
+        spread.append(float(((w * (mid - m) ** 2).sum() / w.sum()).sqrt()))
+    assert spread[1] < 0.2 * spread[0]
+
+
+def test_plane_weight_is_unbiased_at_any_angle():
+    """A plane crossed at 60 degrees: the weight's mean lies at the crossing (NeuS's first-order unbiasedness)."""
+    n, s = 4000, 300.0
+    t = torch.linspace(0.0, 2.0, n + 1, dtype=torch.float64)
+    t0, t1 = t[:-1], t[1:]
+    mid = 0.5 * (t0 + t1)
+    d = torch.tensor([math.sin(math.radians(60)), 0.0, math.cos(math.radians(60))], dtype=torch.float64)
+    normal = torch.tensor([0.0, 0.0, -1.0], dtype=torch.float64)  # plane z = 0.5 seen from below
+    sdf = 0.5 - mid * d[2]
+    alpha = neus_alpha(sdf, normal.expand(n, 3), d.expand(n, 3), t1 - t0, torch.tensor(s, dtype=torch.float64))
+    w, _ = alpha_weights(alpha, torch.zeros(n, dtype=torch.int64), 1)
+    crossing = float(0.5 / d[2])
+    near = (mid - crossing).abs() < 20.0 / s
+    assert float(w.sum()) > 0.999 and float(w[near].sum()) > 0.98
+    assert abs(float((w[near] * mid[near]).sum()) / float(w[near].sum()) - crossing) < 2e-3
+
+
+def test_alpha_weights_match_density_weights():
+    """alpha = 1 - exp(-sigma dt) gives the density quadrature's weights (two rays, packed)."""
+    g = torch.Generator().manual_seed(0)
+    sigma = torch.rand(9, generator=g, dtype=torch.float64) * 5
+    t0 = torch.rand(9, generator=g, dtype=torch.float64)
+    t1 = t0 + 0.1
+    ray = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 1])
+    w1, tr1 = transmittance_weights(sigma, t0, t1, ray, 3)
+    w2, tr2 = alpha_weights(-torch.expm1(-sigma * (t1 - t0)), ray, 3)
+    assert torch.allclose(w1, w2, atol=1e-12) and torch.allclose(tr1, tr2, atol=1e-12)
+
+
+def test_step_alpha_is_largest_at_the_surface():
+    sdf = torch.tensor([-0.5, -0.01, 0.0, 0.01, 0.5], dtype=torch.float64)
+    a = step_alpha(sdf, 0.02, sharpness(torch.tensor(0.5, dtype=torch.float64)))
+    assert a[2] > a[3] > a[4] and a[4] < 1e-6 and a[2] > 0.4
+
+
+def smooth_sdf_net(seed: int = 0) -> torch.nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 32), torch.nn.Softplus(beta=5), torch.nn.Linear(32, 4)).double()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.5)
+    return net
+
+
+def test_central_differences_match_autograd_on_a_smooth_field():
+    net = smooth_sdf_net()
+    fn = lambda x: (net(x)[:, 0], net(x)[:, 1:])  # noqa: E731
+    x = torch.rand(64, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 2 - 1
+    sdf, feats, grad = central_differences(fn, x, 1e-4)
+    xa = x.clone().requires_grad_(True)
+    exact = torch.autograd.grad(net(xa)[:, 0].sum(), xa)[0]
+    assert torch.allclose(sdf, net(x)[:, 0]) and torch.allclose(feats, net(x)[:, 1:])
+    assert torch.allclose(grad, exact, atol=1e-6, rtol=1e-6)
+
+
+def test_eikonal_parameter_gradients_match_double_backward():
+    """The eikonal loss through central differences has (nearly) the parameter gradients of the exact eikonal
+    loss differentiated twice by autograd (create_graph)."""
+    net = smooth_sdf_net(2)
+    x = torch.rand(128, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2 - 1
+    params = list(net.parameters())[:3]  # the output bias does not move the gradient
+    _, _, grad_fd = central_differences(lambda p: (net(p)[:, 0], net(p)[:, 1:]), x, 1e-4)
+    fd = torch.autograd.grad(eikonal_loss(grad_fd), params)
+    xa = x.clone().requires_grad_(True)
+    g = torch.autograd.grad(net(xa)[:, 0].sum(), xa, create_graph=True)[0]
+    exact = torch.autograd.grad(eikonal_loss(g), params)
+    for a, b in zip(fd, exact):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_field_gradient_matches_autograd_on_the_reference_hash_path():
+    """NeusField's central-difference gradient (reference PyTorch encoding, float64, a step far below a cell)
+    equals autograd's gradient through the trilinear hash encoding and the geometry MLP."""
+    g = torch.Generator().manual_seed(0)
+    field = NeusField(HashGridConfig(4, 2, 12, 4, 32), generator=g, backend="torch").double()
+    field.fd_cells = 1e-5
+    with torch.no_grad():
+        field.table.uniform_(-0.3, 0.3, generator=g)  # features that matter
+        field.geo_mlp[0].weight.normal_(0.0, 0.5, generator=g)
+    x = torch.rand(200, 3, generator=g, dtype=torch.float64) * 1.6 - 0.8
+    _, _, fd = field.sdf_and_gradient(x)
+    xa = x.clone().requires_grad_(True)
+    exact = torch.autograd.grad(field.sdf(xa)[0].sum(), xa)[0]
+    close = (fd - exact).norm(dim=1) <= 1e-5 * (1 + exact.norm(dim=1))
+    assert float(close.double().mean()) > 0.98  # a few points may straddle a cell face within the step
+
+
+def test_field_starts_as_a_sphere_and_levels_mask():
+    field = NeusField(HashGridConfig(4, 2, 12, 4, 64), init_radius=0.5, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(2000, 3, generator=torch.Generator().manual_seed(1))
+    x = x / x.norm(dim=1, keepdim=True)
+    with torch.no_grad():
+        inside, outside = field.sdf(0.2 * x)[0], field.sdf(0.9 * x)[0]
+        _, _, grad = field.sdf_and_gradient(0.5 * x)
+    assert float(inside.max()) < 0 < float(outside.min())
+    stats = eikonal_stats(grad, 0.3)
+    assert 0.7 < stats["grad_norm_mean"] < 1.3 and stats["within_tolerance"] > 0.8
+    field.set_active_levels(2)
+    assert field.level_mask().tolist() == [1.0] * 4 + [0.0] * 4
+    assert field.fd_step() == pytest.approx(0.5 * 2.0 / float(field.resolutions[1]))
