@@ -34,7 +34,7 @@ from torch import Tensor
 
 from recon.core.errors import ConfigValueError
 from recon.models.base import register_model
-from recon.models.nerf import EARLY_STOP, NO_GRAD_SAMPLES, NerfModel, scene_space
+from recon.models.nerf import ADAM_BETAS, ADAM_EPS, EARLY_STOP, NO_GRAD_SAMPLES, NerfModel, scene_space
 from recon.nerf.marching import clip_steps
 from recon.nerf.config import FieldConfig, NerfConfig, NeusConfig
 from recon.nerf.neus import eikonal_loss, neus_alpha, step_alpha
@@ -66,7 +66,8 @@ class NeusModel(NerfModel):
                          n.fd_cells, generator, backend)
 
     def _make_optimizer(self) -> torch.optim.Adam:
-        """Adam: the hash table (no weight decay), the MLPs (``nerf.weight_decay``), the variance (its own rate)."""
+        """Adam: the hash table (no weight decay), the MLPs (``nerf.weight_decay``), the variance (its own rate);
+        fused, as the nerf method's (a resumed run loads it fused: ``NerfModel._load_optimizer_state``)."""
         groups = {"table": [], "mlp": [], "variance": []}
         for name, p in self.params.items():
             groups[name if name in ("table", "variance") else "mlp"].append(p)
@@ -74,7 +75,8 @@ class NeusModel(NerfModel):
             [{"params": groups["table"], "lr": self.cfg.lr, "weight_decay": 0.0, "name": "table"},
              {"params": groups["mlp"], "lr": self.cfg.lr, "weight_decay": self.cfg.weight_decay, "name": "mlp"},
              {"params": groups["variance"], "lr": self.cfg.lr * self.neus.variance_lr_scale, "weight_decay": 0.0,
-              "name": "variance", "lr_scale": self.neus.variance_lr_scale}], betas=(0.9, 0.99), eps=1e-15)
+              "name": "variance", "lr_scale": self.neus.variance_lr_scale}], betas=ADAM_BETAS, eps=ADAM_EPS,
+            fused=True)
 
     @classmethod
     def check_config(cls, cfg) -> None:
