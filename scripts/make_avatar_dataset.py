@@ -5,7 +5,7 @@
 MESH is a mesh trimesh reads (e.g. ../shared/data/meshes/spot/spot_triangulated.obj, textured). It is
 normalised into the unit sphere and rigged with a bone chain along its principal axis (recon/avatar/bone_chain.py)
 unless --skin gives a skin file for it; N training and U unseen poses bend the chain's joints by up to 25
-degrees each; every pose is rendered from V cameras (every 8th a test camera). The layout written (template.obj,
+degrees each; every pose is rendered from V cameras (every 4th a test camera). The layout written (template.obj,
 skin.json, poses.json, cameras.json, images/<pose>/<camera>.png) is described in docs/avatars.md;
 `splatforge train --method meshgs --data DIR` trains on it. Prints a JSON summary.
 """
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     parser.add_argument("mesh", type=Path)
     parser.add_argument("--poses", type=int, default=8, help="training poses (default 8)")
     parser.add_argument("--unseen", type=int, default=4, help="held-out poses, only in the test split (default 4)")
-    parser.add_argument("--views", type=int, default=24, help="cameras per pose (default 24; every 8th is a test camera)")
+    parser.add_argument("--views", type=int, default=24, help="cameras per pose (default 24; every 4th is a test camera)")
     parser.add_argument("--size", type=int, default=200, help="image width = height in pixels (default 200)")
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
                         help=f"rays per pixel side (antialiasing; default {DEFAULT_SAMPLES})")

@@ -5,8 +5,9 @@
 root translation, split "train" or "unseen"), ``DIR/cameras.json`` the camera rig (Blender / OpenGL
 camera-to-world, ``camera_angle_x``, width, height; each camera "train" or "test"), ``DIR/template.obj`` and
 ``DIR/skin.json`` the skinned template, ``DIR/images/<pose>/<camera>.png`` the RGBA images. Splits: training
-poses seen by training cameras are the training frames; training poses seen by test cameras and unseen poses
-seen by every camera are the test frames. A frame's ``time`` is its pose's normalised time
+poses seen by training cameras are the training frames; every pose (training and unseen) seen by the test
+cameras is a test frame, so the two groups of test views are scored from the same cameras (the unseen poses'
+images from training cameras are not used). A frame's ``time`` is its pose's normalised time
 (:func:`recon.avatar.avatar_data.pose_times`); ``Scene.avatar`` holds the template, skin and poses.
 """
 
@@ -111,7 +112,10 @@ def load_avatar(root: Path, data_factor: int = 1, cache_dir: Path | None = None,
         for cam in cameras:
             rel = f"images/{name}/{cam['name']}.png"
             frame = Frame(rel, root / rel, make_camera(cam["world_to_cam"], K, width, height), None, float(times[p]))
-            (test_raw if unseen[p] or cam["split"] == "test" else train_raw).append((frame, None))
+            if cam["split"] == "test":  # both pose groups are scored from the same cameras
+                test_raw.append((frame, None))
+            elif not unseen[p]:
+                train_raw.append((frame, None))
     listed_in = root / POSES_FILE
     train = finalize_frames(train_raw, root, listed_in, data_factor, cache_dir)
     test = finalize_frames(test_raw, root, listed_in, data_factor, cache_dir) if test_raw else []

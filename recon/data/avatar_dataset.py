@@ -31,7 +31,7 @@ TEMPLATE_FILE, SKIN_FILE, POSES_FILE, CAMERAS_FILE, IMAGES_DIR = ("template.obj"
                                                                   "cameras.json", "images")
 POSES_FORMAT, CAMERAS_FORMAT = "splatforge-avatar-poses", "splatforge-avatar-cameras"
 MAX_BEND_DEG = 25.0  # bend of each non-root joint, uniform in [-max, max] degrees
-TEST_CAMERA_EVERY = 8  # camera k is a test camera when k % 8 == 0
+TEST_CAMERA_EVERY = 4  # camera k is a test camera when k % 4 == 0
 
 
 def image_relpath(pose: str, camera: str) -> str:

@@ -27,10 +27,11 @@ def test_loader_splits_poses_and_cameras(tiny_avatar):
     scene = load_scene(tiny_avatar)
     av = scene.avatar
     assert scene.source_format == "avatar" and av.unseen.tolist() == [False, False, False, True]
-    # 9 cameras, camera 0 and 8 are test cameras: 3 train poses x 7 train cameras; test: 3 x 2 + 1 x 9
-    assert len(scene.frames_train) == 21 and len(scene.frames_test) == 15
+    # 9 cameras, 0, 4 and 8 are test cameras: 3 train poses x 6 train cameras; test: 4 poses x 3 test cameras
+    assert len(scene.frames_train) == 18 and len(scene.frames_test) == 12
     assert {f.time for f in scene.frames_train} == {0.0, 1 / 3, 2 / 3}
-    assert sum(f.time == 1.0 for f in scene.frames_test) == 9
+    assert sum(f.time == 1.0 for f in scene.frames_test) == 3
+    assert {f.name.split("/")[-1] for f in scene.frames_test} == {"cam_00.png", "cam_04.png", "cam_08.png"}
     assert av.skin.weights.shape == (len(av.rest_vertices), 3)
     # the loaded template, skinned into pose 3, differs from the rest pose; pose lookup by time
     assert av.pose_index(1.0) == 3 and (av.vertices_at(1.0) - av.rest_vertices).norm(dim=1).max() > 0.01
