@@ -139,3 +139,18 @@ def test_skinning_is_differentiable_in_the_rotations():
     w = torch.tensor(weights, dtype=D)
     assert torch.autograd.gradcheck(lambda r: skin_vertices(verts, w, joint_transforms(skeleton, r)),
                                     [rot.requires_grad_(True)], eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_numba_posing_kernel_matches_the_reference(dtype):
+    from recon.avatar.posing_kernel import bind_numba
+
+    gen = torch.Generator().manual_seed(8)
+    verts, faces = random_mesh(gen, faces=7, dtype=dtype)
+    tri = PosedTriangles.of(verts, faces)
+    args = random_bound(gen, 7, n=200, dtype=dtype)
+    args = (args[0], args[1], args[2], args[3] * 3.0, args[4])  # non-unit local quaternions
+    ref, fused = bind(tri, *args), bind_numba(tri, *args)
+    for a, b in ((ref.means, fused.means), (ref.quats, fused.quats), (ref.log_scales, fused.log_scales)):
+        assert b.dtype == dtype
+        torch.testing.assert_close(b, a, **TOL[dtype])
