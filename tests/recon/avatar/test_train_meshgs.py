@@ -114,3 +114,27 @@ def test_training_improves_resumes_and_reports_pose_groups(tiny_avatar, tmp_path
 
     model = Run.open(out).load_model()
     assert isinstance(model, MeshGaussians) and model.avatar.unseen.tolist() == [False, False, False, True]
+
+
+def test_render_animation_of_unseen_poses(tiny_avatar, tmp_path):
+    from recon.avatar.skin_file import AvatarInputError, pose_record
+    from recon.commands.render import render_video
+
+    out = tmp_path / "run"
+    train(tiny_avatar, out, steps=20)
+    scene = load_scene(tiny_avatar)
+    av = scene.avatar
+    clip = tmp_path / "clip.json"
+    poses = [pose_record(av.rotations[k], av.translations[k]) for k in (3, 0, 3)]
+    clip.write_text(json.dumps({"fps": 12, "poses": poses}))
+    frames = render_video(out, "fixed", tmp_path / "frames", progress=False, animation=clip)
+    import imageio.v3 as iio
+
+    images = [iio.imread(frames / f"frame_{k:05d}.png") for k in range(3)]
+    assert len(list(frames.iterdir())) == 3 and (images[0] == images[2]).all() and (images[0] != images[1]).any()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"poses": [{"joint_rotations": [[1, 0, 0, 0]] * 2}]}))
+    with pytest.raises(AvatarInputError, match="2 joint rotations but the skeleton has 3 joints"):
+        render_video(out, "fixed", tmp_path / "frames2", progress=False, animation=bad)
+    with pytest.raises(UsageError, match="leave --time"):
+        render_video(out, "fixed", tmp_path / "frames3", progress=False, animation=clip, time=0.5)
