@@ -37,6 +37,7 @@ from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from recon.avatar.avatar_data import AvatarData
 from recon.avatar.binding import PosedTriangles, WorldGaussians, bind
 from recon.avatar.config import MeshGSConfig
+from recon.core.avatar_record import AvatarRecord
 from recon.core.errors import ConfigValueError, UsageError
 from recon.core.splat_data import SplatData
 from recon.models.base import SceneModel, check_state_method, register_model
@@ -295,6 +296,31 @@ class MeshGaussians(SceneModel):
         return SplatData.from_torch({"means": w.means, "quats": w.quats, "log_scales": w.log_scales,
                                      "logit_opacities": self.params["logit_opacities"], "sh": self.sh},
                                     antialiased=self.antialiased)
+
+    def to_avatar_record(self, rotations: Tensor | None = None, translations: Tensor | None = None,
+                         fps: float = 2.0) -> AvatarRecord:
+        """The avatar for engines (:class:`AvatarRecord`; written by recon.export.avatar_glb): template, skin
+        (4 influences per vertex), Gaussians in triangle-local form, and an animation of ``rotations``
+        [P, J, 4] / ``translations`` [P, 3] at ``fps`` (default: the captured poses, training and unseen)."""
+        av = self.avatar
+        rotations = av.rotations if rotations is None else rotations
+        translations = av.translations if translations is None else translations
+        w = av.skin.weights.detach().cpu().numpy()
+        count = min(4, w.shape[1])
+        idx = np.argsort(-w, axis=1)[:, :count]
+        vals = np.take_along_axis(w, idx, axis=1)
+        if count < 4:
+            idx = np.pad(idx, ((0, 0), (0, 4 - count)))
+            vals = np.pad(vals, ((0, 0), (0, 4 - count)))
+        sk = av.skin.skeleton
+        n = lambda t: t.detach().cpu().numpy()  # noqa: E731
+        return AvatarRecord(n(av.rest_vertices).astype(np.float32), n(av.faces).astype(np.int64), idx.astype(np.int64),
+                            (vals / vals.sum(1, keepdims=True)).astype(np.float32), n(sk.parents).astype(np.int64),
+                            n(sk.rest_positions).astype(np.float32), list(sk.names), n(rotations).astype(np.float32),
+                            n(translations).astype(np.float32), float(fps), n(self.face_ids).astype(np.int64),
+                            n(self.bary).astype(np.float32), n(self.offsets).astype(np.float32),
+                            n(self.params["quats"]).astype(np.float32), n(self.params["log_scales"]).astype(np.float32),
+                            n(self.params["logit_opacities"]).astype(np.float32), n(self.sh).astype(np.float32))
 
     def state_dict(self) -> dict:
         return {"method": self.method, "params": {n: p.detach().cpu() for n, p in self.params.items()},

@@ -138,3 +138,24 @@ def test_render_animation_of_unseen_poses(tiny_avatar, tmp_path):
         render_video(out, "fixed", tmp_path / "frames2", progress=False, animation=bad)
     with pytest.raises(UsageError, match="leave --time"):
         render_video(out, "fixed", tmp_path / "frames3", progress=False, animation=clip, time=0.5)
+
+
+def test_export_avatar_glb_with_a_device_budget(tiny_avatar, tmp_path):
+    from recon.commands.export import ExportConfig, run_export
+    from recon.export.glb import parse_glb
+
+    from recon.avatar.config import MeshGSConfig
+
+    out = tmp_path / "run"
+    cfg = TrainConfig(data=Path(tiny_avatar), out=out, method="meshgs", steps=10, sh_degree=1, progress=False,
+                      meshgs=MeshGSConfig(init_per_triangle=3))
+    Trainer(cfg, log=lambda s: None, device="cpu").run()
+    full = run_export(ExportConfig(input=out, out=tmp_path / "avatar.glb", quiet=True))
+    phone = run_export(ExportConfig(input=out, out=tmp_path / "phone.glb", target="phone", quiet=True))
+    assert full.splats > phone.splats and phone.dropped_budget == full.splats - phone.splats
+    doc, _ = parse_glb(phone.path, phone.path.read_bytes())
+    ext = doc["meshes"][0]["primitives"][0]["extensions"]["SPLATFORGE_bound_gaussians"]
+    assert ext["count"] == phone.splats and doc["skins"][0]["joints"] == [0, 1, 2]
+    assert len(doc["animations"][0]["channels"]) == 3 + 1  # a rotation per joint, the root's translation
+    with pytest.raises(UsageError, match="exports as a GLB"):
+        run_export(ExportConfig(input=out, out=tmp_path / "avatar.ply", quiet=True))
