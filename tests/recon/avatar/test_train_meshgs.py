@@ -99,8 +99,8 @@ def test_training_improves_resumes_and_reports_pose_groups(tiny_avatar, tmp_path
     metrics = json.loads((out / "metrics.json").read_text())
     groups = metrics["test"]["groups"]
     assert groups["train_poses"]["num_views"] == 3 * 3 and groups["unseen_poses"]["num_views"] == 3
-    assert metrics["test"]["psnr"] > before["psnr"] + 3
-    assert groups["unseen_poses"]["psnr"] > before["psnr"] + 3
+    assert metrics["test"]["psnr"] > before["psnr"] + 2
+    assert groups["unseen_poses"]["psnr"] > before["psnr"] + 2
     # a longer run resumes from the final checkpoint (step 120)
     lines = []
     cfg = TrainConfig(data=Path(tiny_avatar), out=out, method="meshgs", steps=150, sh_degree=1, progress=False,
