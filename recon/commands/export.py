@@ -112,6 +112,10 @@ def run_export(config: ExportConfig) -> ExportReport:
         from recon.commands.export_lod import run_lod_export
 
         return run_lod_export(config)
+    from recon.commands.export_avatar import export_avatar, is_avatar_run
+
+    if is_avatar_run(src):
+        return export_avatar(config, format_key(config.out, config.format))
     times = resolve_times(config.time, config.times)
     if config.times is not None:
         return export4d.export_sequence(config, times)

@@ -1,7 +1,8 @@
 """`splatforge render`: a video of a trained run along an orbit, a spiral, the dataset's cameras, a fixed
 view, or a camera-path JSON saved with the viewer's keyframe button (interpolated between the keyframes).
-4D models move in time along the path (``--time T``, ``--times START:END:COUNT``); the output may also
-be one PNG or a folder of PNG frames."""
+4D models move in time along the path (``--time T``, ``--times START:END:COUNT``); an avatar (a ``--method
+meshgs`` run) plays a pose sequence (``--animation clip.json``, docs/avatars.md); the output may also be one PNG
+or a folder of PNG frames."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ FRAME_NAME = re.compile(r"frame_\d{5}\.png")  # the files of a frame folder (onl
 def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames: int = 120, fps: int = 30,
            splats: Path | None = None, max_side: int | None = None, progress: bool = True,
            device: Literal["auto", "cpu", "cuda"] = "auto", data: Path | None = None, force: bool = False,
-           time: float | None = None, times: str | None = None) -> None:
+           time: float | None = None, times: str | None = None, animation: Path | None = None) -> None:
     """Render RUN's model along a camera path into an MP4 (H.264 via imageio-ffmpeg), a PNG or a folder of PNGs.
 
     Args:
@@ -50,10 +51,13 @@ def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames
         times: 4D models: START:END:COUNT, COUNT frames with time moving from START to END along the camera
             path (e.g. 0:1:120). A 4D model given neither moves through 0..1 over --frames frames (along
             --path dataset: each training view at its own time).
+        animation: avatars (--method meshgs runs): an animation clip JSON ({"fps", "poses": [{"joint_rotations",
+            "root_translation"}]}, docs/avatars.md); one frame per pose at the clip's fps, along --path (use
+            --path fixed for a still camera); --frames and --fps are taken from the clip.
     """
     try:
         written = render_video(run, path, out, frames, fps, splats, progress, max_side=max_side, device=device,
-                               data=data, force=force, time=time, times=times)
+                               data=data, force=force, time=time, times=times, animation=animation)
     except (*USER_ERRORS, MissingEncoderError) as err:
         fail("render", err)
     print(f"wrote {written}")
@@ -62,7 +66,7 @@ def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames
 def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps: int = 30, splats: Path | None = None,
                  progress: bool = True, max_side: int | None = None, device: str = "auto",
                  data: Path | None = None, force: bool = False, time: float | None = None,
-                 times: str | None = None) -> Path:
+                 times: str | None = None, animation: Path | None = None) -> Path:
     """Library form of :func:`render`; returns the path written. Bad arguments (frames < 1, fps <= 0, an
     existing --out without ``force``, an unwritable place, a time outside [0, 1], time flags for a 3D model)
     are refused before any rendering."""
@@ -74,6 +78,9 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
     kind = check_render_arguments(out, frames, fps, force)
     asked = resolve_times(time, times)
     opened = Run.open(run, data=data)
+    if animation is not None:
+        return render_animation(opened, Path(animation), path, out, kind, progress, device, max_side, force,
+                                asked is not None)
     if splats is not None or not opened.is_4d:
         opened.require_splats(splats)
     if kind == "image" and asked is not None and len(asked) > 1:
@@ -101,6 +108,45 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
     if kind == "folder":
         return write_frame_folder(Path(out), images, force=force)
     return write_video(Path(out), images, fps, force=force)
+
+
+def render_animation(opened, animation: Path, path, out: Path, kind: str, progress: bool, device: str,
+                     max_side: int | None, force: bool, timed: bool) -> Path:
+    """``--animation``: RUN's avatar in each pose of the clip, one frame per pose along ``path``, written as
+    :func:`render_video` writes (the video at the clip's fps). UsageError for a run whose model cannot be posed
+    or for time flags; the clip's errors name it (a pose with the wrong joint count, ...)."""
+    from recon.avatar.skin_file import read_animation
+    from recon.core.devices import resolve_device
+    from recon.data.camera_paths import PATHS, camera_path
+
+    if timed:
+        raise UsageError("--animation gives one pose per frame; leave --time / --times out")
+    if not hasattr(opened.model_class, "render_pose"):
+        raise UsageError(f"--animation: the run {opened.dir} holds a --method {opened.config.method} model, which has "
+                         f"no skeleton to pose; animations play avatars (--method meshgs runs)")
+    dev = resolve_device(device)
+    model = opened.load_model(None, dev)
+    poses, fps = read_animation(animation, model.avatar.skin.num_joints)
+    n = 1 if kind == "image" else len(poses)
+    cams = (camera_path(str(path), opened.cameras, n) if str(path) in PATHS
+            else keyframe_path_cameras(Path(path), n, max_side))
+    if kind == "video":
+        check_video_encoder()
+    cams, poses = pair_frames(cams, poses[:n]) if n > 1 else (cams[:1], poses[:1])
+    bg = opened.background().to(dev)
+    images = []
+    from rich.progress import track
+
+    with torch.no_grad():
+        for cam, (rotations, translation) in track(list(zip(cams, poses)), description="rendering",
+                                                   disable=not progress):
+            rgb, _, _ = model.render_pose([cam], rotations, translation, background=bg)
+            images.append((rgb[0].clamp(0, 1).cpu().numpy() * 255 + 0.5).astype(np.uint8))
+    if kind == "image":
+        return write_image(Path(out), images[0], force=force)
+    if kind == "folder":
+        return write_frame_folder(Path(out), images, force=force)
+    return write_video(Path(out), images, max(1, round(fps)), force=force)
 
 
 def frame_times_for(is_4d: bool, asked: list[float] | None, n: int) -> list[float | None]:

@@ -1,6 +1,6 @@
 """Detect a dataset's format from its folder and load it as a :class:`Scene`.
 
-Rules, in order: ``transforms_train.json`` -> Blender / D-NeRF; ``transforms.json`` -> nerfstudio /
+Rules, in order: ``poses.json`` -> avatar capture (docs/avatars.md); ``transforms_train.json`` -> Blender / D-NeRF; ``transforms.json`` -> nerfstudio /
 instant-ngp; ``train_meta.json`` -> CMU Panoptic (Dynamic 3D Gaussians' layout); ``poses_bounds.npy`` with
 ``camNN.mp4`` videos -> Neural 3D Video; a COLMAP model in ``sparse/0/``, ``sparse/`` or the folder -> COLMAP.
 Splits: the dataset's own test split where it has one (Blender, Panoptic; N3DV: cam00), else every 8th image
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recon.data.avatar import is_avatar, load_avatar
 from recon.data.blender import load_blender
 from recon.data.colmap import ColmapFormatError, find_sparse_dir, load_colmap
 from recon.data.frame_cache import FrameCache
@@ -20,10 +21,10 @@ from recon.data.nerfstudio import load_nerfstudio
 from recon.data.panoptic import is_panoptic, load_panoptic
 from recon.data.scene import TEST_EVERY, WHITE, DataFormatError, Scene
 
-FORMATS = ("blender", "nerfstudio", "panoptic", "n3dv", "colmap")
+FORMATS = ("avatar", "blender", "nerfstudio", "panoptic", "n3dv", "colmap")
 
 
-DATASET_FILES = ("transforms_train.json", "transforms.json", "train_meta.json", "poses_bounds.npy")
+DATASET_FILES = ("poses.json", "transforms_train.json", "transforms.json", "train_meta.json", "poses_bounds.npy")
 COLMAP_FILES = tuple(f"{n}{e}" for e in (".bin", ".txt") for n in ("cameras", "images", "points3D"))
 
 
@@ -45,6 +46,8 @@ def detect_format(path: Path) -> str:
     path = Path(path)
     if not path.is_dir():
         raise DataFormatError(f"dataset folder not found: {path}")
+    if is_avatar(path):
+        return "avatar"
     if (path / "transforms_train.json").is_file():
         return "blender"
     if (path / "transforms.json").is_file():
@@ -63,7 +66,8 @@ def detect_format(path: Path) -> str:
         raise DataFormatError(f"{odd}: is a folder or special file, not a dataset file; replace it with the file "
                               f"itself (or remove it)")
     raise DataFormatError(
-        f"{path}: unknown dataset format: found no transforms_train.json (Blender), no transforms.json "
+        f"{path}: unknown dataset format: found no poses.json (avatar), no transforms_train.json (Blender), "
+        "no transforms.json "
         "(nerfstudio / instant-ngp), no train_meta.json (Panoptic), no poses_bounds.npy with camNN.mp4 videos "
         "(Neural 3D Video) and no COLMAP model (sparse/0/, sparse/ with cameras, images and "
         "points3D as .bin or .txt)"
@@ -112,6 +116,8 @@ def _load_format(path, data_factor, cache_dir, format, test_every, background, f
     if fmt != "n3dv" and (frame_stride != 1 or time_range is not None):
         raise DataFormatError(f"{path}: --frame-stride and --time-range apply to videos (Neural 3D Video), "
                               f"not to a {fmt} dataset")
+    if fmt == "avatar":
+        return load_avatar(path, data_factor, cache, background or WHITE)
     if fmt == "blender":
         return load_blender(path, data_factor, cache, background or WHITE)
     if fmt == "nerfstudio":

@@ -108,6 +108,8 @@ class Scene:
         point_times: [P] float32 normalised times of ``points`` (dynamic scenes that have them), or None.
         duration: seconds of real time that the frames' normalised times [0, 1] span (captured videos), for
             playback; None when unknown or static.
+        avatar: a skinned template and its poses (:class:`recon.avatar.avatar_data.AvatarData`) for avatar
+            captures (frames' times name their poses; docs/avatars.md), else None.
     """
 
     frames_train: list[Frame]
@@ -119,6 +121,7 @@ class Scene:
     root: Path | None = None
     point_times: np.ndarray | None = None
     duration: float | None = None
+    avatar: object | None = None
 
     @property
     def frames(self) -> list[Frame]:

@@ -7,10 +7,12 @@ recon.export or recon.strategy. ``init_region.py``: where random initial Gaussia
 
 from recon.models.base import MODELS, SceneModel, model_class, register_model
 from recon.models.gaussians import GaussianModel, LearningRates, resize_optimizer_state
+from recon.models.meshgs import MeshGaussians
 from recon.models.nerf import NerfModel
 from recon.models.neus import NeusModel
 from recon.models.spacetime import SpaceTimeGaussians
 from recon.models.surfels import SurfelModel
 
 __all__ = ["MODELS", "SceneModel", "model_class", "register_model", "GaussianModel", "SurfelModel",
-           "SpaceTimeGaussians", "NerfModel", "NeusModel", "LearningRates", "resize_optimizer_state"]
+           "SpaceTimeGaussians", "NerfModel", "NeusModel", "MeshGaussians", "LearningRates",
+           "resize_optimizer_state"]

@@ -158,6 +158,12 @@ class SceneModel(ABC):
         means2d = meta["means2d"]
         return means2d.absgrad if absgrad else means2d.grad
 
+    def metric_groups(self, per_view: Sequence[dict]) -> dict:
+        """Named groups of evaluated views with their mean PSNR (``{"name": {"psnr", "num_views"}}``), added
+        to the evaluation's metrics as ``groups`` (meshgs: views in training poses and in unseen poses);
+        ``per_view`` is :func:`recon.training.evaluation.evaluate_model`'s list. Default: none."""
+        return {}
+
     def extra_outputs(self, meta: dict) -> dict[str, Tensor]:
         """Named images besides colour from a render's ``meta``, drawn into renders/ (default: none); the
         names are the kinds :mod:`recon.outputs.images` draws (``"depth"``, ``"normals"``)."""

@@ -22,13 +22,15 @@ Layer 5: may import layers 1-4 (recon.models above all) and rasterizer.
 from recon.strategy.adc import ADCConfig, ADCStrategy
 from recon.strategy.mcmc import MCMCConfig, MCMCStrategy
 from recon.strategy.adc4d import ADC4DStrategy
+from recon.strategy.adc_mesh import MeshADCStrategy
 from recon.strategy.mcmc4d import MCMC4DStrategy
 from recon.strategy.occupancy import OccupancyConfig, OccupancyGridStrategy
 
 STRATEGIES = {"adc": ADCStrategy, "mcmc": MCMCStrategy, "occupancy": OccupancyGridStrategy}
 """``--strategy`` name -> class; a class with ``METHODS`` applies only to those methods (occupancy: nerf)."""
 
-METHOD_STRATEGIES: dict[str, dict[str, type]] = {"4dgs": {"adc": ADC4DStrategy, "mcmc": MCMC4DStrategy}}
+METHOD_STRATEGIES: dict[str, dict[str, type]] = {"4dgs": {"adc": ADC4DStrategy, "mcmc": MCMC4DStrategy},
+                                                  "meshgs": {"adc": MeshADCStrategy}}
 """``--method`` name -> its own ``--strategy`` table, for methods whose parameters differ from 3DGS's."""
 
 

@@ -79,6 +79,9 @@ def evaluate_model(model: SceneModel, frames: Sequence[Frame], images: FrameImag
     }
     if any("time" in v for v in per_view):
         result["per_time"] = per_time_psnr(per_view)
+    groups = model.metric_groups(per_view)
+    if groups:
+        result["groups"] = groups
     return result
 
 

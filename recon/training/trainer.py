@@ -45,6 +45,7 @@ from recon.strategy import STRATEGIES, ADCConfig, ADCStrategy, MCMCConfig, MCMCS
 from recon.training.supersample import render_supersampled
 from recon.losses.surfels import SurfelConfig
 from recon.losses.spacetime import SpaceTimeConfig
+from recon.avatar.config import MeshGSConfig
 
 # fields that may differ when resuming (everything else must match the saved config.yaml); ``out`` is the
 # folder itself, which may have been moved or named by another path since
@@ -168,6 +169,9 @@ class TrainConfig:
     spacetime: SpaceTimeConfig = field(default_factory=SpaceTimeConfig)
     """4D options (--method 4dgs): 4D-Rotor's opacity-entropy and velocity-consistency regularisers (off by
     default); recon/losses/spacetime.py"""
+    meshgs: MeshGSConfig = field(default_factory=MeshGSConfig)
+    """Gaussians bound to a skinned template (--method meshgs): initial count, offset bound, learning rates;
+    recon/avatar/config.py, docs/avatars.md"""
     occupancy: OccupancyConfig = field(default_factory=OccupancyConfig)
     """occupancy-grid updates (--method nerf, --strategy occupancy; recon/strategy/occupancy.py)"""
     nerf: NerfConfig = field(default_factory=NerfConfig)
@@ -239,6 +243,11 @@ FIELD_RANGES = {
     "spacetime.velocity_neighbors": (lambda v: v >= 1, ">= 1"),
     "spacetime.velocity_time_scale": _FINITE_NONNEG,
     "spacetime.knn_every": _PERIOD,
+    "meshgs.init_per_triangle": _PERIOD,
+    "meshgs.max_offset": _FINITE_POS,
+    "meshgs.init_scale": _FINITE_POS,
+    "meshgs.bary_lr": _FINITE_NONNEG,
+    "meshgs.offset_lr": _FINITE_NONNEG,
     **NERF_FIELD_RANGES,  # nerf.* and occupancy.*
 }
 
@@ -803,7 +812,7 @@ class Trainer:
     def metrics(self, test: dict) -> dict:
         """metrics.json's content from an evaluation's ``test`` dict and the run's counters."""
         return {
-            "test": {k: test[k] for k in ("psnr", "ssim", "lpips", "num_views", "per_time") if k in test},
+            "test": {k: test[k] for k in ("psnr", "ssim", "lpips", "num_views", "per_time", "groups") if k in test},
             "steps": self.step,
             "num_gaussians": len(self.model),
             "train_seconds": round(self.train_seconds, 3),

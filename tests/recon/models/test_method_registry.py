@@ -135,7 +135,7 @@ def tiny_config(out, steps, **kw):
 def test_registry_holds_both_methods():
     assert model_class("3dgs").__name__ == "GaussianModel" and model_class(METHOD) is IsoGaussians
     assert MODELS[METHOD].method == METHOD
-    with pytest.raises(ConfigValueError, match=r"--method nope: not a registered method \(known: 2dgs, 3dgs, 4dgs, iso-test, nerf, neus\)"):
+    with pytest.raises(ConfigValueError, match=r"--method nope: not a registered method \(known: 2dgs, 3dgs, 4dgs, iso-test, meshgs, nerf, neus\)"):
         model_class("nope")
     with pytest.raises(ValueError, match="taken"):
         register_model("3dgs")(IsoGaussians)

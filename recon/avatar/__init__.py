@@ -1,0 +1,12 @@
+"""Skinned meshes and Gaussians bound to their triangles (``--method meshgs``, docs/avatars.md).
+
+- :mod:`recon.avatar.quaternions`: wxyz quaternion products and rotation-matrix conversions (PyTorch);
+- :mod:`recon.avatar.skinning`: a skeleton, joint transforms from joint rotations, linear-blend skinning;
+- :mod:`recon.avatar.bone_chain`: a procedural bone chain and smooth weights for an unrigged mesh (spot);
+- :mod:`recon.avatar.triangle_frames`: per-triangle orthonormal frames and sizes;
+- :mod:`recon.avatar.binding`: triangle-local Gaussians -> world means, wxyz quaternions, log-scales, and
+  world points -> (triangle, barycentric, normal offset);
+- :mod:`recon.avatar.skin_file`: the skin file (skeleton + weights, JSON) and pose records, with their checks.
+
+Everything is plain PyTorch and differentiable. Layer 2: imports only recon.core (and torch/numpy).
+"""

@@ -1,0 +1,140 @@
+#!/usr/bin/env python
+"""Benchmark Gaussians bound to a skinned mesh (--method meshgs); prints JSON.
+
+- **posing**: the cost of computing world Gaussians (means, wxyz quaternions, log-scales) for N bound
+  Gaussians (default 100,000) from a new pose, on the CPU, without gradients: linear-blend skinning of the
+  template, the posed triangles' frames and the binding (recon/avatar). The template is a capture's
+  (--data DIR, an avatar dataset) or the shared spot mesh rigged with the procedural bone chain; Gaussians
+  are spread uniformly over the triangles. Each timed run draws a fresh random pose. Median and minimum of
+  --repeats runs after --warmup, at torch's thread count and single-threaded, for the PyTorch reference
+  (recon/avatar/binding.py, what training differentiates) and the fused Numba kernel
+  (recon/avatar/posing_kernel.py; skinning and triangle frames stay in PyTorch in both).
+- **binding** (--run RUN, a meshgs run): in every captured pose (training and unseen) the largest distance
+  of a Gaussian's centre from its triangle's plane, as a fraction of the template's bounding-box diagonal
+  (the issue's target: <= 2 %), and the share of Gaussians beyond 1 % and 2 %.
+
+The 2-core machine is shared: timings are upper bounds under load (the load average is printed).
+
+Example: python scripts/bench_avatar.py --run output/avatar --repeats 30
+"""
+
+from __future__ import annotations
+
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from recon.avatar.binding import PosedTriangles, bind, plane_distances  # noqa: E402
+from recon.avatar.bone_chain import bone_chain, principal_axes, random_poses  # noqa: E402
+from recon.avatar.posing_kernel import bind_numba  # noqa: E402
+from recon.avatar.quaternions import normalize  # noqa: E402
+from recon.avatar.skinning import pose_vertices  # noqa: E402
+
+SPOT = _Path(__file__).resolve().parents[1].parent / "shared" / "data" / "meshes" / "spot" / "spot_triangulated.obj"
+
+
+def template(data: _Path | None):
+    """(rest vertices [V, 3], faces [F, 3], skeleton, weights [V, J]) of --data's capture or of rigged spot."""
+    if data is not None:
+        from recon.data.detect import load_scene
+
+        av = load_scene(data).avatar
+        return av.rest_vertices, av.faces, av.skin.skeleton, av.skin.weights
+    if not SPOT.is_file():
+        raise SystemExit(f"bench_avatar: {SPOT} not found; give --data DIR (an avatar capture)")
+    from recon.data.mesh_render import load_mesh, normalised_mesh
+
+    mesh, _ = normalised_mesh(load_mesh(SPOT))
+    v = np.asarray(mesh.vertices)
+    skeleton, weights = bone_chain(v)
+    return (torch.tensor(v, dtype=torch.float32), torch.tensor(np.asarray(mesh.faces), dtype=torch.int64), skeleton,
+            torch.tensor(weights))
+
+
+def time_posing(rest, faces, skeleton, weights, n: int, repeats: int, warmup: int, binder=bind, seed: int = 0) -> dict:
+    """Milliseconds to pose N bound Gaussians (skinning + frames + ``binder``), median and min over ``repeats``."""
+    g = torch.Generator().manual_seed(seed)
+    face_ids = torch.randint(0, len(faces), (n,), generator=g)
+    bary = torch.softmax(torch.randn(n, 3, generator=g), -1)
+    offset = 0.1 * torch.randn(n, generator=g)
+    quats = normalize(torch.randn(n, 4, generator=g))
+    log_scales = torch.randn(n, 3, generator=g) - 1
+    _, axes = principal_axes(rest.double().numpy())
+    poses = torch.tensor(random_poses(skeleton, repeats + warmup, 25.0, axes[1:], np.random.default_rng(seed)),
+                         dtype=torch.float32)
+    times = []
+    with torch.no_grad():
+        for k in range(repeats + warmup):
+            t0 = time.perf_counter()
+            v = pose_vertices(skeleton, rest, weights, poses[k])
+            w = binder(PosedTriangles.of(v, faces), face_ids, bary, offset, quats, log_scales)
+            _ = w.means.sum().item()
+            if k >= warmup:
+                times.append(time.perf_counter() - t0)
+    return {"median_ms": round(1000 * statistics.median(times), 3), "min_ms": round(1000 * min(times), 3),
+            "repeats": repeats}
+
+
+def binding_holds(run: _Path) -> dict:
+    """Per captured pose, the largest centre-to-plane distance / template diagonal (see the module docstring)."""
+    from recon.run.folder import Run
+
+    model = Run.open(run).load_model()
+    av = model.avatar
+    diagonal = float((av.rest_vertices.max(0).values - av.rest_vertices.min(0).values).norm())
+    poses = []
+    with torch.no_grad():
+        for k, name in enumerate(av.names):
+            v = av.posed_vertices(av.rotations[k], av.translations[k])
+            d = plane_distances(model.triangles(v), model.face_ids, model.world_gaussians(v).means) / diagonal
+            poses.append({"pose": name, "unseen": bool(av.unseen[k]), "max_fraction": round(float(d.max()), 6),
+                          "beyond_1pct": round(float((d > 0.01).float().mean()), 6),
+                          "beyond_2pct": round(float((d > 0.02).float().mean()), 6)})
+    worst = max(p["max_fraction"] for p in poses)
+    return {"run": str(run), "gaussians": len(model), "diagonal": round(diagonal, 6), "max_fraction": worst,
+            "target": 0.02, "holds": worst <= 0.02, "poses": poses}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=_Path, default=None, help="an avatar capture (default: rigged spot)")
+    parser.add_argument("--gaussians", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--run", type=_Path, default=None, help="a meshgs run: measure whether the binding holds")
+    args = parser.parse_args(argv)
+    rest, faces, skeleton, weights = template(args.data)
+    threads = torch.get_num_threads()
+    out = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                       "load_average": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__},
+           "template": {"vertices": len(rest), "triangles": len(faces), "joints": skeleton.num_joints},
+           "gaussians": args.gaussians, "target_ms": 10.0}
+    out["posing"] = {}
+    for name, binder in (("pytorch", bind), ("numba", bind_numba)):
+        for count in sorted({threads, 1}, reverse=True):
+            torch.set_num_threads(count)
+            numba.set_num_threads(min(count, numba.config.NUMBA_NUM_THREADS))
+            out["posing"][f"{name}_threads_{count}"] = time_posing(rest, faces, skeleton, weights, args.gaussians,
+                                                                   args.repeats, args.warmup, binder)
+    torch.set_num_threads(threads)
+    if args.run is not None:
+        out["binding"] = binding_holds(args.run)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    _sys.exit(main())
