@@ -350,8 +350,6 @@ def load_asset_path(path: str | Path) -> AssetPath:
     """Read a keyframe file: JSON ``{"keyframes": [{"time": 0.0, "pose": "x,y,z,yaw,pitch,roll,s"}, ...]}``
     (or a bare list of such keys; ``pose`` may also be a list of 3, 6 or 7 numbers). Times are normalised to
     [0, 1] over the clip; at least one key. AssetError naming the file and the key otherwise."""
-    import json
-
     from recon.core.limits import load_json
 
     path = Path(path)
