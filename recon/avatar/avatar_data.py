@@ -2,7 +2,8 @@
 
 Each captured pose k has a normalised time ``pose_times[k] = k / (P - 1)`` (0 for one pose): a frame of the
 dataset carries its pose's time in :attr:`recon.data.scene.Frame.time`, the way 4D datasets hand a frame's
-time to the model, and the model looks the pose up by it (:meth:`AvatarData.pose_index`).
+time to the model, and the model looks the pose up by it (:meth:`AvatarData.pose_index`). Times between
+two poses give their interpolation (:meth:`AvatarData.pose_at`: animation playback).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from recon.avatar.pose_time import pose_at_time
 from recon.avatar.skin_file import AvatarInputError, Skin
 from recon.avatar.skinning import Skeleton, pose_vertices
 
@@ -63,12 +65,16 @@ class AvatarData:
         return pose_vertices(self.skin.skeleton, self.rest_vertices, self.skin.weights.to(dev), rotations.to(dev),
                              None if translation is None else translation.to(dev))
 
+    def pose_at(self, t: float) -> tuple[Tensor, Tensor]:
+        """([J, 4], [3]) the pose at normalised time ``t`` in [0, 1]: captured pose k at ``k / (P - 1)``,
+        slerped / lerped between them (:func:`recon.avatar.pose_time.pose_at_time`; UsageError outside [0, 1])."""
+        return pose_at_time(self.rotations, self.translations, t)
+
     def vertices_at(self, t: float | None) -> Tensor:
-        """[V, 3] the template in the captured pose at time ``t`` (None: the rest pose)."""
+        """[V, 3] the template in the pose at time ``t`` (:meth:`pose_at`; None: the rest pose)."""
         if t is None:
             return self.rest_vertices
-        k = self.pose_index(t)
-        return self.posed_vertices(self.rotations[k], self.translations[k])
+        return self.posed_vertices(*self.pose_at(t))
 
     def state(self) -> dict:
         """Plain tensors and lists (a checkpoint's ``avatar`` entry)."""

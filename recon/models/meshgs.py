@@ -15,7 +15,8 @@ name                   shape        meaning
 =====================  ===========  ==========================================================
 
 Rendering at a frame's time ``t`` skins the template into that frame's captured pose
-(:class:`recon.avatar.avatar_data.AvatarData`: a frame's time names its pose), builds the posed triangles'
+(:class:`recon.avatar.avatar_data.AvatarData`: a frame's time names its pose; a time between two poses
+slerps them, :mod:`recon.avatar.pose_time`), builds the posed triangles'
 frames and binds the Gaussians to them (:func:`recon.avatar.binding.bind`), then rasterizes the world
 Gaussians; :meth:`MeshGaussians.render_pose` does the same for any pose (animations). ``t`` None is the
 rest pose (what splats.ply holds). The densification signal is 3DGS's (``meta["means2d"]`` of all N
@@ -58,6 +59,7 @@ class MeshGaussians(SceneModel):
     """
 
     MODEL_IN_CHECKPOINTS: ClassVar[bool] = True  # splats.ply is the rest pose; the bound model is in checkpoints
+    POSED_BY_TIME: ClassVar[bool] = True  # any time in [0, 1] is a pose (the viewer plays it: viewer/avatar.py)
     config_sections = ("meshgs",)
 
     def __init__(self, params: dict[str, Tensor], face_ids: Tensor, avatar: AvatarData, sh_degree: int, extent: float,
@@ -187,19 +189,32 @@ class MeshGaussians(SceneModel):
         p = self.params
         return bind(self.triangles(vertices), self.face_ids, self.bary, self.offsets, p["quats"], p["log_scales"])
 
+    def posed_gaussians(self, vertices: Tensor) -> WorldGaussians:
+        """:meth:`world_gaussians`, through the fused Numba kernel
+        (:func:`recon.avatar.posing_kernel.bind_numba`, the same result) when the model is on the CPU and no
+        gradient is being recorded (playback, ``render --animation``, export); else the PyTorch binding."""
+        if self.device.type != "cpu" or torch.is_grad_enabled():
+            return self.world_gaussians(vertices)
+        from recon.avatar.posing_kernel import bind_numba
+
+        p = self.params
+        return bind_numba(self.triangles(vertices), self.face_ids, self.bary, self.offsets, p["quats"],
+                          p["log_scales"])
+
     def vertices_at_time(self, t) -> Tensor:
-        """[V, 3] the template in the captured pose named by time ``t`` (None: rest pose)."""
+        """[V, 3] the template in the pose at normalised time ``t`` in [0, 1]: captured pose k at
+        ``k / (P - 1)``, interpolated between (:meth:`AvatarData.pose_at`); None: the rest pose."""
         try:
             return self.avatar.vertices_at(t).to(self.device)
         except ValueError as err:
-            raise UsageError(f"--method meshgs: {err}; render a captured pose's time or give a pose") from None
+            raise UsageError(f"--method meshgs: {err}") from None
 
     # ---------------------------------------------------------------------------- rendering
 
     def render(self, cameras: Sequence[Camera], sh_degree: int | None = None, background: Tensor | None = None,
                *, t=None, absgrad: bool = False, backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
-        """Render into cameras of one size in the captured pose of time ``t`` (one number, or one per camera,
-        all equal; None: the rest pose). Returns :func:`rasterize_gaussians`'s (rgb [C, H, W, 3], alpha
+        """Render into cameras of one size in the pose of time ``t`` (:meth:`vertices_at_time`; one number,
+        or one per camera, all equal; None: the rest pose). Returns :func:`rasterize_gaussians`'s (rgb [C, H, W, 3], alpha
         [C, H, W, 1], meta)."""
         if t is not None and not isinstance(t, (int, float)) and not (torch.is_tensor(t) and t.dim() == 0):
             times = {None if v is None else float(v) for v in t}
@@ -226,7 +241,7 @@ class MeshGaussians(SceneModel):
         if background is not None:
             bg = torch.as_tensor(background, dtype=torch.float32, device=dev)
             bg = bg.expand(viewmats.shape[0], 3) if bg.dim() == 1 else bg
-        world = self.world_gaussians(vertices)
+        world = self.posed_gaussians(vertices)
         return rasterize_gaussians(world.means, world.quats, torch.exp(world.log_scales), self.opacities,
                                    (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H, sh_degree=degree,
                                    backgrounds=bg, render_mode="RGB",
@@ -289,10 +304,11 @@ class MeshGaussians(SceneModel):
 
     # ---------------------------------------------------------------------------- IO
 
-    def to_splat_data(self) -> SplatData:
-        """The world Gaussians in the rest pose (splats.ply, the viewer's static view)."""
+    def to_splat_data(self, t: float | None = None) -> SplatData:
+        """The world Gaussians in the pose of time ``t`` (:meth:`vertices_at_time`; None: the rest pose,
+        what splats.ply holds), bound by :meth:`posed_gaussians` (the fused Numba kernel on the CPU)."""
         with torch.no_grad():
-            w = self.world_gaussians(self.avatar.rest_vertices.to(self.device))
+            w = self.posed_gaussians(self.vertices_at_time(t))
         return SplatData.from_torch({"means": w.means, "quats": w.quats, "log_scales": w.log_scales,
                                      "logit_opacities": self.params["logit_opacities"], "sh": self.sh},
                                     antialiased=self.antialiased)
