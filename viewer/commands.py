@@ -181,7 +181,8 @@ def check_time_flags(cfg: ViewConfig, scene) -> None:
 
     if not scene.dynamic:
         raise ViewerInputError(f"--time / --play: {cfg.path} holds 3D Gaussians, which do not change with time "
-                               f"(they apply to 4D models: a --method 4dgs run or a ply4d file)")
+                               f"(they apply to 4D models, a --method 4dgs run or a ply4d file, and to "
+                               f"avatars, a --method meshgs run)")
     if cfg.time is not None:
         try:
             scene.set_time(check_time(cfg.time))

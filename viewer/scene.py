@@ -1,5 +1,6 @@
 """Loading what the viewer shows, validated before any server starts: a splat FILE or RUN_DIR as a
-:class:`viewer.splat_scene.SplatScene` (4D runs and ply4d files as :class:`viewer.spacetime.SpaceTimeScene`),
+:class:`viewer.splat_scene.SplatScene` (4D runs and ply4d files as :class:`viewer.spacetime.SpaceTimeScene`,
+meshgs (avatar) runs as :class:`viewer.avatar.AvatarScene`),
 the run's training cameras and up direction, and meshes. The records themselves (and their arrays for viser)
 are :mod:`viewer.splat_scene`, which this module re-exports.
 """
@@ -80,6 +81,8 @@ def load_scene(path: str | os.PathLike, cameras: bool = True) -> SplatScene:
     four = spacetime_source(path)
     if four is not None:
         scene = _load_4d(*four)
+    elif avatar_run(path):
+        scene = _load_avatar(Path(path))
     else:
         scene = _load_3d(path)
     if scene.run_dir is not None and cameras:
@@ -126,6 +129,29 @@ def spacetime_source(path: str | os.PathLike) -> tuple[Path, Path | None] | None
         return (path, None) if path.is_file() and is_ply4d(path) else None
     except (SplatFileError, OSError) as err:
         raise ViewerInputError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
+
+
+def avatar_run(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a run folder of a method posed by time (meshgs: :mod:`viewer.avatar`)."""
+    path = Path(path)
+    if not path.is_dir():
+        return False
+    from recon.run.folder import Run
+    from viewer.avatar import is_avatar_run
+
+    try:
+        return is_avatar_run(Run.open(path))
+    except (SplatforgeError, OSError, ValueError) as err:
+        raise ViewerInputError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
+
+
+def _load_avatar(run_dir: Path) -> SplatScene:
+    from viewer.avatar import load_avatar_scene
+
+    try:
+        return load_avatar_scene(run_dir)
+    except (SplatforgeError, OSError, ValueError) as e:
+        raise ViewerInputError(str(e) if str(run_dir) in str(e) else f"{run_dir}: {e}") from e
 
 
 def _load_4d(source: Path, run_dir: Path | None) -> SplatScene:

@@ -4,8 +4,9 @@ The browser draws the splats with viser's WebGL2 Gaussian renderer (DC colour on
 panel offers: file facts, a splat-scale slider, an opacity filter and a crop box (:mod:`viewer.crop`; each
 re-sends the splats), a "render" button (the current browser camera rendered at full quality with
 :mod:`rasterizer`, saved as a PNG; the opacity filter and the crop box apply to it too), keyframe buttons building a camera-path JSON (:mod:`viewer.camera_path`), and for dynamic scenes (4D
-runs and ply4d files, :mod:`viewer.spacetime`) a "Time" folder: a time slider (the server slices the
-model at that time and re-sends it), play/pause, a playback speed and the slice rate reached.
+runs and ply4d files, :mod:`viewer.spacetime`; avatars, meshgs runs, :mod:`viewer.avatar`) a "Time" folder: a time
+slider (the server slices or poses the model at that time and re-sends it; "pose time" for an avatar), play/pause,
+a playback speed and the slice rate reached.
 
 Frames: everything is in the model's OpenCV world; viser is told the scene's up direction (``-y`` by
 default). viser cameras use OpenCV camera axes too (+z forward, -y up); conversion to
@@ -352,7 +353,9 @@ class ViewerServer:
         """The "Time" folder of a dynamic scene: time slider, play/pause, speed, and the slice rate reached."""
         with gui.add_folder("Time"):
             start = float(getattr(self.scene, "time", 0.0))
-            time = gui.add_slider("time", min=0.0, max=1.0, step=TIME_STEP, initial_value=start)
+            label = getattr(self.scene, "time_label", "time")  # an avatar: "pose time" (viewer/avatar.py)
+            time = gui.add_slider(label, min=0.0, max=1.0, step=TIME_STEP, initial_value=start,
+                                  hint=getattr(self.scene, "time_hint", "") or None)
             play = gui.add_button("play")
             speed = gui.add_slider("speed", min=0.01, max=1.0, step=0.01, initial_value=DEFAULT_SPEED,
                                    hint="normalised time per second of playback (1: the whole span in 1 s)")
