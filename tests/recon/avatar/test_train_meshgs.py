@@ -159,3 +159,23 @@ def test_export_avatar_glb_with_a_device_budget(tiny_avatar, tmp_path):
     assert len(doc["animations"][0]["channels"]) == 3 + 1  # a rotation per joint, the root's translation
     with pytest.raises(UsageError, match="exports as a GLB"):
         run_export(ExportConfig(input=out, out=tmp_path / "avatar.ply", quiet=True))
+
+
+def test_no_grad_cpu_posing_goes_through_the_fused_kernel_and_matches_pytorch(scene, monkeypatch):
+    """Playback / render --animation (no gradient, CPU) bind with the Numba kernel; training (gradients) with
+    PyTorch; the renders agree, between captured poses too."""
+    import recon.avatar.posing_kernel as kernel
+
+    model = make_model(scene)
+    calls = []
+    real = kernel.bind_numba
+    monkeypatch.setattr(kernel, "bind_numba", lambda *a: calls.append(1) or real(*a))
+    cam = [scene.frames_train[0].camera]
+    for t in (0.5, 1 / 3):
+        reference, _, _ = model.render(cam, 1, torch.ones(3), t=t)  # gradients on: PyTorch binding
+        assert not calls and reference.requires_grad
+        with torch.no_grad():
+            fused, _, _ = model.render(cam, 1, torch.ones(3), t=t)
+        assert len(calls) == 1
+        calls.clear()
+        torch.testing.assert_close(fused, reference.detach(), atol=1e-5, rtol=1e-5)
