@@ -6,7 +6,9 @@
 - :mod:`recon.avatar.triangle_frames`: per-triangle orthonormal frames and sizes;
 - :mod:`recon.avatar.binding`: triangle-local Gaussians -> world means, wxyz quaternions, log-scales, and
   world points -> (triangle, barycentric, normal offset);
-- :mod:`recon.avatar.skin_file`: the skin file (skeleton + weights, JSON) and pose records, with their checks.
+- :mod:`recon.avatar.skin_file`: the skin file (skeleton + weights, JSON) and pose records, with their checks;
+- :mod:`recon.avatar.pose_time`: the pose at any time in [0, 1] (slerp / lerp between the captured poses).
 
-Everything is plain PyTorch and differentiable. Layer 2: imports only recon.core (and torch/numpy).
+Everything is plain PyTorch and differentiable, except :mod:`recon.avatar.posing_kernel` (Numba, no gradients;
+it takes :data:`rasterizer.cpu.KERNEL_LOCK`). Layer 2: imports only recon.core and rasterizer (and torch/numpy).
 """

@@ -5,6 +5,7 @@ training differentiates) in one pass over the Gaussians, parallel over them: the
 corners and the normal offset, the quaternion product with the triangle frame's quaternion, the log-scales
 plus the triangle's log size. The per-triangle part (:class:`recon.avatar.binding.PosedTriangles`: frames,
 their quaternions, sizes) stays in PyTorch: it is F-sized, not N-sized. Measured in scripts/bench_avatar.py.
+Each launch holds :data:`rasterizer.cpu.KERNEL_LOCK` (rasterizer/cpu/launch.py: one parallel launch at a time).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from numba import njit, prange
 from torch import Tensor
 
+from rasterizer.cpu import KERNEL_LOCK
 from recon.avatar.binding import PosedTriangles, WorldGaussians
 
 
@@ -50,7 +52,9 @@ def bind_numba(triangles: PosedTriangles, face_ids: Tensor, bary: Tensor, offset
     dt = np.float64 if bary.dtype == torch.float64 else np.float32
     n = int(face_ids.shape[0])
     means, quats, log_scales = np.empty((n, 3), dt), np.empty((n, 4), dt), np.empty((n, 3), dt)
-    _bind_kernel(_array(triangles.corners, dt), _array(triangles.frames[..., 2], dt), _array(triangles.frame_quats, dt),
-                 _array(triangles.log_sizes, dt), _array(face_ids, np.int64), _array(bary, dt), _array(offset, dt),
-                 _array(quat_local, dt), _array(log_scales_local, dt), means, quats, log_scales)
+    args = (_array(triangles.corners, dt), _array(triangles.frames[..., 2], dt), _array(triangles.frame_quats, dt),
+            _array(triangles.log_sizes, dt), _array(face_ids, np.int64), _array(bary, dt), _array(offset, dt),
+            _array(quat_local, dt), _array(log_scales_local, dt), means, quats, log_scales)
+    with KERNEL_LOCK:  # the workqueue layer is not re-entrant (the viewer poses and renders from two threads)
+        _bind_kernel(*args)
     return WorldGaussians(torch.from_numpy(means), torch.from_numpy(quats), torch.from_numpy(log_scales))

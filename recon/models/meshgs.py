@@ -214,8 +214,8 @@ class MeshGaussians(SceneModel):
     def render(self, cameras: Sequence[Camera], sh_degree: int | None = None, background: Tensor | None = None,
                *, t=None, absgrad: bool = False, backend: str = "auto") -> tuple[Tensor, Tensor, dict]:
         """Render into cameras of one size in the pose of time ``t`` (:meth:`vertices_at_time`; one number,
-        or one per camera, all equal; None: the rest pose). Returns :func:`rasterize_gaussians`'s (rgb [C, H, W, 3], alpha
-        [C, H, W, 1], meta)."""
+        or one per camera, all equal; None: the rest pose). Returns :func:`rasterize_gaussians`'s
+        (rgb [C, H, W, 3], alpha [C, H, W, 1], meta)."""
         if t is not None and not isinstance(t, (int, float)) and not (torch.is_tensor(t) and t.dim() == 0):
             times = {None if v is None else float(v) for v in t}
             if len(times) != 1:
