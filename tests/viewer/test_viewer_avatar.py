@@ -92,5 +92,5 @@ def test_play_flag_accepted_and_time_outside_0_1_refused(avatar_run, tmp_path):
 
     with pytest.raises(ViewerInputError, match="--time 1.5: outside"):
         build_viewer(ViewConfig(path=avatar_run, port=0, time=1.5), verbose=False)
-    v = build_viewer(ViewConfig(path=avatar_run, port=0, output=tmp_path, time=2 / 3), verbose=False)
+    v = build_viewer(ViewConfig(path=avatar_run, port=0, output=tmp_path, time=2 / 3, play=True), verbose=False)
     assert math.isclose(v.scene.time, 2 / 3)
