@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from recon.avatar.pose_time import pose_at_time
