@@ -144,6 +144,10 @@ class NeusModel(NerfModel):
         weights, trans = alpha_weights(self._fast_alpha(o, d, ray, t0, t1), ray, n_rays)
         keep = (trans > EARLY_STOP) & (weights > FAST_WEIGHT)
         ray, t0, t1 = ray[keep], t0[keep], t1[keep]
+        if ray.shape[0] == 0:  # nothing but empty space
+            dev, dt = self.device, self.field.table.dtype
+            return (ray, t0, t1, torch.zeros(0, device=dev, dtype=dt),
+                    torch.zeros(0, self.cfg.geo_dim, device=dev, dtype=dt), torch.zeros(0, 3, device=dev, dtype=dt))
         return (ray, t0, t1, *self._sections_no_grad(o, d, ray, t0, t1))
 
     def _sections(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor

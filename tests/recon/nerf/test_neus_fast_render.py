@@ -64,3 +64,16 @@ def test_fast_render_matches_the_exact_render(bumps):
     assert p > 60.0
     assert float((fast["rgb"] - exact["rgb"]).abs().max()) < 0.01
     assert float((fast["opacity"] - exact["opacity"]).abs().max()) < 0.02
+
+
+def test_fast_render_of_empty_space():
+    """Rays that pass the sphere: marched sections but none of weight above the threshold -> the background."""
+    model = sphere_model(0.0)
+    o, _ = camera_rays(4)
+    o[:, 0] += 0.9  # parallel rays along +z at x = 0.9: beside the sphere of radius 0.5, inside the box
+    d = torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64).expand_as(o).clone()
+    bg = torch.tensor([0.2, 0.4, 0.6])
+    with torch.no_grad():
+        out = model.render_rays(o, d, bg)
+    assert out["samples"] > 0
+    assert torch.allclose(out["rgb"], bg.expand(16, 3), atol=1e-3) and float(out["opacity"].max()) < 1e-3
