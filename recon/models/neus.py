@@ -11,6 +11,10 @@ What differs:
 - samples: per section [t0, t1] the SDF, its features and central-difference gradient at the midpoint
   (7 field evaluations), then ``alpha = neus_alpha(...)`` and ``w_i = alpha_i prod_{j<i}(1 - alpha_j)``
   (:func:`recon.nerf.rendering.alpha_weights`); the colour net sees the unit normal;
+- rendering without gradients (:attr:`NeusModel.fast_render`): alpha from the SDF alone (1 evaluation per
+  section, the cosine from the neighbouring sections' SDFs: :func:`recon.nerf.neus.slope_cos`), then the
+  gradient, exact alpha and colour only for sections of transmittance > :data:`EARLY_STOP` and weight >
+  :data:`FAST_WEIGHT` (:meth:`NeusModel._fast_sections`); training is unchanged;
 - loss: the nerf method's mean squared error plus ``--neus.eikonal-weight`` x the eikonal loss on the
   training samples' gradients (:meth:`NeusModel.loss_terms`);
 - progressive levels: ``--neus.start-levels`` hash levels at step 0, one more every ``--neus.level-every``
