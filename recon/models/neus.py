@@ -11,6 +11,10 @@ What differs:
 - samples: per section [t0, t1] the SDF, its features and central-difference gradient at the midpoint
   (7 field evaluations), then ``alpha = neus_alpha(...)`` and ``w_i = alpha_i prod_{j<i}(1 - alpha_j)``
   (:func:`recon.nerf.rendering.alpha_weights`); the colour net sees the unit normal;
+- rendering without gradients (:attr:`NeusModel.fast_render`): alpha from the SDF alone (1 evaluation per
+  section, the cosine from the neighbouring sections' SDFs: :func:`recon.nerf.neus.slope_cos`), then the
+  gradient, exact alpha and colour only for sections of transmittance > :data:`EARLY_STOP` and weight >
+  :data:`FAST_WEIGHT` (:meth:`NeusModel._fast_sections`); training is unchanged;
 - loss: the nerf method's mean squared error plus ``--neus.eikonal-weight`` x the eikonal loss on the
   training samples' gradients (:meth:`NeusModel.loss_terms`);
 - progressive levels: ``--neus.start-levels`` hash levels at step 0, one more every ``--neus.level-every``
@@ -37,12 +41,14 @@ from recon.models.base import register_model
 from recon.models.nerf import ADAM_BETAS, ADAM_EPS, EARLY_STOP, NO_GRAD_SAMPLES, NerfModel, scene_space
 from recon.nerf.marching import clip_steps
 from recon.nerf.config import FieldConfig, NerfConfig, NeusConfig
-from recon.nerf.neus import eikonal_loss, neus_alpha, step_alpha
+from recon.nerf.neus import (eikonal_loss, neus_alpha, neus_alpha_from_slope, ray_neighbours, slope_cos,
+                             step_alpha)
 from recon.nerf.neus_field import NeusField, unit_normals
 from recon.nerf.rendering import alpha_weights, composite, median_depth
 from recon.nerf.space import FieldSpace, to_unit
 
 FD_CHUNK = NO_GRAD_SAMPLES // 7  # samples per no-gradient evaluation (7 field points each)
+FAST_WEIGHT = 1e-4  # rendering without gradients: sections of smaller (estimated) weight are dropped
 
 
 @register_model("neus")
@@ -50,6 +56,7 @@ class NeusModel(NerfModel):
     """NeuS on the hash grid (method "neus"; see the module docstring). ``neus``: :class:`NeusConfig`."""
 
     COUNT_NAME = "occupied grid cells"
+    fast_render = True  # without gradients: one SDF evaluation per section, gradient/colour where it matters
     config_sections = ("nerf", "field", "neus")
 
     def __init__(self, cfg: NerfConfig, space: FieldSpace, extent: float = 1.0,
@@ -104,10 +111,10 @@ class NeusModel(NerfModel):
 
     # ---------------------------------------------------------------------------- rendering
 
-    def _sections(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor
-                  ) -> tuple[Tensor, Tensor, Tensor]:
-        """(alpha [S], geometry features [S, F], SDF gradient [S, 3]) of the sections ``ray``/``t0``/``t1``
-        [S] of rays ``o``/``d`` [R, 3] (differentiable when gradients are enabled)."""
+    def _section_geometry(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor
+                          ) -> tuple[Tensor, Tensor, Tensor]:
+        """(midpoints [S, 3], unit directions [S, 3], lengths [S]) of the sections ``ray``/``t0``/``t1`` [S] of
+        rays ``o``/``d`` [R, 3], float64, in the field's normalised coordinates."""
         oo, dd = o[ray], d[ray]
         x0 = self.normalised(oo + t0[:, None] * dd)
         x1 = self.normalised(oo + t1[:, None] * dd)
@@ -115,6 +122,43 @@ class NeusModel(NerfModel):
         seg = x1 - x0
         dist = seg.norm(dim=1)
         dirs = torch.where(dist[:, None] > 0, seg / dist.clamp(min=1e-12)[:, None], dd)
+        return xm, dirs, dist
+
+    @torch.no_grad()
+    def _fast_alpha(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor) -> Tensor:
+        """[S] opacity of the sections ``ray``/``t0``/``t1`` [S] from one SDF evaluation each (the cosine from
+        the neighbouring sections: :func:`recon.nerf.neus.slope_cos`), :data:`NO_GRAD_SAMPLES` at a time."""
+        sdf, xm, dist = [], [], []
+        for s in range(0, ray.shape[0], NO_GRAD_SAMPLES):
+            e = s + NO_GRAD_SAMPLES
+            x, _, length = self._section_geometry(o, d, ray[s:e], t0[s:e], t1[s:e])
+            sdf.append(self.field.sdf(x.float())[0])
+            xm.append(x)
+            dist.append(length)
+        sdf, xm, dist = torch.cat(sdf), torch.cat(xm), torch.cat(dist)
+        cos = slope_cos(sdf, xm, *ray_neighbours(ray, t0, t1))
+        return neus_alpha_from_slope(sdf, cos, dist.to(sdf.dtype), self.field.sharpness())
+
+    @torch.no_grad()
+    def _fast_sections(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor, n_rays: int
+                       ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(ray, t0, t1, alpha, features, gradient) of the sections that matter (the render path without
+        gradients): :meth:`_fast_alpha` for all, then :meth:`_sections` (exact alpha, features, gradient) for
+        those with transmittance above :data:`EARLY_STOP` and weight above :data:`FAST_WEIGHT` only."""
+        weights, trans = alpha_weights(self._fast_alpha(o, d, ray, t0, t1), ray, n_rays)
+        keep = (trans > EARLY_STOP) & (weights > FAST_WEIGHT)
+        ray, t0, t1 = ray[keep], t0[keep], t1[keep]
+        if ray.shape[0] == 0:  # nothing but empty space
+            dev, dt = self.device, self.field.table.dtype
+            return (ray, t0, t1, torch.zeros(0, device=dev, dtype=dt),
+                    torch.zeros(0, self.cfg.geo_dim, device=dev, dtype=dt), torch.zeros(0, 3, device=dev, dtype=dt))
+        return (ray, t0, t1, *self._sections_no_grad(o, d, ray, t0, t1))
+
+    def _sections(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor
+                  ) -> tuple[Tensor, Tensor, Tensor]:
+        """(alpha [S], geometry features [S, F], SDF gradient [S, 3]) of the sections ``ray``/``t0``/``t1``
+        [S] of rays ``o``/``d`` [R, 3] (differentiable when gradients are enabled)."""
+        xm, dirs, dist = self._section_geometry(o, d, ray, t0, t1)
         sdf, feats, grad = self.field.sdf_and_gradient(xm.float())
         alpha = neus_alpha(sdf, grad, dirs.to(sdf.dtype), dist.to(sdf.dtype), self.field.sharpness())
         return alpha, feats, grad
@@ -128,7 +172,9 @@ class NeusModel(NerfModel):
     def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None,
                     t_min: Tensor | None = None, t_max: Tensor | None = None) -> dict:
         """As :meth:`NerfModel.render_rays` with NeuS's opacity (module docstring); with gradients enabled,
-        ``train_meta["gradients"]`` [S, 3] holds the SDF gradients of the coloured samples (the eikonal term)."""
+        ``train_meta["gradients"]`` [S, 3] holds the SDF gradients of the coloured samples (the eikonal term).
+        Without gradients and with :attr:`fast_render` (the default), :meth:`_fast_sections` picks the sections
+        that are coloured (``fast_render = False``: the training path's 7 evaluations for every section)."""
         dev = self.device
         R = origins.shape[0]
         o, d = origins.double().to(dev), dirs.double().to(dev)
@@ -140,7 +186,10 @@ class NeusModel(NerfModel):
         samples = int(ray.shape[0])
         grad_on = torch.is_grad_enabled()
         grad = torch.zeros(0, 3, device=dev)
-        if samples:
+        if samples and not grad_on and self.fast_render:
+            ray, t0, t1, alpha, feats, grad = self._fast_sections(o, d, ray, t0, t1, R)
+            rgb = self.field.color(feats, d[ray].float(), unit_normals(grad))
+        elif samples:
             with torch.no_grad():
                 alpha, feats, grad = self._sections_no_grad(o, d, ray, t0, t1)
                 _, trans = alpha_weights(alpha, ray, R)

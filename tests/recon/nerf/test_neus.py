@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from recon.nerf.hash_encoding import HashGridConfig
-from recon.nerf.neus import (central_differences, eikonal_loss, eikonal_stats, neus_alpha, sharpness,
-                             step_alpha)
+from recon.nerf.neus import (central_differences, eikonal_loss, eikonal_stats, neus_alpha, neus_alpha_from_slope,
+                             ray_neighbours, sharpness, slope_cos, step_alpha)
 from recon.nerf.neus_field import NeusField
 from recon.nerf.rendering import alpha_weights, transmittance_weights
 
@@ -156,3 +156,70 @@ def test_field_starts_as_a_sphere_and_levels_mask():
     field.set_active_levels(2)
     assert field.level_mask().tolist() == [1.0] * 4 + [0.0] * 4
     assert field.fd_step() == pytest.approx(0.5 * 2.0 / float(field.resolutions[1]))
+
+
+def packed_sphere_rays(r: float, offsets: list[float], n: int, s: float):
+    """Packed sections (ray [S], t0 [S], t1 [S], midpoints [S, 3], exact alpha [S], slope alpha [S]) of rays
+    along +z from z = -1 at lateral ``offsets`` through the sphere |x| = r, ``n`` sections each, sharpness s."""
+    t = torch.linspace(0.0, 2.0, n + 1, dtype=torch.float64)
+    k = len(offsets)
+    ray = torch.arange(k).repeat_interleave(n)
+    t0, t1 = t[:-1].repeat(k), t[1:].repeat(k)
+    mid = 0.5 * (t0 + t1)
+    off = torch.tensor(offsets, dtype=torch.float64)[ray]
+    pts = torch.stack([off, torch.zeros_like(mid), mid - 1.0], 1)
+    sdf = pts.norm(dim=1) - r
+    dirs = torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64).expand(len(ray), 3)
+    sv = torch.tensor(s, dtype=torch.float64)
+    exact = neus_alpha(sdf, pts / pts.norm(dim=1, keepdim=True), dirs, t1 - t0, sv)
+    fast = neus_alpha_from_slope(sdf, slope_cos(sdf, pts, *ray_neighbours(ray, t0, t1)), t1 - t0, sv)
+    return ray, t0, t1, pts, exact, fast
+
+
+def test_slope_alpha_matches_exact_alpha_on_a_sphere():
+    """One SDF value per section (the neighbours' slope for grad . dir) vs the exact gradient, on rays through,
+    grazing and missing a sphere (200 sections over 2 units, s = 64): where the transmittance is above 1e-4 the
+    opacities agree to 2e-4 (measured 4.3e-5), the weights to 5e-5 (6.5e-6), each ray's total to 1e-4 (2.4e-5);
+    (deep inside, behind the surface, they may differ: the exact cosine flips at the centre). A ray's lone
+    section takes cos = -1 (= step_alpha)."""
+    s = 64.0
+    offsets = [0.0, 0.2, 0.4, 0.45, 0.49, 0.6]
+    ray, t0, t1, pts, exact, fast = packed_sphere_rays(0.5, offsets, 200, s)
+    w_exact, trans = alpha_weights(exact, ray, len(offsets))
+    w_fast, _ = alpha_weights(fast, ray, len(offsets))
+    live = trans > 1e-4
+    assert float((fast - exact)[live].abs().max()) < 2e-4
+    assert float((w_fast - w_exact).abs().max()) < 5e-5
+    acc = lambda w: torch.zeros(len(offsets), dtype=w.dtype).index_add_(0, ray, w)
+    assert float((acc(w_exact) - acc(w_fast)).abs().max()) < 1e-4
+    assert float(acc(w_exact)[:3].min()) > 0.99 and 0.5 < float(acc(w_exact)[4]) < 0.8  # real surfaces, grazing
+    sdf = torch.tensor([0.01], dtype=torch.float64)
+    lone = neus_alpha_from_slope(sdf, slope_cos(sdf, torch.zeros(1, 3, dtype=torch.float64),
+                                                *ray_neighbours(torch.zeros(1, dtype=torch.int64),
+                                                                torch.zeros(1, dtype=torch.float64),
+                                                                torch.full((1,), 0.1, dtype=torch.float64))),
+                                 torch.tensor([0.1], dtype=torch.float64), torch.tensor(s, dtype=torch.float64))
+    assert torch.allclose(lone, step_alpha(sdf, 0.1, torch.tensor(s, dtype=torch.float64)))
+
+
+def test_slope_alpha_is_exact_on_a_plane_and_neighbours_stop_at_rays_and_gaps():
+    """A plane's SDF is linear along a ray: the slope estimate equals grad . dir to rounding; neighbours never
+    cross to another ray nor over a gap longer than the section."""
+    n, s = 100, 300.0
+    t = torch.linspace(0.0, 1.0, n + 1, dtype=torch.float64)
+    t0, t1 = t[:-1], t[1:]
+    mid = 0.5 * (t0 + t1)
+    d = torch.tensor([math.sin(math.radians(60)), 0.0, math.cos(math.radians(60))], dtype=torch.float64)
+    pts = mid[:, None] * d
+    sdf = 0.3 - pts[:, 2]
+    ray = torch.zeros(n, dtype=torch.int64)
+    cos = slope_cos(sdf, pts, *ray_neighbours(ray, t0, t1))
+    assert torch.allclose(cos, torch.full_like(cos, -float(d[2])), atol=1e-12)
+    exact = neus_alpha(sdf, torch.tensor([0.0, 0.0, -1.0], dtype=torch.float64).expand(n, 3), d.expand(n, 3),
+                       t1 - t0, torch.tensor(s, dtype=torch.float64))
+    fast = neus_alpha_from_slope(sdf, cos, t1 - t0, torch.tensor(s, dtype=torch.float64))
+    assert float((fast - exact).abs().max()) < 1e-10
+    ray = torch.tensor([0, 0, 0, 1, 1])
+    t0 = torch.tensor([0.0, 0.1, 0.5, 0.0, 0.1], dtype=torch.float64)
+    prev, nxt = ray_neighbours(ray, t0, t0 + 0.1)
+    assert prev.tolist() == [-1, 0, -1, -1, 3] and nxt.tolist() == [1, -1, -1, 4, -1]
