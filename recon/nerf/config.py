@@ -35,8 +35,9 @@ class FieldConfig:
     """dense encoding: cells per axis of the coarsest level"""
     dense_max_res: int = 128
     """dense encoding: cells per axis of the finest level"""
-    rbf_neurons: int = 64
-    """rbf decoder: Gaussian neurons per head (density head and colour head)"""
+    rbf_neurons: int = 256
+    """rbf decoder: Gaussian neurons per head (density head and colour head); lego f4 at 300 steps: 64 -> 17.7 dB,
+    256 -> 21.6 dB, 512 -> 22.0 dB (docs/nerf.md)"""
     rbf_backend: Literal["auto", "numba", "matmul", "reference"] = "auto"
     """rbf decoder: the matrix-product form (any device), the Numba kernels (CPU), the reference, or auto
     (matmul: the fastest measured on the CPU too)"""

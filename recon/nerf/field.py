@@ -72,7 +72,7 @@ class NerfField(nn.Module):
 
     def __init__(self, grid: HashGridConfig, hidden: int = 64, geo_dim: int = 16, color_layers: int = 2,
                  generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
-                 rbf_neurons: int = 64, rbf_backend: str = "auto"):
+                 rbf_neurons: int = 256, rbf_backend: str = "auto"):
         super().__init__()
         self.grid, self.backend, self.decoder = grid, backend, decoder
         res, offsets = level_layout(grid)
