@@ -71,7 +71,8 @@ def load_mesh(path: Path):
         raise MeshInputError(f"{path}: no such mesh file")
     from recon.export.glb import check_glb_container
 
-    check_glb_container(path, lambda p, problem: MeshInputError(f"{p}: {problem}"))  # chunk lengths, before trimesh
+    # the chunk lengths, before trimesh allocates what they declare
+    check_glb_container(path, lambda p, problem: MeshInputError(f"{p}: not a readable mesh ({problem})"))
     try:
         loaded = trimesh.load(path, process=False)
     except Exception as err:  # trimesh raises many types for bad files
