@@ -296,6 +296,20 @@ class NerfModel(SceneModel):
                           1e10 if self.space.contracted else self.dt_min, self.cone_angle, self.max_steps,
                           backend=backend)
 
+    def _march_rays(self, origins: Tensor, dirs: Tensor, jitter: Tensor | None, t_min: Tensor | None,
+                    t_max: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(origins [R, 3], dirs [R, 3] in float64 on the model's device, and the marched sections: ray [S],
+        t0 [S], t1 [S]), the last step of each ray cut at ``t_max`` when given (see :meth:`render_rays`)."""
+        dev = self.device
+        o, d = origins.double().to(dev), dirs.double().to(dev)
+        jitter = (torch.zeros(o.shape[0], dtype=torch.float64, device=dev) if jitter is None
+                  else jitter.double().to(dev))
+        bounds = [None if b is None else b.double().to(dev) for b in (t_min, t_max)]
+        ray, t0, t1 = (a.to(dev) for a in self.march(o, d, jitter, *bounds))
+        if bounds[1] is not None:
+            t1 = clip_steps(ray, t0, t1, bounds[1])
+        return o, d, ray, t0, t1
+
     def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None,
                     t_min: Tensor | None = None, t_max: Tensor | None = None) -> dict:
         """{"rgb" [R, 3], "opacity" [R], "depth" [R] (expected distance), "median_depth" [R] (distance where the
@@ -307,12 +321,7 @@ class NerfModel(SceneModel):
         bound): the last step is cut there, so nothing beyond t_max is weighted."""
         dev = self.device
         R = origins.shape[0]
-        o, d = origins.double().to(dev), dirs.double().to(dev)
-        jitter = torch.zeros(R, dtype=torch.float64, device=dev) if jitter is None else jitter.double().to(dev)
-        bounds = [None if b is None else b.double().to(dev) for b in (t_min, t_max)]
-        ray, t0, t1 = (a.to(dev) for a in self.march(o, d, jitter, *bounds))
-        if bounds[1] is not None:
-            t1 = clip_steps(ray, t0, t1, bounds[1])
+        o, d, ray, t0, t1 = self._march_rays(origins, dirs, jitter, t_min, t_max)
         samples = int(ray.shape[0])
         if samples:
             grad = torch.is_grad_enabled()

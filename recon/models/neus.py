@@ -39,7 +39,6 @@ from torch import Tensor
 from recon.core.errors import ConfigValueError
 from recon.models.base import register_model
 from recon.models.nerf import ADAM_BETAS, ADAM_EPS, EARLY_STOP, NO_GRAD_SAMPLES, NerfModel, scene_space
-from recon.nerf.marching import clip_steps
 from recon.nerf.config import FieldConfig, NerfConfig, NeusConfig
 from recon.nerf.neus import (eikonal_loss, neus_alpha, neus_alpha_from_slope, ray_neighbours, slope_cos,
                              step_alpha)
@@ -177,12 +176,7 @@ class NeusModel(NerfModel):
         that are coloured (``fast_render = False``: the training path's 7 evaluations for every section)."""
         dev = self.device
         R = origins.shape[0]
-        o, d = origins.double().to(dev), dirs.double().to(dev)
-        jitter = torch.zeros(R, dtype=torch.float64, device=dev) if jitter is None else jitter.double().to(dev)
-        bounds = [None if b is None else b.double().to(dev) for b in (t_min, t_max)]
-        ray, t0, t1 = (a.to(dev) for a in self.march(o, d, jitter, *bounds))
-        if bounds[1] is not None:
-            t1 = clip_steps(ray, t0, t1, bounds[1])
+        o, d, ray, t0, t1 = self._march_rays(origins, dirs, jitter, t_min, t_max)
         samples = int(ray.shape[0])
         grad_on = torch.is_grad_enabled()
         grad = torch.zeros(0, 3, device=dev)

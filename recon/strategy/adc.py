@@ -124,7 +124,7 @@ class ADCStrategy(ADCConfig):
         """Clone small and split large high-gradient Gaussians. Returns (cloned, split)."""
         grads = state["grad2d"] / state["count"].clamp(min=1)
         high = grads > self.grow_grad2d
-        small = model.scales.detach().max(dim=-1).values <= self.grow_scale3d * model.extent
+        small = self.sizes(model) <= self.grow_scale3d * model.extent
         is_clone, is_split = high & small, high & ~small
         if self.max_gaussians is not None:
             room = max(0, self.max_gaussians - len(model))
@@ -132,8 +132,17 @@ class ADCStrategy(ADCConfig):
         n_clone = ops.duplicate(model, is_clone)
         # clones were appended: pad the split mask with False for them
         is_split = torch.cat([is_split, is_split.new_zeros(n_clone)])
-        n_split = ops.split(model, is_split)
+        n_split = self.split(model, is_split)
         return n_clone, n_split
+
+    def sizes(self, model) -> Tensor:
+        """[N] the size :meth:`grow` compares with ``grow_scale3d x extent``: the largest activated scale
+        (the 4D strategy: the spatial one)."""
+        return model.scales.detach().max(dim=-1).values
+
+    def split(self, model, mask: Tensor) -> int:
+        """Split the Gaussians in ``mask`` (:func:`ops.split`; the 4D and mesh-bound strategies: their own)."""
+        return ops.split(model, mask)
 
     def prune(self, model: GaussianModel, step: int) -> int:
         """Remove transparent Gaussians (and, after the first reset, huge ones). Returns the count."""

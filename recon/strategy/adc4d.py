@@ -21,7 +21,7 @@ from torch import Tensor
 
 from rasterizer.spacetime import condition_on_time, rotmat4_from_quats
 from recon.strategy import ops
-from recon.strategy.adc import ADCStrategy, _limit
+from recon.strategy.adc import ADCStrategy
 
 
 def spatial_sizes(model) -> Tensor:
@@ -70,16 +70,11 @@ class ADC4DStrategy(ADCStrategy):
         """ADC adds no loss term."""
         return model.params["means4"].new_zeros(())
 
-    def grow(self, model, state: dict) -> tuple[int, int]:
-        grads = state["grad2d"] / state["count"].clamp(min=1)
-        high = grads > self.grow_grad2d
-        small = spatial_sizes(model) <= self.grow_scale3d * model.extent
-        is_clone, is_split = high & small, high & ~small
-        if self.max_gaussians is not None:
-            is_clone, is_split = _limit(is_clone, is_split, max(0, self.max_gaussians - len(model)), grads)
-        n_clone = ops.duplicate(model, is_clone)
-        is_split = torch.cat([is_split, is_split.new_zeros(n_clone)])
-        return n_clone, split_4d(model, is_split)
+    def sizes(self, model) -> Tensor:
+        return spatial_sizes(model)
+
+    def split(self, model, mask: Tensor) -> int:
+        return split_4d(model, mask)
 
     def prune(self, model, step: int) -> int:
         is_prune = model.opacities.detach() < self.prune_opa

@@ -20,7 +20,7 @@ from torch import Tensor
 from recon.avatar.binding import WorldGaussians, unbind
 from recon.avatar.quaternions import to_rotmat
 from recon.strategy import ops
-from recon.strategy.adc import ADCStrategy, _limit
+from recon.strategy.adc import ADCStrategy
 
 MIN_BARY = 1e-4  # children's barycentric coordinates are clamped to at least this, then renormalised
 OFFSET_MARGIN = 0.999  # children's offsets stay below this fraction of max_offset (atanh stays finite)
@@ -71,13 +71,5 @@ class MeshADCStrategy(ADCStrategy):
         """ADC adds no loss term."""
         return model.params["offsets"].new_zeros(())
 
-    def grow(self, model, state: dict) -> tuple[int, int]:
-        grads = state["grad2d"] / state["count"].clamp(min=1)
-        high = grads > self.grow_grad2d
-        small = model.scales.detach().max(dim=-1).values <= self.grow_scale3d * model.extent
-        is_clone, is_split = high & small, high & ~small
-        if self.max_gaussians is not None:
-            is_clone, is_split = _limit(is_clone, is_split, max(0, self.max_gaussians - len(model)), grads)
-        n_clone = ops.duplicate(model, is_clone)
-        is_split = torch.cat([is_split, is_split.new_zeros(n_clone)])
-        return n_clone, split_bound(model, is_split)
+    def split(self, model, mask: Tensor) -> int:
+        return split_bound(model, mask)
