@@ -34,7 +34,6 @@ from __future__ import annotations
 import numba
 from llvmlite import ir
 from numba import njit, types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 DEAL_BLOCK = 512  # items per block

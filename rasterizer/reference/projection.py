@@ -8,7 +8,6 @@ conics are (a, b, c) with sigma = 0.5 (a dx^2 + c dy^2) + b dx dy.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch

@@ -36,7 +36,7 @@ from ..cpu.compositing import F_THR as _F_THR_3D
 from ..cpu.chords import (R_BOUNDED, R_LEVEL, R_MX, R_MY, R_Q0, R_Q1, R_Q2, R_XC0, R_XC1, R_YMAX, R_YMIN, ROWS,
                           pixel_span, reached_rows, tile_rows)
 from ..cpu.compositing import accumulate_pixels, count_done, init_tile_pixels, tile_box
-from ..cpu.vecmath import FASTMATH, U, exp_kernel, like, prefetch, prefetch_span, radd, select
+from ..cpu.vecmath import FASTMATH, U, exp_kernel, like, prefetch_span, radd, select
 
 ALPHA_THRESHOLD = 1.0 / 255.0
 ALPHA_MAX = 0.999

@@ -33,7 +33,6 @@ Outputs (all written atomically, refused when they exist unless ``--force``):
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from dataclasses import dataclass, field

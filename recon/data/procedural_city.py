@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rasterizer import Camera, rasterize_gaussians
+from rasterizer import rasterize_gaussians
 from rasterizer.quaternions import rotmat_to_quat
 from recon.data.colmap import ColmapCamera, ColmapImage, ColmapModel, ColmapPoints, write_model
 from recon.data.procedural_scene import Surfels, _discs

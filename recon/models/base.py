@@ -201,6 +201,22 @@ class SceneModel(ABC):
         """The export record (:class:`SplatData`, numpy float32 on the CPU)."""
 
 
+class GaussianRows:
+    """Views shared by the models whose parameters hold one row per Gaussian (3D, surfels, 4D, mesh-bound):
+    the count is the rows of the parameter named ``ROWS``; ``logit_opacities`` [N] holds the opacities."""
+
+    ROWS: ClassVar[str] = "means"
+    params: dict[str, torch.nn.Parameter]
+
+    def __len__(self) -> int:
+        return int(self.params[self.ROWS].shape[0])
+
+    @property
+    def opacities(self) -> Tensor:
+        """[N] activated opacities."""
+        return torch.sigmoid(self.params["logit_opacities"])
+
+
 def check_state_method(cls: type[SceneModel], state: dict, default: str = "3dgs") -> None:
     """ValueError when checkpoint ``state`` (a :meth:`SceneModel.state_dict`) was saved by another method
     than ``cls``'s; a state without a ``method`` entry is taken as ``default`` (checkpoints from before the

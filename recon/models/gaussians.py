@@ -31,7 +31,7 @@ from torch import Tensor
 
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from recon.core.splat_data import SH_C0, SplatData
-from recon.models.base import SceneModel, check_state_method, register_model
+from recon.models.base import GaussianRows, SceneModel, check_state_method, register_model
 
 PARAM_NAMES = ("means", "quats", "log_scales", "logit_opacities", "sh0", "shN")
 EXACT_KNN_MAX_POINTS = 30_000  # above this, nearest neighbours are searched along a Morton order
@@ -185,7 +185,7 @@ def resize_optimizer_state(
 
 
 @register_model("3dgs")
-class GaussianModel(SceneModel):
+class GaussianModel(GaussianRows, SceneModel):
     """3D Gaussians with their optimiser (method "3dgs"; the :class:`SceneModel` interface).
 
     Attributes:
@@ -304,22 +304,10 @@ class GaussianModel(SceneModel):
 
     # ---------------------------------------------------------------------------- views
 
-    def __len__(self) -> int:
-        return int(self.params["means"].shape[0])
-
-    @property
-    def device(self) -> torch.device:
-        return self.params["means"].device
-
     @property
     def scales(self) -> Tensor:
         """[N, 3] activated scales."""
         return torch.exp(self.params["log_scales"])
-
-    @property
-    def opacities(self) -> Tensor:
-        """[N] activated opacities."""
-        return torch.sigmoid(self.params["logit_opacities"])
 
     @property
     def sh(self) -> Tensor:

@@ -37,7 +37,7 @@ from torch import Tensor
 from recon.core.errors import ConfigValueError, UsageError
 from recon.models.base import SceneModel, check_state_method, register_model
 from recon.nerf.config import FieldConfig, NerfConfig
-from recon.nerf.field import NerfField, build_field
+from recon.nerf.field import build_field
 from recon.nerf.marching import clip_steps, march_rays, ray_entry
 from recon.nerf.occupancy import OccupancyGrid
 from recon.nerf.rendering import composite, median_depth, transmittance_weights

@@ -43,7 +43,7 @@ from torch import Tensor
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from rasterizer.spacetime import slice_gaussians_4d
 from recon.core.errors import UsageError
-from recon.models.base import SceneModel, register_model
+from recon.models.base import GaussianRows, SceneModel, register_model
 from recon.losses.spacetime import NeighborLists
 from recon.models.gaussians import (LearningRates, TraceCache, front_of_limit, knn_mean_distance, ray_arguments,
                                     resize_optimizer_state, rgb_to_sh0)
@@ -105,7 +105,7 @@ def camera_times(t, count: int) -> list[float]:
 
 
 @register_model("4dgs")
-class SpaceTimeGaussians(SceneModel):
+class SpaceTimeGaussians(GaussianRows, SceneModel):
     """4D Gaussians with their optimiser (method "4dgs"; the :class:`SceneModel` interface).
 
     Attributes:
@@ -115,6 +115,8 @@ class SpaceTimeGaussians(SceneModel):
             one group per parameter (learning rates from :class:`LearningRates`: ``means4`` takes
             ``means`` x extent, both quaternions ``quats``, ``log_scales4`` ``log_scales``).
     """
+
+    ROWS: ClassVar[str] = "means4"
 
     SPLAT_FILE_IS_SLICE: ClassVar[bool] = True  # splats.ply holds one time's slice; the model is in checkpoints
     config_sections = ("spacetime",)
@@ -237,22 +239,11 @@ class SpaceTimeGaussians(SceneModel):
 
     # ---------------------------------------------------------------------------- views
 
-    def __len__(self) -> int:
-        return int(self.params["means4"].shape[0])
-
-    @property
-    def device(self) -> torch.device:
-        return self.params["means4"].device
-
     @property
     def scales(self) -> Tensor:
-        """[N, 4] activated scales (x, y, z, t axes before the rotation)."""
+        """[N, 4] activated scales (x, y, z, t axes before the rotation). ``opacities``: the 4D opacities
+        (before the temporal factor)."""
         return torch.exp(self.params["log_scales4"])
-
-    @property
-    def opacities(self) -> Tensor:
-        """[N] activated 4D opacities (before the temporal factor)."""
-        return torch.sigmoid(self.params["logit_opacities"])
 
     def subset(self, index: Tensor) -> "SpaceTimeGaussians":
         """A new model of the Gaussians ``index`` ([K] int64 on the model's device), detached, with a fresh

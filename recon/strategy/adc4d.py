@@ -51,15 +51,7 @@ def split_4d(model, mask: Tensor) -> int:
     offsets = torch.einsum("nij,nj,bnj->bni", R, scales, z)
     children = {"means4": (p["means4"].detach()[idx][None] + offsets).reshape(-1, 4),
                 "log_scales4": torch.log(scales / ops.SPLIT_SCALE_DIVISOR).repeat(2, 1)}
-
-    def fn_param(name: str, t: Tensor) -> Tensor:
-        new = children.get(name)
-        if new is None:
-            new = t[idx].repeat((2,) + (1,) * (t.dim() - 1))
-        return torch.cat([t[rest], new])
-
-    model.update_params(fn_param, lambda name, key, v: torch.cat([v[rest], ops._zeros_like_rows(v, 2 * n)]))
-    return n
+    return ops.replace_with_children(model, idx, rest, children)
 
 
 @dataclass

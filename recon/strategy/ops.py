@@ -55,6 +55,16 @@ def split(model: GaussianModel, mask: Tensor) -> int:
         "means": (p["means"].detach()[idx][None] + offsets).reshape(-1, 3),
         "log_scales": torch.log(scales / SPLIT_SCALE_DIVISOR).repeat(2, 1),
     }
+    return replace_with_children(model, idx, rest, children)
+
+
+def replace_with_children(model, idx: Tensor, rest: Tensor, children: dict[str, Tensor]) -> int:
+    """Remove the parents ``idx`` ([n] int64) and append 2 children each: the parameters named in ``children``
+    ([2n, ...], first children then second children) take those values, every other parameter is the parent's,
+    repeated. ``rest`` ([N - n] int64): the Gaussians kept. Children's Adam moments are zero. Returns n.
+
+    The one tail of every split (3D, surfels, 4D, mesh-bound): each computes only its children's values."""
+    n = int(idx.numel())
 
     def fn_param(name: str, t: Tensor) -> Tensor:
         new = children.get(name)

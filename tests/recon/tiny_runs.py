@@ -24,3 +24,29 @@ def tiny_run(tmp_path: Path) -> Path:
                      rng.uniform(-1.5, 1.5, (n, 1, 3)).astype(np.float32))
     write_splats(run / "splats.ply", data, force=True)
     return run
+
+
+def quiet(*_) -> None:
+    """A trainer log that prints nothing."""
+
+
+def tiny_config(out, steps: int, defaults: dict, **kw) -> TrainConfig:
+    """A procedural-scene TrainConfig at data factor 4, no progress bar, no periodic saves, from a test module's
+    ``defaults`` (method, strategy, sizes...) overridden by ``kw``."""
+    base = dict(data="procedural", data_factor=4, steps=steps, save_every=0, progress=False, out=out)
+    base.update(defaults)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def train_from_untrained(cfg: TrainConfig):
+    """Train ``cfg`` quietly; returns (cfg, trainer, the untrained model's test PSNR, the run's metrics)."""
+    from recon.data.frame_images import FrameImages
+    from recon.training.evaluation import evaluate_model
+    from recon.training.trainer import Trainer, background_color
+
+    trainer = Trainer(cfg, log=quiet)
+    scene = trainer.scene
+    before = evaluate_model(trainer.model, scene.frames_test, FrameImages(scene.frames_test),
+                            background_color(cfg, scene))["psnr"]
+    return cfg, trainer, before, trainer.run()

@@ -15,7 +15,8 @@ from recon.nerf.field import build_field, parameter_count
 from recon.nerf.hash_encoding import level_layout
 from recon.nerf.rbf import RBFLayer
 from recon.training.trainer import ConfigMismatchError, Trainer
-from tests.recon.nerf.test_nerf_train import SMALL, quiet, tiny
+from tests.recon.nerf.test_nerf_train import SMALL, tiny
+from tests.recon.tiny_runs import quiet, train_from_untrained
 
 RBF = FieldConfig(encoding="dense", decoder="rbf", dense_levels=3, dense_features=2, dense_base_res=4,
                   dense_max_res=16, rbf_neurons=16)
@@ -48,17 +49,7 @@ def test_build_field_decoders():
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runrbf")
-    cfg = tiny(out, 120, field=RBF)
-    trainer = Trainer(cfg, log=quiet)
-    from recon.data.frame_images import FrameImages
-    from recon.training.evaluation import evaluate_model
-    from recon.training.trainer import background_color
-
-    scene = trainer.scene
-    before = evaluate_model(trainer.model, scene.frames_test, FrameImages(scene.frames_test),
-                            background_color(cfg, scene))["psnr"]
-    return cfg, trainer, before, trainer.run()
+    return train_from_untrained(tiny(tmp_path_factory.mktemp("runrbf"), 120, field=RBF))
 
 
 def test_rbf_field_trains_and_eval_reads_it_back(trained):

@@ -6,7 +6,6 @@ grid; checkpoints resume bit for bit; eval reads the run's checkpoint; depth ren
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +19,7 @@ from recon.models.nerf import scene_space
 from recon.nerf.config import NerfConfig
 from recon.strategy.occupancy import OccupancyConfig
 from recon.training.trainer import ConfigMismatchError, TrainConfig, Trainer
+from tests.recon.tiny_runs import quiet, tiny_config, train_from_untrained
 
 SMALL = NerfConfig(hash_levels=4, hash_log2_table=12, hash_base_res=4, hash_max_res=64, hidden=32, geo_dim=8,
                    occupancy_resolution=32, target_samples=8192, max_rays=1024, steps_per_diagonal=512,
@@ -27,30 +27,13 @@ SMALL = NerfConfig(hash_levels=4, hash_log2_table=12, hash_base_res=4, hash_max_
 
 
 def tiny(out, steps, **kw) -> TrainConfig:
-    base = dict(method="nerf", strategy="occupancy", data="procedural", data_factor=4, steps=steps, save_every=0,
-                progress=False, out=out, nerf=SMALL, occupancy=OccupancyConfig(update_every=8, warmup_steps=32))
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-def quiet(*_):
-    pass
+    return tiny_config(out, steps, dict(method="nerf", strategy="occupancy", nerf=SMALL,
+                                        occupancy=OccupancyConfig(update_every=8, warmup_steps=32)), **kw)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runnerf")
-    cfg = tiny(out, 120, save_every=60)
-    trainer = Trainer(cfg, log=quiet)
-    from recon.training.evaluation import evaluate_model
-    from recon.data.frame_images import FrameImages
-    from recon.training.trainer import background_color
-
-    scene = trainer.scene
-    before = evaluate_model(trainer.model, scene.frames_test, FrameImages(scene.frames_test),
-                            background_color(cfg, scene))["psnr"]
-    metrics = trainer.run()
-    return cfg, trainer, before, metrics
+    return train_from_untrained(tiny(tmp_path_factory.mktemp("runnerf"), 120, save_every=60))
 
 
 def test_registered_trains_and_prunes(trained):

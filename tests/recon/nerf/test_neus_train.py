@@ -17,6 +17,7 @@ from recon.models import NerfModel, NeusModel, model_class
 from recon.nerf.config import FieldConfig, NerfConfig, NeusConfig
 from recon.strategy.occupancy import OccupancyConfig
 from recon.training.trainer import TrainConfig, Trainer
+from tests.recon.tiny_runs import quiet, tiny_config, train_from_untrained
 
 SMALL = NerfConfig(hash_levels=4, hash_log2_table=12, hash_base_res=4, hash_max_res=64, hidden=32, geo_dim=8,
                    occupancy_resolution=32, target_samples=4096, max_rays=512, steps_per_diagonal=256,
@@ -25,31 +26,14 @@ STEPS = 30
 
 
 def tiny(out, steps, **kw) -> TrainConfig:
-    base = dict(method="neus", strategy="occupancy", data="procedural", data_factor=4, steps=steps, save_every=0,
-                progress=False, out=out, nerf=SMALL, occupancy=OccupancyConfig(update_every=8, warmup_steps=16),
-                neus=NeusConfig(start_levels=2, level_every=10, geo_hidden=32))
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-def quiet(*_):
-    pass
+    return tiny_config(out, steps, dict(method="neus", strategy="occupancy", nerf=SMALL,
+                                        occupancy=OccupancyConfig(update_every=8, warmup_steps=16),
+                                        neus=NeusConfig(start_levels=2, level_every=10, geo_hidden=32)), **kw)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from recon.data.frame_images import FrameImages
-    from recon.training.evaluation import evaluate_model
-    from recon.training.trainer import background_color
-
-    out = tmp_path_factory.mktemp("runneus")
-    cfg = tiny(out, STEPS, save_every=STEPS // 2)
-    trainer = Trainer(cfg, log=quiet)
-    scene = trainer.scene
-    before = evaluate_model(trainer.model, scene.frames_test, FrameImages(scene.frames_test),
-                            background_color(cfg, scene))["psnr"]
-    metrics = trainer.run()
-    return cfg, trainer, before, metrics
+    return train_from_untrained(tiny(tmp_path_factory.mktemp("runneus"), STEPS, save_every=STEPS // 2))
 
 
 def test_registered_trains(trained):

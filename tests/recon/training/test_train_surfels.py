@@ -19,17 +19,11 @@ from recon.models import GaussianModel, SurfelModel, model_class
 from recon.models.surfels import FLAT_LOG_SCALE
 from recon.losses.surfels import SurfelConfig, normal_consistency_loss, normals_from_depth
 from recon.training.trainer import ConfigMismatchError, TrainConfig, Trainer, train_model
+from tests.recon.tiny_runs import quiet, tiny_config, train_from_untrained
 
 
 def tiny(out, steps, **kw) -> TrainConfig:
-    base = dict(method="2dgs", data="procedural", data_factor=4, init_num_random=300, steps=steps, save_every=0,
-                progress=False, out=out)
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-def quiet(*_):
-    pass
+    return tiny_config(out, steps, dict(method="2dgs", init_num_random=300), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +33,7 @@ def trained(tmp_path_factory):
     cfg = tiny(out, 60, save_every=30, steps_scaler=1.0,
                surfels=SurfelConfig(dist_start_iter=20, normal_start_iter=40),
                adc=TrainConfig().adc.__class__(refine_start_iter=10, refine_every=20, refine_stop_iter=50))
-    trainer = Trainer(cfg, log=quiet)
-    from recon.training.evaluation import evaluate_model
-    from recon.data.frame_images import FrameImages
-    from recon.training.trainer import background_color
-
-    scene = trainer.scene
-    before = evaluate_model(trainer.model, scene.frames_test, FrameImages(scene.frames_test),
-                            background_color(cfg, scene))["psnr"]
-    metrics = trainer.run()
-    return cfg, trainer, before, metrics
+    return train_from_untrained(cfg)
 
 
 def test_registered_and_trains(trained):
