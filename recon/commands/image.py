@@ -261,7 +261,10 @@ def fit_one_rbf(args: FitArgs, loaded, out: Path, label: str = ""):
         cfg.steps = args.steps
     started = time.perf_counter()
     try:
-        with FitProgress(args.progress, cfg.steps, label or loaded.source.get("name", "")) as on_step:
+        # the RBF fit steps on random pixels: its bar shows that batch's PSNR, named so; the whole image's
+        # PSNR (the number in the report) is measured once, at the end
+        with FitProgress(args.progress, cfg.steps, label or loaded.source.get("name", ""),
+                         metric="batch PSNR") as on_step:
             result = fit_rbf_image(loaded.pixels, cfg, layout=loaded.layout, source=loaded.source, progress=on_step)
     except ValueError as err:  # a budget too small for the decoder
         raise UsageError(f"--params {budget}: {err}") from None
