@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from recon.avatar.binding import PosedTriangles, bind, plane_distances  # noqa: E402
+from recon.avatar.config import MeshGSConfig  # noqa: E402
 from recon.avatar.bone_chain import bone_chain, principal_axes, random_poses  # noqa: E402
 from recon.avatar.posing_kernel import bind_numba  # noqa: E402
 from recon.avatar.quaternions import normalize  # noqa: E402
@@ -130,20 +131,19 @@ def pose_groups(model, scene, sh_degree: int) -> dict:
             "gap": round(groups["train_poses"]["psnr"] - groups["unseen_poses"]["psnr"], 3)}
 
 
-def ablation(data: _Path, out_dir: _Path, steps: int, width: int, sh_degree: int, seed: int) -> dict:
+def ablation(data: _Path, out_dir: _Path, steps: int, width: int, sh_degree: int, seed: int, reg: float) -> dict:
     """The pose-MLP ablation (module docstring): a run without and one with the MLP, same seed and steps."""
-    from recon.avatar.config import MeshGSConfig
     from recon.data.detect import load_scene
     from recon.run.folder import Run
     from recon.training.trainer import TrainConfig, Trainer
 
     scene = load_scene(data)
-    result = {"data": str(data), "steps": steps, "sh_degree": sh_degree, "seed": seed, "runs": {}}
+    result = {"data": str(data), "steps": steps, "sh_degree": sh_degree, "seed": seed, "pose_mlp_reg": reg, "runs": {}}
     for name, w in (("no_mlp", 0), (f"mlp_{width}", width)):
         out = out_dir / name
         cfg = TrainConfig(data=data, out=out, method="meshgs", steps=steps, sh_degree=sh_degree, seed=seed,
-                          progress=False, meshgs=MeshGSConfig(pose_mlp_width=w))
-        metrics = Trainer(cfg, log=lambda s: None, device="cpu").run()
+                          progress=True, meshgs=MeshGSConfig(pose_mlp_width=w, pose_mlp_reg=reg))
+        metrics = Trainer(cfg, log=lambda s: print(f"{name}: {s}", file=_sys.stderr), device="cpu").run()
         model = Run.open(out).load_model()
         entry = {"pose_mlp_width": w, "train_seconds": metrics.get("train_seconds"), "gaussians": len(model),
                  **{k: v for k, v in pose_groups(model, scene, sh_degree).items()},
@@ -169,6 +169,8 @@ def main(argv=None) -> int:
                         help="an avatar capture: train without and with the pose MLP and compare (no posing timing)")
     parser.add_argument("--steps", type=int, default=1500, help="--ablation: training steps of each run")
     parser.add_argument("--pose-mlp-width", type=int, default=32, help="--ablation: the MLP run's width")
+    parser.add_argument("--pose-mlp-reg", type=float, default=MeshGSConfig.pose_mlp_reg,
+                        help="--ablation: the MLP run's regulariser weight")
     parser.add_argument("--sh-degree", type=int, default=1, help="--ablation: SH degree of both runs")
     parser.add_argument("--seed", type=int, default=0, help="--ablation: seed of both runs")
     parser.add_argument("--out-dir", type=_Path, default=_Path("avatar_ablation"), help="--ablation: run folders")
@@ -178,7 +180,7 @@ def main(argv=None) -> int:
     if args.ablation is not None:
         t0 = time.perf_counter()
         out = {"machine": machine, "ablation": ablation(args.ablation, args.out_dir, args.steps, args.pose_mlp_width,
-                                                        args.sh_degree, args.seed)}
+                                                        args.sh_degree, args.seed, args.pose_mlp_reg)}
         out["machine"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
         out["wall_seconds"] = round(time.perf_counter() - t0, 1)
         print(json.dumps(out, indent=1))

@@ -79,7 +79,8 @@ def _check_accessor(path, doc: dict, index, name: str, type_: str, components: d
     ``components`` (componentType -> required ``normalized`` value, None: either)."""
     acc = _accessor_info(path, doc, index)
     ct, normalized = acc.get("componentType"), bool(acc.get("normalized", False))
-    if acc.get("type") != type_ or ct not in components or (components[ct] is not None and components[ct] != normalized):
+    wrong_norm = ct in components and components[ct] is not None and components[ct] != normalized
+    if acc.get("type") != type_ or ct not in components or wrong_norm:
         allowed = ", ".join(f"{c}{'' if n is None else ' normalized' if n else ' not normalized'}"
                             for c, n in components.items())
         raise AvatarInputError(f"{path}: {name} is a {acc.get('type')} of componentType {ct}"

@@ -63,7 +63,8 @@ class PoseOffsetMLP(torch.nn.Module):
         self.frequencies = int(frequencies)
         pose_dim = max(9 * (num_joints - 1), 1)
         feat_dim = 3 + 6 * self.frequencies
-        self.pose = torch.nn.Sequential(torch.nn.Linear(pose_dim, width), torch.nn.Tanh(), torch.nn.Linear(width, width))
+        self.pose = torch.nn.Sequential(torch.nn.Linear(pose_dim, width), torch.nn.Tanh(),
+                                        torch.nn.Linear(width, width))
         self.gauss = torch.nn.Sequential(torch.nn.Linear(feat_dim, width), torch.nn.ReLU(),
                                          torch.nn.Linear(width, width), torch.nn.ReLU())
         self.head = torch.nn.Linear(width, OUTPUTS, bias=False)

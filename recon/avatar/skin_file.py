@@ -51,16 +51,26 @@ class Skin:
         return self.skeleton.num_joints
 
 
+def largest_influences(weights: torch.Tensor, count: int = 4, pad: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(joints [V, K] int64, weights [V, K] float64, rows renormalised to 1) of the K = min(``count``, J) largest
+    influences per vertex of ``weights`` [V, J] (glTF's JOINTS_0 / WEIGHTS_0); ``pad``: K = ``count``, extra
+    columns joint 0 with weight 0."""
+    w = weights.detach().cpu().numpy().astype(np.float64)
+    k = min(count, w.shape[1])
+    idx = np.argsort(-w, axis=1, kind="stable")[:, :k]
+    vals = np.take_along_axis(w, idx, axis=1)
+    if pad and k < count:
+        idx, vals = np.pad(idx, ((0, 0), (0, count - k))), np.pad(vals, ((0, 0), (0, count - k)))
+    return idx.astype(np.int64), vals / vals.sum(1, keepdims=True)
+
+
 def skin_document(skin: Skin) -> dict:
     """The JSON document of ``skin`` (the 4 largest influences per vertex kept, glTF style)."""
-    w = skin.weights.detach().cpu().numpy()
-    count = min(4, w.shape[1])
-    idx = np.argsort(-w, axis=1)[:, :count]
-    vals = np.take_along_axis(w, idx, axis=1)
+    idx, vals = largest_influences(skin.weights)
     sk = skin.skeleton
     joints = [{"name": n, "parent": int(p), "rest_position": [float(x) for x in r]}
               for n, p, r in zip(sk.names, sk.parents.tolist(), sk.rest_positions.tolist())]
-    return {"format": SKIN_FORMAT, "version": 1, "vertex_count": int(w.shape[0]), "joints": joints,
+    return {"format": SKIN_FORMAT, "version": 1, "vertex_count": int(idx.shape[0]), "joints": joints,
             "influences": {"joints": idx.tolist(), "weights": np.round(vals, 7).tolist()}}
 
 

@@ -96,7 +96,8 @@ def make_avatar_dataset(mesh_path: Path, out: Path, poses: int = 8, unseen: int 
                              f"negative count of unseen poses")
     if is_glb_path(mesh_path):  # a rigged GLB: its own skin, moved into the unit sphere with the mesh
         if skin_path is not None:
-            raise MeshInputError(f"--skin {skin_path}: {mesh_path} is a rigged GLB, which holds its skin; leave --skin out")
+            raise MeshInputError(f"--skin {skin_path}: {mesh_path} is a rigged GLB, which holds its skin; leave "
+                                 f"--skin out")
         glb_mesh, glb_skin = rigged_glb_mesh(Path(mesh_path))
         mesh, m2w = normalised_mesh(glb_mesh)
         rest = np.asarray(mesh.vertices, dtype=np.float64)

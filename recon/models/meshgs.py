@@ -41,11 +41,21 @@ from recon.avatar.avatar_data import AvatarData
 from recon.avatar.binding import PosedTriangles, WorldGaussians, bind
 from recon.avatar.config import MeshGSConfig
 from recon.avatar.pose_mlp import PoseOffsetMLP, apply_correction, gaussian_features, pose_features
+from recon.avatar.skin_file import largest_influences
 from recon.core.avatar_record import AvatarRecord
 from recon.core.errors import ConfigValueError, UsageError
 from recon.core.splat_data import SplatData
 from recon.models.base import SceneModel, check_state_method, register_model
 from recon.models.gaussians import LearningRates, resize_optimizer_state, rgb_to_sh0
+
+
+def _f32(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(np.float32)
+
+
+def _i64(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(np.int64)
+
 
 PARAM_NAMES = ("bary_logits", "offsets", "quats", "log_scales", "logit_opacities", "sh0", "shN")
 NORMAL_SCALE_RATIO = 0.5  # initial normal-axis standard deviation / in-plane one
@@ -152,10 +162,6 @@ class MeshGaussians(SceneModel):
         return int(self.params["offsets"].shape[0])
 
     @property
-    def device(self) -> torch.device:
-        return self.params["offsets"].device
-
-    @property
     def opacities(self) -> Tensor:
         return torch.sigmoid(self.params["logit_opacities"])
 
@@ -251,7 +257,10 @@ class MeshGaussians(SceneModel):
 
     def vertices_at_time(self, t) -> Tensor:
         """[V, 3] the template in the pose at normalised time ``t`` (:meth:`pose_at_time`; None: the rest pose)."""
-        pose = self.pose_at_time(t)
+        return self.vertices_of(self.pose_at_time(t))
+
+    def vertices_of(self, pose: tuple[Tensor, Tensor | None] | None) -> Tensor:
+        """[V, 3] the template in ``pose`` ((rotations [J, 4], root translation [3]); None: the rest pose)."""
         if pose is None:
             return self.avatar.rest_vertices.to(self.device)
         return self.avatar.posed_vertices(*pose).to(self.device)
@@ -269,9 +278,8 @@ class MeshGaussians(SceneModel):
                 raise UsageError("--method meshgs renders one pose at a time: the cameras' times differ")
             t = times.pop()
         pose = self.pose_at_time(t)
-        vertices = (self.avatar.rest_vertices if pose is None else self.avatar.posed_vertices(*pose)).to(self.device)
-        return self.render_vertices(cameras, vertices, sh_degree, background, absgrad=absgrad, backend=backend,
-                                    rotations=None if pose is None else pose[0])
+        return self.render_vertices(cameras, self.vertices_of(pose), sh_degree, background, absgrad=absgrad,
+                                    backend=backend, rotations=None if pose is None else pose[0])
 
     def render_pose(self, cameras: Sequence[Camera], rotations: Tensor, translation: Tensor | None = None,
                     sh_degree: int | None = None, background: Tensor | None = None, backend: str = "auto"):
@@ -370,10 +378,12 @@ class MeshGaussians(SceneModel):
     # ---------------------------------------------------------------------------- IO
 
     def to_splat_data(self, t: float | None = None) -> SplatData:
-        """The world Gaussians in the pose of time ``t`` (:meth:`vertices_at_time`; None: the rest pose,
-        what splats.ply holds), bound by :meth:`posed_gaussians` (the fused Numba kernel on the CPU)."""
+        """The world Gaussians in the pose of time ``t`` (:meth:`pose_at_time`; None: the rest pose, what
+        splats.ply holds), bound by :meth:`posed_gaussians` (the fused Numba kernel on the CPU), with the pose
+        MLP's correction when the model has one (the viewer's playback)."""
+        pose = self.pose_at_time(t)
         with torch.no_grad():
-            w = self.posed_gaussians(self.vertices_at_time(t))
+            w = self.posed_gaussians(self.vertices_of(pose), None if pose is None else pose[0])
         return SplatData.from_torch({"means": w.means, "quats": w.quats, "log_scales": w.log_scales,
                                      "logit_opacities": self.params["logit_opacities"], "sh": self.sh},
                                     antialiased=self.antialiased)
@@ -383,25 +393,15 @@ class MeshGaussians(SceneModel):
         """The avatar for engines (:class:`AvatarRecord`; written by recon.export.avatar_glb): template, skin
         (4 influences per vertex), Gaussians in triangle-local form, and an animation of ``rotations``
         [P, J, 4] / ``translations`` [P, 3] at ``fps`` (default: the captured poses, training and unseen)."""
-        av = self.avatar
+        av, p = self.avatar, self.params
         rotations = av.rotations if rotations is None else rotations
         translations = av.translations if translations is None else translations
-        w = av.skin.weights.detach().cpu().numpy()
-        count = min(4, w.shape[1])
-        idx = np.argsort(-w, axis=1)[:, :count]
-        vals = np.take_along_axis(w, idx, axis=1)
-        if count < 4:
-            idx = np.pad(idx, ((0, 0), (0, 4 - count)))
-            vals = np.pad(vals, ((0, 0), (0, 4 - count)))
+        joints, weights = largest_influences(av.skin.weights, 4, pad=True)
         sk = av.skin.skeleton
-        n = lambda t: t.detach().cpu().numpy()  # noqa: E731
-        return AvatarRecord(n(av.rest_vertices).astype(np.float32), n(av.faces).astype(np.int64), idx.astype(np.int64),
-                            (vals / vals.sum(1, keepdims=True)).astype(np.float32), n(sk.parents).astype(np.int64),
-                            n(sk.rest_positions).astype(np.float32), list(sk.names), n(rotations).astype(np.float32),
-                            n(translations).astype(np.float32), float(fps), n(self.face_ids).astype(np.int64),
-                            n(self.bary).astype(np.float32), n(self.offsets).astype(np.float32),
-                            n(self.params["quats"]).astype(np.float32), n(self.params["log_scales"]).astype(np.float32),
-                            n(self.params["logit_opacities"]).astype(np.float32), n(self.sh).astype(np.float32))
+        return AvatarRecord(_f32(av.rest_vertices), _i64(av.faces), joints, weights.astype(np.float32),
+                            _i64(sk.parents), _f32(sk.rest_positions), list(sk.names), _f32(rotations),
+                            _f32(translations), float(fps), _i64(self.face_ids), _f32(self.bary), _f32(self.offsets),
+                            _f32(p["quats"]), _f32(p["log_scales"]), _f32(p["logit_opacities"]), _f32(self.sh))
 
     def state_dict(self) -> dict:
         return {"method": self.method, "params": {n: p.detach().cpu() for n, p in self.params.items()},

@@ -260,7 +260,8 @@ def test_dataset_maker_takes_a_rigged_glb(exported, tmp_path):
     scene = load_scene(tmp_path / "out")
     av = scene.avatar
     # the template moved into the unit sphere by a similarity: joints moved with it, weights kept
-    scale = float((av.rest_vertices[1] - av.rest_vertices[0]).norm() / (avatar.rest_vertices[1] - avatar.rest_vertices[0]).norm())
+    edge, edge0 = av.rest_vertices[1] - av.rest_vertices[0], avatar.rest_vertices[1] - avatar.rest_vertices[0]
+    scale = float(edge.norm() / edge0.norm())
     shift = av.rest_vertices[0] - scale * avatar.rest_vertices[0]
     torch.testing.assert_close(av.skin.skeleton.rest_positions, scale * avatar.skin.skeleton.rest_positions + shift,
                                atol=1e-5, rtol=0)

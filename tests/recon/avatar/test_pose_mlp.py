@@ -151,3 +151,16 @@ def test_render_time_poses_an_avatar_run(mlp_run, scene, tmp_path):
 
     with pytest.raises(UsageError, match="outside"):
         render_video(out, "fixed", tmp_path / "bad.png", progress=False, time=1.5)
+
+
+def test_splat_data_of_a_time_carries_the_correction(scene):
+    """The viewer plays ``to_splat_data(t)``: corrected by the MLP like the model's render, rest pose untouched."""
+    model = make_model(scene)
+    shake(model)
+    plain = make_model(scene, width=0)
+    corrected, uncorrected = model.to_splat_data(1.0), plain.to_splat_data(1.0)
+    assert np.abs(corrected.means - uncorrected.means).max() > 1e-4
+    np.testing.assert_allclose(model.to_splat_data(None).means, plain.to_splat_data(None).means, atol=1e-6)
+    with torch.no_grad():
+        w = model.world_gaussians(model.vertices_at_time(1.0), scene.avatar.rotations[3])
+    np.testing.assert_allclose(corrected.means, w.means.numpy(), atol=1e-5)
