@@ -43,6 +43,7 @@ ADDED_ROOT = "__splatforge_root__"
 FLOAT, UNSIGNED_BYTE, UNSIGNED_SHORT, UNSIGNED_INT = 5126, 5121, 5123, 5125
 MODE_TRIANGLES = 4
 MAX_JOINTS = 1024  # a skin with more joints is refused (dense weights are [V, J])
+MAX_WEIGHT_ENTRIES = 1 << 27  # V x J of the dense weights (1 GiB as float64): a larger rig is refused
 AFFINE_TOLERANCE = 1e-4  # an inverse bind matrix's last row must be (0, 0, 0, 1) to this
 
 _error = with_path(AvatarInputError)
@@ -175,6 +176,9 @@ def read_primitive(path, doc: dict, prim: dict, accessor: Accessor, num_joints: 
                                f"(a mesh without skinning weights cannot be animated)")
     pos_acc = _check_accessor(path, doc, attrs["POSITION"], "POSITION", "VEC3", {FLOAT: None})
     count = pos_acc.get("count")
+    if isinstance(count, int) and count * num_joints > MAX_WEIGHT_ENTRIES:
+        raise AvatarInputError(f"{path}: {count:,} vertices x {num_joints} joints is more than the "
+                               f"{MAX_WEIGHT_ENTRIES:,} skinning weights read; decimate the mesh first")
     positions = accessor(attrs["POSITION"])
     require_finite(positions, path, "POSITION", _error)
     idx, val = [], []
@@ -223,6 +227,9 @@ def skinned_mesh(path, doc: dict, accessor: Accessor) -> GltfSkin:
     positions, faces, weights, start = [], [], [], 0
     for prim in prims:
         p, f, w = read_primitive(path, doc, prim, accessor, J)
+        if (start + len(p)) * J > MAX_WEIGHT_ENTRIES:
+            raise AvatarInputError(f"{path}: {start + len(p):,} vertices x {J} joints is more than the "
+                                   f"{MAX_WEIGHT_ENTRIES:,} skinning weights read; decimate the mesh first")
         positions.append(p)
         faces.append(f + start)
         weights.append(w)

@@ -203,10 +203,14 @@ def _lines(doc):
     doc["meshes"][0]["primitives"][0]["mode"] = 1
 
 
+def _huge(doc):
+    doc["accessors"][0]["count"] = 1 << 27  # checked before any allocation
+
+
 @pytest.mark.parametrize("edit, needle", [
     (_no_skin, "no skinned mesh"), (_float_joints, "JOINTS_0 is a VEC4 of componentType 5126"),
     (_bad_child, "has another parent"), (_too_few_ibms, "inverseBindMatrices holds 2 matrices for 3 joints"),
-    (_lines, "only triangles"),
+    (_lines, "only triangles"), (_huge, "more than the 134,217,728 skinning weights"),
 ])
 def test_bad_rigs_are_one_line(tmp_path, edit, needle):
     raw, *_ = hand_rig()
