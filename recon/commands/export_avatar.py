@@ -59,8 +59,8 @@ def export_avatar(config, fmt: str) -> ExportReport:
         notes.append(f"--target {config.target}: at most {cap} Gaussians per triangle")
     if model.pose_mlp is not None:  # not representable in the GLB: said, never dropped silently (AVATAR_GLB.md)
         notes.append(f"warning: the pose MLP (--meshgs.pose-mlp-width {model.options.pose_mlp_width}) is not "
-                     f"exported; engines pose the uncorrected Gaussians (exact in the rest pose; measure the "
-                     f"cost per pose with scripts/bench_avatar.py --run RUN)")
+                     f"exported; engines pose the uncorrected Gaussians (exact in the rest pose; the PSNR this "
+                     f"costs: scripts/bench_avatar.py --ablation, without_mlp_at_test)")
     return ExportReport(path=Path(config.out), format="glb", splats=len(record), bytes=os.path.getsize(config.out),
                         sh_degree=int(round(record.sh.shape[1] ** 0.5)) - 1, input_splats=n, dropped_nonfinite=0,
                         dropped_budget=n - len(record), importance="opacity" if cap else "none", target=config.target,
