@@ -12,10 +12,17 @@
 - **binding** (--run RUN, a meshgs run): in every captured pose (training and unseen) the largest distance
   of a Gaussian's centre from its triangle's plane, as a fraction of the template's bounding-box diagonal
   (the issue's target: <= 2 %), and the share of Gaussians beyond 1 % and 2 %.
+- **ablation** (--ablation DATA): the pose-dependent MLP (recon/avatar/pose_mlp.py). Two runs on the avatar
+  capture DATA with the same seed and steps, without and with ``--meshgs.pose-mlp-width W``, trained through
+  the trainer into --out-dir; for each: PSNR on test views of training poses and of unseen poses, training
+  seconds, Gaussians and the binding measure; for the MLP run also its PSNR with the MLP switched off (what
+  the avatar GLB export gives an engine: the MLP is not exported). Run it single-threaded
+  (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1); posing is not timed in this mode.
 
 The 2-core machine is shared: timings are upper bounds under load (the load average is printed).
 
-Example: python scripts/bench_avatar.py --run output/avatar --repeats 30
+Examples: python scripts/bench_avatar.py --run output/avatar --repeats 30
+          python scripts/bench_avatar.py --ablation avatar_data --steps 1500 --pose-mlp-width 32 --out-dir abl
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from recon.avatar.binding import PosedTriangles, bind, plane_distances  # noqa: E402
+from recon.avatar.config import MeshGSConfig  # noqa: E402
 from recon.avatar.bone_chain import bone_chain, principal_axes, random_poses  # noqa: E402
 from recon.avatar.posing_kernel import bind_numba  # noqa: E402
 from recon.avatar.quaternions import normalize  # noqa: E402
@@ -99,13 +107,55 @@ def binding_holds(run: _Path) -> dict:
     with torch.no_grad():
         for k, name in enumerate(av.names):
             v = av.posed_vertices(av.rotations[k], av.translations[k])
-            d = plane_distances(model.triangles(v), model.face_ids, model.world_gaussians(v).means) / diagonal
+            means = model.world_gaussians(v, av.rotations[k]).means  # with the pose MLP's correction, if any
+            d = plane_distances(model.triangles(v), model.face_ids, means) / diagonal
             poses.append({"pose": name, "unseen": bool(av.unseen[k]), "max_fraction": round(float(d.max()), 6),
                           "beyond_1pct": round(float((d > 0.01).float().mean()), 6),
                           "beyond_2pct": round(float((d > 0.02).float().mean()), 6)})
     worst = max(p["max_fraction"] for p in poses)
     return {"run": str(run), "gaussians": len(model), "diagonal": round(diagonal, 6), "max_fraction": worst,
             "target": 0.02, "holds": worst <= 0.02, "poses": poses}
+
+
+def pose_groups(model, scene, sh_degree: int) -> dict:
+    """Test PSNR of ``model`` on ``scene``'s test views: overall, training poses and unseen poses."""
+    from recon.data.frame_images import FrameImages
+    from recon.training.evaluation import evaluate_model
+
+    bg = torch.tensor(scene.background, dtype=torch.float32)
+    test = evaluate_model(model, scene.frames_test, FrameImages(scene.frames_test, torch.device("cpu")), bg,
+                          sh_degree)
+    groups = model.metric_groups(test["per_view"])
+    return {"psnr": round(test["psnr"], 3), "train_poses": round(groups["train_poses"]["psnr"], 3),
+            "unseen_poses": round(groups["unseen_poses"]["psnr"], 3),
+            "gap": round(groups["train_poses"]["psnr"] - groups["unseen_poses"]["psnr"], 3)}
+
+
+def ablation(data: _Path, out_dir: _Path, steps: int, width: int, sh_degree: int, seed: int, reg: float) -> dict:
+    """The pose-MLP ablation (module docstring): a run without and one with the MLP, same seed and steps."""
+    from recon.data.detect import load_scene
+    from recon.run.folder import Run
+    from recon.training.trainer import TrainConfig, Trainer
+
+    scene = load_scene(data)
+    result = {"data": str(data), "steps": steps, "sh_degree": sh_degree, "seed": seed, "pose_mlp_reg": reg, "runs": {}}
+    for name, w in (("no_mlp", 0), (f"mlp_{width}", width)):
+        out = out_dir / name
+        cfg = TrainConfig(data=data, out=out, method="meshgs", steps=steps, sh_degree=sh_degree, seed=seed,
+                          progress=True, meshgs=MeshGSConfig(pose_mlp_width=w, pose_mlp_reg=reg))
+        metrics = Trainer(cfg, log=lambda s: print(f"{name}: {s}", file=_sys.stderr), device="cpu").run()
+        model = Run.open(out).load_model()
+        entry = {"pose_mlp_width": w, "train_seconds": metrics.get("train_seconds"), "gaussians": len(model),
+                 **{k: v for k, v in pose_groups(model, scene, sh_degree).items()},
+                 "binding_max_fraction": binding_holds(out)["max_fraction"]}
+        if w:
+            model.pose_mlp = None  # what an engine gets from the GLB
+            entry["without_mlp_at_test"] = pose_groups(model, scene, sh_degree)
+        result["runs"][name] = entry
+    runs = list(result["runs"].values())
+    result["unseen_gain_db"] = round(runs[1]["unseen_poses"] - runs[0]["unseen_poses"], 3)
+    result["train_pose_gain_db"] = round(runs[1]["train_poses"] - runs[0]["train_poses"], 3)
+    return result
 
 
 def main(argv=None) -> int:
@@ -115,7 +165,26 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--run", type=_Path, default=None, help="a meshgs run: measure whether the binding holds")
+    parser.add_argument("--ablation", type=_Path, default=None, metavar="DATA",
+                        help="an avatar capture: train without and with the pose MLP and compare (no posing timing)")
+    parser.add_argument("--steps", type=int, default=1500, help="--ablation: training steps of each run")
+    parser.add_argument("--pose-mlp-width", type=int, default=32, help="--ablation: the MLP run's width")
+    parser.add_argument("--pose-mlp-reg", type=float, default=MeshGSConfig.pose_mlp_reg,
+                        help="--ablation: the MLP run's regulariser weight")
+    parser.add_argument("--sh-degree", type=int, default=1, help="--ablation: SH degree of both runs")
+    parser.add_argument("--seed", type=int, default=0, help="--ablation: seed of both runs")
+    parser.add_argument("--out-dir", type=_Path, default=_Path("avatar_ablation"), help="--ablation: run folders")
     args = parser.parse_args(argv)
+    machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+               "threads": torch.get_num_threads(), "torch": torch.__version__}
+    if args.ablation is not None:
+        t0 = time.perf_counter()
+        out = {"machine": machine, "ablation": ablation(args.ablation, args.out_dir, args.steps, args.pose_mlp_width,
+                                                        args.sh_degree, args.seed, args.pose_mlp_reg)}
+        out["machine"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        out["wall_seconds"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps(out, indent=1))
+        return 0
     rest, faces, skeleton, weights = template(args.data)
     threads = torch.get_num_threads()
     out = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),

@@ -2,9 +2,10 @@
 
     python scripts/make_avatar_dataset.py MESH [--poses 8] [--unseen 4] [--views 24] [--size 200] --out DIR
 
-MESH is a mesh trimesh reads (e.g. ../shared/data/meshes/spot/spot_triangulated.obj, textured). It is
-normalised into the unit sphere and rigged with a bone chain along its principal axis (recon/avatar/bone_chain.py)
-unless --skin gives a skin file for it; N training and U unseen poses bend the chain's joints by up to 25
+MESH is a mesh trimesh reads (e.g. ../shared/data/meshes/spot/spot_triangulated.obj, textured), or a rigged
+GLB (skin, joints, inverse bind matrices, JOINTS_0 / WEIGHTS_0; recon/avatar/gltf_skin.py). It is normalised
+into the unit sphere and rigged with a bone chain along its principal axis (recon/avatar/bone_chain.py)
+unless --skin gives a skin file for it or the GLB holds its skin; N training and U unseen poses bend the chain's joints by up to 25
 degrees each; every pose is rendered from V cameras (every 4th a test camera). The layout written (template.obj,
 skin.json, poses.json, cameras.json, images/<pose>/<camera>.png) is described in docs/avatars.md;
 `splatforge train --method meshgs --data DIR` trains on it. Prints a JSON summary.
@@ -26,7 +27,7 @@ from recon.data.mesh_render import DEFAULT_SAMPLES, MeshInputError  # noqa: E402
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mesh", type=Path)
+    parser.add_argument("mesh", type=Path, help="a mesh (OBJ, PLY, ...) or a rigged GLB (its skin is used)")
     parser.add_argument("--poses", type=int, default=8, help="training poses (default 8)")
     parser.add_argument("--unseen", type=int, default=4, help="held-out poses, only in the test split (default 4)")
     parser.add_argument("--views", type=int, default=24, help="cameras per pose (default 24; every 4th is a test camera)")

@@ -23,3 +23,12 @@ class MeshGSConfig:
     """learning rate of the barycentric logits (decays as the means' rate does)"""
     offset_lr: float = 0.001
     """learning rate of the raw normal offsets"""
+    pose_mlp_width: int = 0
+    """width of the optional pose-dependent correction MLP (recon/avatar/pose_mlp.py: pose -> per-Gaussian
+    barycentric shift, normal offset, log-scales); 0 (default): off"""
+    pose_mlp_frequencies: int = 4
+    """sine / cosine frequencies of the Gaussians' rest-pose positions fed to the pose MLP"""
+    pose_mlp_lr: float = 0.001
+    """learning rate of the pose MLP's weights"""
+    pose_mlp_reg: float = 0.01
+    """weight of the mean squared raw output of the pose MLP in the loss (keeps corrections small)"""

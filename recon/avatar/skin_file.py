@@ -51,16 +51,26 @@ class Skin:
         return self.skeleton.num_joints
 
 
+def largest_influences(weights: torch.Tensor, count: int = 4, pad: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(joints [V, K] int64, weights [V, K] float64, rows renormalised to 1) of the K = min(``count``, J) largest
+    influences per vertex of ``weights`` [V, J] (glTF's JOINTS_0 / WEIGHTS_0); ``pad``: K = ``count``, extra
+    columns joint 0 with weight 0."""
+    w = weights.detach().cpu().numpy().astype(np.float64)
+    k = min(count, w.shape[1])
+    idx = np.argsort(-w, axis=1, kind="stable")[:, :k]
+    vals = np.take_along_axis(w, idx, axis=1)
+    if pad and k < count:
+        idx, vals = np.pad(idx, ((0, 0), (0, count - k))), np.pad(vals, ((0, 0), (0, count - k)))
+    return idx.astype(np.int64), vals / vals.sum(1, keepdims=True)
+
+
 def skin_document(skin: Skin) -> dict:
     """The JSON document of ``skin`` (the 4 largest influences per vertex kept, glTF style)."""
-    w = skin.weights.detach().cpu().numpy()
-    count = min(4, w.shape[1])
-    idx = np.argsort(-w, axis=1)[:, :count]
-    vals = np.take_along_axis(w, idx, axis=1)
+    idx, vals = largest_influences(skin.weights)
     sk = skin.skeleton
     joints = [{"name": n, "parent": int(p), "rest_position": [float(x) for x in r]}
               for n, p, r in zip(sk.names, sk.parents.tolist(), sk.rest_positions.tolist())]
-    return {"format": SKIN_FORMAT, "version": 1, "vertex_count": int(w.shape[0]), "joints": joints,
+    return {"format": SKIN_FORMAT, "version": 1, "vertex_count": int(idx.shape[0]), "joints": joints,
             "influences": {"joints": idx.tolist(), "weights": np.round(vals, 7).tolist()}}
 
 
@@ -111,20 +121,30 @@ def _read_influences(path, influences, num_joints: int) -> np.ndarray:
     except (KeyError, TypeError, ValueError):
         raise AvatarInputError(f"{path}: \"influences\" needs \"joints\" and \"weights\", equal-length lists of "
                                f"rows of numbers") from None
+    return dense_weights(path, idx, val, num_joints)
+
+
+def dense_weights(path, idx: np.ndarray, val: np.ndarray, num_joints: int, field: str = "influences") -> np.ndarray:
+    """Dense [V, J] float64 weights, rows renormalised to 1, of V rows of joint indices ``idx`` [V, K] int64
+    and weights ``val`` [V, K] (K in 1..MAX_INFLUENCES: glTF's JOINTS_n / WEIGHTS_n); AvatarInputError naming
+    ``path`` and ``field`` for other shapes, non-finite or negative weights, an index outside the
+    ``num_joints`` joints on a non-zero weight, or a row without weight."""
     if idx.ndim != 2 or idx.shape != val.shape or not 1 <= idx.shape[1] <= MAX_INFLUENCES or not len(idx):
-        raise AvatarInputError(f"{path}: influences of shapes {idx.shape} / {val.shape}: need V rows of the same "
+        raise AvatarInputError(f"{path}: {field} of shapes {idx.shape} / {val.shape}: need V rows of the same "
                                f"1..{MAX_INFLUENCES} entries each")
-    require_finite(val, path, "influences.weights", _error)
-    if idx.min() < 0 or idx.max() >= num_joints:
-        raise AvatarInputError(f"{path}: an influence names joint {int(idx.max() if idx.max() >= num_joints else idx.min())}"
-                               f", outside 0..{num_joints - 1}")
+    require_finite(val, path, f"{field} weights", _error)
+    used = val != 0  # glTF: an unused influence has weight 0 (its index is then free)
+    if used.any() and (idx[used].min() < 0 or idx[used].max() >= num_joints):
+        bad = idx[used][(idx[used] < 0) | (idx[used] >= num_joints)][0]
+        raise AvatarInputError(f"{path}: {field}: an influence names joint {int(bad)}, outside 0..{num_joints - 1}")
     if (val < 0).any():
-        raise AvatarInputError(f"{path}: negative skinning weights")
+        raise AvatarInputError(f"{path}: {field}: negative skinning weights")
     sums = val.sum(axis=1)
     if (sums <= 0).any():
-        raise AvatarInputError(f"{path}: vertex {int(np.argmax(sums <= 0))} has no weight on any joint")
+        raise AvatarInputError(f"{path}: {field}: vertex {int(np.argmax(sums <= 0))} has no weight on any joint")
     dense = np.zeros((len(idx), num_joints))
-    np.add.at(dense, (np.repeat(np.arange(len(idx)), idx.shape[1]), idx.ravel()), val.ravel())
+    rows = np.repeat(np.arange(len(idx)), idx.shape[1])
+    np.add.at(dense, (rows[used.ravel()], idx.ravel()[used.ravel()]), val.ravel()[used.ravel()])
     return dense / dense.sum(axis=1, keepdims=True)
 
 

@@ -21,8 +21,8 @@ def read_template(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
     path = Path(path)
     if path.suffix.lower() in (".glb", ".gltf"):
-        raise AvatarInputError(f"{path}: glTF templates are not read yet; give the template as an OBJ with a "
-                               f"skin.json beside it (scripts/make_avatar_dataset.py writes both)")
+        raise AvatarInputError(f"{path}: a glTF template holds its own skin: name it template.glb (read by "
+                               f"recon.data.skinned_glb), or give an OBJ with a skin.json beside it")
     size = require_regular_file(path, "template mesh", with_path(AvatarInputError))
     if size > MAX_TEMPLATE_BYTES:
         raise AvatarInputError(f"{path}: {size} bytes, more than the {MAX_TEMPLATE_BYTES} a template may have")

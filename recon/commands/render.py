@@ -1,8 +1,9 @@
 """`splatforge render`: a video of a trained run along an orbit, a spiral, the dataset's cameras, a fixed
 view, or a camera-path JSON saved with the viewer's keyframe button (interpolated between the keyframes).
 4D models move in time along the path (``--time T``, ``--times START:END:COUNT``); an avatar (a ``--method
-meshgs`` run) plays a pose sequence (``--animation clip.json``, docs/avatars.md); the output may also be one PNG
-or a folder of PNG frames."""
+meshgs`` run) plays a pose sequence (``--animation clip.json``, docs/avatars.md) or takes the pose of a time
+(``--time`` / ``--times``: its captured poses interpolated, recon/avatar/pose_time.py); the output may also be
+one PNG or a folder of PNG frames."""
 
 from __future__ import annotations
 
@@ -47,10 +48,12 @@ def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames
         device: where to render: auto (the GPU when CUDA is available), cpu or cuda.
         data: dataset folder or "procedural" (default: the one in RUN/config.yaml).
         force: overwrite an existing --out.
-        time: 4D models: render every frame at this normalised time in [0, 1].
-        times: 4D models: START:END:COUNT, COUNT frames with time moving from START to END along the camera
-            path (e.g. 0:1:120). A 4D model given neither moves through 0..1 over --frames frames (along
-            --path dataset: each training view at its own time).
+        time: 4D models: render every frame at this normalised time in [0, 1]. Avatars (--method meshgs):
+            the pose at this time (captured pose k at k / (P - 1), slerped between; without --time / --times
+            an avatar renders its rest pose).
+        times: 4D models and avatars: START:END:COUNT, COUNT frames with time moving from START to END along
+            the camera path (e.g. 0:1:120). A 4D model given neither moves through 0..1 over --frames frames
+            (along --path dataset: each training view at its own time).
         animation: avatars (--method meshgs runs): an animation clip JSON ({"fps", "poses": [{"joint_rotations",
             "root_translation"}]}, docs/avatars.md); one frame per pose at the clip's fps, along --path (use
             --path fixed for a still camera); --frames and --fps are taken from the clip.
@@ -87,7 +90,9 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
         raise UsageError(f"--out {out}: one PNG holds one frame; --times asks for {len(asked)} (give an .mp4 or "
                          f"a folder)")
     n = 1 if kind == "image" else len(asked) if times is not None else frames
-    frame_times = frame_times_for(opened.model_is_4d(splats), asked, n)
+    # an avatar (meshgs) takes a pose time when one is asked (without: its rest pose, as splats.ply)
+    posed = splats is None and asked is not None and bool(getattr(opened.model_class, "POSED_BY_TIME", False))
+    frame_times = frame_times_for(opened.model_is_4d(splats) or posed, asked, n)
     if str(path) not in PATHS:
         cams = keyframe_path_cameras(Path(path), n, max_side)  # checked before the scene is loaded
     if kind == "video":

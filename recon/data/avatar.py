@@ -4,7 +4,8 @@
 ``DIR/poses.json`` (detected by its ``"format": "splatforge-avatar-poses"``) lists the poses (joint rotations,
 root translation, split "train" or "unseen"), ``DIR/cameras.json`` the camera rig (Blender / OpenGL
 camera-to-world, ``camera_angle_x``, width, height; each camera "train" or "test"), ``DIR/template.obj`` and
-``DIR/skin.json`` the skinned template, ``DIR/images/<pose>/<camera>.png`` the RGBA images. Splits: training
+``DIR/skin.json`` the skinned template (or ``DIR/template.glb``, a rigged GLB holding both:
+:mod:`recon.data.skinned_glb`), ``DIR/images/<pose>/<camera>.png`` the RGBA images. Splits: training
 poses seen by training cameras are the training frames; every pose (training and unseen) seen by the test
 cameras is a test frame, so the two groups of test views are scored from the same cameras (the unseen poses'
 images from training cameras are not used). A frame's ``time`` is its pose's normalised time
@@ -20,14 +21,16 @@ import torch
 
 from rasterizer.camera import opengl_cam_to_world_to_opencv_world_to_cam
 from recon.avatar.avatar_data import AvatarData, pose_times
-from recon.avatar.skin_file import AvatarInputError, check_pose, read_skin
+from recon.avatar.skin_file import AvatarInputError, Skin, check_pose, read_skin
 from recon.avatar.template import read_template
 from recon.core.limits import load_json, with_path
 from recon.data.finalize import finalize_frames
+from recon.data.skinned_glb import read_skinned_glb
 from recon.data.nerfstudio import matrix_4x4
 from recon.data.scene import WHITE, DataFormatError, Frame, Scene, intrinsics_matrix, make_camera
 
 POSES_FILE, CAMERAS_FILE, TEMPLATE_FILE, SKIN_FILE = "poses.json", "cameras.json", "template.obj", "skin.json"
+TEMPLATE_GLB = "template.glb"  # a rigged GLB instead of template.obj + skin.json
 POSES_FORMAT, CAMERAS_FORMAT = "splatforge-avatar-poses", "splatforge-avatar-cameras"
 POSE_SPLITS, CAMERA_SPLITS = ("train", "unseen"), ("train", "test")
 
@@ -93,17 +96,27 @@ def read_cameras(path: Path) -> tuple[list[dict], np.ndarray, int, int]:
     return out, intrinsics_matrix(f, f, width / 2, height / 2), width, height
 
 
+def read_avatar_template(root: Path) -> tuple[torch.Tensor, torch.Tensor, Skin]:
+    """(rest vertices [V, 3], faces [F, 3], skin) of the capture in ``root``: template.obj with skin.json, else
+    template.glb (a rigged GLB); AvatarInputError naming what is missing."""
+    if not (root / TEMPLATE_FILE).is_file() and (root / TEMPLATE_GLB).is_file():
+        rig = read_skinned_glb(root / TEMPLATE_GLB)
+        return rig.vertices, rig.faces, rig.skin
+    if not (root / SKIN_FILE).is_file():
+        raise AvatarInputError(f"{root / TEMPLATE_FILE}: the mesh has no skin ({root / SKIN_FILE} is missing, and "
+                               f"there is no rigged {TEMPLATE_GLB}); a mesh without a skin cannot be animated: "
+                               f"write one with scripts/make_avatar_dataset.py")
+    vertices, faces = read_template(root / TEMPLATE_FILE)
+    if int(faces.max()) >= len(vertices) or int(faces.min()) < 0:
+        raise AvatarInputError(f"{root / TEMPLATE_FILE}: a face indexes a vertex outside 0..{len(vertices) - 1}")
+    return vertices, faces, read_skin(root / SKIN_FILE, len(vertices))
+
+
 def load_avatar(root: Path, data_factor: int = 1, cache_dir: Path | None = None,
                 background: tuple[float, float, float] = WHITE) -> Scene:
     """The avatar capture in ``root`` as a :class:`Scene` (``source_format`` "avatar", ``avatar`` set)."""
     root = Path(root)
-    if not (root / SKIN_FILE).is_file():
-        raise AvatarInputError(f"{root / TEMPLATE_FILE}: the mesh has no skin ({root / SKIN_FILE} is missing); a "
-                               f"mesh without a skin cannot be animated: write one with scripts/make_avatar_dataset.py")
-    vertices, faces = read_template(root / TEMPLATE_FILE)
-    if int(faces.max()) >= len(vertices) or int(faces.min()) < 0:
-        raise AvatarInputError(f"{root / TEMPLATE_FILE}: a face indexes a vertex outside 0..{len(vertices) - 1}")
-    skin = read_skin(root / SKIN_FILE, len(vertices))
+    vertices, faces, skin = read_avatar_template(root)
     rotations, translations, names, unseen = read_poses(root / POSES_FILE, skin.num_joints)
     cameras, K, width, height = read_cameras(root / CAMERAS_FILE)
     times = pose_times(len(names))

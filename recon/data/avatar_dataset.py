@@ -3,7 +3,8 @@ and rendered (the core of ``scripts/make_avatar_dataset.py``; the layout is docs
 :mod:`recon.data.avatar`).
 
 The mesh is normalised as :mod:`recon.data.mesh_render` does (unit sphere), rigged by
-:func:`recon.avatar.bone_chain.bone_chain` (or given a skin file), and posed N + U times by
+:func:`recon.avatar.bone_chain.bone_chain` (or given a skin file; a rigged GLB brings its own skin, read by
+:mod:`recon.data.skinned_glb`, its skeleton moved into the unit sphere with the mesh), and posed N + U times by
 :func:`recon.avatar.bone_chain.random_poses` (bends across the chain; the first N poses are for training,
 the last U are held out, "unseen"). Each pose is rendered by every one of V cameras on a Fibonacci sphere
 (:func:`recon.data.mesh_render.sphere_cameras`) with the mesh renderer (texture x Lambert, antialiased by
@@ -21,11 +22,12 @@ import torch
 
 from recon.avatar.bone_chain import bone_chain, principal_axes, random_poses
 from recon.avatar.skin_file import Skin, pose_record, read_skin, write_skin
-from recon.avatar.skinning import pose_vertices
+from recon.avatar.skinning import Skeleton, pose_vertices
 from recon.core.atomic import atomic_write_bytes
-from recon.data.mesh_render import (FOV_X, DEFAULT_SAMPLES, MeshInputError, MeshShader, check_render_args,
-                                    load_mesh, normalised_mesh, raycasting_scene, render_view, sphere_cameras,
-                                    write_png)
+from recon.data.mesh_render import (FOV_X, DEFAULT_SAMPLES, MeshInputError, MeshShader, check_mesh,
+                                    check_render_args, load_mesh, normalised_mesh, raycasting_scene, render_view,
+                                    sphere_cameras, write_png)
+from recon.data.skinned_glb import is_glb_path, read_skinned_glb
 
 TEMPLATE_FILE, SKIN_FILE, POSES_FILE, CAMERAS_FILE, IMAGES_DIR = ("template.obj", "skin.json", "poses.json",
                                                                   "cameras.json", "images")
@@ -55,6 +57,35 @@ def rig(vertices: np.ndarray, skin_path: Path | None, per_side: int) -> Skin:
     return Skin(skeleton, torch.tensor(weights))
 
 
+def rigged_glb_mesh(path: Path) -> tuple[object, Skin]:
+    """(trimesh of the rigged GLB's template, its skin): the vertices, faces and skin as
+    :func:`recon.data.skinned_glb.read_skinned_glb` reads them (splatforge axes); the texture or vertex colours
+    trimesh finds in the file are kept when trimesh's mesh has the same faces (one primitive), else the render
+    is untextured."""
+    import trimesh
+
+    rig = read_skinned_glb(path)
+    vertices, faces = rig.vertices.double().numpy(), rig.faces.numpy()
+    visual = None
+    try:
+        loaded = load_mesh(Path(path))
+        if len(loaded.vertices) == len(vertices) and np.array_equal(np.asarray(loaded.faces), faces):
+            visual = loaded.visual.copy()
+    except MeshInputError:
+        pass  # trimesh cannot read it: the template alone is enough to render (untextured)
+    mesh = trimesh.Trimesh(vertices, faces, visual=visual, process=False)
+    check_mesh(mesh, path)
+    return mesh, rig.skin
+
+
+def moved_skin(skin: Skin, m2w: np.ndarray) -> Skin:
+    """``skin`` with its joints' rest positions moved by the similarity ``m2w`` [4, 4] (scale and translation:
+    joint rotations and weights do not change)."""
+    rest = skin.skeleton.rest_positions.double().numpy() @ m2w[:3, :3].T + m2w[:3, 3]
+    skeleton = Skeleton(skin.skeleton.parents, torch.tensor(rest, dtype=torch.float32), list(skin.skeleton.names))
+    return Skin(skeleton, skin.weights)
+
+
 def make_avatar_dataset(mesh_path: Path, out: Path, poses: int = 8, unseen: int = 4, views: int = 24,
                         size: int = 200, samples: int = DEFAULT_SAMPLES, seed: int = 0, per_side: int = 2,
                         skin_path: Path | None = None, progress: Callable[[], None] = lambda: None) -> dict:
@@ -63,9 +94,18 @@ def make_avatar_dataset(mesh_path: Path, out: Path, poses: int = 8, unseen: int 
     if poses < 1 or unseen < 0:
         raise MeshInputError(f"--poses {poses} / --unseen {unseen}: need at least 1 training pose and no "
                              f"negative count of unseen poses")
-    mesh, m2w = normalised_mesh(load_mesh(Path(mesh_path)))
-    rest = np.asarray(mesh.vertices, dtype=np.float64)
-    skin = rig(rest, skin_path, per_side)
+    if is_glb_path(mesh_path):  # a rigged GLB: its own skin, moved into the unit sphere with the mesh
+        if skin_path is not None:
+            raise MeshInputError(f"--skin {skin_path}: {mesh_path} is a rigged GLB, which holds its skin; leave "
+                                 f"--skin out")
+        glb_mesh, glb_skin = rigged_glb_mesh(Path(mesh_path))
+        mesh, m2w = normalised_mesh(glb_mesh)
+        rest = np.asarray(mesh.vertices, dtype=np.float64)
+        skin = moved_skin(glb_skin, m2w)
+    else:
+        mesh, m2w = normalised_mesh(load_mesh(Path(mesh_path)))
+        rest = np.asarray(mesh.vertices, dtype=np.float64)
+        skin = rig(rest, skin_path, per_side)
     _, axes = principal_axes(rest)
     rng = np.random.default_rng(seed)
     rotations = random_poses(skin.skeleton, poses + unseen, MAX_BEND_DEG, axes[1:], rng)

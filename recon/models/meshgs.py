@@ -19,7 +19,9 @@ Rendering at a frame's time ``t`` skins the template into that frame's captured 
 slerps them, :mod:`recon.avatar.pose_time`), builds the posed triangles'
 frames and binds the Gaussians to them (:func:`recon.avatar.binding.bind`), then rasterizes the world
 Gaussians; :meth:`MeshGaussians.render_pose` does the same for any pose (animations). ``t`` None is the
-rest pose (what splats.ply holds). The densification signal is 3DGS's (``meta["means2d"]`` of all N
+rest pose (what splats.ply holds). With ``--meshgs.pose-mlp-width N`` a small MLP
+(:mod:`recon.avatar.pose_mlp`, trained with the Gaussians, regularised by :meth:`MeshGaussians.loss_terms`)
+corrects the triangle-local parameters per pose (zero in the rest pose). The densification signal is 3DGS's (``meta["means2d"]`` of all N
 Gaussians); the strategy is :class:`recon.strategy.adc_mesh.MeshADCStrategy` (splits stay on their triangle).
 The model, with the avatar (template, skin, poses), lives in the checkpoints (``MODEL_IN_CHECKPOINTS``).
 """
@@ -38,11 +40,22 @@ from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from recon.avatar.avatar_data import AvatarData
 from recon.avatar.binding import PosedTriangles, WorldGaussians, bind
 from recon.avatar.config import MeshGSConfig
+from recon.avatar.pose_mlp import PoseOffsetMLP, apply_correction, gaussian_features, pose_features
+from recon.avatar.skin_file import largest_influences
 from recon.core.avatar_record import AvatarRecord
 from recon.core.errors import ConfigValueError, UsageError
 from recon.core.splat_data import SplatData
 from recon.models.base import SceneModel, check_state_method, register_model
 from recon.models.gaussians import LearningRates, resize_optimizer_state, rgb_to_sh0
+
+
+def _f32(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(np.float32)
+
+
+def _i64(t: Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(np.int64)
+
 
 PARAM_NAMES = ("bary_logits", "offsets", "quats", "log_scales", "logit_opacities", "sh0", "shN")
 NORMAL_SCALE_RATIO = 0.5  # initial normal-axis standard deviation / in-plane one
@@ -73,12 +86,19 @@ class MeshGaussians(SceneModel):
         self.avatar = avatar
         self.params = {n: torch.nn.Parameter(params[n].detach().float().contiguous()) for n in PARAM_NAMES}
         self.face_ids = torch.as_tensor(face_ids, dtype=torch.int64).to(self.device)
+        self.pose_mlp = None
+        if self.options.pose_mlp_width > 0:
+            self.pose_mlp = PoseOffsetMLP(avatar.skin.num_joints, self.options.pose_mlp_width,
+                                          self.options.pose_mlp_frequencies).to(self.device)
         self._check_shapes()
         self.optimizer = self._make_optimizer()
 
     def _make_optimizer(self) -> torch.optim.Adam:
-        return torch.optim.Adam([{"params": [self.params[n]], "lr": self._base_lr(n), "name": n} for n in PARAM_NAMES],
-                                eps=self.lrs.eps, fused=True)
+        groups = [{"params": [self.params[n]], "lr": self._base_lr(n), "name": n} for n in PARAM_NAMES]
+        if self.pose_mlp is not None:
+            groups.append({"params": list(self.pose_mlp.parameters()), "lr": self.options.pose_mlp_lr,
+                           "name": "pose_mlp"})
+        return torch.optim.Adam(groups, eps=self.lrs.eps, fused=True)
 
     def _load_optimizer_state(self, state: dict) -> None:
         self.optimizer.load_state_dict(state)
@@ -97,6 +117,9 @@ class MeshGaussians(SceneModel):
         if m.init_per_triangle < 1 or not (0 < m.max_offset < 100) or not m.init_scale > 0:
             raise ConfigValueError("--meshgs.init-per-triangle must be >= 1, --meshgs.max-offset in (0, 100) and "
                                    "--meshgs.init-scale > 0")
+        if m.pose_mlp_width < 0 or m.pose_mlp_frequencies < 0:
+            raise ConfigValueError("--meshgs.pose-mlp-width and --meshgs.pose-mlp-frequencies must be >= 0 "
+                                   "(width 0: no pose MLP)")
 
     @classmethod
     def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "MeshGaussians":
@@ -139,10 +162,6 @@ class MeshGaussians(SceneModel):
         return int(self.params["offsets"].shape[0])
 
     @property
-    def device(self) -> torch.device:
-        return self.params["offsets"].device
-
-    @property
     def opacities(self) -> Tensor:
         return torch.sigmoid(self.params["logit_opacities"])
 
@@ -174,6 +193,8 @@ class MeshGaussians(SceneModel):
         self.params = {n: torch.nn.Parameter(p.detach().to(device)) for n, p in self.params.items()}
         self.face_ids = self.face_ids.to(device)
         self.avatar = self.avatar.to(device)
+        if self.pose_mlp is not None:
+            self.pose_mlp = self.pose_mlp.to(device)
         self.optimizer = self._make_optimizer()
         self._load_optimizer_state(state)
         return self
@@ -184,30 +205,65 @@ class MeshGaussians(SceneModel):
         """The posed template's triangles for ``vertices`` [V, 3]."""
         return PosedTriangles.of(vertices, self.avatar.faces.to(vertices.device))
 
-    def world_gaussians(self, vertices: Tensor) -> WorldGaussians:
-        """The Gaussians bound to the template posed at ``vertices`` [V, 3] (differentiable in the parameters)."""
+    def local_gaussians(self, rotations: Tensor | None = None) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor],
+                                                                         Tensor | None]:
+        """((bary [N, 3], offsets [N], quats [N, 4], log_scales [N, 3]) in triangle-local form, the pose MLP's
+        raw output [N, 6] or None): the parameters' values, corrected for the pose of joint ``rotations``
+        [J, 4] when the model has a pose MLP (:mod:`recon.avatar.pose_mlp`; None: the rest pose, no correction)."""
         p = self.params
-        return bind(self.triangles(vertices), self.face_ids, self.bary, self.offsets, p["quats"], p["log_scales"])
+        bary, raw_offsets, log_scales = self.bary, p["offsets"], p["log_scales"]
+        out = None
+        if self.pose_mlp is not None and rotations is not None:
+            out = self.pose_mlp(pose_features(rotations.to(self.device, torch.float32)), self.rest_features())
+            bary, raw_offsets, log_scales = apply_correction(out, bary, raw_offsets, log_scales)
+        offsets = self.options.max_offset * torch.tanh(raw_offsets)
+        return (bary, offsets, p["quats"], log_scales), out
 
-    def posed_gaussians(self, vertices: Tensor) -> WorldGaussians:
+    def rest_features(self) -> Tensor:
+        """[N, E] the pose MLP's Gaussian features: foot points on the rest template (no gradient), in its box."""
+        rest = self.avatar.rest_vertices.to(self.device)
+        with torch.no_grad():
+            corners = rest[self.avatar.faces.to(self.device)[self.face_ids]]
+            feet = torch.einsum("nc,ncx->nx", self.bary, corners)
+        return gaussian_features(feet, rest.min(0).values, rest.max(0).values, self.options.pose_mlp_frequencies)
+
+    def world_gaussians(self, vertices: Tensor, rotations: Tensor | None = None) -> WorldGaussians:
+        """The Gaussians bound to the template posed at ``vertices`` [V, 3] (differentiable in the parameters);
+        ``rotations`` [J, 4]: the pose of ``vertices``, for the pose MLP (None: no correction)."""
+        local, _ = self.local_gaussians(rotations)
+        return bind(self.triangles(vertices), self.face_ids, *local)
+
+    def posed_gaussians(self, vertices: Tensor, rotations: Tensor | None = None) -> WorldGaussians:
         """:meth:`world_gaussians`, through the fused Numba kernel
         (:func:`recon.avatar.posing_kernel.bind_numba`, the same result) when the model is on the CPU and no
         gradient is being recorded (playback, ``render --animation``, export); else the PyTorch binding."""
         if self.device.type != "cpu" or torch.is_grad_enabled():
-            return self.world_gaussians(vertices)
+            return self.world_gaussians(vertices, rotations)
         from recon.avatar.posing_kernel import bind_numba
 
-        p = self.params
-        return bind_numba(self.triangles(vertices), self.face_ids, self.bary, self.offsets, p["quats"],
-                          p["log_scales"])
+        local, _ = self.local_gaussians(rotations)
+        return bind_numba(self.triangles(vertices), self.face_ids, *local)
 
-    def vertices_at_time(self, t) -> Tensor:
-        """[V, 3] the template in the pose at normalised time ``t`` in [0, 1]: captured pose k at
-        ``k / (P - 1)``, interpolated between (:meth:`AvatarData.pose_at`); None: the rest pose."""
+    def pose_at_time(self, t) -> tuple[Tensor, Tensor | None] | None:
+        """(rotations [J, 4], root translation [3]) of the pose at normalised time ``t`` in [0, 1] (captured
+        pose k at ``k / (P - 1)``, interpolated between: :meth:`AvatarData.pose_at`); None for ``t`` None (the
+        rest pose)."""
+        if t is None:
+            return None
         try:
-            return self.avatar.vertices_at(t).to(self.device)
+            return self.avatar.pose_at(t)
         except ValueError as err:
             raise UsageError(f"--method meshgs: {err}") from None
+
+    def vertices_at_time(self, t) -> Tensor:
+        """[V, 3] the template in the pose at normalised time ``t`` (:meth:`pose_at_time`; None: the rest pose)."""
+        return self.vertices_of(self.pose_at_time(t))
+
+    def vertices_of(self, pose: tuple[Tensor, Tensor | None] | None) -> Tensor:
+        """[V, 3] the template in ``pose`` ((rotations [J, 4], root translation [3]); None: the rest pose)."""
+        if pose is None:
+            return self.avatar.rest_vertices.to(self.device)
+        return self.avatar.posed_vertices(*pose).to(self.device)
 
     # ---------------------------------------------------------------------------- rendering
 
@@ -221,18 +277,21 @@ class MeshGaussians(SceneModel):
             if len(times) != 1:
                 raise UsageError("--method meshgs renders one pose at a time: the cameras' times differ")
             t = times.pop()
-        return self.render_vertices(cameras, self.vertices_at_time(t), sh_degree, background, absgrad=absgrad,
-                                    backend=backend)
+        pose = self.pose_at_time(t)
+        return self.render_vertices(cameras, self.vertices_of(pose), sh_degree, background, absgrad=absgrad,
+                                    backend=backend, rotations=None if pose is None else pose[0])
 
     def render_pose(self, cameras: Sequence[Camera], rotations: Tensor, translation: Tensor | None = None,
                     sh_degree: int | None = None, background: Tensor | None = None, backend: str = "auto"):
         """Render in any pose: ``rotations`` [J, 4] wxyz joint rotations, ``translation`` [3] of the root."""
         vertices = self.avatar.posed_vertices(rotations, translation).to(self.device)
-        return self.render_vertices(cameras, vertices, sh_degree, background, backend=backend)
+        return self.render_vertices(cameras, vertices, sh_degree, background, backend=backend, rotations=rotations)
 
     def render_vertices(self, cameras: Sequence[Camera], vertices: Tensor, sh_degree: int | None = None,
-                        background: Tensor | None = None, *, absgrad: bool = False, backend: str = "auto"):
-        """Render with the template's vertices at ``vertices`` [V, 3]."""
+                        background: Tensor | None = None, *, absgrad: bool = False, backend: str = "auto",
+                        rotations: Tensor | None = None):
+        """Render with the template's vertices at ``vertices`` [V, 3], posed by joint ``rotations`` [J, 4]
+        (for the pose MLP; None: uncorrected). ``meta["pose_mlp"]``: the MLP's raw output [N, 6] when it ran."""
         viewmats, Ks, W, H = stack_cameras(list(cameras))
         dev = self.device
         viewmats, Ks = viewmats.to(dev, torch.float32), Ks.to(dev, torch.float32)
@@ -241,12 +300,26 @@ class MeshGaussians(SceneModel):
         if background is not None:
             bg = torch.as_tensor(background, dtype=torch.float32, device=dev)
             bg = bg.expand(viewmats.shape[0], 3) if bg.dim() == 1 else bg
-        world = self.posed_gaussians(vertices)
-        return rasterize_gaussians(world.means, world.quats, torch.exp(world.log_scales), self.opacities,
-                                   (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H, sh_degree=degree,
-                                   backgrounds=bg, render_mode="RGB",
-                                   rasterize_mode="antialiased" if self.antialiased else "classic", backend=backend,
-                                   absgrad=absgrad)
+        if self.device.type != "cpu" or torch.is_grad_enabled():
+            local, out = self.local_gaussians(rotations)
+            world = bind(self.triangles(vertices), self.face_ids, *local)
+        else:
+            world, out = self.posed_gaussians(vertices, rotations), None
+        rgb, alpha, meta = rasterize_gaussians(world.means, world.quats, torch.exp(world.log_scales), self.opacities,
+                                               (self.params["sh0"], self.params["shN"]), viewmats, Ks, W, H,
+                                               sh_degree=degree, backgrounds=bg, render_mode="RGB",
+                                               rasterize_mode="antialiased" if self.antialiased else "classic",
+                                               backend=backend, absgrad=absgrad)
+        if out is not None:  # the model's addition to the meta (read back as meta["pose_mlp"])
+            meta.backend_extras["pose_mlp"] = out
+        return rgb, alpha, meta
+
+    def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
+        """``{"pose_mlp": pose_mlp_reg * mean(raw output^2)}`` when the step's render ran the pose MLP, else {}."""
+        out = meta.get("pose_mlp")
+        if out is None or self.options.pose_mlp_reg == 0:
+            return {}
+        return {"pose_mlp": self.options.pose_mlp_reg * out.pow(2).mean()}
 
     def metric_groups(self, per_view: Sequence[dict]) -> dict:
         """Mean PSNR of the evaluated views in training poses and, apart, in unseen poses (by their times):
@@ -305,10 +378,12 @@ class MeshGaussians(SceneModel):
     # ---------------------------------------------------------------------------- IO
 
     def to_splat_data(self, t: float | None = None) -> SplatData:
-        """The world Gaussians in the pose of time ``t`` (:meth:`vertices_at_time`; None: the rest pose,
-        what splats.ply holds), bound by :meth:`posed_gaussians` (the fused Numba kernel on the CPU)."""
+        """The world Gaussians in the pose of time ``t`` (:meth:`pose_at_time`; None: the rest pose, what
+        splats.ply holds), bound by :meth:`posed_gaussians` (the fused Numba kernel on the CPU), with the pose
+        MLP's correction when the model has one (the viewer's playback)."""
+        pose = self.pose_at_time(t)
         with torch.no_grad():
-            w = self.posed_gaussians(self.vertices_at_time(t))
+            w = self.posed_gaussians(self.vertices_of(pose), None if pose is None else pose[0])
         return SplatData.from_torch({"means": w.means, "quats": w.quats, "log_scales": w.log_scales,
                                      "logit_opacities": self.params["logit_opacities"], "sh": self.sh},
                                     antialiased=self.antialiased)
@@ -318,31 +393,23 @@ class MeshGaussians(SceneModel):
         """The avatar for engines (:class:`AvatarRecord`; written by recon.export.avatar_glb): template, skin
         (4 influences per vertex), Gaussians in triangle-local form, and an animation of ``rotations``
         [P, J, 4] / ``translations`` [P, 3] at ``fps`` (default: the captured poses, training and unseen)."""
-        av = self.avatar
+        av, p = self.avatar, self.params
         rotations = av.rotations if rotations is None else rotations
         translations = av.translations if translations is None else translations
-        w = av.skin.weights.detach().cpu().numpy()
-        count = min(4, w.shape[1])
-        idx = np.argsort(-w, axis=1)[:, :count]
-        vals = np.take_along_axis(w, idx, axis=1)
-        if count < 4:
-            idx = np.pad(idx, ((0, 0), (0, 4 - count)))
-            vals = np.pad(vals, ((0, 0), (0, 4 - count)))
+        joints, weights = largest_influences(av.skin.weights, 4, pad=True)
         sk = av.skin.skeleton
-        n = lambda t: t.detach().cpu().numpy()  # noqa: E731
-        return AvatarRecord(n(av.rest_vertices).astype(np.float32), n(av.faces).astype(np.int64), idx.astype(np.int64),
-                            (vals / vals.sum(1, keepdims=True)).astype(np.float32), n(sk.parents).astype(np.int64),
-                            n(sk.rest_positions).astype(np.float32), list(sk.names), n(rotations).astype(np.float32),
-                            n(translations).astype(np.float32), float(fps), n(self.face_ids).astype(np.int64),
-                            n(self.bary).astype(np.float32), n(self.offsets).astype(np.float32),
-                            n(self.params["quats"]).astype(np.float32), n(self.params["log_scales"]).astype(np.float32),
-                            n(self.params["logit_opacities"]).astype(np.float32), n(self.sh).astype(np.float32))
+        return AvatarRecord(_f32(av.rest_vertices), _i64(av.faces), joints, weights.astype(np.float32),
+                            _i64(sk.parents), _f32(sk.rest_positions), list(sk.names), _f32(rotations),
+                            _f32(translations), float(fps), _i64(self.face_ids), _f32(self.bary), _f32(self.offsets),
+                            _f32(p["quats"]), _f32(p["log_scales"]), _f32(p["logit_opacities"]), _f32(self.sh))
 
     def state_dict(self) -> dict:
         return {"method": self.method, "params": {n: p.detach().cpu() for n, p in self.params.items()},
                 "face_ids": self.face_ids.cpu(), "avatar": self.avatar.state(),
                 "optimizer": self.optimizer.state_dict(), "sh_degree": self.sh_degree, "extent": self.extent,
-                "antialiased": self.antialiased, "lrs": asdict(self.lrs), "options": asdict(self.options)}
+                "antialiased": self.antialiased, "lrs": asdict(self.lrs), "options": asdict(self.options),
+                "pose_mlp": None if self.pose_mlp is None else {k: v.detach().cpu() for k, v in
+                                                                 self.pose_mlp.state_dict().items()}}
 
     @classmethod
     def from_state_dict(cls, state: dict, device="cpu") -> "MeshGaussians":
@@ -350,5 +417,9 @@ class MeshGaussians(SceneModel):
         model = cls(state["params"], state["face_ids"], AvatarData.from_state(state["avatar"]), state["sh_degree"],
                     state["extent"], MeshGSConfig(**state.get("options", {})), state["antialiased"],
                     LearningRates(**state.get("lrs", {})))
+        if model.pose_mlp is not None:
+            if not state.get("pose_mlp"):
+                raise UsageError("checkpoint: the meshgs options name a pose MLP but the checkpoint holds no weights")
+            model.pose_mlp.load_state_dict(state["pose_mlp"])
         model._load_optimizer_state(state["optimizer"])
         return model.to(device)

@@ -4,10 +4,10 @@ thresholds; every Gaussian keeps its triangle.
 The statistics, thresholds and pruning are :class:`recon.strategy.adc.ADCStrategy`'s (sizes are the rest
 pose's world scales, :attr:`recon.models.meshgs.MeshGaussians.scales`). Clones copy the parent, triangle
 included (``ops.duplicate`` goes through the model's ``update_params``, which carries ``face_ids``). A split
-draws two children from the parent's Gaussian in the rest pose (mean + R S z, z ~ N(0, I)) and binds them
-back to the **parent's triangle** (:func:`recon.avatar.binding.unbind`): the foot point's barycentric
-coordinates, clamped into the triangle, and the normal offset, clamped inside the model's bound; local
-scales / 1.6, rotation copied.
+draws two children from the parent's Gaussian in the rest pose (mean + R S z, z ~ N(0, I); only the
+parents are posed) and binds them back to the **parent's triangle** (:func:`recon.avatar.binding.unbind`): the
+foot point's barycentric coordinates, clamped into the triangle, and the normal offset, clamped inside the
+model's bound; local scales / 1.6, rotation copied.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from recon.avatar.binding import WorldGaussians, unbind
+from recon.avatar.binding import WorldGaussians, bind, unbind
 from recon.avatar.quaternions import to_rotmat
 from recon.strategy import ops
 from recon.strategy.adc import ADCStrategy
@@ -37,14 +37,15 @@ def split_bound(model, mask: Tensor) -> int:
     p = model.params
     with torch.no_grad():
         tri = model.triangles(model.avatar.rest_vertices.to(model.device))
-        world = model.world_gaussians(model.avatar.rest_vertices.to(model.device))
         faces = model.face_ids[idx]
-        scales = torch.exp(world.log_scales[idx])
-        R = to_rotmat(world.quats[idx])
+        local, _ = model.local_gaussians()  # the rest pose: no pose correction
+        world = bind(tri, faces, *(v[idx] for v in local))  # only the parents are posed
+        scales = torch.exp(world.log_scales)
+        R = to_rotmat(world.quats)
         z = torch.randn(2, n, 3, device=scales.device)
-        means = (world.means[idx][None] + torch.einsum("nij,nj,bnj->bni", R, scales, z)).reshape(-1, 3)
+        means = (world.means[None] + torch.einsum("nij,nj,bnj->bni", R, scales, z)).reshape(-1, 3)
         faces2 = faces.repeat(2)
-        quats2, log_scales2 = world.quats[idx].repeat(2, 1), world.log_scales[idx].repeat(2, 1)
+        quats2, log_scales2 = world.quats.repeat(2, 1), world.log_scales.repeat(2, 1)
         bary, offset, _, _ = unbind(tri, faces2, WorldGaussians(means, quats2, log_scales2))
         bary = bary.clamp(min=MIN_BARY)
         bary = bary / bary.sum(1, keepdim=True)

@@ -248,6 +248,10 @@ FIELD_RANGES = {
     "meshgs.init_scale": _FINITE_POS,
     "meshgs.bary_lr": _FINITE_NONNEG,
     "meshgs.offset_lr": _FINITE_NONNEG,
+    "meshgs.pose_mlp_width": (lambda v: 0 <= v <= 4096, "in 0..4096 (0: off)"),
+    "meshgs.pose_mlp_frequencies": (lambda v: 0 <= v <= 16, "in 0..16"),
+    "meshgs.pose_mlp_lr": _FINITE_NONNEG,
+    "meshgs.pose_mlp_reg": _FINITE_NONNEG,
     **NERF_FIELD_RANGES,  # nerf.* and occupancy.*
 }
 
