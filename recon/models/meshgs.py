@@ -45,7 +45,7 @@ from recon.avatar.skin_file import largest_influences
 from recon.core.avatar_record import AvatarRecord
 from recon.core.errors import ConfigValueError, UsageError
 from recon.core.splat_data import SplatData
-from recon.models.base import SceneModel, check_state_method, register_model
+from recon.models.base import GaussianRows, SceneModel, check_state_method, register_model
 from recon.models.gaussians import LearningRates, resize_optimizer_state, rgb_to_sh0
 
 
@@ -62,7 +62,7 @@ NORMAL_SCALE_RATIO = 0.5  # initial normal-axis standard deviation / in-plane on
 
 
 @register_model("meshgs")
-class MeshGaussians(SceneModel):
+class MeshGaussians(GaussianRows, SceneModel):
     """Gaussians bound to a skinned template's triangles, with their optimiser (see the module docstring).
 
     Attributes:
@@ -71,6 +71,7 @@ class MeshGaussians(SceneModel):
         sh_degree, extent, antialiased, lrs: as :class:`recon.models.gaussians.GaussianModel`.
     """
 
+    ROWS: ClassVar[str] = "offsets"
     MODEL_IN_CHECKPOINTS: ClassVar[bool] = True  # splats.ply is the rest pose; the bound model is in checkpoints
     POSED_BY_TIME: ClassVar[bool] = True  # any time in [0, 1] is a pose (the viewer plays it: viewer/avatar.py)
     config_sections = ("meshgs",)
@@ -157,13 +158,6 @@ class MeshGaussians(SceneModel):
                          "run's model is in its checkpoints; leave --splats out to use it")
 
     # ---------------------------------------------------------------------------- views
-
-    def __len__(self) -> int:
-        return int(self.params["offsets"].shape[0])
-
-    @property
-    def opacities(self) -> Tensor:
-        return torch.sigmoid(self.params["logit_opacities"])
 
     @property
     def bary(self) -> Tensor:

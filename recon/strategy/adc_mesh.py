@@ -53,15 +53,7 @@ def split_bound(model, mask: Tensor) -> int:
         raw_offset = torch.atanh(offset.clamp(-limit, limit) / model.options.max_offset)
     children = {"bary_logits": torch.log(bary), "offsets": raw_offset,
                 "log_scales": (p["log_scales"].detach()[idx] - torch.log(torch.tensor(ops.SPLIT_SCALE_DIVISOR))).repeat(2, 1)}
-
-    def fn_param(name: str, t: Tensor) -> Tensor:
-        new = children.get(name)
-        if new is None:
-            new = t[idx].repeat((2,) + (1,) * (t.dim() - 1))
-        return torch.cat([t[rest], new])
-
-    model.update_params(fn_param, lambda name, key, v: torch.cat([v[rest], ops._zeros_like_rows(v, 2 * n)]))
-    return n
+    return ops.replace_with_children(model, idx, rest, children)
 
 
 @dataclass
