@@ -117,6 +117,7 @@ def bench_run(args) -> dict:
             cams = [f.camera for f in run.scene.frames_train]
             start = time.perf_counter()
             levels = finetune_levels(h, cams, FinetuneConfig(steps=args.finetune_steps, pixels=args.finetune_pixels,
+                                                            lr_scale=args.finetune_lr_scale,
                                                             background=tuple(bg.tolist())),
                                      progress=lambda i, n: print(f"fine-tune {rule}: level {i}/{n}", file=_sys.stderr))
             tune = time.perf_counter() - start
@@ -244,6 +245,8 @@ def main() -> None:
                         "measure again")
     p.add_argument("--finetune-pixels", type=float, default=FinetuneConfig.pixels,
                    help="the projected radius (px) at which each level is tuned (recon/lod/finetune.py)")
+    p.add_argument("--finetune-lr-scale", type=float, default=FinetuneConfig.lr_scale,
+                   help="x the 3DGS learning rates for the fine-tuning")
     p.add_argument("--repeat", type=int, default=21, help="cameras for the synthetic cut timing")
     p.add_argument("--no-export", action="store_true", help="--synthetic: skip the export timing")
     args = p.parse_args()

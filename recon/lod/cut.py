@@ -73,8 +73,9 @@ def _size(x, y, z, r, v, focal):
 def _scan(rec, rec_int, view_planes, focal, pixels, t, cap, vis_pos, vis_parent, cand_j, cand_prio, cand_k):
     """Step 1: the cut at priority bound ``t`` (split when splittable and priority > t), walked as a queue
     over the breadth-first records (recon/lod/flat.py): ``vis_pos`` is the queue of positions (each visited
-    node, then its children when it splits), ``vis_parent`` the queue index of each one's parent (-1: the
-    root); each split node (a candidate) goes into ``cand_*`` (queue index, priority, kids - 1).
+    node, then its children when it splits; once visited, the entry is replaced by the node's id),
+    ``vis_parent`` the queue index of each one's parent (-1: the root); each split node (a candidate) goes
+    into ``cand_*`` (queue index, priority, kids - 1).
     Returns (visited, candidates, extra, below): visited is -1 past ``cap`` nodes; extra the cut's size minus
     1 (the sum of kids - 1 over the candidates); below the largest priority of a splittable node left whole
     (0 if none)."""
@@ -91,6 +92,7 @@ def _scan(rec, rec_int, view_planes, focal, pixels, t, cap, vis_pos, vis_parent,
     while j < n:
         p = vis_pos[j]
         k = rec_int[p, 6]
+        vis_pos[j] = rec_int[p, 7]
         if k > 0:
             s = _size(rec[p, 0], rec[p, 1], rec[p, 2], rec[p, 3], v, focal)
             if s > pixels:
@@ -170,14 +172,14 @@ def _select(cand_j, cand_prio, cand_k, nc, t, budget, split, n):
 
 
 @njit(cache=True)
-def _emit(vis_pos, vis_parent, n, split, node, out):
+def _emit(vis_node, vis_parent, n, split, out):
     """Step 3: node ids of the cut: the visited nodes not split whose parent split (the split ones are
-    closed upwards: a split node's ancestors all split)."""
+    closed upwards: a split node's ancestors all split). ``vis_node``: the scan's queue after the visits."""
     k = 0
     for j in range(n):
         par = vis_parent[j]
         if not split[j] and (par < 0 or split[par]):
-            out[k] = node[vis_pos[j]]
+            out[k] = vis_node[j]
             k += 1
     return out[:k].copy()
 
@@ -249,12 +251,12 @@ def select_cut(h: Hierarchy, camera: Camera, budget: int | None = None, pixels: 
         n, nc, _, _ = st.scan(flat, cam, pix, 0.0, m)
         st.split[:n] = False
         st.split[st.cand_j[:nc]] = True
-        return _emit(st.vis_pos, st.vis_parent, n, st.split, flat.node, st.out)
+        return _emit(st.vis_pos, st.vis_parent, n, st.split, st.out)
     n, nc, t = _bounded_scan(flat, st, cam, pix, int(budget), metric, m)
     last = _select(st.cand_j, st.cand_prio, st.cand_k, nc, t, int(budget), st.split, n)
     if last > 0.0:
         st.last[(metric, int(budget))] = last
-    return _emit(st.vis_pos, st.vis_parent, n, st.split, flat.node, st.out)
+    return _emit(st.vis_pos, st.vis_parent, n, st.split, st.out)
 
 
 def _bounded_scan(flat: FlatTree, st: _CutState, cam: tuple, pix: float, budget: int, metric: str,

@@ -19,8 +19,8 @@ field           shape           meaning
 ==============  ==============  ==============================================================================
 
 The cut reads them packed, one 32-byte record per position (:attr:`FlatTree.packed`: x, y, z, radius, weight
-as float32, then first and kids as int32 in the same bytes, :attr:`FlatTree.packed_int`): one cache line per
-node visited, siblings side by side.
+as float32, then first, kids and node id as int32 in the same bytes, :attr:`FlatTree.packed_int`): one cache
+line per node visited, siblings side by side.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class FlatTree:
         ints = rec.view(np.int32)
         ints[:, 5] = self.first
         ints[:, 6] = self.kids
+        ints[:, 7] = self.node
         self.packed, self.packed_int = rec, ints
 
     @property

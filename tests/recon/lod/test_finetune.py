@@ -31,11 +31,11 @@ def test_finetuning_raises_each_level_and_keeps_the_tree_valid():
     data = small_model(400, seed=3)
     h = build_hierarchy(data, depth=6, opacity_rule="coverage")
     leaves_before = h.nodes.subset(np.arange(h.num_leaves)).copy()
-    results = finetune_levels(h, _orbit(), FinetuneConfig(steps=30, pixels=3.0, cameras=4))
+    results = finetune_levels(h, _orbit(), FinetuneConfig(steps=30, pixels=3.0, cameras=4, lr_scale=1.0))
     assert len(results) >= 3
     gains = np.array([r.psnr_after - r.psnr_before for r in results])
     assert np.median(gains) > 0.5, gains  # the levels move towards the full model's renders
-    assert (gains > -0.2).all(), gains
+    assert all(r.kept == (r.psnr_after > r.psnr_before) for r in results)
     assert sum(r.tuned for r in results) == h.num_nodes - h.num_leaves  # every merged node tuned once
     # the model itself is untouched; spheres still hold their children's, so the cut stays exact
     np.testing.assert_array_equal(h.nodes.means[: h.num_leaves], leaves_before.means)
