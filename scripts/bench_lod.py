@@ -9,7 +9,8 @@ Gaussians (recon/lod/cut.py), each opacity rule of ``--rules`` (recon/lod/merge.
 ``--metrics`` (recon/lod/flat.py); PSNR against the test images, the cut's PSNR drop, CPU render times (median
 over the views, rasterizer cpu backend), and the cut selection time per camera. ``--finetune-steps N``: then
 the levels are fine-tuned (recon/lod/finetune.py, N steps a level, the run's training cameras) and measured
-again, with each level's PSNR against the full model before and after. ``--synthetic N``: N random small Gaussians in a cube, cameras 1.5 cube sides away
+again, with each level's PSNR against the full model before and after. ``--synthetic N``: N random small
+Gaussians in a cube, cameras 1.5 cube sides away
 (the whole model in view): cut time at ``--budget`` (median of ``--repeat`` cameras, each after another
 camera's cut as a viewer's next frame is; wall and thread CPU time; also without a previous cut), whether the
 first cut equals the plain reference (recon/lod/cut.py), hierarchy build time and
@@ -229,7 +230,8 @@ def bench_synthetic(args) -> dict:
         size = sum(c.bytes for c in manifest.chunks)
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
-    return {**result, "export_seconds": export, "export_levels": len(manifest.levels), "export_chunks": len(manifest.chunks),
+    return {**result, "export_seconds": export, "export_levels": len(manifest.levels),
+            "export_chunks": len(manifest.chunks),
             "export_bytes": size}
 
 

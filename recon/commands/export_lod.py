@@ -35,7 +35,8 @@ def check_lod_flags(config) -> None:
         raise UsageError("--format lod: --remove-floaters is not supported yet; export the cleaned model to a "
                          ".ply first (splatforge export RUN --out clean.ply --remove-floaters), then that file")
     if config.lod_web != "none" and find_splat_transform() is None:  # before the slow work
-        raise UsageError(f"--lod-web {config.lod_web}: needs PlayCanvas' splat-transform and node, not found; {INSTALL}")
+        raise UsageError(f"--lod-web {config.lod_web}: needs PlayCanvas' splat-transform and node, not found; "
+                         f"{INSTALL}")
     if config.lod_finetune_steps < 0:
         raise UsageError(f"--lod-finetune-steps {config.lod_finetune_steps}: give 0 (off) or a number of steps")
     if config.lod_finetune_steps and not Path(config.input).is_dir():
@@ -93,7 +94,9 @@ def run_lod_export(config) -> ExportReport:
         meta = write_streamed_sog(Path(config.out), Path(config.out) / "streamed-sog", force=True)
         notes.append(describe(meta) + f" in {Path(config.out) / 'streamed-sog'}")
     if tuned:
-        notes.append("fine-tuned levels (depth: PSNR vs the full model, before -> after): " + ", ".join(
-            f"d{t.depth} {t.psnr_before:.2f} -> {t.psnr_after:.2f} dB" for t in tuned))
+        notes.append("fine-tuned levels (depth: PSNR vs the full model, before -> after; levels that did not improve "
+                     "keep their merges): " + ", ".join(
+                         f"d{t.depth} {t.psnr_before:.2f} -> {t.psnr_after:.2f} dB{'' if t.kept else ' (not kept)'}"
+                         for t in tuned))
     return ExportReport(path=Path(config.out), format="lod", splats=total, bytes=size, sh_degree=manifest.sh_degree,
                         input_splats=len(data), dropped_nonfinite=dropped, target=config.target, notes=notes)

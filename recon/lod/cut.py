@@ -9,7 +9,8 @@ tree. The split priority is ``s(n) w(n)``, w the metric's split weight (recon/lo
 made non-increasing down the tree, so priorities never grow down the tree either.
 
 The cut (:func:`select_cut`): starting from the root, split the splittable node of largest priority
-first (ties: the earlier position in recon/lod/flat.py's breadth-first order), until the next split would take the cut past ``budget`` nodes. A node
+first (ties: the earlier position in recon/lod/flat.py's breadth-first order), until the next split would
+take the cut past ``budget`` nodes. A node
 is splittable when it has children, is larger than ``pixels`` (when given) and its priority is above 0
 (nodes outside the view never split). :func:`select_cut_reference` does exactly that with a heap.
 

@@ -10,7 +10,8 @@ coarse, so the finer nodes a level also holds are already tuned and stay fixed; 
 change. For level d:
 
 1. **its distance**: the level is seen where its merged Gaussians project to about ``pixels`` pixels (default
-   inf: the cameras' own scale), so each camera renders at the image scale ``min(1, pixels z / (f r_d))`` (r_d the median bounding radius of the
+   inf: the cameras' own scale), so each camera renders at the image scale ``min(1, pixels z / (f r_d))``
+   (r_d the median bounding radius of the
    level's own nodes, z the median camera depth of the model's centres in that view, f the focal length;
    at most ``max_side`` pixels a side, at least 16): moving away and rendering smaller are the same for a
    pinhole;
