@@ -5,10 +5,15 @@
 
 With ``--run`` (a finished 3dgs run whose dataset is here): the far half of the test views (by the median depth
 of the Gaussian centres each view sees) is rendered with the whole model and with the cut at ``--budget`` x N
-Gaussians (recon/lod/cut.py), each opacity rule of ``--rules`` (recon/lod/merge.py); PSNR against the test
-images, the cut's PSNR drop, CPU render times (median over the views, rasterizer cpu backend), and the cut
-selection time per camera. ``--synthetic N``: N random small Gaussians in a cube, a camera 1.5 cube sides away
-(the whole model in view): cut time at ``--budget`` (median of ``--repeat`` cameras), hierarchy build time and
+Gaussians (recon/lod/cut.py), each opacity rule of ``--rules`` (recon/lod/merge.py) and cut metric of
+``--metrics`` (recon/lod/flat.py); PSNR against the test images, the cut's PSNR drop, CPU render times (median
+over the views, rasterizer cpu backend), and the cut selection time per camera. ``--finetune-steps N``: then
+the levels are fine-tuned (recon/lod/finetune.py, N steps a level, the run's training cameras) and measured
+again, with each level's PSNR against the full model before and after. ``--synthetic N``: N random small
+Gaussians in a cube, cameras 1.5 cube sides away
+(the whole model in view): cut time at ``--budget`` (median of ``--repeat`` cameras, each after another
+camera's cut as a viewer's next frame is; wall and thread CPU time; also without a previous cut), whether the
+first cut equals the plain reference (recon/lod/cut.py), hierarchy build time and
 the LOD export time (``splatforge export MODEL.ply --format lod``, all of it: read, build, write) into a temporary
 folder.
 """
@@ -36,7 +41,9 @@ import torch  # noqa: E402
 
 from rasterizer import Camera, rasterize_gaussians  # noqa: E402
 from recon.core.splat_data import SplatData, random_splats  # noqa: E402
-from recon.lod.cut import select_cut  # noqa: E402
+from recon.lod.cut import select_cut, select_cut_reference  # noqa: E402
+from recon.lod.finetune import FinetuneConfig, finetune_levels  # noqa: E402
+from recon.lod.flat import flatten  # noqa: E402
 from recon.lod.hierarchy import build_hierarchy, cut_splats  # noqa: E402
 
 
@@ -103,28 +110,49 @@ def bench_run(args) -> dict:
         start = time.perf_counter()
         h = build_hierarchy(data, opacity_rule=rule)
         build = time.perf_counter() - start
-        cut_psnr, cut_time, cut_sel, cut_n, vs_full = [], [], [], [], []
-        for i in far:
-            cam = frames[i].camera
-            select_cut(h, cam, budget=budget)
-            t0 = time.perf_counter()
-            cut = select_cut(h, cam, budget=budget)
-            cut_sel.append(time.perf_counter() - t0)
-            model = cut_splats(h, cut)
-            render(model, cam, bg)
-            img, sec = render(model, cam, bg)
-            cut_psnr.append(psnr(img, images.rgb(i, bg)))
-            vs_full.append(psnr(img, render(data, cam, bg)[0]))
-            cut_time.append(sec)
-            cut_n.append(len(cut))
-        result[f"cut_{rule}"] = {
-            "psnr": statistics.mean(cut_psnr), "psnr_drop": statistics.mean(full_psnr) - statistics.mean(cut_psnr),
+        for metric in args.metrics:
+            key = f"cut_{rule}" + ("" if metric == "size" else f"_{metric}")
+            result[key] = {**measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full_time),
+                           "build_seconds": build, "hierarchy_nodes": h.num_nodes}
+        if args.finetune_steps:
+            cams = [f.camera for f in run.scene.frames_train]
+            start = time.perf_counter()
+            levels = finetune_levels(h, cams, FinetuneConfig(steps=args.finetune_steps, pixels=args.finetune_pixels,
+                                                            lr_scale=args.finetune_lr_scale,
+                                                            background=tuple(bg.tolist())),
+                                     progress=lambda i, n: print(f"fine-tune {rule}: level {i}/{n}", file=_sys.stderr))
+            tune = time.perf_counter() - start
+            for metric in args.metrics:
+                key = f"cut_{rule}_finetuned" + ("" if metric == "size" else f"_{metric}")
+                result[key] = {**measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full_time),
+                               "finetune_seconds": tune, "finetune_steps_per_level": args.finetune_steps,
+                               "levels": [vars(lv) for lv in levels]}
+    return result
+
+
+def measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full_time) -> dict:
+    """Test PSNR, PSNR against the full render, render and cut times of the cuts of ``h`` at ``budget`` over
+    the views ``far``."""
+    cut_psnr, cut_time, cut_sel, cut_n, vs_full = [], [], [], [], []
+    for i in far:
+        cam = frames[i].camera
+        select_cut(h, cam, budget=budget, metric=metric)
+        t0 = time.perf_counter()
+        cut = select_cut(h, cam, budget=budget, metric=metric)
+        cut_sel.append(time.perf_counter() - t0)
+        model = cut_splats(h, cut)
+        render(model, cam, bg)
+        img, sec = render(model, cam, bg)
+        cut_psnr.append(psnr(img, images.rgb(i, bg)))
+        vs_full.append(psnr(img, render(data, cam, bg)[0]))
+        cut_time.append(sec)
+        cut_n.append(len(cut))
+    return {"metric": metric, "psnr": statistics.mean(cut_psnr),
+            "psnr_drop": statistics.mean(full_psnr) - statistics.mean(cut_psnr),
             "psnr_vs_full_render": statistics.mean(vs_full), "gaussians_median": statistics.median(cut_n),
             "render_seconds_median": statistics.median(cut_time),
-            "render_time_ratio": statistics.median(cut_time) / result["full"]["render_seconds_median"],
-            "cut_ms_median": 1000 * statistics.median(cut_sel), "build_seconds": build,
-            "hierarchy_nodes": h.num_nodes}
-    return result
+            "render_time_ratio": statistics.median(cut_time) / statistics.median(full_time),
+            "cut_ms_median": 1000 * statistics.median(cut_sel)}
 
 
 def surface_splats(n: int, seed: int = 0) -> SplatData:
@@ -135,6 +163,20 @@ def surface_splats(n: int, seed: int = 0) -> SplatData:
     return data
 
 
+def orbit_camera(rng) -> Camera:
+    """A 1280 x 720 camera 30 units from the origin at a random angle, looking at it (the whole cube in view)."""
+    angle = rng.uniform(0, 2 * np.pi)
+    eye = np.array([30 * np.sin(angle), rng.uniform(-5, 5), -30 * np.cos(angle)])
+    fwd = -eye / np.linalg.norm(eye)
+    right = np.cross([0.0, 1.0, 0.0], fwd)
+    right /= np.linalg.norm(right)
+    down = np.cross(fwd, right)
+    w2c = np.eye(4)
+    w2c[:3, :3] = np.stack([right, down, fwd])
+    w2c[:3, 3] = -w2c[:3, :3] @ eye
+    return Camera.from_arrays(w2c, [[900, 0, 640], [0, 900, 360], [0, 0, 1]], 1280, 720)
+
+
 def bench_synthetic(args) -> dict:
     data = surface_splats(args.synthetic)
     start = time.perf_counter()
@@ -143,24 +185,36 @@ def bench_synthetic(args) -> dict:
     nodes = h.num_nodes
     budget = max(1, int(round(args.budget * len(data))))
     rng = np.random.default_rng(1)
-    times, sizes = [], []
+    t0 = time.perf_counter()
+    flatten(h)  # the preorder arrays, once per hierarchy
+    flat_seconds = time.perf_counter() - t0
+    times, cpu, cold, sizes = [], [], [], []
+    matches = None
     for k in range(args.repeat):
-        angle = rng.uniform(0, 2 * np.pi)
-        eye = np.array([30 * np.sin(angle), rng.uniform(-5, 5), -30 * np.cos(angle)])
-        fwd = -eye / np.linalg.norm(eye)
-        right = np.cross([0.0, 1.0, 0.0], fwd)
-        right /= np.linalg.norm(right)
-        down = np.cross(fwd, right)
-        w2c = np.eye(4)
-        w2c[:3, :3] = np.stack([right, down, fwd])
-        w2c[:3, 3] = -w2c[:3, :3] @ eye
-        cam = Camera.from_arrays(w2c, [[900, 0, 640], [0, 900, 360], [0, 0, 1]], 1280, 720)
+        cam = orbit_camera(rng)
         if k == 0:
-            select_cut(h, cam, budget=budget)  # compile / load the kernel
+            select_cut(h, cam, budget=budget)  # compile / load the kernels
+            ref = select_cut_reference(h, cam, budget=budget)
+            matches = bool(np.array_equal(np.sort(select_cut(h, cam, budget=budget)), ref))
+        h._cut_state.last.clear()  # no previous frame: the bound is found from the root
         t0 = time.perf_counter()
+        select_cut(h, cam, budget=budget)
+        cold.append(time.perf_counter() - t0)
+        cam = orbit_camera(rng)  # the next frame: another camera, the previous bound as the start
+        t0, c0 = time.perf_counter(), time.thread_time()
         cut = select_cut(h, cam, budget=budget)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - c0)
         sizes.append(len(cut))
+    result = {"gaussians": len(data), "hierarchy_nodes": nodes, "build_seconds": build, "budget": budget,
+              "flatten_seconds": flat_seconds, "cut_ms_median": 1000 * statistics.median(times),
+              "cut_ms_min": 1000 * min(times), "cut_ms_max": 1000 * max(times),
+              "cut_cpu_ms_median": 1000 * statistics.median(cpu),
+              "cut_ms_median_no_previous_frame": 1000 * statistics.median(cold),
+              "cut_gaussians_median": statistics.median(sizes), "cameras": args.repeat,
+              "cut_equals_reference": matches}
+    if args.no_export:
+        return result
     del h
     out_root = Path(tempfile.mkdtemp(prefix="bench_lod_"))
     try:  # the whole command: read the PLY, build, write the chunks and the manifest
@@ -176,10 +230,8 @@ def bench_synthetic(args) -> dict:
         size = sum(c.bytes for c in manifest.chunks)
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
-    return {"gaussians": len(data), "hierarchy_nodes": nodes, "build_seconds": build, "budget": budget,
-            "cut_ms_median": 1000 * statistics.median(times), "cut_ms_min": 1000 * min(times),
-            "cut_gaussians_median": statistics.median(sizes), "cameras": args.repeat,
-            "export_seconds": export, "export_levels": len(manifest.levels), "export_chunks": len(manifest.chunks),
+    return {**result, "export_seconds": export, "export_levels": len(manifest.levels),
+            "export_chunks": len(manifest.chunks),
             "export_bytes": size}
 
 
@@ -189,7 +241,16 @@ def main() -> None:
     p.add_argument("--synthetic", type=int, help="N random Gaussians: cut, build and export times")
     p.add_argument("--budget", type=float, default=0.1, help="cut budget as a fraction of the Gaussians")
     p.add_argument("--rules", nargs="+", default=["coverage", "mass"], help="opacity rules to compare")
+    p.add_argument("--metrics", nargs="+", default=["size"], help="cut metrics to compare (size, opacity)")
+    p.add_argument("--finetune-steps", type=int, default=0,
+                   help="--run: also fine-tune the levels (recon/lod/finetune.py, the run's training cameras) and "
+                        "measure again")
+    p.add_argument("--finetune-pixels", type=float, default=FinetuneConfig.pixels,
+                   help="the projected radius (px) at which each level is tuned (recon/lod/finetune.py)")
+    p.add_argument("--finetune-lr-scale", type=float, default=FinetuneConfig.lr_scale,
+                   help="x the 3DGS learning rates for the fine-tuning")
     p.add_argument("--repeat", type=int, default=21, help="cameras for the synthetic cut timing")
+    p.add_argument("--no-export", action="store_true", help="--synthetic: skip the export timing")
     args = p.parse_args()
     if not args.run and not args.synthetic:
         p.error("give --run RUN_DIR and/or --synthetic N")

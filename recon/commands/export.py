@@ -99,6 +99,14 @@ class ExportConfig:
     """--format lod: the merged Gaussians' opacity rule (recon/lod/merge.py, docs/lod.md): coverage keeps a
     Gaussian merged with its own copy unchanged; mass keeps more of the light of overlapping Gaussians (far test
     views at a 10% budget: city -0.16 dB against coverage's -0.67 dB, colmap_bird -2.76 against -4.83)."""
+    lod_finetune_steps: int = 0
+    """--format lod from a run folder: fine-tune each merged level this many Adam steps against renders of the
+    full model from the run's training cameras (at most 8, at their own image scale; a level is kept only if it
+    got closer to the full model: recon/lod/finetune.py, docs/lod.md); 0: the merges as built."""
+    lod_web: Literal["none", "streamed-sog"] = "none"
+    """--format lod: also write the levels as PlayCanvas' Streamed SOG (lod-meta.json + SOG chunks, what SuperSplat
+    and the PlayCanvas engine stream) into OUT/streamed-sog, encoded by splat-transform (needs node and
+    `bash scripts/install_outside_readers.sh`; docs/lod.md)."""
 
 
 def run_export(config: ExportConfig) -> ExportReport:

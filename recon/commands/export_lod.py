@@ -1,10 +1,12 @@
 """``splatforge export (RUN_DIR | FILE) --format lod --out DIR [--target quest3|phone|...] [--max-splats B]
-[--sh-degree D] [--lod-opacity coverage|mass] [--force]``: the model's LOD hierarchy (:mod:`recon.lod.hierarchy`) written as SPZ chunks by
+[--sh-degree D] [--lod-opacity coverage|mass] [--lod-finetune-steps N] [--lod-web none|streamed-sog] [--force]``: the model's LOD hierarchy (:mod:`recon.lod.hierarchy`) written as SPZ chunks by
 octree cell and level plus ``DIR/manifest.json`` (:mod:`recon.lod.export_lod`, layout in docs/lod.md).
 
 Here ``--max-splats`` (or the target's preset) is the view budget recorded in the manifest: how many Gaussians
 a viewer draws at once; ``--sh-degree`` (or the preset's) truncates the SH of every chunk. Every level is
-written; nothing is dropped.
+written; nothing is dropped. ``--lod-finetune-steps N`` (a run folder only: its training cameras) fine-tunes
+the merged levels first (:mod:`recon.lod.finetune`); the report gives each level's PSNR change.
+``--lod-web streamed-sog`` also writes ``DIR/streamed-sog/`` (PlayCanvas' Streamed SOG, :mod:`recon.lod.streamed_sog`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from recon.export.glb import read_any
 from recon.export.report import ExportReport
 from recon.lod.export_lod import write_lod
 from recon.lod.hierarchy import build_hierarchy
+from recon.lod.streamed_sog import INSTALL, describe, find_splat_transform, write_streamed_sog
 
 DEFAULT_VIEW_BUDGET = DEVICE_BUDGETS["web"].max_splats  # without a target or --max-splats
 
@@ -31,8 +34,32 @@ def check_lod_flags(config) -> None:
     if config.remove_floaters:
         raise UsageError("--format lod: --remove-floaters is not supported yet; export the cleaned model to a "
                          ".ply first (splatforge export RUN --out clean.ply --remove-floaters), then that file")
+    if config.lod_web != "none" and find_splat_transform() is None:  # before the slow work
+        raise UsageError(f"--lod-web {config.lod_web}: needs PlayCanvas' splat-transform and node, not found; "
+                         f"{INSTALL}")
+    if config.lod_finetune_steps < 0:
+        raise UsageError(f"--lod-finetune-steps {config.lod_finetune_steps}: give 0 (off) or a number of steps")
+    if config.lod_finetune_steps and not Path(config.input).is_dir():
+        raise UsageError(f"--lod-finetune-steps: {config.input} is a file; fine-tuning renders from a run's "
+                         f"training cameras, so give the run folder")
     if Path(config.out).suffix.lower() in (".ply", ".splat", ".spz", ".glb"):
         raise UsageError(f"--format lod writes a folder; --out {config.out} looks like a file name")
+
+
+def finetune(h, run, config) -> list:
+    """Fine-tune ``h``'s merged levels (recon/lod/finetune.py) from the run's training cameras, with a progress
+    bar unless quiet; the per-level results."""
+    from rich.progress import Progress
+
+    from recon.lod.finetune import FinetuneConfig, finetune_levels
+
+    cams = [f.camera for f in run.scene.frames_train] or [f.camera for f in run.scene.frames_test]
+    cfg = FinetuneConfig(steps=config.lod_finetune_steps, background=tuple(run.background().float().tolist()))
+    if config.quiet:
+        return finetune_levels(h, cams, cfg)
+    with Progress(transient=True) as bar:
+        task = bar.add_task("fine-tuning the levels", total=None)
+        return finetune_levels(h, cams, cfg, progress=lambda i, n: bar.update(task, completed=i, total=n))
 
 
 def run_lod_export(config) -> ExportReport:
@@ -53,6 +80,7 @@ def run_lod_export(config) -> ExportReport:
         raise SplatFileError(model_path, f"all {dropped} splats hold NaN/Inf values")
     start = time.perf_counter()
     h = build_hierarchy(clean, opacity_rule=config.lod_opacity)
+    tuned = finetune(h, run, config) if config.lod_finetune_steps else []
     manifest = write_lod(h, Path(config.out), sh_degree=sh_degree,
                          view_budget=view_budget or DEFAULT_VIEW_BUDGET, target=config.target, force=config.force,
                          progress=not config.quiet)
@@ -62,5 +90,13 @@ def run_lod_export(config) -> ExportReport:
     levels = ", ".join(f"L{lv.level} {lv.count:,}" for lv in manifest.levels)
     notes = [f"{len(manifest.levels)} levels ({levels}), {len(manifest.chunks)} chunks, view budget "
              f"{manifest.view_budget:,} Gaussians, {seconds:.1f} s", "test PSNR of the levels: scripts/bench_lod.py"]
+    if config.lod_web == "streamed-sog":
+        meta = write_streamed_sog(Path(config.out), Path(config.out) / "streamed-sog", force=True)
+        notes.append(describe(meta) + f" in {Path(config.out) / 'streamed-sog'}")
+    if tuned:
+        notes.append("fine-tuned levels (depth: PSNR vs the full model, before -> after; levels that did not improve "
+                     "keep their merges): " + ", ".join(
+                         f"d{t.depth} {t.psnr_before:.2f} -> {t.psnr_after:.2f} dB{'' if t.kept else ' (not kept)'}"
+                         for t in tuned))
     return ExportReport(path=Path(config.out), format="lod", splats=total, bytes=size, sh_degree=manifest.sh_degree,
                         input_splats=len(data), dropped_nonfinite=dropped, target=config.target, notes=notes)

@@ -187,3 +187,25 @@ def test_export_command_from_a_run_folder(tmp_path):
     assert report.input_splats == 400
     with pytest.raises(UsageError, match="--time"):
         run_export(ExportConfig(input=run, out=tmp_path / "lod2", format="lod", time=0.5, quiet=True))
+
+
+def test_export_command_finetunes_levels_and_checks_lod_flags(tmp_path, monkeypatch):
+    from recon.commands import export_lod as command
+    from recon.commands.export import ExportConfig, run_export
+    from recon.core.errors import UsageError
+    from tests.recon.tiny_runs import tiny_run
+
+    run = tiny_run(tmp_path)
+    report = run_export(ExportConfig(input=run, out=tmp_path / "lod", format="lod", quiet=True, lod_finetune_steps=3))
+    assert any("fine-tuned levels" in note and "dB" in note for note in report.notes)
+    assert read_manifest(tmp_path / "lod").leaves == 400
+    model = tmp_path / "model.ply"
+    write_splats(model, small_model(50))
+    with pytest.raises(UsageError, match="run folder"):
+        run_export(ExportConfig(input=model, out=tmp_path / "lod2", format="lod", quiet=True, lod_finetune_steps=3))
+    with pytest.raises(UsageError, match="--lod-finetune-steps -1"):
+        run_export(ExportConfig(input=run, out=tmp_path / "lod2", format="lod", quiet=True, lod_finetune_steps=-1))
+    monkeypatch.setattr(command, "find_splat_transform", lambda: None)
+    with pytest.raises(UsageError, match="splat-transform"):
+        run_export(ExportConfig(input=model, out=tmp_path / "lod3", format="lod", quiet=True, lod_web="streamed-sog"))
+    assert not (tmp_path / "lod2").exists() and not (tmp_path / "lod3").exists()

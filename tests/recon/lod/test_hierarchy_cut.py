@@ -119,3 +119,56 @@ def test_one_gaussian_and_bad_input():
         build_hierarchy(data.subset(np.zeros(1, bool)))
     with pytest.raises(ValueError, match="depth"):
         build_hierarchy(data, depth=30)
+
+
+def test_flat_tree_is_breadth_first_with_contiguous_children(model_and_tree):
+    from recon.lod.flat import flatten
+
+    _, h = model_and_tree
+    flat = flatten(h, "opacity")
+    assert flat.node[0] == h.root
+    np.testing.assert_array_equal(np.sort(flat.node), np.arange(h.num_nodes))
+    pos = flat.position
+    for p in range(0, h.num_nodes, 7):
+        n = flat.node[p]
+        if n < h.num_leaves:
+            assert flat.kids[p] == 0 and flat.first[p] == -1
+            continue
+        kids = h.children[h.child_start[n - h.num_leaves]:h.child_start[n - h.num_leaves + 1]]
+        np.testing.assert_array_equal(flat.node[flat.first[p]:flat.first[p] + flat.kids[p]], kids)
+        assert (pos[kids] > p).all()
+        assert (flat.weight[flat.first[p]:flat.first[p] + flat.kids[p]] <= flat.weight[p]).all()
+    np.testing.assert_array_equal(flat.packed[:, :4], flat.spheres)
+    np.testing.assert_array_equal(flat.packed_int[:, 5], flat.first)
+
+
+@pytest.mark.parametrize("metric", ["size", "opacity"])
+def test_fast_cut_equals_the_plain_reference(model_and_tree, metric):
+    """The scan-select-emit cut gives exactly the heap's largest-first cut, for budgets that bind or not, a
+    pixel limit, cameras near, far and inside the root's sphere, one after another (each call starts from the
+    previous call's bound)."""
+    from recon.lod.cut import select_cut_reference
+
+    _, h = model_and_tree
+    for distance in (3.0, 0.2, 30.0, 1.2):
+        for budget in (1, 10, 150, 700, 1499, None):
+            for pixels in (None, 2.0):
+                cam = camera_at(distance)
+                fast = np.sort(select_cut(h, cam, budget=budget, pixels=pixels, metric=metric))
+                ref = select_cut_reference(h, cam, budget=budget, pixels=pixels, metric=metric)
+                np.testing.assert_array_equal(fast, ref, err_msg=f"{distance=} {budget=} {pixels=}")
+
+
+def test_cut_with_a_stale_bound_and_a_bad_metric(model_and_tree):
+    """A previous bound far too low or far too high (the camera jumped) still gives the reference's cut."""
+    from recon.lod.cut import select_cut_reference
+
+    _, h = model_and_tree
+    cam = camera_at(2.0)
+    want = select_cut_reference(h, cam, budget=300)
+    for stale in (1e-9, 1e9):
+        select_cut(h, cam, budget=300)
+        h._cut_state.last[("size", 300)] = stale
+        np.testing.assert_array_equal(np.sort(select_cut(h, cam, budget=300)), want)
+    with pytest.raises(ValueError, match="cut metric"):
+        select_cut(h, cam, budget=300, metric="nope")
