@@ -134,7 +134,7 @@ def good_transforms() -> bytes:
 
 def _read_in_folder(name: str, read: Callable[[Path], object], make_folder=None):
     """A reader of a file that lives in a dataset folder: the case's bytes are written as ``name`` there."""
-    def reader(path: Path):
+    def place(path: Path) -> Path:
         folder = path.parent / "folder"
         if make_folder is not None and not folder.exists():
             make_folder(path.parent)
@@ -143,8 +143,12 @@ def _read_in_folder(name: str, read: Callable[[Path], object], make_folder=None)
         if target.exists() or target.is_symlink():
             target.unlink() if not target.is_dir() else os.rmdir(target)
         os.replace(path, target) if path.is_file() else os.symlink(path.resolve(), target)
-        return read(folder)
+        return folder
 
+    def reader(path: Path):
+        return read(place(path))
+
+    reader.place = place  # the folder, for tests that hand it to a command
     return reader
 
 
@@ -165,6 +169,7 @@ def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
     from recon.image.gimg import read_gimg
     from recon.image.io import read_image
     from tests.corpus.fuzz_formats import formats
+    from tests.corpus.fuzz_formats_viewer import formats as viewer_formats
     from viewer.camera_path import load_camera_path
 
     return {
@@ -181,6 +186,7 @@ def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
         "transforms": (good_transforms, _read_in_folder("transforms.json", load_scene, _nerfstudio_folder),
                        ".json"),
         **formats(),  # COLMAP, checkpoints, run-folder metadata, blocks, sequences, meshes, N3DV, D-NeRF, Panoptic
+        **viewer_formats(),  # the viewer's loaders, render --splats, dataset masks, the frame cache's entries
     }
 
 
@@ -284,18 +290,33 @@ def _alarm(signum, frame):
     raise CaseTimeout()
 
 
-def run_case(read: Callable[[Path], object], path: Path, timeout: int = 0) -> dict:
+def reference_load(fmt: str, read: Callable[[Path], object], good: bytes, suffix: str) -> dict:
+    """The good file's canonical load (tests/corpus/load_oracle.py), what every variant that loads is judged
+    against: ``{"canon": {path: array}, "allow_nonfinite": bool}``."""
+    from tests.corpus.load_oracle import NONFINITE_ALLOWED, canonical
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_case(Path(tmp), suffix, "good", good)
+        return {"canon": canonical(read(path), Path(tmp)), "allow_nonfinite": fmt in NONFINITE_ALLOWED}
+
+
+def run_case(read: Callable[[Path], object], path: Path, timeout: int = 0, reference: dict | None = None,
+             variant: str = "good") -> dict:
     """Run one reader on ``path``: outcome, message and peak MB (tracemalloc: Python and numpy). With
-    ``timeout`` seconds (main thread only) a reader still running then is a ``hang``."""
+    ``timeout`` seconds (main thread only) a reader still running then is a ``hang``. With ``reference`` (the
+    good file's :func:`reference_load`) a load is judged by the oracle (``load_oracle.judge``): a load that is
+    not correct is ``wrong``."""
     import signal
     import traceback
+
+    result = None
 
     if timeout:
         signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(timeout)
     tracemalloc.start()
     try:
-        read(path)
+        result = read(path)
         outcome, message = "load", ""
     except CaseTimeout:
         outcome, message = "hang", f"still reading after {timeout} s"
@@ -310,6 +331,12 @@ def run_case(read: Callable[[Path], object], path: Path, timeout: int = 0) -> di
             signal.alarm(0)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
+    if outcome == "load" and reference is not None:
+        from tests.corpus.load_oracle import canonical, judge
+
+        why = judge(variant, reference["canon"], canonical(result, path.parent), reference["allow_nonfinite"])
+        if why:
+            outcome, message = "wrong", why
     return {"outcome": outcome, "message": message[:400], "peak_mb": round(peak / 2**20, 2)}
 
 
@@ -329,12 +356,13 @@ def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None) -> None:
     """Run format ``fmt``'s cases from index ``start``, one JSON line per case on stdout."""
     good, read, suffix = readers()[fmt]
     cases = all_cases(good())[:max_cases]
+    reference = reference_load(fmt, read, cases[0][1], suffix)
     _cap_memory(limit_mb)
     for i in range(start, len(cases)):
         name, data = cases[i]
         with tempfile.TemporaryDirectory() as tmp:
             path = write_case(Path(tmp), suffix, name, data)
-            result = run_case(read, path, CASE_TIMEOUT)
+            result = run_case(read, path, CASE_TIMEOUT, reference, name)
         print(json.dumps({"index": i, "name": name, **result}), flush=True)
 
 
@@ -372,7 +400,7 @@ def fuzz_format(fmt: str, limit_mb: int, max_cases: int | None, timeout: int) ->
     return summarise(fmt, results)
 
 
-BAD_OUTCOMES = ("traceback", "crash", "hang", "unclear")
+BAD_OUTCOMES = ("traceback", "crash", "hang", "unclear", "wrong")
 
 
 def summarise(fmt: str, results: list[dict]) -> dict:
@@ -386,7 +414,7 @@ def summarise(fmt: str, results: list[dict]) -> dict:
         if r["outcome"] in BAD_OUTCOMES and key not in seen:
             seen.add(key)
             bad.append(r)
-    return {"format": fmt, "cases": len(results), "clear_errors": count("error"), "loads": count("load"),
+    return {"format": fmt, "cases": len(results), "clear_errors": count("error"), "loads": count("load"), "wrong": count("wrong"),
             "good_file_loads": bool(good and good["outcome"] == "load"), "unclear": count("unclear"),
             "tracebacks": count("traceback"), "crashes": count("crash"), "hangs": count("hang"), "peak_mb": max(peaks, default=0.0),
             "examples": [{k: r[k] for k in ("name", "outcome", "message")} for r in bad[:8]]}
@@ -407,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     formats = args.formats or list(readers())
     table = [fuzz_format(f, args.limit_mb, args.max_cases, args.timeout) for f in formats]
     print(json.dumps(table, indent=1))
-    bad = sum(r["tracebacks"] + r["crashes"] + r["hangs"] + r["unclear"] + (not r["good_file_loads"]) for r in table)
+    bad = sum(r["wrong"] + r["tracebacks"] + r["crashes"] + r["hangs"] + r["unclear"] + (not r["good_file_loads"]) for r in table)
     return 1 if bad else 0
 
 

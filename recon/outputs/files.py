@@ -114,9 +114,13 @@ def is_section_type(tp: Any) -> bool:
 def write_config(out: Path, cfg: Any) -> Path:
     """Write ``out/config.yaml`` (plain YAML, keys in field order, sections as nested mappings)."""
     path = Path(out) / CONFIG_FILE
-    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+    text = CONFIG_HEAD + yaml.safe_dump(config_to_dict(cfg), sort_keys=False) + CONFIG_END
     atomic_write_bytes(path, text.encode(), force=True)
     return path
+
+
+CONFIG_HEAD = "# splatforge run config (its last line marks the end: a file cut short is refused)\n"
+CONFIG_END = "# end of config\n"
 
 
 MAX_CONFIG_BYTES = 16 << 20  # a config.yaml is a few kB
@@ -145,6 +149,9 @@ def read_config_dict(path: Path) -> dict:
         raise ConfigValueError(f"{path}: nests too deeply; it is damaged or not a config.yaml") from None
     if not isinstance(data, dict):
         raise ConfigValueError(f"{path}: expected a mapping of config fields, got {type(data).__name__}")
+    if text.startswith(CONFIG_HEAD) and not text.rstrip("\n").endswith(CONFIG_END.rstrip("\n")):
+        raise ConfigValueError(f"{path}: cut short (its last line, '{CONFIG_END.strip()}', is missing): the fields "
+                               f"after the cut would silently take their defaults; restore the file or rerun")
     return data
 
 
@@ -214,6 +221,8 @@ def check_field_value(name: str, tp: Any, value: Any) -> Any:
         return value
     if not ok(value):
         raise ConfigValueError(f"{name}: {value!r} is not {_type_name(tp)}")
+    if tp is float and not math.isfinite(float(value)):
+        raise ConfigValueError(f"{name}: {value!r} is not a finite number")
     return float(value) if tp is float else Path(value) if tp is Path else value
 
 
@@ -396,6 +405,9 @@ def read_metrics(path: Path, hint: str) -> dict:
     for key, value, types in checks:
         if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
             raise damaged(f"'{key}' is {value!r:.40}, not {'an integer' if types == (int,) else 'a number'}")
+    for key, value in (("ssim", data.get("ssim")), ("test.ssim", (test or {}).get("ssim"))):
+        if isinstance(value, float) and not -1.0 <= value <= 1.0 and not math.isnan(value):
+            raise damaged(f"'{key}' is {value!r:.40}, outside SSIM's range [-1, 1]")
     return data
 
 
