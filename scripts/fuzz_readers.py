@@ -2,6 +2,7 @@
 
     python scripts/fuzz_readers.py                   # every format, every variant, in worker subprocesses
     python scripts/fuzz_readers.py --formats ply glb --limit-mb 1024 --max-cases 200
+    python scripts/fuzz_readers.py --replay DIR      # every file of an external corpus (docs/fuzzing.md)
 
 Variants of one good file per format (:func:`variants`): truncations at structural boundaries (every
 offset in the first bytes, after each header line, powers of two, the last byte), single bit flips at
@@ -12,7 +13,8 @@ after imports plus ``--limit-mb`` (so an allocation a file cannot back fails ins
 crashed worker is restarted at the next case.
 
 Per case the outcome is one of: ``error`` (a user error, one line naming the file: what every bad input
-must give), ``load`` (the reader returned), ``unclear`` (a user error whose message spans lines or does not
+must give), ``load`` (the reader returned a correct load: tests/corpus/load_oracle.py), ``wrong`` (the reader
+returned a load that is not: values changed beyond what the mutation touched, NaN/Inf, out of range), ``unclear`` (a user error whose message spans lines or does not
 name the file), ``traceback`` (any other exception: a bug), ``crash`` (the worker died), ``hang`` (still
 reading after :data:`CASE_TIMEOUT` seconds: a FIFO opened, ``/dev/zero`` read). The table per
 format: cases, clear errors, loads, unclear, tracebacks, crashes, hangs, peak MB (tracemalloc, numpy
@@ -352,11 +354,17 @@ def _cap_memory(limit_mb: int) -> None:
 CASE_TIMEOUT = 60  # seconds one case may take (the slowest good load, N3DV's videos, takes about 2)
 
 
-def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None) -> None:
-    """Run format ``fmt``'s cases from index ``start``, one JSON line per case on stdout."""
+def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None, replay: Path | None = None) -> None:
+    """Run format ``fmt``'s cases from index ``start``, one JSON line per case on stdout. With ``replay`` the
+    cases are the files of that corpus folder the format's reader is chosen for (judged without a good file:
+    finite and in range only)."""
     good, read, suffix = readers()[fmt]
-    cases = all_cases(good())[:max_cases]
-    reference = reference_load(fmt, read, cases[0][1], suffix)
+    if replay is None:
+        cases = all_cases(good())[:max_cases]
+        reference = reference_load(fmt, read, cases[0][1], suffix)
+    else:
+        cases = replay_cases(replay)[fmt][:max_cases]
+        reference = {"canon": None, "allow_nonfinite": fmt in _nonfinite_allowed()}
     _cap_memory(limit_mb)
     for i in range(start, len(cases)):
         name, data = cases[i]
@@ -366,19 +374,41 @@ def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None) -> None:
         print(json.dumps({"index": i, "name": name, **result}), flush=True)
 
 
+def _nonfinite_allowed() -> dict:
+    from tests.corpus.load_oracle import NONFINITE_ALLOWED
+
+    return NONFINITE_ALLOWED
+
+
+def replay_cases(folder: Path) -> dict[str, list[tuple[str, bytes]]]:
+    """{format: [(file name relative to ``folder``, bytes)]} of an external corpus; files no reader is chosen
+    for are under ``"unplaced"`` (tests/corpus/replay_formats.py)."""
+    from tests.corpus.replay_formats import choose_format, corpus_files
+
+    known = set(readers())
+    out: dict[str, list[tuple[str, bytes]]] = {}
+    for path in corpus_files(folder):
+        fmt = choose_format(path, known) or "unplaced"
+        out.setdefault(fmt, []).append((str(path.relative_to(folder)), path.read_bytes()))
+    return out
+
+
 def all_cases(good: bytes) -> list[tuple[str, bytes | None]]:
     """The good file itself (must load), every variant, then the special entries."""
     return [("good", good), *variants(good), *((s, None) for s in SPECIAL)]
 
 
-def fuzz_format(fmt: str, limit_mb: int, max_cases: int | None, timeout: int) -> dict:
-    """Run every case of ``fmt`` in worker subprocesses (restarted after a crash); its table row."""
+def fuzz_format(fmt: str, limit_mb: int, max_cases: int | None, timeout: int, replay: Path | None = None) -> dict:
+    """Run every case of ``fmt`` (or, with ``replay``, every corpus file chosen for it) in worker subprocesses
+    (restarted after a crash); its table row."""
     results: list[dict] = []
     start, total = 0, None
     while True:
         cmd = [sys.executable, __file__, "--worker", fmt, "--start", str(start), "--limit-mb", str(limit_mb)]
         if max_cases:
             cmd += ["--max-cases", str(max_cases)]
+        if replay is not None:
+            cmd += ["--replay", str(replay)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             lines, rc, err = proc.stdout.splitlines(), proc.returncode, proc.stderr
@@ -394,16 +424,19 @@ def fuzz_format(fmt: str, limit_mb: int, max_cases: int | None, timeout: int) ->
                         "message": (err or "")[-400:], "peak_mb": None})
         start += 1
         if total is None:
-            total = len(all_cases(readers()[fmt][0]())[:max_cases])
+            total = len((replay_cases(replay)[fmt] if replay is not None else all_cases(readers()[fmt][0]()))
+                        [:max_cases])
         if start >= total:
             break
-    return summarise(fmt, results)
+    return summarise(fmt, results, replayed=replay is not None)
 
 
 BAD_OUTCOMES = ("traceback", "crash", "hang", "unclear", "wrong")
 
 
-def summarise(fmt: str, results: list[dict]) -> dict:
+def summarise(fmt: str, results: list[dict], replayed: bool = False) -> dict:
+    """The table row of a format's results (``good_file_loads`` is None for a replayed corpus: it has no good
+    file)."""
     count = lambda o: sum(r["outcome"] == o for r in results)  # noqa: E731
     good = next((r for r in results if r["name"] == "good"), None)
     peaks = [r["peak_mb"] for r in results if r.get("peak_mb") is not None]
@@ -415,7 +448,8 @@ def summarise(fmt: str, results: list[dict]) -> dict:
             seen.add(key)
             bad.append(r)
     return {"format": fmt, "cases": len(results), "clear_errors": count("error"), "loads": count("load"), "wrong": count("wrong"),
-            "good_file_loads": bool(good and good["outcome"] == "load"), "unclear": count("unclear"),
+            "good_file_loads": None if replayed else bool(good and good["outcome"] == "load"),
+            "unclear": count("unclear"),
             "tracebacks": count("traceback"), "crashes": count("crash"), "hangs": count("hang"), "peak_mb": max(peaks, default=0.0),
             "examples": [{k: r[k] for k in ("name", "outcome", "message")} for r in bad[:8]]}
 
@@ -426,16 +460,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit-mb", type=int, default=1024, help="address space each worker may add (MB)")
     ap.add_argument("--max-cases", type=int, default=None, help="at most this many cases per format")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per worker run")
+    ap.add_argument("--replay", type=Path, default=None,
+                    help="run every file under this folder through the reader its name, extension or first bytes "
+                         "choose (tests/corpus/replay_formats.py) instead of generating variants")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.start, args.limit_mb, args.max_cases)
+        worker(args.worker, args.start, args.limit_mb, args.max_cases, args.replay)
         return 0
-    formats = args.formats or list(readers())
-    table = [fuzz_format(f, args.limit_mb, args.max_cases, args.timeout) for f in formats]
-    print(json.dumps(table, indent=1))
-    bad = sum(r["wrong"] + r["tracebacks"] + r["crashes"] + r["hangs"] + r["unclear"] + (not r["good_file_loads"]) for r in table)
+    unplaced: list[str] = []
+    if args.replay is not None:
+        if not args.replay.is_dir():
+            print(f"fuzz_readers: --replay {args.replay}: not a folder; give the corpus folder", file=sys.stderr)
+            return 2
+        grouped = replay_cases(args.replay)
+        unplaced = [name for name, _ in grouped.pop("unplaced", [])]
+        formats = [f for f in (args.formats or sorted(grouped)) if f in grouped]
+    else:
+        formats = args.formats or list(readers())
+    table = [fuzz_format(f, args.limit_mb, args.max_cases, args.timeout, args.replay) for f in formats]
+    print(json.dumps(table if args.replay is None else {"formats": table, "unplaced": unplaced}, indent=1))
+    bad = sum(r["wrong"] + r["tracebacks"] + r["crashes"] + r["hangs"] + r["unclear"]
+              + (r["good_file_loads"] is False) for r in table)
     return 1 if bad else 0
 
 

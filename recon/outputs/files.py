@@ -443,7 +443,7 @@ def write_history(out: Path, history: RunHistory) -> Path:
 def read_history(out: Path) -> RunHistory | None:
     """``out/history.json`` (None when the run has none: older runs); ValueError naming the file when bad."""
     path = Path(out) / HISTORY_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():  # a folder or FIFO there: refused by load_json
         return None
     # NaN is allowed: a diverged training records NaN losses
     data = load_json(path, "history", lambda p, problem: DamagedFileError(

@@ -300,10 +300,11 @@ NONFINITE_ALLOWED = {
 """Formats whose writer itself may write NaN/Inf: there a non-finite value is in the format's domain."""
 
 
-def judge(variant: str, good: dict[str, np.ndarray], case: dict[str, np.ndarray],
+def judge(variant: str, good: dict[str, np.ndarray] | None, case: dict[str, np.ndarray],
           allow_nonfinite: bool = False) -> str | None:
     """None when ``case`` (the load of variant ``variant``) is a correct load next to the good file's load
-    ``good``; else why it is wrong (one line). ``allow_nonfinite``: the format's domain includes NaN/Inf
+    ``good`` (None: only the finite and range checks, for a file with no good original); else why it is wrong
+    (one line). ``allow_nonfinite``: the format's domain includes NaN/Inf
     (:data:`NONFINITE_ALLOWED`)."""
     bad = [] if allow_nonfinite else nonfinite(case)
     if bad:
@@ -311,6 +312,8 @@ def judge(variant: str, good: dict[str, np.ndarray], case: dict[str, np.ndarray]
     bad = out_of_range(case)
     if bad:
         return f"loaded out-of-range values: {'; '.join(bad[:2])}"
+    if good is None:  # a replayed corpus file: no good load to compare with
+        return None
     units, paths = differences(good, case)
     if units == 0:
         return None
