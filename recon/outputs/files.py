@@ -120,6 +120,8 @@ def write_config(out: Path, cfg: Any) -> Path:
 
 
 CONFIG_HEAD = "# splatforge run config (its last line marks the end: a file cut short is refused)\n"
+"""The first line of a config.yaml splatforge writes; a file starting with it must hold :data:`CONFIG_END`
+(config files written by hand or before the marker existed have no head and are not checked)."""
 CONFIG_END = "# end of config\n"
 
 
@@ -149,7 +151,7 @@ def read_config_dict(path: Path) -> dict:
         raise ConfigValueError(f"{path}: nests too deeply; it is damaged or not a config.yaml") from None
     if not isinstance(data, dict):
         raise ConfigValueError(f"{path}: expected a mapping of config fields, got {type(data).__name__}")
-    if text.startswith(CONFIG_HEAD) and not text.rstrip("\n").endswith(CONFIG_END.rstrip("\n")):
+    if text.startswith(CONFIG_HEAD) and CONFIG_END.strip() not in (line.strip() for line in text.splitlines()):
         raise ConfigValueError(f"{path}: cut short (its last line, '{CONFIG_END.strip()}', is missing): the fields "
                                f"after the cut would silently take their defaults; restore the file or rerun")
     return data
