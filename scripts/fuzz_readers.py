@@ -14,11 +14,11 @@ crashed worker is restarted at the next case.
 
 Per case the outcome is one of: ``error`` (a user error, one line naming the file: what every bad input
 must give), ``load`` (the reader returned a correct load: tests/corpus/load_oracle.py), ``wrong`` (the reader
-returned a load that is not: values changed beyond what the mutation touched, NaN/Inf, out of range), ``unclear`` (a user error whose message spans lines or does not
-name the file), ``traceback`` (any other exception: a bug), ``crash`` (the worker died), ``hang`` (still
-reading after :data:`CASE_TIMEOUT` seconds: a FIFO opened, ``/dev/zero`` read). The table per
-format: cases, clear errors, loads, unclear, tracebacks, crashes, hangs, peak MB (tracemalloc, numpy
-included) and the first few tracebacks. ``tests/corpus/test_fuzz_subset.py`` runs a fast subset in CI.
+returned a load that is not: values changed beyond what the mutation touched, NaN/Inf, out of range),
+``unclear`` (a user error whose message spans lines or does not name the file), ``traceback`` (any other
+exception: a bug), ``crash`` (the worker died), ``hang`` (still reading after :data:`CASE_TIMEOUT` seconds: a
+FIFO opened, ``/dev/zero`` read). The table per format: cases, clear errors, loads, wrong, unclear, tracebacks,
+crashes, hangs, peak MB (tracemalloc, numpy included) and the first few failures. ``tests/corpus/test_fuzz_subset.py`` runs a fast subset in CI.
 """
 
 from __future__ import annotations
@@ -447,7 +447,8 @@ def summarise(fmt: str, results: list[dict], replayed: bool = False) -> dict:
         if r["outcome"] in BAD_OUTCOMES and key not in seen:
             seen.add(key)
             bad.append(r)
-    return {"format": fmt, "cases": len(results), "clear_errors": count("error"), "loads": count("load"), "wrong": count("wrong"),
+    return {"format": fmt, "cases": len(results), "clear_errors": count("error"), "loads": count("load"),
+            "wrong": count("wrong"),
             "good_file_loads": None if replayed else bool(good and good["outcome"] == "load"),
             "unclear": count("unclear"),
             "tracebacks": count("traceback"), "crashes": count("crash"), "hangs": count("hang"), "peak_mb": max(peaks, default=0.0),
