@@ -241,9 +241,10 @@ def _units(a: np.ndarray, b: np.ndarray) -> int:
     return 0 if _equal(a, b) else 1
 
 
-def _changed_rows(a: np.ndarray, b: np.ndarray) -> set[int] | None:
-    """Indices of the rows in which two same-shaped tables differ; None when they are not such tables."""
-    if not (_is_table(a) and a.shape == b.shape and a.dtype.kind == b.dtype.kind):
+def _changed_rows(a: np.ndarray, b: np.ndarray, record: bool = False) -> set[int] | None:
+    """Indices of the rows in which two same-shaped tables (or ``record`` fields) differ; None when they are
+    not such arrays."""
+    if not ((_is_table(a) or record) and a.ndim >= 1 and a.shape == b.shape and a.dtype.kind == b.dtype.kind):
         return None
     flat_a, flat_b = a.reshape(len(a), -1), b.reshape(len(b), -1)
     diff = flat_a != flat_b
@@ -260,11 +261,24 @@ def _derived_from_changed_vertices(good: dict, case: dict, key: str) -> bool:
         good[key].shape == case[key].shape and not _equal(good[vkey], case[vkey])
 
 
+def _record_groups(good: dict[str, np.ndarray]) -> dict[str, tuple[str, int]]:
+    """{path: (parent path, rows)} of the arrays that are fields of records: tables (more than
+    :data:`TABLE_ROWS` rows), or small arrays with at least two siblings of the same length (a model of 4
+    Gaussians: means, quats, scales... of 4 rows). A record changed is one unit in its group."""
+    groups: dict[tuple[str, int], list[str]] = {}
+    for key, a in good.items():
+        if a.ndim >= 1 and len(a) >= 2:
+            groups.setdefault((key.rsplit(".", 1)[0] if "." in key else "", len(a)), []).append(key)
+    return {k: g for g, keys in groups.items() for k in keys if g[1] > TABLE_ROWS or len(keys) >= 3}
+
+
 def differences(good: dict[str, np.ndarray], case: dict[str, np.ndarray]) -> tuple[int, list[str]]:
     """(units changed, the changed paths) between two canonical loads. One record is one unit however many
-    fields (paths) hold it: the rows changed in same-shaped tables are counted once by index, tables whose
-    lengths differ by their largest row difference; every other changed leaf (or one in only one load) is 1."""
-    rows: set[int] = set()
+    fields (paths) hold it: the rows changed in same-shaped record fields (:func:`_record_groups`) are counted
+    once per index and group, tables whose lengths differ by their largest row difference; every other changed
+    leaf (or one in only one load) is 1."""
+    record = _record_groups(good)
+    rows: set[tuple] = set()
     resized = small = 0
     paths = []
     for key in sorted(set(good) | set(case)):
@@ -278,9 +292,9 @@ def differences(good: dict[str, np.ndarray], case: dict[str, np.ndarray]) -> tup
             if g_rows != c_rows:
                 resized, paths = max(resized, len(g_rows - c_rows), len(c_rows - g_rows)), paths + [key]
             continue
-        changed = _changed_rows(good[key], case[key])
+        changed = _changed_rows(good[key], case[key], key in record)
         if changed is not None:
-            rows |= changed
+            rows |= {(record.get(key), i) for i in changed}
             paths += [key] if changed else []
             continue
         n = _units(good[key], case[key])
