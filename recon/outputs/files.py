@@ -182,6 +182,8 @@ def _section_from_dict(cls: type, data: dict, prefix: str) -> Any:
         tp = hints[key]
         if not is_section_type(tp):
             kw[key] = check_field_value(prefix + key, tp, value)
+            if isinstance(kw[key], float) and not math.isfinite(kw[key]):  # 1e400 in a file: read as infinity
+                raise ConfigValueError(f"{prefix}{key}: {value!r} is not a finite number")
         elif value is None:  # an empty section in YAML (``adc:``): its defaults
             continue
         elif not isinstance(value, dict):
@@ -223,8 +225,6 @@ def check_field_value(name: str, tp: Any, value: Any) -> Any:
         return value
     if not ok(value):
         raise ConfigValueError(f"{name}: {value!r} is not {_type_name(tp)}")
-    if tp is float and not math.isfinite(float(value)):
-        raise ConfigValueError(f"{name}: {value!r} is not a finite number")
     return float(value) if tp is float else Path(value) if tp is Path else value
 
 
