@@ -2,6 +2,7 @@
 
     python scripts/fuzz_readers.py                   # every format, every variant, in worker subprocesses
     python scripts/fuzz_readers.py --formats ply glb --limit-mb 1024 --max-cases 200
+    python scripts/fuzz_readers.py --replay DIR      # every file of an external corpus (docs/fuzzing.md)
 
 Variants of one good file per format (:func:`variants`): truncations at structural boundaries (every
 offset in the first bytes, after each header line, powers of two, the last byte), single bit flips at
@@ -12,11 +13,12 @@ after imports plus ``--limit-mb`` (so an allocation a file cannot back fails ins
 crashed worker is restarted at the next case.
 
 Per case the outcome is one of: ``error`` (a user error, one line naming the file: what every bad input
-must give), ``load`` (the reader returned), ``unclear`` (a user error whose message spans lines or does not
-name the file), ``traceback`` (any other exception: a bug), ``crash`` (the worker died), ``hang`` (still
-reading after :data:`CASE_TIMEOUT` seconds: a FIFO opened, ``/dev/zero`` read). The table per
-format: cases, clear errors, loads, unclear, tracebacks, crashes, hangs, peak MB (tracemalloc, numpy
-included) and the first few tracebacks. ``tests/corpus/test_fuzz_subset.py`` runs a fast subset in CI.
+must give), ``load`` (the reader returned a correct load: tests/corpus/load_oracle.py), ``wrong`` (the reader
+returned a load that is not: values changed beyond what the mutation touched, NaN/Inf, out of range),
+``unclear`` (a user error whose message spans lines or does not name the file), ``traceback`` (any other
+exception: a bug), ``crash`` (the worker died), ``hang`` (still reading after :data:`CASE_TIMEOUT` seconds: a
+FIFO opened, ``/dev/zero`` read). The table per format: cases, clear errors, loads, wrong, unclear, tracebacks,
+crashes, hangs, peak MB (tracemalloc, numpy included) and the first few failures. ``tests/corpus/test_fuzz_subset.py`` runs a fast subset in CI.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def good_transforms() -> bytes:
 
 def _read_in_folder(name: str, read: Callable[[Path], object], make_folder=None):
     """A reader of a file that lives in a dataset folder: the case's bytes are written as ``name`` there."""
-    def reader(path: Path):
+    def place(path: Path) -> Path:
         folder = path.parent / "folder"
         if make_folder is not None and not folder.exists():
             make_folder(path.parent)
@@ -143,8 +145,12 @@ def _read_in_folder(name: str, read: Callable[[Path], object], make_folder=None)
         if target.exists() or target.is_symlink():
             target.unlink() if not target.is_dir() else os.rmdir(target)
         os.replace(path, target) if path.is_file() else os.symlink(path.resolve(), target)
-        return read(folder)
+        return folder
 
+    def reader(path: Path):
+        return read(place(path))
+
+    reader.place = place  # the folder, for tests that hand it to a command
     return reader
 
 
@@ -165,6 +171,7 @@ def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
     from recon.image.gimg import read_gimg
     from recon.image.io import read_image
     from tests.corpus.fuzz_formats import formats
+    from tests.corpus.fuzz_formats_viewer import formats as viewer_formats
     from viewer.camera_path import load_camera_path
 
     return {
@@ -181,6 +188,7 @@ def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
         "transforms": (good_transforms, _read_in_folder("transforms.json", load_scene, _nerfstudio_folder),
                        ".json"),
         **formats(),  # COLMAP, checkpoints, run-folder metadata, blocks, sequences, meshes, N3DV, D-NeRF, Panoptic
+        **viewer_formats(),  # the viewer's loaders, render --splats, dataset masks, the frame cache's entries
     }
 
 
@@ -284,18 +292,33 @@ def _alarm(signum, frame):
     raise CaseTimeout()
 
 
-def run_case(read: Callable[[Path], object], path: Path, timeout: int = 0) -> dict:
+def reference_load(fmt: str, read: Callable[[Path], object], good: bytes, suffix: str) -> dict:
+    """The good file's canonical load (tests/corpus/load_oracle.py), what every variant that loads is judged
+    against: ``{"canon": {path: array}, "allow_nonfinite": bool}``."""
+    from tests.corpus.load_oracle import NONFINITE_ALLOWED, canonical
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_case(Path(tmp), suffix, "good", good)
+        return {"canon": canonical(read(path), Path(tmp)), "allow_nonfinite": fmt in NONFINITE_ALLOWED}
+
+
+def run_case(read: Callable[[Path], object], path: Path, timeout: int = 0, reference: dict | None = None,
+             variant: str = "good") -> dict:
     """Run one reader on ``path``: outcome, message and peak MB (tracemalloc: Python and numpy). With
-    ``timeout`` seconds (main thread only) a reader still running then is a ``hang``."""
+    ``timeout`` seconds (main thread only) a reader still running then is a ``hang``. With ``reference`` (the
+    good file's :func:`reference_load`) a load is judged by the oracle (``load_oracle.judge``): a load that is
+    not correct is ``wrong``."""
     import signal
     import traceback
+
+    result = None
 
     if timeout:
         signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(timeout)
     tracemalloc.start()
     try:
-        read(path)
+        result = read(path)
         outcome, message = "load", ""
     except CaseTimeout:
         outcome, message = "hang", f"still reading after {timeout} s"
@@ -310,6 +333,12 @@ def run_case(read: Callable[[Path], object], path: Path, timeout: int = 0) -> di
             signal.alarm(0)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
+    if outcome == "load" and reference is not None:
+        from tests.corpus.load_oracle import canonical, judge
+
+        why = judge(variant, reference["canon"], canonical(result, path.parent), reference["allow_nonfinite"])
+        if why:
+            outcome, message = "wrong", why
     return {"outcome": outcome, "message": message[:400], "peak_mb": round(peak / 2**20, 2)}
 
 
@@ -325,17 +354,43 @@ def _cap_memory(limit_mb: int) -> None:
 CASE_TIMEOUT = 60  # seconds one case may take (the slowest good load, N3DV's videos, takes about 2)
 
 
-def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None) -> None:
-    """Run format ``fmt``'s cases from index ``start``, one JSON line per case on stdout."""
+def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None, replay: Path | None = None) -> None:
+    """Run format ``fmt``'s cases from index ``start``, one JSON line per case on stdout. With ``replay`` the
+    cases are the files of that corpus folder the format's reader is chosen for (judged without a good file:
+    finite and in range only)."""
     good, read, suffix = readers()[fmt]
-    cases = all_cases(good())[:max_cases]
+    if replay is None:
+        cases = all_cases(good())[:max_cases]
+        reference = reference_load(fmt, read, cases[0][1], suffix)
+    else:
+        cases = replay_cases(replay)[fmt][:max_cases]
+        reference = {"canon": None, "allow_nonfinite": fmt in _nonfinite_allowed()}
     _cap_memory(limit_mb)
     for i in range(start, len(cases)):
         name, data = cases[i]
         with tempfile.TemporaryDirectory() as tmp:
             path = write_case(Path(tmp), suffix, name, data)
-            result = run_case(read, path, CASE_TIMEOUT)
+            result = run_case(read, path, CASE_TIMEOUT, reference, name)
         print(json.dumps({"index": i, "name": name, **result}), flush=True)
+
+
+def _nonfinite_allowed() -> dict:
+    from tests.corpus.load_oracle import NONFINITE_ALLOWED
+
+    return NONFINITE_ALLOWED
+
+
+def replay_cases(folder: Path) -> dict[str, list[tuple[str, bytes]]]:
+    """{format: [(file name relative to ``folder``, bytes)]} of an external corpus; files no reader is chosen
+    for are under ``"unplaced"`` (tests/corpus/replay_formats.py)."""
+    from tests.corpus.replay_formats import choose_format, corpus_files
+
+    known = set(readers())
+    out: dict[str, list[tuple[str, bytes]]] = {}
+    for path in corpus_files(folder):
+        fmt = choose_format(path, known) or "unplaced"
+        out.setdefault(fmt, []).append((str(path.relative_to(folder)), path.read_bytes()))
+    return out
 
 
 def all_cases(good: bytes) -> list[tuple[str, bytes | None]]:
@@ -343,14 +398,17 @@ def all_cases(good: bytes) -> list[tuple[str, bytes | None]]:
     return [("good", good), *variants(good), *((s, None) for s in SPECIAL)]
 
 
-def fuzz_format(fmt: str, limit_mb: int, max_cases: int | None, timeout: int) -> dict:
-    """Run every case of ``fmt`` in worker subprocesses (restarted after a crash); its table row."""
+def fuzz_format(fmt: str, limit_mb: int, max_cases: int | None, timeout: int, replay: Path | None = None) -> dict:
+    """Run every case of ``fmt`` (or, with ``replay``, every corpus file chosen for it) in worker subprocesses
+    (restarted after a crash); its table row."""
     results: list[dict] = []
     start, total = 0, None
     while True:
         cmd = [sys.executable, __file__, "--worker", fmt, "--start", str(start), "--limit-mb", str(limit_mb)]
         if max_cases:
             cmd += ["--max-cases", str(max_cases)]
+        if replay is not None:
+            cmd += ["--replay", str(replay)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             lines, rc, err = proc.stdout.splitlines(), proc.returncode, proc.stderr
@@ -366,16 +424,19 @@ def fuzz_format(fmt: str, limit_mb: int, max_cases: int | None, timeout: int) ->
                         "message": (err or "")[-400:], "peak_mb": None})
         start += 1
         if total is None:
-            total = len(all_cases(readers()[fmt][0]())[:max_cases])
+            total = len((replay_cases(replay)[fmt] if replay is not None else all_cases(readers()[fmt][0]()))
+                        [:max_cases])
         if start >= total:
             break
-    return summarise(fmt, results)
+    return summarise(fmt, results, replayed=replay is not None)
 
 
-BAD_OUTCOMES = ("traceback", "crash", "hang", "unclear")
+BAD_OUTCOMES = ("traceback", "crash", "hang", "unclear", "wrong")
 
 
-def summarise(fmt: str, results: list[dict]) -> dict:
+def summarise(fmt: str, results: list[dict], replayed: bool = False) -> dict:
+    """The table row of a format's results (``good_file_loads`` is None for a replayed corpus: it has no good
+    file)."""
     count = lambda o: sum(r["outcome"] == o for r in results)  # noqa: E731
     good = next((r for r in results if r["name"] == "good"), None)
     peaks = [r["peak_mb"] for r in results if r.get("peak_mb") is not None]
@@ -387,7 +448,9 @@ def summarise(fmt: str, results: list[dict]) -> dict:
             seen.add(key)
             bad.append(r)
     return {"format": fmt, "cases": len(results), "clear_errors": count("error"), "loads": count("load"),
-            "good_file_loads": bool(good and good["outcome"] == "load"), "unclear": count("unclear"),
+            "wrong": count("wrong"),
+            "good_file_loads": None if replayed else bool(good and good["outcome"] == "load"),
+            "unclear": count("unclear"),
             "tracebacks": count("traceback"), "crashes": count("crash"), "hangs": count("hang"), "peak_mb": max(peaks, default=0.0),
             "examples": [{k: r[k] for k in ("name", "outcome", "message")} for r in bad[:8]]}
 
@@ -398,16 +461,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit-mb", type=int, default=1024, help="address space each worker may add (MB)")
     ap.add_argument("--max-cases", type=int, default=None, help="at most this many cases per format")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per worker run")
+    ap.add_argument("--replay", type=Path, default=None,
+                    help="run every file under this folder through the reader its name, extension or first bytes "
+                         "choose (tests/corpus/replay_formats.py) instead of generating variants")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.start, args.limit_mb, args.max_cases)
+        worker(args.worker, args.start, args.limit_mb, args.max_cases, args.replay)
         return 0
-    formats = args.formats or list(readers())
-    table = [fuzz_format(f, args.limit_mb, args.max_cases, args.timeout) for f in formats]
-    print(json.dumps(table, indent=1))
-    bad = sum(r["tracebacks"] + r["crashes"] + r["hangs"] + r["unclear"] + (not r["good_file_loads"]) for r in table)
+    unplaced: list[str] = []
+    if args.replay is not None:
+        if not args.replay.is_dir():
+            print(f"fuzz_readers: --replay {args.replay}: not a folder; give the corpus folder", file=sys.stderr)
+            return 2
+        grouped = replay_cases(args.replay)
+        unplaced = [name for name, _ in grouped.pop("unplaced", [])]
+        formats = [f for f in (args.formats or sorted(grouped)) if f in grouped]
+    else:
+        formats = args.formats or list(readers())
+    table = [fuzz_format(f, args.limit_mb, args.max_cases, args.timeout, args.replay) for f in formats]
+    print(json.dumps(table if args.replay is None else {"formats": table, "unplaced": unplaced}, indent=1))
+    bad = sum(r["wrong"] + r["tracebacks"] + r["crashes"] + r["hangs"] + r["unclear"]
+              + (r["good_file_loads"] is False) for r in table)
     return 1 if bad else 0
 
 

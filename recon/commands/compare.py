@@ -49,7 +49,7 @@ def read_run(path: Path) -> RunRecord:
                          f"`splatforge train`")
     metrics_file = path / rf.METRICS_FILE
     metrics = None
-    if metrics_file.is_file():
+    if metrics_file.exists() or metrics_file.is_symlink():  # a folder or FIFO there: refused by read_metrics
         metrics = rf.read_metrics(metrics_file, f"rerun `splatforge eval --run {path}`")
     # sections (adc, mcmc, lr) flattened to dotted keys: the table names the field that differs
     return RunRecord(str(path), rf.flatten_config(rf.read_config_dict(config_file)), metrics, rf.read_history(path))

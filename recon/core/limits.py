@@ -216,16 +216,52 @@ def _pillow_errors(path, what: str, error: ErrorFactory, max_pixels: int) -> Ite
                             f"re-save or re-download it")
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_png_crcs(data: bytes, path, what: str = "image", error: ErrorFactory = InputFileError) -> None:
+    """``error`` naming the file when a chunk of PNG bytes ``data`` fails its CRC-32. Pillow checks the CRCs
+    of the chunks before the pixels but not of the pixel data (IDAT), so a damaged PNG would decode to wrong
+    pixels silently. A chunk running past the end is left to the decoder, which reports the file cut short."""
+    pos = len(PNG_SIGNATURE)
+    while pos + 12 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        end = pos + 8 + length
+        if end + 4 > len(data):
+            return
+        if zlib.crc32(data[pos + 4:end]) != int.from_bytes(data[end:end + 4], "big"):
+            kind = data[pos + 4:pos + 8].decode("latin-1")
+            _raise(error, path, f"the {what}'s {kind!r} chunk at byte {pos:,} fails its CRC check: the file is "
+                                f"damaged; re-save or re-download it")
+        if data[pos + 4:pos + 8] == b"IEND":
+            return
+        pos = end + 4
+
+
 def open_image(source, path=None, what: str = "image", error: ErrorFactory = InputFileError,
                max_pixels: int = MAX_IMAGE_PIXELS):
     """A decoded Pillow image from a file path (or a binary file object ``source`` read from ``path``):
-    a regular file whose header declares at most ``max_pixels`` pixels (checked before decoding);
-    ``error`` naming the file otherwise."""
+    a regular file whose header declares at most ``max_pixels`` pixels (checked before decoding), a PNG's
+    chunk CRCs checked (:func:`check_png_crcs`); ``error`` naming the file otherwise."""
+    import io
+
     from PIL import Image
 
     path = source if path is None else path
     if isinstance(source, (str, os.PathLike)):
         require_regular_file(source, f"{what} file", error)
+        with open(source, "rb") as f:
+            png = f.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
+        if png:  # read once: checked, then decoded from memory
+            with open(source, "rb") as f:
+                data = f.read()
+            check_png_crcs(data, path, what, error)
+            source = io.BytesIO(data)
+            with _pillow_errors(path, what, error, max_pixels):
+                im = Image.open(source)
+                _check_pixels(path, im.size, what, error, max_pixels)
+                im.load()
+            return im
     with _pillow_errors(path, what, error, max_pixels):
         im = Image.open(source)
         try:

@@ -23,6 +23,7 @@ through :func:`recon.data.finalize.finalize_frames`); the remapped images are ca
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,7 +250,8 @@ def read_points3D_binary(path: Path) -> ColmapPoints:
 
 def check_points_finite(path: Path, ids: np.ndarray, xyz: np.ndarray) -> None:
     """ColmapFormatError naming the file and the first point whose X, Y, Z is NaN or infinite."""
-    bad = ~np.isfinite(xyz).all(axis=1)
+    with np.errstate(invalid="ignore"):  # the scene keeps points as float32: 1e300 would become infinity
+        bad = ~(np.isfinite(xyz) & (np.abs(xyz) <= np.finfo(np.float32).max)).all(axis=1)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         raise ColmapFormatError(f"{path}: point {int(ids[first])}: X Y Z {xyz[first].tolist()} is not finite "
@@ -260,13 +262,32 @@ def check_points_finite(path: Path, ids: np.ndarray, xyz: np.ndarray) -> None:
 # text reading
 
 
+_DECLARED = re.compile(r"^#\s*Number of (cameras|images|points):\s*(\d+)", re.MULTILINE)
+
+
 def _text_lines(path: Path) -> list[tuple[int, str]]:
-    """(line number, text) of every non-comment line (blank lines kept: images.txt needs them)."""
+    """(line number, text) of every non-comment line (blank lines kept: images.txt needs them). An empty file
+    is refused: COLMAP writes its comment header even for a model without points."""
     try:
         text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
     except OSError as e:
         raise ColmapFormatError(f"cannot read COLMAP file {path}: {e}") from e
+    if not text:
+        raise ColmapFormatError(f"{path}: the file is empty (0 bytes); COLMAP writes a header even for an empty "
+                                f"model: export the model again")
     return [(i + 1, ln.rstrip("\r\n")) for i, ln in enumerate(text.split("\n")) if not ln.lstrip().startswith("#")]
+
+
+def check_declared_count(path: Path, what: str, found: int) -> None:
+    """ColmapFormatError when the header comment COLMAP (and splatforge) writes, ``# Number of <what>: N``,
+    disagrees with the ``found`` records: a text model cut after a whole record would otherwise load as a
+    smaller model. Files without that comment are not checked."""
+    with open(path, "rb") as f:
+        head = f.read(4096).decode("utf-8", "replace")
+    m = _DECLARED.search(head)
+    if m and m.group(1) == what and int(m.group(2)) != found:
+        raise ColmapFormatError(f"{path}: its header says {m.group(2)} {what} but it holds {found}; the file is cut "
+                                f"short or damaged: export the model again")
 
 
 def _parse(path: Path, lineno: int, what: str, fn, token):
@@ -306,6 +327,7 @@ def read_cameras_text(path: Path) -> dict[int, ColmapCamera]:
         height = _parse_int(path, lineno, "height", tok[3])
         params = np.array([_parse(path, lineno, "params", float, t) for t in tok[4:]], dtype=np.float64)
         cameras[cam_id] = ColmapCamera(cam_id, model, width, height, params)
+    check_declared_count(path, "cameras", len(cameras))
     return cameras
 
 
@@ -345,6 +367,7 @@ def read_images_text(path: Path) -> dict[int, ColmapImage]:
             xys, ids = _parse_points2d(path, lines[i][0], lines[i][1])
             i += 1
         images[image_id] = ColmapImage(image_id, q, t, cam_id, tok[9], xys, ids)
+    check_declared_count(path, "images", len(images))
     return images
 
 
@@ -364,6 +387,7 @@ def read_points3D_text(path: Path) -> ColmapPoints:
         rgb.append([_parse_int(path, lineno, "rgb", t, 0, 255) for t in tok[4:7]])
         errors.append(_parse(path, lineno, "error", float, tok[7]))
         tracks.append(np.array([_parse_int(path, lineno, "track", t) for t in tok[8:]], np.int64).reshape(-1, 2))
+    check_declared_count(path, "points", len(ids))
     if not ids:
         return ColmapPoints.empty()
     check_points_finite(path, np.array(ids, np.int64), np.array(xyz, np.float64))

@@ -5,9 +5,12 @@ name hashed from what decides its content: the source file's resolved path, size
 which part of it (``rgba``, ``mask``, ``frame<k>`` of a video) and the output size (the run's
 ``--data-factor``). An edited or replaced source therefore maps to another name: its old entry is never read
 again. Entries are written with :func:`recon.core.atomic.atomic_open` (a temporary file renamed into place),
-so a crash never leaves a partial file under an entry's name; an entry that is damaged anyway (truncated,
-not a ``.npy``, another shape or dtype) reads as missing, and the caller decodes the source again and
-rewrites it.
+so a crash never leaves a partial file under an entry's name. Each entry ends with a trailer
+(:data:`TRAILER_MAGIC` and a BLAKE2b digest of the entry's key and its ``.npy`` bytes), so an entry that is damaged
+anyway (truncated, bits flipped, not a ``.npy``, another shape or dtype) or foreign (another frame's entry copied
+or renamed under this name), or that is not a regular file, or larger than its frame can be, reads as missing:
+the caller decodes the source again and rewrites it. Entries written before the trailer existed read as
+missing too, once.
 
 Where: ``--frame-cache DIR``; "auto" (the default) is ``$SPLATFORGE_CACHE/frames`` when that variable is set,
 else ``~/.cache/splatforge/frames``; "off" keeps nothing on disk (image frames are decoded from their files
@@ -18,8 +21,10 @@ folder, see :mod:`recon.data.n3dv`). Nothing is ever deleted by splatforge: remo
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +58,35 @@ def source_stamp(path: Path) -> dict:
     return {"source": str(Path(path).resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+TRAILER_MAGIC = b"SFCACHE1"
+DIGEST_BYTES = 16
+TRAILER_BYTES = len(TRAILER_MAGIC) + DIGEST_BYTES
+NPY_HEADER_MAX = 4096  # np.save's header for a 3-d uint8 array is 128 bytes
+
+
+def _seal(key: bytes, payload: bytes) -> bytes:
+    """The digest that ties an entry's ``.npy`` bytes to its key (another frame's entry does not verify)."""
+    h = hashlib.blake2b(digest_size=DIGEST_BYTES)
+    h.update(len(key).to_bytes(8, "little"))
+    h.update(key)
+    h.update(payload)
+    return h.digest()
+
+
+def _sealed_payload(path: Path, key: bytes, most: int) -> bytes | None:
+    """The ``.npy`` bytes of the entry file ``path`` when it is a regular file of at most ``most`` bytes whose
+    trailer verifies against ``key``; else None (missing, a FIFO or device, too large, damaged or foreign)."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode) or not TRAILER_BYTES < st.st_size <= most:
+        return None
+    with open(path, "rb") as f:
+        data = f.read(most + 1)
+    payload, magic, digest = data[:-TRAILER_BYTES], data[-TRAILER_BYTES:-DIGEST_BYTES], data[-DIGEST_BYTES:]
+    if magic != TRAILER_MAGIC or _seal(key, payload) != digest:
+        return None
+    return payload
+
+
 class FrameCache:
     """A folder of decoded frames (module docstring). Thread- and process-safe: entries appear whole."""
 
@@ -64,20 +98,31 @@ class FrameCache:
     def __repr__(self) -> str:
         return f"FrameCache({str(self.folder)!r})"
 
-    def entry_path(self, source: Path, part: str, size: tuple[int, int]) -> Path:
-        """The file of ``part`` of ``source`` at ``size`` (width, height); its name hashes the source's stamp
-        (:func:`source_stamp`), so it changes when the source does. OSError when the source is missing."""
+    def entry_key(self, source: Path, part: str, size: tuple[int, int]) -> bytes:
+        """What names (and is sealed into) the entry of ``part`` of ``source`` at ``size`` (width, height): the
+        source's stamp (:func:`source_stamp`), the part and the size, as JSON bytes. OSError when the source is
+        missing."""
         key = {**source_stamp(source), "part": part, "size": [int(size[0]), int(size[1])]}
-        digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        return json.dumps(key, sort_keys=True).encode()
+
+    def entry_path(self, source: Path, part: str, size: tuple[int, int]) -> Path:
+        """The file of ``part`` of ``source`` at ``size`` (width, height); its name hashes :meth:`entry_key`, so
+        it changes when the source does. OSError when the source is missing."""
+        digest = hashlib.sha1(self.entry_key(source, part, size)).hexdigest()
         return self.folder / digest[:2] / f"{digest}.npy"
 
     def load(self, source: Path, part: str, shape: tuple) -> np.ndarray | None:
         """The uint8 array of shape ``shape`` cached for ``part`` of ``source``, or None when there is none
-        or it is damaged (then the caller decodes the source and :meth:`store` s it again). A last dimension
-        of None in ``shape`` accepts 3 or 4 (RGB or RGBA)."""
+        or it is damaged or foreign (module docstring; then the caller decodes the source and :meth:`store` s
+        it again). A last dimension of None in ``shape`` accepts 3 or 4 (RGB or RGBA)."""
         try:
-            path = self.entry_path(source, part, (shape[1], shape[0]))
-            arr = np.load(path, allow_pickle=False)
+            size = (shape[1], shape[0])
+            key, path = self.entry_key(source, part, size), self.entry_path(source, part, size)
+            most = NPY_HEADER_MAX + int(np.prod([4 if d is None else d for d in shape])) + TRAILER_BYTES
+            payload = _sealed_payload(path, key, most)
+            if payload is None:
+                return None
+            arr = np.load(io.BytesIO(payload), allow_pickle=False)
         except (OSError, ValueError, EOFError):  # no entry, a missing source, or a damaged file
             return None
         want = tuple(shape)
@@ -100,10 +145,14 @@ class FrameCache:
         written (read-only, disk full) is not an error: the frame is simply decoded again next time."""
         array = np.ascontiguousarray(array, dtype=np.uint8)
         try:
-            path = self.entry_path(source, part, (array.shape[1], array.shape[0]))
+            size = (array.shape[1], array.shape[0])
+            key, path = self.entry_key(source, part, size), self.entry_path(source, part, size)
+            buf = io.BytesIO()
+            np.save(buf, array, allow_pickle=False)
+            payload = buf.getvalue()
             path.parent.mkdir(parents=True, exist_ok=True)
             with atomic_open(path, force=True) as f:
-                np.save(f, array, allow_pickle=False)
+                f.write(payload + TRAILER_MAGIC + _seal(key, payload))
         except OSError:
             return
         self.writes += 1

@@ -91,8 +91,9 @@ def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None)
         for c, name in enumerate(fn[k]):
             name = str(name)
             seg = root / "seg" / Path(name).with_suffix(".png")
+            seg = seg if seg.exists() or seg.is_symlink() else None  # a folder or FIFO there: refused when read
             frame = Frame(f"ims/{name}", root / "ims" / name, make_camera(w2c[k, c], K[k, c], width, height),
-                          mask_path=None, time=t, segmentation_path=seg if seg.is_file() else None)
+                          mask_path=None, time=t, segmentation_path=seg)
             raw.append((frame, None))
     return finalize_frames(raw, root, path, data_factor, cache_dir), T
 
@@ -100,7 +101,7 @@ def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None)
 def load_points(root: Path) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(points [P, 3] float32, colours [P, 3] uint8) from ``init_pt_cld.npz``, or (None, None) without it."""
     path = root / "init_pt_cld.npz"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():  # a folder, FIFO or device under the name: refused below
         return None, None
     check_npz(path, "initial point cloud", with_path(DataFormatError))  # declared sizes, before allocating
     try:

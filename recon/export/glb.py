@@ -321,6 +321,36 @@ def find_splat_primitive(path, doc: dict) -> dict:
     raise SplatFileError(path, f"no {EXTENSION} primitive in this glTF")
 
 
+def _byte_windows(layout: tuple) -> tuple[int, int, int, int]:
+    """(first byte, end byte, stride, element bytes) of an accessor's rows from :func:`_accessor_layout`."""
+    acc, dtype, ncomp, start, stride = layout
+    elem = dtype.itemsize * ncomp
+    return start, start + stride * (int(acc["count"]) - 1) + elem, stride, elem
+
+
+def _rows_share_bytes(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    """Whether two accessors' rows (:func:`_byte_windows`) read a common byte: spans that meet, unless both
+    are interleaved with one stride and their windows within a stride are apart."""
+    if a[0] >= b[1] or b[0] >= a[1]:
+        return False
+    if a[2] == b[2] and a[2] > max(a[3], b[3]):  # interleaved in one view: compare offsets within a stride
+        da, db = a[0] % a[2], b[0] % b[2]
+        return da < db + b[3] and db < da + a[3]
+    return True
+
+
+def _check_disjoint_attributes(path, doc: dict, binary: bytes, attrs: dict, names: list[str]) -> None:
+    """SplatFileError when two attributes read the same bytes: a damaged offset or key (``byteOffset`` lost,
+    so 0) would otherwise read one attribute's values as another's, a silently wrong model."""
+    windows = {name: _byte_windows(_accessor_layout(path, doc, binary, attrs[name])) for name in names}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if attrs[a] != attrs[b] and _rows_share_bytes(windows[a], windows[b]):
+                raise SplatFileError(path, f"attributes {a} and {b} read the same bytes of the BIN chunk (bytes "
+                                           f"{max(windows[a][0], windows[b][0]):,}..); the file is damaged: "
+                                           f"re-export it")
+
+
 def decode_glb(path, raw: bytes) -> SplatData:
     """GLB bytes -> :class:`SplatData` in OpenCV axes (float32 accessors and normalised integer
     rotation/opacity are accepted)."""
@@ -340,6 +370,8 @@ def decode_glb(path, raw: bytes) -> SplatData:
         degree += 1
     _check_attribute_shapes(path, doc, attrs, ["POSITION", ROTATION, SCALE, OPACITY]
                             + sh_attribute_names(degree))
+    _check_disjoint_attributes(path, doc, binary, attrs, ["POSITION", ROTATION, SCALE, OPACITY]
+                               + sh_attribute_names(degree))
     sh = np.stack([get(name) for name in sh_attribute_names(degree)], axis=1)
     sh *= sh_axis_flip_signs(degree, OPENCV_TO_GLTF)[None, :, None]
     xyzw = get(ROTATION)

@@ -137,8 +137,10 @@ def parse_ply_counts(head: bytes) -> tuple[int, str, list[tuple[str, int, int | 
     return newline + 1, fmt, [(name, count, _min_row_bytes(fmt, props)) for name, count, props in elements]
 
 
-def check_ply_counts(path: str | os.PathLike) -> None:
-    """SplatFileError when the header declares more elements than the file's bytes can hold.
+def check_ply_counts(path: str | os.PathLike, exact: bool = False) -> None:
+    """SplatFileError when the header declares more elements than the file's bytes can hold (``exact``: or
+    when a binary file whose rows all have a fixed size holds bytes after its last element, which a splat
+    file never does: a byte inserted or a count edited would shift every later value).
 
     plyfile allocates every element's array from the declared count before reading it, so a
     header saying 4 billion vertices in a 1 KB ASCII file would ask for 200 GB.
@@ -163,6 +165,29 @@ def check_ply_counts(path: str | os.PathLike) -> None:
                       f"{max(remaining, 0):,} bytes after the header hold at most "
                       f"{max(remaining, 0) // row:,}; the file is truncated or its header is corrupt")
         remaining -= count * row
+    fixed = parsed[1].startswith("binary") and all(r is not None and not _has_lists(h) for h, r in
+                                                   zip(_element_headers(head), (r for _, _, r in parsed[2])))
+    if exact and fixed and remaining != 0:
+        raise SplatFileError(
+            path, f"{remaining:,} bytes follow the last element the PLY header declares (rows of fixed size); "
+                  f"the file was changed after it was written or its header is corrupt: re-export it")
+
+
+def _element_headers(head: bytes) -> list[list[list[str]]]:
+    """The property lines (split into words) of each element of a PLY header, in order."""
+    end = head.find(b"end_header")
+    elements: list[list[list[str]]] = []
+    for line in head[:max(end, 0)].decode("ascii", "replace").splitlines():
+        words = line.split()
+        if words[:1] == ["element"]:
+            elements.append([])
+        elif words[:1] == ["property"] and elements:
+            elements[-1].append(words[1:])
+    return elements
+
+
+def _has_lists(properties: list[list[str]]) -> bool:
+    return any(words[:1] == ["list"] for words in properties)
 
 
 def _load_plydata(path: str | os.PathLike) -> PlyData:
@@ -170,7 +195,7 @@ def _load_plydata(path: str | os.PathLike) -> PlyData:
     Binary vertex data is memory-mapped (plyfile's stream reader is ~1000x slower); plyfile checks
     the file is long enough, so truncation fails here."""
     require_regular_file(path)
-    check_ply_counts(path)
+    check_ply_counts(path, exact=True)
     try:
         with open(path, "rb") as f:
             return PlyData.read(f, mmap="c")

@@ -88,6 +88,9 @@ def decode_records(path, buf: bytes) -> np.ndarray:
         raise SplatFileError(
             path, f"truncated or corrupt .splat: {len(buf)} bytes is not a multiple of "
                   f"{RECORD_SIZE} (one splat = {RECORD_SIZE} bytes)")
+    if not np.frombuffer(buf, dtype=np.uint8).any():
+        raise SplatFileError(path, f"holds only zero bytes ({len(buf):,}): no splat has a size or an opacity; "
+                                   f"the file is damaged or not a .splat")
     return np.frombuffer(buf, dtype=RECORD_DTYPE)
 
 

@@ -29,7 +29,8 @@ from torch import Tensor
 
 from recon.core.atomic import atomic_write_bytes
 from recon.core.errors import UsageError
-from recon.core.limits import MAX_IMAGE_PIXELS, open_image, require_regular_file, with_path
+from recon.core.limits import (MAX_IMAGE_PIXELS, PNG_SIGNATURE, check_png_crcs, open_image, require_regular_file,
+                               with_path)
 
 from . import png16
 
@@ -74,6 +75,8 @@ def read_image(path: str | Path) -> LoadedImage:
     data = path.read_bytes()  # FileNotFoundError / PermissionError name the file
     if not data:
         raise ImageFileError(f"{path}: the file is empty (0 bytes); give a PNG or JPEG image")
+    if data.startswith(PNG_SIGNATURE):  # Pillow leaves the pixel chunks' CRCs unchecked
+        check_png_crcs(data, path, error=with_path(ImageFileError))
     header = png16.png_header(data)
     if header is not None and header[2] == 16:
         return _read_png16(path, data)

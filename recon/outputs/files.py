@@ -113,9 +113,15 @@ def is_section_type(tp: Any) -> bool:
 def write_config(out: Path, cfg: Any) -> Path:
     """Write ``out/config.yaml`` (plain YAML, keys in field order, sections as nested mappings)."""
     path = Path(out) / CONFIG_FILE
-    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+    text = CONFIG_HEAD + yaml.safe_dump(config_to_dict(cfg), sort_keys=False) + CONFIG_END
     atomic_write_bytes(path, text.encode(), force=True)
     return path
+
+
+CONFIG_HEAD = "# splatforge run config (its last line marks the end: a file cut short is refused)\n"
+"""The first line of a config.yaml splatforge writes; a file starting with it must hold :data:`CONFIG_END`
+(config files written by hand or before the marker existed have no head and are not checked)."""
+CONFIG_END = "# end of config\n"
 
 
 MAX_CONFIG_BYTES = 16 << 20  # a config.yaml is a few kB
@@ -144,6 +150,9 @@ def read_config_dict(path: Path) -> dict:
         raise ConfigValueError(f"{path}: nests too deeply; it is damaged or not a config.yaml") from None
     if not isinstance(data, dict):
         raise ConfigValueError(f"{path}: expected a mapping of config fields, got {type(data).__name__}")
+    if text.startswith(CONFIG_HEAD) and CONFIG_END.strip() not in (line.strip() for line in text.splitlines()):
+        raise ConfigValueError(f"{path}: cut short (its last line, '{CONFIG_END.strip()}', is missing): the fields "
+                               f"after the cut would silently take their defaults; restore the file or rerun")
     return data
 
 
@@ -172,6 +181,8 @@ def _section_from_dict(cls: type, data: dict, prefix: str) -> Any:
         tp = hints[key]
         if not is_section_type(tp):
             kw[key] = check_field_value(prefix + key, tp, value)
+            if isinstance(kw[key], float) and not math.isfinite(kw[key]):  # 1e400 in a file: read as infinity
+                raise ConfigValueError(f"{prefix}{key}: {value!r} is not a finite number")
         elif value is None:  # an empty section in YAML (``adc:``): its defaults
             continue
         elif not isinstance(value, dict):
@@ -395,6 +406,9 @@ def read_metrics(path: Path, hint: str) -> dict:
     for key, value, types in checks:
         if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
             raise damaged(f"'{key}' is {value!r:.40}, not {'an integer' if types == (int,) else 'a number'}")
+    for key, value in (("ssim", data.get("ssim")), ("test.ssim", (test or {}).get("ssim"))):
+        if isinstance(value, float) and not -1.0 <= value <= 1.0 and not math.isnan(value):
+            raise damaged(f"'{key}' is {value!r:.40}, outside SSIM's range [-1, 1]")
     return data
 
 
@@ -430,7 +444,7 @@ def write_history(out: Path, history: RunHistory) -> Path:
 def read_history(out: Path) -> RunHistory | None:
     """``out/history.json`` (None when the run has none: older runs); ValueError naming the file when bad."""
     path = Path(out) / HISTORY_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():  # a folder or FIFO there: refused by load_json
         return None
     # NaN is allowed: a diverged training records NaN losses
     data = load_json(path, "history", lambda p, problem: DamagedFileError(

@@ -84,6 +84,9 @@ class RunHistory:
         if not isinstance(data, dict) or any(not isinstance(data.get(k), list) for k in required) \
                 or any(k in data and not isinstance(data[k], list) for k in OPTIONAL_PER_STEP):
             raise DamagedFileError(f"{source}: expected lists {', '.join(names)}")
+        unknown = sorted(str(k) for k in data if k not in names)
+        if unknown:  # a damaged key name would otherwise silently drop an optional list (psnr -> [None] * n)
+            raise DamagedFileError(f"{source}: unknown key(s) {', '.join(unknown)[:80]} (expected {', '.join(names)})")
         n = len(data["loss"])
         history = cls(**{k: list(data[k]) if k in data else [None] * n for k in names})
         for name in names:  # each list holds what it records, so plots and `compare` never meet a string

@@ -117,7 +117,7 @@ class Run:
 
     def metrics(self) -> dict | None:
         """metrics.json (None when the run has none)."""
-        if not self.metrics_path.is_file():
+        if not self.metrics_path.exists() and not self.metrics_path.is_symlink():  # a folder etc.: refused below
             return None
         return rf.read_metrics(self.metrics_path, f"rerun `splatforge eval --run {self.dir}`")
 

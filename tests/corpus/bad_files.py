@@ -1148,3 +1148,71 @@ CASES += [
             r"cam01\.mp4: cannot read the video \(OSError: .*Invalid data found when processing input\)",
             MissingImageError, names="cam01.mp4"),
 ]
+
+
+# ----------------------------------------------------------------------- found by the load oracle (issue 52)
+
+
+def _written_config() -> bytes:
+    import tempfile
+
+    from recon.outputs.files import write_config
+    from recon.training.trainer import TrainConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return write_config(Path(tmp), TrainConfig(data=Path("procedural"), out=Path(tmp))).read_bytes()
+
+
+def _config_cut_short() -> bytes:
+    """A config.yaml splatforge wrote, cut after a whole line: YAML, but the later fields would take defaults."""
+    data = _written_config()
+    return data[: data.index(b"\n", len(data) // 2) + 1]
+
+
+def _good_ply() -> bytes:
+    import tempfile
+
+    from recon.export import write_ply
+
+    with tempfile.TemporaryDirectory() as tmp:
+        write_ply(Path(tmp) / "s.ply", random_splats(8, sh_degree=0))
+        return (Path(tmp) / "s.ply").read_bytes()
+
+
+def _png_with_damaged_pixels() -> bytes:
+    """A PNG whose pixel data (IDAT) has one byte changed and its CRC left as it was: Pillow decodes it."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (H, W, 3), dtype=np.uint8)).save(buf, "PNG")
+    data = bytearray(buf.getvalue())
+    at = data.index(b"IDAT") + 4 + 20
+    data[at] ^= 0x01
+    return bytes(data)
+
+
+ORACLE_FOUND_CASES = [
+    BadFile("ply-bytes-after-the-last-row", write_bytes("extra.ply", lambda: _good_ply() + bytes(8)), read_ply,
+            r"extra\.ply: 8 bytes follow the last element", SplatFileError),
+    BadFile("splat-all-zero-bytes", write_bytes("zeros.splat", lambda: bytes(32 * 64)), read_splat,
+            r"zeros\.splat: holds only zero bytes", SplatFileError),
+    BadFile("png-pixel-chunk-fails-its-crc", write_bytes("photo.png", _png_with_damaged_pixels), read_image_file,
+            r"photo\.png: the image's 'IDAT' chunk at byte \d+ fails its CRC check"),
+    BadFile("config-yaml-cut-short", run_folder_with("config.yaml", _config_cut_short), read_run_config,
+            r"config\.yaml: cut short \(its last line, '# end of config', is missing\)", ValueError,
+            names="config.yaml"),
+    BadFile("config-yaml-infinite-float",
+            run_folder_with("config.yaml", lambda: b"data: procedural\ninit_scale: 1e400\n"), read_run_config, r"config\.yaml: init_scale: .* is not a finite number", ValueError, names="config.yaml"),
+    BadFile("history-unknown-key",
+            run_folder_with("history.json", lambda: _history([0.5, 0.4])[:-1] + b', "psnb": []}'), read_run_history, r"history\.json: unknown key\(s\) psnb", ValueError, names="history.json"),
+    BadFile("metrics-ssim-out-of-range", run_folder_with("metrics.json", lambda: b'{"test": {"ssim": 1e300}}'),
+            read_run_metrics, r"metrics\.json: 'test\.ssim' is 1e\+300, outside SSIM's range", ValueError,
+            names="metrics.json"),
+    BadFile("metrics-json-is-a-folder", run_folder_with("metrics.json", special=lambda root: (root / "metrics.json")
+                                                        .mkdir()),
+            read_run_metrics, r"metrics\.json: is a folder", ValueError, names="metrics.json"),
+]
+
+CASES += ORACLE_FOUND_CASES

@@ -46,7 +46,8 @@ def _template(name: str, build: Callable[[Path], None]) -> Path:
 def in_folder(template: str, build: Callable[[Path], None], rel: str, read: Callable[[Path], object]):
     """A reader of the case at ``path``: a copy of the template folder (``build``) gets it as ``rel``
     (bytes moved there, a special entry linked), then ``read(folder)``."""
-    def reader(path: Path):
+    def place(path: Path) -> Path:
+        """The fresh copy of the template folder holding the case at ``path`` as ``rel``."""
         folder = path.parent / "folder"
         shutil.copytree(_template(template, build), folder, symlinks=True)
         target = folder / rel
@@ -59,8 +60,12 @@ def in_folder(template: str, build: Callable[[Path], None], rel: str, read: Call
             os.replace(path, target)
         else:
             os.symlink(os.readlink(path) if path.is_symlink() else path.resolve(), target)
-        return read(folder)
+        return folder
 
+    def reader(path: Path):
+        return read(place(path))
+
+    reader.place = place  # the CLI tests hand the folder to a command instead
     return reader
 
 
@@ -258,9 +263,12 @@ def read_asset(path: Path):
 
 def read_closed_mesh(path: Path):
     """`sdf fit`'s mesh reader."""
+    from types import SimpleNamespace
+
     from recon.geometry.sdf_fit import load_closed_mesh
 
-    return load_closed_mesh(path)
+    vertices, faces, notes = load_closed_mesh(path)
+    return SimpleNamespace(vertices=vertices, faces=faces, notes=notes)
 
 
 def read_dataset_mesh(path: Path):

@@ -1,6 +1,8 @@
 """The fast CI subset of scripts/fuzz_readers.py: for most formats, a sample of its hostile variants run
-in-process; each is a clear one-line error naming the file or a load, never a traceback or a hang, with a small
-peak allocation (tracemalloc). The full corpus: ``python scripts/fuzz_readers.py``."""
+in-process; each is a clear one-line error naming the file or a correct load (the oracle of
+tests/corpus/load_oracle.py: equal to the good file's load or changed only where the mutation touched, finite,
+in range; never ``wrong``), never a traceback or a hang, with a small peak allocation (tracemalloc). The full
+corpus: ``python scripts/fuzz_readers.py``."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ FOLDER_FORMATS = ["colmap-cameras.bin", "colmap-images.bin", "colmap-points3D.tx
                   "history-json", "metrics-json", "blocks-json", "sequence-manifest", "mesh-obj", "mesh-ply",
                   "mesh-glb", "mesh-obj-sdf", "dnerf-transforms", "panoptic-meta", "n3dv-poses", "transforms",
                   "lod-manifest"]
+# tests/corpus/fuzz_formats_viewer.py: the viewer's loaders, render --splats, dataset masks, the frame cache
+VIEWER_FORMATS = ["view-ply", "view-spz", "view-splat", "view-ply4d", "view-lod-manifest", "view-lod-chunk",
+                  "view-run-splats", "render-splats", "nerfstudio-mask", "panoptic-seg", "frame-cache-entry"]
 FOLDER_SAMPLE = 16
 CASE_TIMEOUT = 60  # seconds: a reader still running then (a FIFO opened) fails the test instead of hanging it
 
@@ -29,11 +34,12 @@ def _fuzz():
     return module
 
 
-@pytest.mark.parametrize("fmt", FORMATS + FOLDER_FORMATS)
-def test_fuzz_sample_has_no_tracebacks(fmt, tmp_path):
+@pytest.mark.parametrize("fmt", FORMATS + FOLDER_FORMATS + VIEWER_FORMATS)
+def test_fuzz_sample_has_no_tracebacks_and_no_wrong_loads(fmt, tmp_path):
     fuzz = _fuzz()
     good, read, suffix = fuzz.readers()[fmt]
     cases = fuzz.all_cases(good())
+    reference = fuzz.reference_load(fmt, read, cases[0][1], suffix)
     step = max(1, len(cases) // (SAMPLE if fmt in FORMATS else FOLDER_SAMPLE))
     sample = cases[:1] + cases[1:-3:step] + cases[-3:]  # the good file, a spread, folder / fifo / dev-zero
     bad = []
@@ -41,9 +47,32 @@ def test_fuzz_sample_has_no_tracebacks(fmt, tmp_path):
         folder = tmp_path / str(i)
         folder.mkdir()
         path = fuzz.write_case(folder, suffix, name, data)
-        result = fuzz.run_case(read, path, CASE_TIMEOUT)
+        result = fuzz.run_case(read, path, CASE_TIMEOUT, reference, name)
         if name == "good" and result["outcome"] != "load":
             bad.append((name, result))
         elif result["outcome"] not in ("error", "load") or result["peak_mb"] > 256:
             bad.append((name, result))
     assert not bad, bad
+
+
+def test_the_oracle_flags_a_wrong_load():
+    """A reader that loaded damaged data silently (a value changed in every record, a NaN, a record lost from
+    the middle) is ``wrong``; the good load, one changed record and a dropped tail are not."""
+    import numpy as np
+
+    from tests.corpus.load_oracle import judge
+
+    good = {"means": np.arange(30.0).reshape(10, 3), "width": np.asarray(24)}
+    assert judge("flip-9.1", good, dict(good)) is None
+    one = {**good, "means": good["means"].copy()}
+    one["means"][4, 1] += 1
+    assert judge("flip-9.1", good, one) is None
+    every = {**good, "means": good["means"] + 1}
+    assert "changed 10" in judge("flip-9.1", good, every)
+    nan = {**good, "means": one["means"].copy()}
+    nan["means"][4, 1] = np.nan
+    assert "non-finite" in judge("flip-9.1", good, nan)
+    assert judge("truncate-100", good, {**good, "means": good["means"][:6]}) is None
+    assert "truncated" in judge("truncate-100", good, {**good, "means": np.delete(good["means"], 2, 0) + 0.5})
+    assert "out-of-range" in judge("flip-1.1", good, {**good, "width": np.asarray(0)})
+    assert "other values" in judge("zeros-1mb", good, one)

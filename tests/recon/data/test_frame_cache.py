@@ -96,7 +96,8 @@ def test_a_failed_write_leaves_no_entry(tmp_path, monkeypatch):
     assert decoded(frames, cache).decodes == 1 and cache.writes == 1
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "other-shape", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "other-shape", "empty", "foreign", "flipped", "fifo",
+                                    "unsealed"])
 def test_a_damaged_entry_is_decoded_again(tmp_path, damage):
     frames = write_frames(tmp_path / "src", n=2)
     cache = FrameCache(tmp_path / "cache")
@@ -109,6 +110,16 @@ def test_a_damaged_entry_is_decoded_again(tmp_path, damage):
         entry.write_bytes(b"not a numpy file at all" * 10)
     elif damage == "empty":
         entry.write_bytes(b"")
+    elif damage == "foreign":  # frame 1's entry (same shape and dtype) renamed to frame 0's name
+        entry.write_bytes(cache.entry_path(frames[1].image_path, "rgba", (W, H)).read_bytes())
+    elif damage == "flipped":  # one pixel bit: a valid .npy of the right shape, wrong content
+        entry.write_bytes(data[:200] + bytes([data[200] ^ 4]) + data[201:])
+    elif damage == "fifo":  # would block np.load forever
+        entry.unlink()
+        os.mkfifo(entry)
+    elif damage == "unsealed":  # an entry without its trailer (written before it existed): decoded once more
+        with open(entry, "wb") as f:
+            np.save(f, np.zeros((H, W, 3), dtype=np.uint8))
     else:
         with open(entry, "wb") as f:
             np.save(f, np.zeros((H + 1, W, 3), dtype=np.uint8))

@@ -1,0 +1,114 @@
+"""One hostile case per fuzzed format through the real command a user would run on it (``recon.cli.main``
+in-process): exit status 2 and exactly one line on stderr that names the file (or the folder holding it), no
+traceback. The cases are the fuzz script's own (scripts/fuzz_readers.py): the ``empty`` variant (0 bytes), which
+every reader must refuse, and for a few formats a cut or a special entry. Files that live in a folder are put
+into a copy of their template folder (tests/corpus/fuzz_formats.py: ``in_folder``) and the folder is given to
+the command."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from recon.cli import main
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fuzz_readers.py"
+
+
+def _fuzz():
+    spec = importlib.util.spec_from_file_location("fuzz_readers", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_template(tmp: Path) -> Path:
+    """A copy of the fuzz formats' finished run (config.yaml on the procedural dataset, checkpoint, splats.ply)."""
+    import shutil
+
+    from tests.corpus.fuzz_formats import _template
+    from tests.corpus.fuzz_formats_viewer import build_finished_run
+
+    run = tmp / "run"
+    shutil.copytree(_template("finished-run", build_finished_run), run)
+    return run
+
+
+def _export(target: Path, tmp: Path) -> list:
+    return ["export", target, "--out", tmp / "out.ply"]
+
+
+def _train(target: Path, tmp: Path) -> list:
+    return ["train", "--data", target, "--steps", "1", "--out", tmp / "trained"]
+
+
+Argv = Callable[[Path, Path], list]
+# format -> (variant, command line for the case's file or folder); the variants are all_cases names
+CLI_CASES: dict[str, tuple[str, Argv]] = {
+    "ply": ("empty", _export),
+    "spz": ("truncate-40", _export),
+    "splat": ("empty", _export),
+    "glb": ("truncate-20", _export),
+    "ply4d": ("empty", _export),
+    "gimg": ("empty", lambda t, tmp: ["image", "render", t, "--out", tmp / "out.png"]),
+    "png": ("truncate-33", lambda t, tmp: ["image", "fit", t, "--out", tmp / "out.gimg"]),
+    "camera-path": ("empty", lambda t, tmp: ["render", "--run", _run_template(tmp), "--path", t,
+                                             "--out", tmp / "v.mp4"]),
+    "transforms": ("empty", _train),
+    "colmap-cameras.bin": ("empty", _train),
+    "colmap-images.txt": ("empty", _train),
+    "dnerf-transforms": ("empty", _train),
+    "panoptic-meta": ("empty", _train),
+    "n3dv-poses": ("empty", _train),
+    "checkpoint": ("empty", _export),
+    "config-yaml": ("truncate-100", lambda t, tmp: ["eval", "--run", t]),
+    "history-json": ("empty", lambda t, tmp: ["compare", t]),
+    "metrics-json": ("folder", lambda t, tmp: ["compare", t]),
+    "mesh-obj-sdf": ("empty", lambda t, tmp: ["sdf", "fit", t, "--out", tmp / "field.pt"]),
+    "view-ply": ("empty", lambda t, tmp: ["view", t]),
+    "view-spz": ("empty", lambda t, tmp: ["view", t]),
+    "view-splat": ("empty", lambda t, tmp: ["view", t]),
+    "view-ply4d": ("truncate-200", lambda t, tmp: ["view", t]),
+    "view-lod-manifest": ("empty", lambda t, tmp: ["view", t]),
+    "view-lod-chunk": ("empty", lambda t, tmp: ["view", t]),
+    "view-run-splats": ("empty", lambda t, tmp: ["view", t]),
+    "render-splats": ("empty", lambda t, tmp: ["render", "--run", _run_template(tmp), "--splats", t,
+                                               "--out", tmp / "v.mp4"]),
+    "nerfstudio-mask": ("empty", _train),
+    "panoptic-seg": ("empty", lambda t, tmp: [*_train(t, tmp), "--data-factor", "2"]),  # read when downscaled
+}
+
+
+@pytest.fixture(scope="module")
+def fuzz():
+    return _fuzz()
+
+
+@pytest.mark.parametrize("fmt", sorted(CLI_CASES))
+def test_hostile_case_exits_2_with_one_line_naming_the_file(fmt, fuzz, tmp_path, capsys):
+    variant, argv = CLI_CASES[fmt]
+    good, read, suffix = fuzz.readers()[fmt]
+    good_bytes = good()
+    data = good_bytes[:int(variant.split("-")[1])] if variant.startswith("truncate-") else \
+        dict(fuzz.all_cases(good_bytes))[variant]
+    case = fuzz.write_case(tmp_path, suffix, variant, data)
+    target = read.place(case) if hasattr(read, "place") else case  # a folder format: its folder
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in argv(target, tmp_path)])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, err
+    assert exc.value.code == 2, (exc.value.code, lines[0])
+    assert case.name in lines[0] or target.name in lines[0] or str(target) in lines[0], lines[0]
+
+
+def test_every_cli_case_is_a_fuzz_format(fuzz):
+    formats = fuzz.readers()
+    for fmt, (variant, _) in CLI_CASES.items():
+        assert fmt in formats, fmt
+        assert variant in ("empty", "folder", "fifo", "dev-zero") or variant.startswith("truncate-"), variant
