@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import math
 import os
 import re
 from dataclasses import asdict, fields, is_dataclass
