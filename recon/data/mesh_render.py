@@ -50,6 +50,7 @@ DEPTH_SCALE = 10000.0
 AMBIENT = 0.35
 LIGHT = np.array([0.4, 0.3, 0.87]) / np.linalg.norm([0.4, 0.3, 0.87])
 DEFAULT_SAMPLES = 4  # 4 x 4 rays per pixel for colour and alpha (see the module docstring)
+RAYS_PER_CALL = 1 << 19  # pixel_samples' rays per open3d call (about 60 MB of hits and colours)
 MIN_EXTENT, MAX_EXTENT = 1e-6, 1e6  # check_scale's bounds on a mesh's bounding-box side (file units)
 
 
@@ -248,12 +249,35 @@ def shade(shader: MeshShader, hits: dict, ok: np.ndarray) -> np.ndarray:
     return np.clip(shader.albedo(tri, bary[:, 0], bary[:, 1]) * light[:, None], 0, 1)
 
 
+def pixel_samples(scene, shader: MeshShader, c2w: np.ndarray, xs: np.ndarray, ys: np.ndarray, size: int,
+                  samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """(summed colour of the hit rays [P, 3], hit rays [P]) over ``samples`` x ``samples`` rays on a regular
+    grid inside each pixel (centres ``xs``, ``ys`` [P]), cast and shaded in as few calls as keep each under
+    :data:`RAYS_PER_CALL` rays (one call per view at 128 x 128 with 4 x 4 samples)."""
+    offsets = (np.arange(samples) + 0.5) / samples - 0.5
+    dy, dx = (g.ravel() for g in np.meshgrid(offsets, offsets, indexing="ij"))  # sample k: row k // s, column k % s
+    p = len(xs)
+    premul, cover = np.zeros((p, 3)), np.zeros(p)
+    per_call = max(1, RAYS_PER_CALL // p)
+    for k in range(0, samples * samples, per_call):
+        ks = slice(k, min(k + per_call, samples * samples))
+        m = ks.stop - ks.start
+        hits = cast_pixels(scene, c2w, (xs[None] + dx[ks, None]).ravel(), (ys[None] + dy[ks, None]).ravel(), size)
+        hit = np.isfinite(hits["t"])
+        colour = np.zeros((m * p, 3))
+        if hit.any():
+            colour[hit] = shade(shader, hits, hit)
+        premul += colour.reshape(m, p, 3).sum(axis=0)
+        cover += hit.reshape(m, p).sum(axis=0)
+    return premul, cover
+
+
 def render_view(scene, shader: MeshShader, c2w: np.ndarray, size: int, samples: int = 1) -> dict:
     """{"rgba" uint8 [S, S, 4], "depth" uint16 [S, S], "normal" uint8 [S, S, 3]} of one camera (OpenGL c2w).
 
     Colour and alpha average ``samples`` x ``samples`` rays on a regular grid inside each pixel (a box
     filter, as a camera's pixel integrates light; colour stored straight, not premultiplied); depth and
-    normal come from the ray through the pixel centre."""
+    normal come from the ray through the pixel centre (:func:`pixel_samples` casts the colour rays)."""
     ys, xs = np.mgrid[0:size, 0:size] + 0.5
     centre = cast_pixels(scene, c2w, xs.ravel(), ys.ravel(), size)
     ok = np.isfinite(centre["t"])
@@ -266,17 +290,7 @@ def render_view(scene, shader: MeshShader, c2w: np.ndarray, size: int, samples: 
         depth[ok] = centre["t"][ok] * DEPTH_SCALE
     if depth.max(initial=0) > 65535:
         raise MeshInputError("depth exceeds the 16-bit range; the scene is larger than expected")
-    premul = np.zeros((size * size, 3))
-    cover = np.zeros(size * size)
-    offsets = (np.arange(samples) + 0.5) / samples - 0.5
-    for dy in offsets:
-        for dx in offsets:
-            at_centre = dx == 0 and dy == 0  # odd sample counts: the centre ray is one of the samples
-            hits = centre if at_centre else cast_pixels(scene, c2w, xs.ravel() + dx, ys.ravel() + dy, size)
-            hit = np.isfinite(hits["t"])
-            if hit.any():
-                premul[hit] += shade(shader, hits, hit)
-                cover[hit] += 1
+    premul, cover = pixel_samples(scene, shader, c2w, xs.ravel(), ys.ravel(), size, samples)
     n = samples * samples
     alpha = cover / n
     rgb = np.where(cover[:, None] > 0, premul / np.maximum(cover, 1)[:, None], 0.0)
