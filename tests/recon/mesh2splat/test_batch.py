@@ -119,6 +119,8 @@ def test_bad_meshes_fail_and_a_killed_batch_resumes(tmp_path):
 
 
 def test_workers_run_objects_in_processes_and_enforce_the_time_limit(tmp_path):
+    import dataclasses
+
     meshes = tmp_path / "meshes"
     plant_meshes(meshes)
     for path in (meshes / "bad").iterdir():
@@ -133,10 +135,12 @@ def test_workers_run_objects_in_processes_and_enforce_the_time_limit(tmp_path):
     rows = latest_rows(read_index(out))
     assert "empty mesh" in rows["bad/empty.obj"]["reason"]
     assert rows["box/a.off"]["status"] == "done"
-    slow = run_batch(BatchConfig(mesh_dir=meshes, out=out, preset=TINY, workers=1, progress=False, time_limit=0.5))
+    # a warm worker converts TINY in well under a second: this object trains 100,000 steps, past the limit
+    endless = dataclasses.replace(TINY, steps=100_000)
+    slow = run_batch(BatchConfig(mesh_dir=meshes, out=out, preset=endless, workers=1, progress=False, time_limit=1.0))
     assert slow["converted"] == 1
     reason = latest_rows(read_index(out))["torus/c.obj"]["reason"]
-    assert "time limit exceeded (0.5 s per object" in reason
+    assert "time limit exceeded (1 s per object" in reason
     assert not (out / WORK_DIR).exists()
 
 
