@@ -76,6 +76,14 @@ def share(values: list, ok) -> float | None:
     return round(sum(1 for v in values if ok(v)) / len(values), 3) if values else None
 
 
+def stage_medians(done: list[dict]) -> dict:
+    """Median seconds of each stage of recon.mesh2splat.convert.STAGES over the rows that record them."""
+    from recon.mesh2splat.convert import STAGES
+
+    staged = [r["stage_seconds"] for r in done if r.get("stage_seconds")]
+    return {stage: median([s.get(stage, 0.0) for s in staged]) for stage in STAGES} if staged else {}
+
+
 def summary(rows: list[dict], wall: float, workers: int, converted: int) -> dict:
     done = [r for r in rows if r["status"] == "done"]
     psnr = [r["test_psnr"] for r in done if r["test_psnr"] is not None]
@@ -89,6 +97,7 @@ def summary(rows: list[dict], wall: float, workers: int, converted: int) -> dict
         "median_test_psnr_db": median(psnr), "median_train_psnr_db": median([r["train_psnr"] for r in done]),
         "median_seconds_per_object": median(secs), "median_chamfer_pct": median(chamfer),
         "median_gaussians": median([r["gaussians"] for r in done]),
+        "median_stage_seconds": stage_medians(done),
         "share_psnr_ok": share(psnr, lambda v: v >= TARGETS["test_psnr_db"]),
         "share_chamfer_ok": share(chamfer, lambda v: v <= TARGETS["chamfer_pct"]),
         "median_test_psnr_by_label": {k: median(v) for k, v in sorted(by_label.items())},

@@ -44,14 +44,24 @@ class Mesh2SplatConfig:
     """initial Gaussians sampled on the surface"""
     max_gaussians: int = _PRESET.max_gaussians
     workers: int = 1
-    """objects converted in parallel (one process each); 0: in this process, without the limits below"""
+    """worker processes converting objects in parallel (long-lived, one object at a time each); 0: in this
+    process, without the limits below"""
     threads: int = 1
-    """PyTorch threads per worker"""
+    """PyTorch and Numba threads per worker"""
     time_limit: float = 600.0
     """seconds per object before its worker is killed and the object marked failed"""
     memory_limit_gb: float = 8.0
-    """address-space limit per worker in GiB (0: none); past it the object fails with a memory error"""
+    """address space in GiB an object may add to its worker process (0: none; CPU only); past it the object
+    fails with a memory error and the batch goes on"""
     device: Literal["cpu", "cuda", "auto"] = "cpu"
+    distributed: bool = False
+    """one batch over the ranks of a torch.distributed job (torchrun; every rank runs this command with the
+    same flags, OUT on a shared file system): the ranks take objects from a lease queue, rank 0 writes the
+    index (docs/mesh2splat.md)"""
+    lease_seconds: float = 120.0
+    """--distributed: an object whose rank stopped renewing its lease this long goes to another rank"""
+    timeout_seconds: float = 600.0
+    """--distributed: how long a rank waits for the others (joining, the pending list, the final barrier)"""
     limit: Optional[int] = None
     """convert at most this many of the pending objects, then stop (rerun to continue)"""
     report: bool = True
@@ -78,8 +88,13 @@ def mesh2splat(config: Annotated[Mesh2SplatConfig, tyro.conf.arg(name="")]) -> d
     from recon.mesh2splat.report import write_report
 
     try:
-        result = run_batch(batch_config(config))
-        if config.report:
+        if config.distributed:
+            from recon.mesh2splat.cluster import run_distributed
+
+            result = run_distributed(batch_config(config), config.lease_seconds, config.timeout_seconds)
+        else:
+            result = run_batch(batch_config(config))
+        if config.report and result.get("rank", 0) == 0:
             result["report"] = write_report(config.out, seed=config.seed)["median"]
     except USER_ERRORS as err:
         fail("mesh2splat", err)

@@ -9,7 +9,7 @@
    ``OUT/blocks.json`` and publishes the unfinished blocks.
    With ``--prior-steps N`` rank 0 then trains the whole scene N steps (``OUT/prior``) while the others wait,
    and each block starts from that prior (:mod:`recon.distributed.prior`).
-4. Every rank takes blocks from the :class:`recon.distributed.queue.BlockQueue` and trains each with
+4. Every rank takes blocks from the :class:`recon.core.lease_queue.BlockQueue` and trains each with
    :class:`recon.training.trainer.Trainer` (the block's scene handed in, its own folder ``OUT/blocks/block_NNN``
    with checkpoints every ``--save-every`` steps, its own seed ``seed + 1000 x id``), renewing its lease
    every step. Idle ranks wait on the store, re-taking expired leases, until all blocks are done.
@@ -39,7 +39,8 @@ import torch
 from recon.outputs import files as rf
 from recon.distributed.merge import block_dir, merge_run, run_finished
 from recon.distributed.partition import Partition, PartitionConfig, check_blocks, partition_scene, block_scene, write_partition
-from recon.distributed.queue import BlockQueue
+from recon.core.lease_queue import BlockQueue
+from recon.core.process_group import backend_for, barrier, free_port, init_group  # noqa: F401 (free_port: tests)
 from recon.core.errors import DamagedFileError, RunFolderError, RunLockedError, SplatforgeError, UsageError
 from recon.training.trainer import (ConfigMismatchError, TrainConfig, Trainer, TrainingHook, check_resumable,
                            load_training_scene, resolve_device, stored_config)
@@ -141,33 +142,6 @@ def parse_args(argv: list[str]) -> tuple[BlockOptions, TrainConfig]:
 # ------------------------------------------------------------------------------------------ process group
 
 
-def backend_for(device: torch.device) -> str:
-    return "nccl" if device.type == "cuda" else "gloo"
-
-
-def init_group(device: torch.device, timeout: datetime.timedelta):
-    """Join torchrun's process group (env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; a single process
-    without them); returns (this restart round's store, rank, world_size)."""
-    import torch.distributed as dist
-
-    if "RANK" not in os.environ:  # started by hand, not by torchrun: a group of one
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
-    store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
-    store.set_timeout(timeout)
-    # torchrun keeps its store over restarts (--max-restarts): each round's keys get their own prefix, else
-    # the new round's gloo ranks would read the dead round's addresses
-    store = dist.PrefixStore(f"splatforge/round{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
-    dist.init_process_group(backend_for(device), store=store, rank=rank, world_size=world, timeout=timeout)
-    return store, rank, world
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def config_digest(opts: BlockOptions, cfg: TrainConfig) -> list[int]:
     """4 int64 words of sha256 over the job's configuration (block options + stored training config)."""
     text = json.dumps({"blocks": dataclasses.asdict(opts), "train": rf.config_to_dict(stored_config(cfg))},
@@ -194,17 +168,6 @@ def check_same_config(digest: list[int], rank: int, world: int, device: torch.de
     raise WorkerConfigMismatchError(
         f"workers {odd} were started with another configuration than worker 0 (flags or config differ); "
         f"start every worker with the same command")
-
-
-def barrier(timeout: datetime.timedelta, device: torch.device) -> None:
-    """A barrier that ends in an error naming the missing ranks after ``timeout`` (gloo's monitored
-    barrier; nccl's barrier under the group's timeout)."""
-    import torch.distributed as dist
-
-    if device.type == "cuda":
-        dist.barrier(device_ids=[device.index or 0])
-    else:
-        dist.monitored_barrier(timeout=timeout)
 
 
 # ------------------------------------------------------------------------------------------ the job

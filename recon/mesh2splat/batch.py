@@ -3,13 +3,18 @@
 - **Resume**: an object with a row in ``OUT/index.jsonl`` is skipped (done, or failed with its reason; a
   done row whose .ply is gone is converted again). An object cut off by a kill has no row: it restarts
   (its work folder ``OUT/.work/<source>`` is cleared).
-- **Workers**: ``workers`` >= 1 converts each object in a fresh process (``spawn``), at most ``workers`` at
-  once, each with ``threads`` PyTorch threads; ``workers`` 0 converts in this process (no limits: tests,
-  debugging).
-- **Limits per object** (worker processes): wall time ``time_limit`` seconds (the process is killed, the
-  row says so) and address space ``memory_limit_gb`` (RLIMIT_AS: an allocation past it fails, the row
-  says so); a worker that dies (a crash in a native library) gives a failed row naming its exit code.
-  A worker whose batch process died stops at its next training step (it never writes for a dead batch).
+- **Feeds**: the workers take objects from a feed: :class:`LocalFeed` (this machine's pending objects) or,
+  over several machines, :class:`recon.mesh2splat.cluster.QueueFeed` (torch.distributed's lease queue).
+- **Workers**: ``workers`` >= 1 runs that many long-lived worker processes (``spawn``; ``threads`` PyTorch
+  and Numba threads each), each converting one object after another, handed over a pipe: the imports
+  and the kernels' loading are paid once per worker, not per object. A worker is replaced after
+  :data:`WORKER_OBJECTS` objects, after an object that ran out of memory, and when it dies or is killed.
+  ``workers`` 0 converts in this process (no limits: tests, debugging).
+- **Limits per object** (worker processes): wall time ``time_limit`` seconds from the object's start
+  (its worker is killed, the row says so) and ``memory_limit_gb`` of address space that the object may
+  add to its worker's (RLIMIT_AS, set before each object: an allocation past it fails, the row says so, the
+  worker is replaced); a worker that dies (a crash in a native library) gives a failed row naming its exit
+  code. A worker whose batch process died stops at its next training step, or when it waits for an object.
 - **Progress**: a rich bar over the objects with the elapsed time and the ETA.
 """
 
@@ -24,13 +29,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recon.core.errors import UsageError
-from recon.mesh2splat.convert import base_row, convert_object
+from recon.mesh2splat.convert import base_row, convert_object, work_folder
 from recon.data.splat_index import append_row, latest_rows, read_index
 from recon.mesh2splat.preset import ObjectPreset
 from recon.mesh2splat.sources import WORK_DIR, find_meshes, output_path
 from recon.outputs.files import RunLock
 
 POLL_SECONDS = 0.2
+WORKER_OBJECTS = 200
+"""objects a worker process converts before it is replaced (bounds what a long-lived process accumulates)"""
+STARTUP_SECONDS = 300.0
+"""how long a new worker may take to start its first object (imports, kernel loading) before it is killed"""
+MEMORY_SIGNS = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "bad_alloc",
+                "can't start new thread", "out of memory", "failed to map segment")
+"""what the reason of an object that hit the memory limit contains (numpy, PyTorch, C++ libraries, threads)"""
 
 
 @dataclass(frozen=True)
@@ -91,8 +103,8 @@ def run_batch(cfg: BatchConfig, log=print) -> dict:
         sources, todo = pending(cfg)
         t0 = time.perf_counter()
         counts = {"done": 0, "failed": 0}
-        with _Progress(cfg.progress, len(todo)) as bar:
-            for row in convert_all(cfg, todo):
+        with ObjectProgress(cfg.progress, len(todo)) as bar:
+            for row in convert_all(cfg, LocalFeed(todo)):
                 append_row(out, row)
                 counts[row["status"]] = counts.get(row["status"], 0) + 1
                 bar.advance(row)
@@ -101,13 +113,62 @@ def run_batch(cfg: BatchConfig, log=print) -> dict:
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def convert_all(cfg: BatchConfig, sources: list[str]):
-    """Rows of ``sources`` as they finish (in this process when ``workers`` is 0, else in workers)."""
+class LocalFeed:
+    """The objects of a batch on one machine, handed out in order (the interface of a feed: take, more,
+    poll; :class:`recon.mesh2splat.cluster.QueueFeed` is the other one)."""
+
+    def __init__(self, sources: list[str]):
+        self.left = list(reversed(sources))
+
+    def take(self) -> str | None:
+        """The next object to convert; None when there is none now."""
+        return self.left.pop() if self.left else None
+
+    def more(self) -> bool:
+        """Whether an object may still come (this machine's: while any is left)."""
+        return bool(self.left)
+
+    def poll(self, running: list[str]) -> None:
+        """Called while ``running`` objects convert (several times a second)."""
+
+
+def convert_all(cfg: BatchConfig, feed):
+    """Rows of the objects of ``feed`` as they finish (in this process when ``workers`` is 0, else in workers)."""
     if cfg.workers == 0:
-        for source in sources:
-            yield convert_object(cfg.mesh_dir, cfg.out, source, cfg.preset, cfg.method, cfg.device)
+        yield from _convert_here(cfg, feed)
         return
-    yield from _WorkerPool(cfg).rows(sources)
+    yield from _WorkerPool(cfg).rows(feed)
+
+
+class FeedPoll:
+    """Training hook of an object converted in the batch's own process: polls the feed (leases, rows)."""
+
+    def __init__(self, feed, source: str, every: float = 1.0):
+        self.feed, self.source, self.every, self.last = feed, source, every, time.monotonic()
+
+    def on_train_start(self, trainer) -> None:
+        pass
+
+    def on_step(self, trainer, result) -> None:
+        if time.monotonic() - self.last >= self.every:
+            self.feed.poll([self.source])
+            self.last = time.monotonic()
+
+    def on_train_end(self, trainer) -> None:
+        pass
+
+
+def _convert_here(cfg: BatchConfig, feed):
+    while True:
+        source = feed.take()
+        if source is None:
+            if not feed.more():
+                return
+            feed.poll([])
+            time.sleep(POLL_SECONDS)
+            continue
+        yield convert_object(cfg.mesh_dir, cfg.out, source, cfg.preset, cfg.method, cfg.device,
+                             hooks=[FeedPoll(feed, source)])
 
 
 # ------------------------------------------------------------------------------------------ workers
@@ -130,21 +191,62 @@ class ParentWatch:
         pass
 
 
-def _limit_memory(gb: float) -> None:
-    """RLIMIT_AS of this process to ``gb`` GiB (0: unchanged)."""
-    if gb > 0:
-        import resource
+def address_space_bytes() -> int | None:
+    """This process's virtual memory size (Linux /proc/self/statm), None where unknown."""
+    try:
+        pages = int(open("/proc/self/statm").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
-        limit = int(gb * (1 << 30))
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+def limit_object_memory(gb: float) -> None:
+    """Let the next object add at most ``gb`` GiB to this process's address space (0: no limit): RLIMIT_AS's
+    soft limit = the current size + ``gb`` (the whole ``gb`` where the size is unknown); the hard limit
+    stays, so the next object's limit may be set higher again."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if gb <= 0:
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        return
+    soft = (address_space_bytes() or 0) + int(gb * (1 << 30))
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def worker_main(conn, cfg: BatchConfig, source: str, parent: int) -> None:
-    """Entry point of a worker process: convert one object, send its row through ``conn``."""
+def memory_failure(reason: str | None) -> bool:
+    """Whether a failed object's ``reason`` is an allocation that failed (:data:`MEMORY_SIGNS`)."""
+    return any(sign in (reason or "") for sign in MEMORY_SIGNS)
+
+
+def memory_note(cfg: BatchConfig) -> str:
+    return f" (the per-object memory limit is {cfg.memory_limit_gb:g} GiB: --memory-limit-gb)"
+
+
+def warm_up(cfg: BatchConfig) -> None:
+    """Convert a toy object (a procedural box at 16 pixels, 3 steps) in a scratch folder and forget it: the
+    libraries a conversion loads lazily (open3d, trimesh, image codecs), the Numba kernels and the threads
+    are then in place before the first object, so neither its time nor its memory limit pays for them."""
+    import tempfile
+
+    from recon.data.procedural_meshes import make_mesh
+
+    toy = ObjectPreset(views=2, test_views=1, size=16, samples=1, steps=3, init_points=64, max_gaussians=64)
+    with tempfile.TemporaryDirectory(prefix="mesh2splat_warmup_") as tmp:
+        make_mesh("box", 0).export(Path(tmp) / "box.ply")
+        convert_object(Path(tmp), Path(tmp) / "out", "box.ply", toy, cfg.method, cfg.device)
+
+
+def worker_main(conn, cfg: BatchConfig, parent: int) -> None:
+    """Entry point of a worker process: warm up (:func:`warm_up`), then convert the objects handed over
+    ``conn`` (a source; None: stop) one after another; for each send ("start", source) when it starts and
+    ("row", row) when it ends. Stops after an object that ran out of memory (its state may be broken: the
+    pool starts a fresh worker)."""
     import rasterizer  # noqa: F401  (first: sets GOMP_SPINCOUNT before torch loads)
     import torch
 
-    _limit_memory(cfg.memory_limit_gb)
     torch.set_num_threads(cfg.threads)
     try:
         import numba
@@ -152,94 +254,156 @@ def worker_main(conn, cfg: BatchConfig, source: str, parent: int) -> None:
         numba.set_num_threads(min(cfg.threads, numba.config.NUMBA_NUM_THREADS))  # the cpu kernels' threads too
     except ImportError:  # pragma: no cover - numba is a dependency; without it the reference backend runs
         pass
-    row = convert_object(cfg.mesh_dir, cfg.out, source, cfg.preset, cfg.method, cfg.device,
-                         hooks=[ParentWatch(parent)])
-    if row["status"] == "failed" and "MemoryError" in (row["reason"] or ""):
-        row["reason"] += f" (the per-object memory limit is {cfg.memory_limit_gb:g} GiB: --memory-limit-gb)"
-    conn.send(row)
-    conn.close()
+    warm_up(cfg)
+    limit = cfg.memory_limit_gb if cfg.device == "cpu" else 0.0  # CUDA reserves more address space than that
+    while True:
+        try:
+            source = conn.recv()
+        except (EOFError, OSError):  # the batch process is gone
+            return
+        if source is None:
+            return
+        conn.send(("start", source))
+        limit_object_memory(limit)
+        try:
+            row = convert_object(cfg.mesh_dir, cfg.out, source, cfg.preset, cfg.method, cfg.device,
+                                 hooks=[ParentWatch(parent)])
+        except MemoryError as err:  # outside convert_object's own handling (a failure while failing)
+            row = base_row(source, cfg.preset, cfg.method)
+            row["reason"] = f"internal error: MemoryError: {err}"
+        finally:
+            limit_object_memory(0.0)
+        out_of_memory = row["status"] == "failed" and limit > 0 and memory_failure(row["reason"])
+        if out_of_memory:
+            row["reason"] += memory_note(cfg)
+        conn.send(("row", row))
+        if out_of_memory:
+            return
 
 
 @dataclass
-class _Job:
-    source: str
+class _Worker:
     process: multiprocessing.Process
     conn: object
-    started: float
+    source: str | None = None  # the object it converts (None: idle)
+    handed: float = 0.0  # when the object was handed over
+    started: float | None = None  # when the worker reported starting it
+    objects: int = 0
 
 
 class _WorkerPool:
-    """At most ``cfg.workers`` worker processes, one object each; enforces the time limit."""
+    """At most ``cfg.workers`` long-lived worker processes taking objects from a feed; enforces the time
+    limit and replaces workers that died, were killed or retired."""
 
     def __init__(self, cfg: BatchConfig):
         self.cfg = cfg
         self.ctx = multiprocessing.get_context("spawn")
+        self.workers: list[_Worker] = []
 
-    def start(self, source: str) -> _Job:
-        recv, send = self.ctx.Pipe(duplex=False)
-        process = self.ctx.Process(target=worker_main, args=(send, self.cfg, source, os.getpid()), daemon=True,
-                                   name=f"mesh2splat:{source}")
+    def spawn(self) -> _Worker:
+        mine, theirs = self.ctx.Pipe(duplex=True)
+        process = self.ctx.Process(target=worker_main, args=(theirs, self.cfg, os.getpid()), daemon=True,
+                                   name="mesh2splat-worker")
         process.start()
-        send.close()
-        return _Job(source, process, recv, time.perf_counter())
+        theirs.close()
+        worker = _Worker(process, mine)
+        self.workers.append(worker)
+        return worker
 
-    def finished_row(self, job: _Job) -> dict | None:
-        """The job's row when it has ended (sent its row, died, or ran out of time), else None."""
-        elapsed = time.perf_counter() - job.started
-        if job.conn.poll():
+    def hand_out(self, feed) -> None:
+        """Give every idle worker (and new ones, up to ``cfg.workers``) an object of ``feed``."""
+        idle = [w for w in self.workers if w.source is None]
+        while idle or len(self.workers) < self.cfg.workers:
+            source = feed.take()
+            if source is None:
+                return
+            worker = idle.pop() if idle else self.spawn()
+            worker.conn.send(source)
+            worker.source, worker.handed, worker.started = source, time.perf_counter(), None
+
+    def retire(self, worker: _Worker, kill: bool = False) -> None:
+        """Stop ``worker`` (ask it to end; ``kill``: at once) and forget it."""
+        if kill:
+            worker.process.kill()
+        else:
             try:
-                row = job.conn.recv()
-            except EOFError:  # ended without sending
-                row = None
-            if row is not None:
-                job.process.join(timeout=10)
-                return row
-        if not job.process.is_alive():
-            job.process.join()
-            return self.failed(job, f"worker process ended with exit code {job.process.exitcode} before "
-                                    f"finishing (a crash, or killed: out of memory?)", elapsed)
-        if elapsed > self.cfg.time_limit:
-            job.process.kill()
-            job.process.join()
-            return self.failed(job, f"time limit exceeded ({self.cfg.time_limit:g} s per object: --time-limit)",
-                               elapsed)
+                worker.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        worker.process.join(timeout=None if kill else 10)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join()
+        worker.conn.close()
+        self.workers.remove(worker)
+
+    def finished_row(self, worker: _Worker) -> dict | None:
+        """The row of ``worker``'s object when it has ended (sent its row, died, or ran out of time)."""
+        now = time.perf_counter()
+        try:
+            while worker.conn.poll():
+                kind, value = worker.conn.recv()
+                if kind == "start":
+                    worker.started = now
+                    continue
+                worker.source, worker.objects = None, worker.objects + 1
+                if not worker.process.is_alive() or worker.objects >= WORKER_OBJECTS or memory_failure(value["reason"]):
+                    self.retire(worker)
+                return value
+        except (EOFError, OSError):  # ended without sending its row
+            pass
+        if not worker.process.is_alive():
+            worker.process.join()
+            reason = (f"worker process ended with exit code {worker.process.exitcode} before finishing (a crash, "
+                      f"or killed: out of memory?)")
+            return self.failed(worker, reason + (memory_note(self.cfg) if self.cfg.memory_limit_gb > 0 else ""),
+                               now - (worker.started or worker.handed), kill=True)
+        if worker.started is not None and now - worker.started > self.cfg.time_limit:
+            return self.failed(worker, f"time limit exceeded ({self.cfg.time_limit:g} s per object: --time-limit)",
+                               now - worker.started, kill=True)
+        if worker.started is None and now - worker.handed > self.cfg.time_limit + STARTUP_SECONDS:
+            return self.failed(worker, f"time limit exceeded: the worker did not start the object within "
+                                       f"{STARTUP_SECONDS + self.cfg.time_limit:g} s", now - worker.handed, kill=True)
         return None
 
-    def failed(self, job: _Job, reason: str, elapsed: float) -> dict:
-        shutil.rmtree(Path(self.cfg.out) / WORK_DIR / job.source, ignore_errors=True)
-        row = base_row(job.source, self.cfg.preset, self.cfg.method)
+    def failed(self, worker: _Worker, reason: str, elapsed: float, kill: bool) -> dict:
+        """The failed row of ``worker``'s object; the worker is killed and forgotten (its scratch folders too)."""
+        source, pid = worker.source, worker.process.pid
+        self.retire(worker, kill=kill)
+        shutil.rmtree(work_folder(self.cfg.out, source, pid), ignore_errors=True)
+        row = base_row(source, self.cfg.preset, self.cfg.method)
         row.update(reason=reason, seconds=round(elapsed, 2))
         return row
 
-    def rows(self, sources: list[str]):
-        queue = list(reversed(sources))
-        running: list[_Job] = []
+    def rows(self, feed):
+        """Rows of the objects of ``feed`` as they finish."""
         try:
-            while queue or running:
-                while queue and len(running) < self.cfg.workers:
-                    running.append(self.start(queue.pop()))
+            while True:
+                self.hand_out(feed)
+                busy = [w for w in self.workers if w.source is not None]
+                if not busy and not feed.more():
+                    return
+                feed.poll([w.source for w in busy])
                 time.sleep(POLL_SECONDS)
-                for job in list(running):
-                    row = self.finished_row(job)
+                for worker in busy:
+                    row = self.finished_row(worker)
                     if row is not None:
-                        running.remove(job)
                         yield row
         finally:
-            for job in running:  # interrupted (Ctrl-C): no orphans
-                job.process.kill()
-                job.process.join()
+            for worker in list(self.workers):  # done, or interrupted (Ctrl-C): no orphans
+                self.retire(worker, kill=worker.source is not None)
 
 
 # ------------------------------------------------------------------------------------------ progress
 
 
-class _Progress:
+class ObjectProgress:
     """Rich progress bar over the objects: count, elapsed, ETA, the last object's result (no-op if disabled)."""
 
     def __init__(self, enabled: bool, total: int):
         self.enabled, self.total = enabled, total
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> "ObjectProgress":
         if self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
                 TimeRemainingColumn

@@ -48,9 +48,10 @@ def strategy_for(method: str) -> str:
 
 def object_train_config(preset: ObjectPreset, method: str, data: Path, out: Path,
                         device: str = "auto") -> TrainConfig:
-    """The TrainConfig that trains one object: ``data`` its rendered views, ``out`` its run folder (a
-    scratch folder: only the final checkpoint is saved, no progress bar)."""
+    """The TrainConfig that trains one object: ``data`` its rendered views, ``out`` its run folder (named
+    only: mesh2splat's trainer writes no run folder), no progress bar, and no on-disk frame cache (the views
+    are scratch files, deleted after the object: caching them would only fill the cache folder)."""
     return dataclasses.replace(
         TrainConfig(), data=Path(data), out=Path(out), method=method, steps=preset.steps, strategy=strategy_for(method),
         sh_degree=preset.sh_degree, init_type="sfm", seed=preset.seed, max_gaussians=preset.max_gaussians,
-        save_every=0, keep_checkpoints=1, progress=False, device=device)
+        save_every=0, keep_checkpoints=1, progress=False, device=device, frame_cache="off")

@@ -2,7 +2,7 @@
 
 import torch.distributed as dist
 
-from recon.distributed.queue import BlockQueue
+from recon.core.lease_queue import BlockQueue
 
 
 class Clock:

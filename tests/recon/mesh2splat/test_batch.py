@@ -119,6 +119,8 @@ def test_bad_meshes_fail_and_a_killed_batch_resumes(tmp_path):
 
 
 def test_workers_run_objects_in_processes_and_enforce_the_time_limit(tmp_path):
+    import dataclasses
+
     meshes = tmp_path / "meshes"
     plant_meshes(meshes)
     for path in (meshes / "bad").iterdir():
@@ -133,10 +135,12 @@ def test_workers_run_objects_in_processes_and_enforce_the_time_limit(tmp_path):
     rows = latest_rows(read_index(out))
     assert "empty mesh" in rows["bad/empty.obj"]["reason"]
     assert rows["box/a.off"]["status"] == "done"
-    slow = run_batch(BatchConfig(mesh_dir=meshes, out=out, preset=TINY, workers=1, progress=False, time_limit=0.5))
+    # a warm worker converts TINY in well under a second: this object trains 100,000 steps, past the limit
+    endless = dataclasses.replace(TINY, steps=100_000)
+    slow = run_batch(BatchConfig(mesh_dir=meshes, out=out, preset=endless, workers=1, progress=False, time_limit=1.0))
     assert slow["converted"] == 1
     reason = latest_rows(read_index(out))["torus/c.obj"]["reason"]
-    assert "time limit exceeded (0.5 s per object" in reason
+    assert "time limit exceeded (1 s per object" in reason
     assert not (out / WORK_DIR).exists()
 
 
@@ -145,3 +149,59 @@ def test_cli_one_line_errors(tmp_path):
                            str(tmp_path / "o")], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2
     assert "MESH_DIR" in proc.stderr and "no such folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def big_texture_mesh(path: Path, side: int = 8192) -> None:
+    """A box textured with a ``side`` x ``side`` image (a GLB): the renderer holds the texture as float64
+    (side^2 x 24 bytes: 1.5 GiB at 8192), far past a 1 GiB per-object limit, while the file stays small."""
+    from PIL import Image
+
+    box = trimesh.creation.box(extents=[1, 1, 1])
+    uv = np.asarray(box.vertices)[:, :2] + 0.5
+    image = Image.new("RGB", (side, side), (200, 80, 40))
+    box.visual = trimesh.visual.TextureVisuals(uv=uv, image=image)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    box.export(path)
+
+
+def test_the_memory_limit_fails_one_object_and_the_batch_goes_on(tmp_path):
+    from recon.mesh2splat.convert import STAGES
+
+    meshes = tmp_path / "meshes"
+    big_texture_mesh(meshes / "big" / "textured.glb")
+    (meshes / "box").mkdir()
+    make_mesh("box", 0, coloured=True).export(meshes / "box" / "a.ply")
+    out = tmp_path / "out"
+    summary = run_batch(BatchConfig(mesh_dir=meshes, out=out, preset=TINY, workers=1, progress=False,
+                                    memory_limit_gb=1.0, time_limit=300))
+    assert summary == {**summary, "objects": 2, "converted": 2, "done": 1, "failed": 1}
+    rows = latest_rows(read_index(out))
+    big = rows["big/textured.glb"]  # sorted first: its worker runs out of memory and is replaced
+    assert big["status"] == "failed" and "MemoryError" in big["reason"]
+    assert "the per-object memory limit is 1 GiB: --memory-limit-gb" in big["reason"]
+    box = rows["box/a.ply"]  # the next object, in a fresh worker, converts
+    assert box["status"] == "done" and (out / box["output"]).is_file()
+    assert set(box["stage_seconds"]) == set(STAGES) and all(v >= 0 for v in box["stage_seconds"].values())
+    assert sum(box["stage_seconds"].values()) <= box["seconds"] + 0.05
+    assert not (out / WORK_DIR).exists()
+
+
+def test_limit_object_memory_is_relative_to_the_process_and_lifted_after():
+    import resource
+
+    from recon.mesh2splat.batch import address_space_bytes, limit_object_memory, memory_failure
+
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    size = address_space_bytes()
+    assert size is not None and size > 0
+    limit_object_memory(0.5)
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        assert hard == before[1] and size + (1 << 29) <= soft <= address_space_bytes() + (1 << 29)
+        with pytest.raises(MemoryError):
+            np.ones(1 << 28)  # 2 GiB
+    finally:
+        limit_object_memory(0.0)
+    assert resource.getrlimit(resource.RLIMIT_AS) == (before[1], before[1])
+    assert memory_failure("internal error: RuntimeError: DefaultCPUAllocator: can't allocate memory: ...")
+    assert not memory_failure("bad/empty.obj: empty mesh") and not memory_failure(None)

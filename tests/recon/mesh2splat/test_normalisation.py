@@ -57,3 +57,29 @@ def test_surface_samples_lie_on_the_surface():
     assert points.shape == (500, 3) and colours.shape == (500, 3) and colours.dtype == np.uint8
     assert chamfer_percent(mesh, points) < 1e-3
     assert chamfer_percent(mesh, points + np.array([0.02, 0, 0], np.float32)) > 0.1
+
+
+def test_pixel_samples_in_one_call_or_in_chunks_match_one_cast_per_sample(monkeypatch):
+    """The view's sub-pixel rays cast together (or in chunks) give the colour sums and hit counts of one cast
+    per sample position (the loop this replaced)."""
+    import recon.data.mesh_render as mr
+
+    mesh, _ = normalised_mesh(make_mesh("torus", seed=2))
+    scene, shader = mr.raycasting_scene(mesh), mr.MeshShader(mesh)
+    c2w, size, samples = mr.sphere_cameras(3)[1], 24, 3
+    ys, xs = np.mgrid[0:size, 0:size] + 0.5
+    xs, ys = xs.ravel(), ys.ravel()
+    want_rgb, want_cover = np.zeros((size * size, 3)), np.zeros(size * size)
+    offsets = (np.arange(samples) + 0.5) / samples - 0.5
+    for dy in offsets:
+        for dx in offsets:
+            hits = mr.cast_pixels(scene, c2w, xs + dx, ys + dy, size)
+            hit = np.isfinite(hits["t"])
+            want_rgb[hit] += mr.shade(shader, hits, hit)
+            want_cover[hit] += 1
+    assert 0 < want_cover.sum() < samples * samples * size * size  # the object and the background both seen
+    for per_call in (mr.RAYS_PER_CALL, 2 * size * size):  # one call; chunks of two samples
+        monkeypatch.setattr(mr, "RAYS_PER_CALL", per_call)
+        rgb, cover = mr.pixel_samples(scene, shader, c2w, xs, ys, size, samples)
+        np.testing.assert_array_equal(cover, want_cover)
+        np.testing.assert_allclose(rgb, want_rgb, rtol=0, atol=1e-12)

@@ -1,5 +1,9 @@
 """A dynamic block queue with leases on a c10d Store (the TCPStore torchrun's rendezvous already runs).
 
+Shared by the jobs that spread work over torch.distributed workers: block training (:mod:`recon.distributed`,
+a "block" is a block of the partition) and ``splatforge mesh2splat --distributed`` (:mod:`recon.mesh2splat.cluster`,
+a "block" is one mesh of the batch); it lives here, below both.
+
 Keys (under the queue's prefix): ``next`` (an atomic counter: ``store.add("next", 1)`` hands each block
 out once), ``lease/<block>`` (JSON ``{"worker", "expires"}``: who trains it and until when, wall-clock
 seconds), ``done/<block>`` and the counter ``ndone``. A worker claims the next unhanded block; when none
