@@ -248,6 +248,7 @@ FIELD_RANGES = {
     "spacetime.velocity_neighbors": (lambda v: v >= 1, ">= 1"),
     "spacetime.velocity_time_scale": _FINITE_NONNEG,
     "spacetime.knn_every": _PERIOD,
+    "spacetime.seg_weight": _FINITE_NONNEG,
     "meshgs.init_per_triangle": _PERIOD,
     "meshgs.max_offset": _FINITE_POS,
     "meshgs.init_scale": _FINITE_POS,
@@ -522,6 +523,7 @@ class Trainer:
         if self.model is None:
             self.model = build_model(cfg, self.scene, self.init_gen, self.log)
         self.model = self.model.to(self.device)
+        self.model.configure(cfg)
         self.strategy = build_strategy(cfg)
         self.strategy_state = self.strategy.initialize_state(self.model)
         self.history = RunHistory()  # per-step loss / Gaussian count / seconds, test PSNR per evaluation
@@ -593,6 +595,7 @@ class Trainer:
     def load_checkpoint(self, payload: dict) -> None:
         self.step = int(payload["step"])
         self.model = type(self.model).from_state_dict(payload["model"], self.device)
+        self.model.configure(self.cfg)
         self.strategy_state = {k: v.to(self.device) if torch.is_tensor(v) else v
                                for k, v in payload["strategy_state"].items()}
         torch.set_rng_state(payload["rng"]["torch"])
@@ -692,6 +695,8 @@ class Trainer:
             bg, t = torch.stack([b for _, b in picks]), [f.time for f in frames]
         render, _, meta = render_supersampled(self.model, [f.camera for f in frames], self.cfg.supersample,
                                               self.active_sh_degree(step), bg, t=t, absgrad=absgrad)
+        if isinstance(meta, dict):
+            meta["frames"] = frames  # the views rendered, for loss terms with per-view targets (4dgs segmentation)
         return picks, gts, render, meta
 
     def view_loss(self, step: int):
