@@ -29,6 +29,7 @@ import sys as _sys
 from pathlib import Path as _Path
 
 _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+_sys.path.insert(0, str(_Path(__file__).resolve().parent))  # bench_rasterizer, also when loaded as a module
 import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
 
 import argparse  # noqa: E402
@@ -89,8 +90,8 @@ def run_once(cfg: TrainConfig, train_every: int, window: int, renders: Path | No
             "train_frames": len(scene.frames_train)}
 
 
-def main() -> None:
-    argv = _sys.argv[1:]
+def main(argv: list[str] | None = None) -> None:
+    argv = list(_sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
