@@ -85,7 +85,7 @@ def test_trainer_logs_the_loaders_notes(tmp_path, rendered):  # noqa: F811
 
 @pytest.mark.skipif(not CLASSROOM.is_dir(), reason="shared classroom capture (../shared/data/d3dgs_classroom) absent")
 def test_the_classroom_capture_is_an_inward_rig_once_inverted():
-    scene = load_scene(CLASSROOM, data_factor=8)
+    scene = load_scene(CLASSROOM)  # factor 1: no downscaled copies to make
     assert scene.notes and "camera-to-world" in scene.notes[0]
     first = np.stack([f.camera.world_to_cam.numpy() for f in scene.frames_train[:3]]).astype(np.float64)
     assert converges(first)
