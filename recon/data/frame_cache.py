@@ -13,18 +13,28 @@ the caller decodes the source again and rewrites it. Entries written before the 
 missing too, once.
 
 Where: ``--frame-cache DIR``; "auto" (the default) is ``$SPLATFORGE_CACHE/frames`` when that variable is set,
-else ``~/.cache/splatforge/frames``; "off" keeps nothing on disk (image frames are decoded from their files
-every time they are not in memory; video frames still need a cache and use the dataset's own derived-files
-folder, see :mod:`recon.data.n3dv`). Nothing is ever deleted by splatforge: remove the folder to reclaim it.
+else ``~/.cache/splatforge/frames``; "off" keeps nothing across runs: image frames are decoded from their files
+every time they are not in memory, and video frames (which cannot be read one by one cheaply) are decoded into
+a temporary folder that is removed when the process exits (:func:`video_frame_cache`).
+
+Size cap: after a run has filled the cache, :meth:`FrameCache.prune` removes the least recently used entries
+(oldest modification time first; a run marks the entries it uses with :meth:`FrameCache.claim`, so they are
+never its own victims) until the folder holds at most ``--frame-cache-bytes`` (default
+``$SPLATFORGE_FRAME_CACHE_BYTES``, else :data:`DEFAULT_MAX_BYTES`; 0: no cap). A capture larger than the cap on
+its own still caches all its frames for the run (they are this run's); the next run's pruning removes them
+first when they are then the oldest.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import io
 import json
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +42,11 @@ import numpy as np
 from recon.core.atomic import atomic_open, atomic_write_bytes
 
 CACHE_ENV = "SPLATFORGE_CACHE"
+MAX_BYTES_ENV = "SPLATFORGE_FRAME_CACHE_BYTES"
+DEFAULT_MAX_BYTES = 32 << 30  # 32 GiB: one N3DV scene at full size (24.6 GB) and change
 OFF = "off"
 AUTO = "auto"
+ENTRY_SUFFIXES = (".npy", ".json")  # what prune() may remove (never the folder's other files)
 
 
 def default_frame_cache_dir() -> Path:
@@ -50,6 +63,36 @@ def resolve_frame_cache(setting: str | os.PathLike | None) -> "FrameCache | None
     if str(setting) == OFF:
         return None
     return FrameCache(Path(setting))
+
+
+def video_frame_cache(setting: str | os.PathLike | None) -> "FrameCache":
+    """The cache video frames are decoded into: :func:`resolve_frame_cache` of ``setting``; for "off" a new
+    temporary folder (under the system's temporary directory, created on first write) removed when the process
+    exits, so nothing is kept across runs."""
+    cache = resolve_frame_cache(setting)
+    if cache is not None:
+        return cache
+    folder = Path(tempfile.gettempdir()) / f"splatforge-frames-{os.getpid()}-{os.urandom(4).hex()}"
+    atexit.register(shutil.rmtree, folder, True)
+    return FrameCache(folder)
+
+
+def max_cache_bytes(setting: int | None) -> int:
+    """The frame cache's size cap in bytes: ``setting`` (``--frame-cache-bytes``) when given, else
+    ``$SPLATFORGE_FRAME_CACHE_BYTES``, else :data:`DEFAULT_MAX_BYTES`; 0 means no cap. ValueError naming the
+    variable when it is not a non-negative integer."""
+    if setting is not None:
+        return int(setting)
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(float(text))
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"${MAX_BYTES_ENV}={text!r}: must be a number of bytes >= 0 (0: no cap)")
+    return value
 
 
 def source_stamp(path: Path) -> dict:
@@ -140,6 +183,53 @@ class FrameCache:
         except OSError:
             return False
 
+    def claim(self, source: Path, part: str, size: tuple[int, int]) -> bool:
+        """:meth:`has`, and mark an existing entry as used now (its modification time), so that :meth:`prune`
+        removes it last. A run claims the entries it will read before pruning."""
+        try:
+            os.utime(self.entry_path(source, part, size))
+            return True
+        except OSError:
+            return False
+
+    def entries(self) -> list[tuple[float, int, Path]]:
+        """(modification time, bytes, path) of every entry file (``.npy`` / ``.json`` in the two-level folders)."""
+        found = []
+        try:
+            subdirs = [d for d in os.scandir(self.folder) if d.is_dir(follow_symlinks=False)]
+        except OSError:
+            return []
+        for sub in subdirs:
+            try:
+                for e in os.scandir(sub.path):
+                    if e.name.endswith(ENTRY_SUFFIXES) and e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
+                        found.append((st.st_mtime, st.st_size, Path(e.path)))
+            except OSError:
+                continue
+        return found
+
+    def prune(self, max_bytes: int, keep_since: float | None = None) -> tuple[int, int]:
+        """Remove entries, least recently used (oldest modification time) first, until the folder's entries take
+        at most ``max_bytes`` (0: no cap, nothing removed). Entries modified at or after ``keep_since`` (a
+        ``time.time()``: the current run's, written or :meth:`claim` ed since it started) are never removed.
+        Returns (entries removed, bytes freed); files that vanish meanwhile (another run pruning) are skipped."""
+        if max_bytes <= 0:
+            return 0, 0
+        entries = sorted(self.entries())
+        total = sum(size for _, size, _ in entries)
+        removed = freed = 0
+        for mtime, size, path in entries:
+            if total <= max_bytes or (keep_since is not None and mtime >= keep_since):
+                break
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            total -= size
+            removed, freed = removed + 1, freed + size
+        return removed, freed
+
     def store(self, source: Path, part: str, array: np.ndarray) -> None:
         """Write ``array`` (uint8 [H, W, ...]) as ``part`` of ``source`` atomically. A cache that cannot be
         written (read-only, disk full) is not an error: the frame is simply decoded again next time."""
@@ -162,6 +252,7 @@ class FrameCache:
         try:
             path = self.entry_path(source, part, (0, 0)).with_suffix(".json")
             data = json.loads(path.read_text())
+            os.utime(path)  # used now: pruned last (see claim)
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None

@@ -3,7 +3,7 @@
 Frames on disk are decoded on first use (Pillow; errors name the file, see :mod:`recon.data.scene`); frames with
 an in-memory ``rgba`` attribute (:class:`recon.data.procedural_scene.InMemoryFrame`) are used as they are.
 Decoded frames (uint8 [H, W, 4] RGBA, uint8 [H, W] loss masks) are kept in an LRU of at most ``cache_bytes``
-(default :func:`default_cache_bytes`, a quarter of the available memory): a capture larger than that streams
+(default :func:`default_cache_bytes`, a quarter of the available memory, at most 1 GiB): a capture larger than that streams
 from disk, the least recently used frames decoded again when asked for. Keeping alpha lets the trainer
 composite on a random background each step; for a fixed background the composited float images are kept too,
 in the budget's spare room only (they never evict a decoded frame) and in at most a quarter of it, so a training step does not convert its
@@ -32,7 +32,11 @@ from recon.data.frame_cache import FrameCache
 from recon.data.scene import Frame, MissingImageError, _read_pil, is_16bit, load_mask, to_float_rgba
 from recon.data.video_frames import cached_video_frame, read_video_frame
 
-CACHE_FRACTION = 0.25  # of the available memory: the default --cache-bytes
+CACHE_FRACTION = 0.25  # of the available memory: the default --cache-bytes ...
+# ... at most this much: a decoded frame is read back from the on-disk frame cache in 0.1-0.4 ms, so a larger LRU
+# buys little speed and costs resident memory (issue 55: a 31 x 150 capture at 640x360 must stay under 3 GB peak;
+# measured with a 1 GiB budget: 1.79 GiB, docs/4dgs.md)
+MAX_DEFAULT_CACHE_BYTES = 1 << 30
 FALLBACK_CACHE_BYTES = 2 << 30  # when the available memory cannot be read
 COMPOSITE_FRACTION = 0.25  # of the budget at most for composited float images (3x a decoded frame's bytes)
 PROGRESS_MIN_IMAGES = 100  # decoding this many images at once shows a progress bar
@@ -51,10 +55,11 @@ def available_memory_bytes() -> int | None:
             return None
 
 
-def default_cache_bytes(fraction: float = CACHE_FRACTION) -> int:
-    """The default decoded-image budget: ``fraction`` of the available memory (2 GiB when unknown)."""
+def default_cache_bytes(fraction: float = CACHE_FRACTION, cap: int = MAX_DEFAULT_CACHE_BYTES) -> int:
+    """The default decoded-image budget: ``fraction`` of the available memory (:data:`FALLBACK_CACHE_BYTES` when
+    unknown), at most ``cap`` (:data:`MAX_DEFAULT_CACHE_BYTES`; ``--cache-bytes`` sets any budget)."""
     free = available_memory_bytes()
-    return FALLBACK_CACHE_BYTES if free is None else int(free * fraction)
+    return min(FALLBACK_CACHE_BYTES if free is None else int(free * fraction), int(cap))
 
 
 def frame_rgba(frame: Frame) -> np.ndarray:
@@ -272,7 +277,7 @@ class FrameImages:
         cache = self.disk_cache
         if cache is None:
             return 0
-        todo = [f for f in self.frames if self._on_disk(f) and not cache.has(f.image_path, "rgba", (f.width, f.height))]
+        todo = [f for f in self.frames if self._on_disk(f) and not cache.claim(f.image_path, "rgba", (f.width, f.height))]
         if not todo:
             return 0
 
@@ -280,7 +285,7 @@ class FrameImages:
             rgba = frame_rgba(frame)
             opaque = bool((rgba[..., 3] == 255).all())
             cache.store(frame.image_path, "rgba", rgba[..., :3] if opaque else rgba)
-            if frame.mask_path is not None and not cache.has(frame.mask_path, "mask", (frame.width, frame.height)):
+            if frame.mask_path is not None and not cache.claim(frame.mask_path, "mask", (frame.width, frame.height)):
                 cache.store(frame.mask_path, "mask", frame_mask_u8(frame))
             with self._lock:
                 self.decodes += 1

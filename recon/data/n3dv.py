@@ -8,7 +8,8 @@ bounds) and ``camNN.mp4``, one per row of ``poses_bounds.npy`` in sorted name or
 Decoding: each video is read directly with imageio-ffmpeg, streamed (one frame in memory at a time), and the
 frames kept by ``frame_stride`` and ``time_range`` are downscaled to the ``data_factor`` size and stored once in
 the on-disk frame cache (:mod:`recon.data.video_frames`; ``--frame-cache``, default
-``~/.cache/splatforge/frames``; videos need it even with ``--frame-cache off``: see :func:`video_frames_dir`),
+``~/.cache/splatforge/frames``; with ``--frame-cache off`` the trainer passes a temporary one removed at exit:
+:func:`recon.data.frame_cache.video_frame_cache`; see :func:`video_frames_dir`),
 with a progress bar; a later load decodes only frames missing there (an edited video has a new key). The
 frame count and rate are cached too (counting frames decodes the whole video). Frames are named
 ``camNN/<index:06d>.jpg`` (as when they were extracted to JPEG files; nothing is written under that name). Times: the kept frames span t in [0, 1]; ``Scene.duration`` keeps
@@ -124,9 +125,10 @@ def selected_frames(count: int, fps: float, frame_stride: int, time_range: str |
 
 
 def video_frames_dir(cache_dir: Path | None, frame_cache: FrameCache | None) -> Path:
-    """Where the decoded frames go: the run's frame cache; without one (``--frame-cache off`` too: video
-    frames cannot be read one by one cheaply) ``frames/`` of ``cache_dir`` when given, else the default frame
-    cache (:func:`recon.data.frame_cache.default_frame_cache_dir`)."""
+    """Where the decoded frames go: the run's frame cache (the trainer always gives one: with ``--frame-cache
+    off`` a temporary folder, :func:`recon.data.frame_cache.video_frame_cache`); without one (a direct
+    ``load_scene`` call: video frames cannot be read one by one cheaply) ``frames/`` of ``cache_dir`` when given,
+    else the default frame cache (:func:`recon.data.frame_cache.default_frame_cache_dir`)."""
     if frame_cache is not None:
         return frame_cache.folder
     return Path(cache_dir) / "frames" if cache_dir is not None else default_frame_cache_dir()

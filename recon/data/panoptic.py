@@ -4,7 +4,8 @@ Layout (``DIR``):
 
 - ``train_meta.json`` and ``test_meta.json``, each with ``w``, ``h`` (image size), and per time step k (T of
   them) per camera c: ``k`` [T][C][3][3] intrinsics in pixels, ``w2c`` [T][C][4][4] world-to-camera (OpenCV
-  axes, as ours), ``fn`` [T][C] image file names relative to ``ims/`` (``<cam>/<k:06d>.jpg``) and ``cam_id``
+  axes, as ours; files that store camera-to-world there, as HFU's classroom capture does, are recognised by
+  the rig's geometry and inverted, with a note: :func:`recon.data.rig.rig_pose_direction`), ``fn`` [T][C] image file names relative to ``ims/`` (``<cam>/<k:06d>.jpg``) and ``cam_id``
   [T][C];
 - ``ims/<cam>/<k:06d>.jpg`` the images; optional ``seg/<cam>/<k:06d>.png`` foreground segmentations of
   the people (non-zero = person). They are ``Frame.segmentation_path``, **not** loss masks: Dynamic 3D
@@ -27,6 +28,7 @@ import numpy as np
 
 from recon.core.limits import ZIP_ERRORS, check_npz, with_path
 from recon.data.finalize import finalize_frames
+from recon.data.rig import rig_pose_direction
 from recon.data.scene import BLACK, DataFormatError, Frame, Scene, make_camera, read_json_object
 
 META_FILES = {"train": "train_meta.json", "test": "test_meta.json"}
@@ -80,10 +82,21 @@ def meta_arrays(meta: dict, path: Path) -> tuple[np.ndarray, np.ndarray, list[li
     return arrays["k"], arrays["w2c"], fn, width, height
 
 
-def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None) -> tuple[list[Frame], int]:
-    """(frames, T) of one split; frames ordered time-major, named ``ims/<fn>``."""
+def pose_direction(w2c: np.ndarray) -> str:
+    """How to read a meta file's ``w2c`` [T, C, 4, 4]: :func:`recon.data.rig.rig_pose_direction` of its cameras
+    at the first time step ("cam_to_world" for files that store camera-to-world under that key)."""
+    return rig_pose_direction(w2c[0])
+
+
+def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None,
+               direction: str | None = None) -> tuple[list[Frame], int, str]:
+    """(frames, T, direction) of one split; frames ordered time-major, named ``ims/<fn>``. ``direction``: how
+    its ``w2c`` matrices are read ("world_to_cam" or "cam_to_world"; None: :func:`pose_direction`)."""
     path = root / META_FILES[split]
     K, w2c, fn, width, height = meta_arrays(read_meta(path), path)
+    direction = direction or pose_direction(w2c)
+    if direction == "cam_to_world":
+        w2c = np.linalg.inv(w2c)
     T = K.shape[0]
     raw = []
     for k in range(T):
@@ -95,7 +108,7 @@ def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None)
             frame = Frame(f"ims/{name}", root / "ims" / name, make_camera(w2c[k, c], K[k, c], width, height),
                           mask_path=None, time=t, segmentation_path=seg)
             raw.append((frame, None))
-    return finalize_frames(raw, root, path, data_factor, cache_dir), T
+    return finalize_frames(raw, root, path, data_factor, cache_dir), T, direction
 
 
 def load_points(root: Path) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -120,13 +133,17 @@ def load_panoptic(root: Path, data_factor: int = 1, cache_dir: Path | None = Non
                   background: tuple[float, float, float] | None = None) -> Scene:
     """Load a Dynamic-3DGS Panoptic folder (module docstring) as a dynamic :class:`Scene`."""
     root = Path(root)
-    train, t_train = load_split(root, "train", data_factor, cache_dir)
+    train, t_train, direction = load_split(root, "train", data_factor, cache_dir)
     if (root / META_FILES["test"]).is_file():
-        test, t_test = load_split(root, "test", data_factor, cache_dir)
+        test, t_test, _ = load_split(root, "test", data_factor, cache_dir, direction)
         if t_test != t_train:
             raise DataFormatError(f"{root}: train_meta.json has {t_train} time steps but test_meta.json {t_test}; "
                                   f"both must cover the same clip")
     else:
         test = []
     points, colors = load_points(root)
-    return Scene(train, test, points, colors, background or BLACK, "panoptic", root, duration=(t_train - 1) / FPS)
+    notes = [] if direction == "world_to_cam" else [
+        f"{root / META_FILES['train']}: its 'w2c' matrices are camera-to-world (read as world-to-camera, the "
+        f"cameras' optical axes meet behind them; inverted, in front of them): read as camera-to-world"]
+    return Scene(train, test, points, colors, background or BLACK, "panoptic", root, duration=(t_train - 1) / FPS,
+                 notes=notes)

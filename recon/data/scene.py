@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -110,6 +110,8 @@ class Scene:
             playback; None when unknown or static.
         avatar: a skinned template and its poses (:class:`recon.avatar.avatar_data.AvatarData`) for avatar
             captures (frames' times name their poses; docs/avatars.md), else None.
+        notes: one-line remarks on what the loader decided that a user should read (the trainer logs them),
+            e.g. that a file's camera matrices were read as camera-to-world (:mod:`recon.data.rig`).
     """
 
     frames_train: list[Frame]
@@ -122,6 +124,7 @@ class Scene:
     point_times: np.ndarray | None = None
     duration: float | None = None
     avatar: object | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def frames(self) -> list[Frame]:

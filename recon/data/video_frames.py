@@ -69,8 +69,9 @@ def _iter_video(video: Path) -> Iterable[np.ndarray]:
 
 
 def missing_frames(video: Path, indices: Iterable[int], size: tuple[int, int], cache: FrameCache) -> list[int]:
-    """Those of ``indices`` without a cache entry at ``size`` (checked by name only)."""
-    return [int(i) for i in indices if not cache.has(video, video_part(i), size)]
+    """Those of ``indices`` without a cache entry at ``size`` (checked by name only; the others are claimed:
+    :meth:`recon.data.frame_cache.FrameCache.claim`)."""
+    return [int(i) for i in indices if not cache.claim(video, video_part(i), size)]
 
 
 def decode_into_cache(video: Path, indices: Iterable[int], size: tuple[int, int], cache: FrameCache,

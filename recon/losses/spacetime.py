@@ -41,6 +41,26 @@ class SpaceTimeConfig:
     """neighbours are searched in (x, y, z, scale x t) (4D-Rotor: 5)"""
     knn_every: int = 500
     """recompute the neighbour lists every N steps (and when the Gaussian count changes)"""
+    seg_weight: float = 0.0
+    """weight of the segmentation target (0: off): each Gaussian's foreground value (a sigmoid) is rendered as
+    an extra channel and compared (L1) with the dataset's foreground segmentation (Panoptic seg/, as Dynamic 3D
+    Gaussians does); views without one add nothing"""
+
+
+def segmentation_l1(rendered: Tensor, targets: list[Tensor | None]) -> Tensor | None:
+    """Mean L1 of rendered foreground [C, h, w, 1] against the views' segmentations ([H, W] in [0, 1], None for a
+    view without one; a render at an integer multiple of their size, --supersample, is box-reduced first), over
+    the views that have one; None when none has."""
+    terms = []
+    for k, target in enumerate(targets):
+        if target is None:
+            continue
+        r = rendered[k, ..., 0]
+        if r.shape != target.shape:
+            f = r.shape[0] // target.shape[0]
+            r = torch.nn.functional.avg_pool2d(r[None, None], f)[0, 0]
+        terms.append((r - target.to(r)).abs().mean())
+    return torch.stack(terms).mean() if terms else None
 
 
 def opacity_entropy(opacities: Tensor) -> Tensor:

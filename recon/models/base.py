@@ -147,6 +147,10 @@ class SceneModel(ABC):
     def check_config(cls, cfg: Any) -> None:
         """Raise ConfigValueError for training options this method does not support (default: none)."""
 
+    def configure(self, cfg: Any) -> None:
+        """Take the instance options of the training config ``cfg`` (called by the trainer once the model is
+        built or restored from a checkpoint; default: none)."""
+
     def loss_terms(self, meta: dict, step: int, cfg: Any) -> dict[str, Tensor]:
         """Named scalar losses that the trainer adds to the photometric loss at 0-based ``step`` (default:
         none), from this step's render ``meta`` and the training config ``cfg``."""

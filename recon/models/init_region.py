@@ -34,14 +34,13 @@ from typing import Sequence
 
 import numpy as np
 
+from recon.data.rig import MIN_CONDITIONING, MIN_IN_FRONT, axes_convergence, axes_of, share_in_front  # noqa: F401
 from recon.data.scene import Frame, camera_centers
 from recon.core.errors import SplatforgeError
 
 BLENDER_HALF_SIZE = 1.3  # 3DGS random init for synthetic scenes: cube [-1.3, 1.3]^3
 NERF_SYNTHETIC_RADIUS = 4.0311  # camera distance from the origin in the NeRF-synthetic scenes
 BLENDER_LARGER_FACTOR = 2.0  # cameras this much farther than the rig's: the cube is scaled with them
-MIN_CONDITIONING = 0.01  # lambda_min / lambda_max of sum (I - d d^T): axes converge above it
-MIN_IN_FRONT = 0.75  # share of cameras the convergence point must lie in front of
 FRUSTUM_NEAR, FRUSTUM_FAR = 0.05, 3.0  # frustum box depths, in scene extents
 SYNTHETIC_FORMATS = ("blender", "dnerf")
 
@@ -70,35 +69,9 @@ class InitRegion:
 
 
 def optical_axes(frames: Sequence[Frame]) -> tuple[np.ndarray, np.ndarray]:
-    """(centres [N, 3], unit viewing directions [N, 3]) in world coordinates (float64).
-
-    The viewing direction is the camera's +z axis: the third row of the world-to-camera rotation.
-    """
-    w2c = np.stack([f.camera.world_to_cam.detach().cpu().double().numpy() for f in frames])
-    dirs = w2c[:, 2, :3]
-    return camera_centers(frames), dirs / np.linalg.norm(dirs, axis=1, keepdims=True)
-
-
-def axes_convergence(centers: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, float]:
-    """Least-squares point closest to all lines ``c_i + s d_i`` and the conditioning of the system.
-
-    Args:
-        centers: [N, 3] points on the lines; dirs: [N, 3] unit directions.
-    Returns:
-        (point [3], lambda_min / lambda_max of ``A = sum_i (I - d_i d_i^T)``; 0 when the lines are parallel).
-    """
-    projectors = np.eye(3)[None] - dirs[:, :, None] * dirs[:, None, :]  # [N, 3, 3]
-    A = projectors.sum(axis=0)
-    b = np.einsum("nij,nj->i", projectors, centers)
-    eig = np.linalg.eigvalsh(A)
-    conditioning = float(eig[0] / eig[-1]) if eig[-1] > 0 else 0.0
-    point = np.linalg.lstsq(A, b, rcond=None)[0]
-    return point, conditioning
-
-
-def share_in_front(point: np.ndarray, centers: np.ndarray, dirs: np.ndarray) -> float:
-    """Share of cameras that see ``point`` [3] in front of them (positive depth along their axis)."""
-    return float(np.mean(np.einsum("ni,ni->n", point[None] - centers, dirs) > 0))
+    """(centres [N, 3], unit viewing directions [N, 3]) in world coordinates (float64): the camera's +z axis
+    (:func:`recon.data.rig.axes_of`)."""
+    return axes_of(np.stack([f.camera.world_to_cam.detach().cpu().double().numpy() for f in frames]))
 
 
 def convergence_region(frames: Sequence[Frame]) -> InitRegion | None:

@@ -12,6 +12,8 @@ name                   shape        meaning
 ``logit_opacities``    [N]          logit of the 4D opacity (before the temporal factor)
 ``sh0``                [N, 1, 3]    SH DC coefficients (the 3DGS colour convention)
 ``shN``                [N, K-1, 3]  higher SH coefficients, degree-major
+``logit_foreground``   [N]          logit of the Gaussian's foreground value (the segmentation target,
+                                    ``--spacetime.seg-weight``; 0 where a model or file has none)
 =====================  ===========  ==========================================================
 
 Colour is static SH (4D-Rotor's model). Rendering slices the Gaussians at each camera's time with
@@ -50,9 +52,11 @@ from recon.models.gaussians import (LearningRates, TraceCache, front_of_limit, k
 from recon.core.spacetime_data import SpaceTimeData
 from recon.core.splat_data import SplatData
 
-PARAM_NAMES = ("means4", "log_scales4", "quats_left", "quats_right", "logit_opacities", "sh0", "shN")
+PARAM_NAMES = ("means4", "log_scales4", "quats_left", "quats_right", "logit_opacities", "sh0", "shN",
+               "logit_foreground")
 LR_OF = {"means4": "means", "log_scales4": "log_scales", "quats_left": "quats", "quats_right": "quats",
-         "logit_opacities": "logit_opacities", "sh0": "sh0", "shN": "shN"}  # parameter -> LearningRates field
+         "logit_opacities": "logit_opacities", "sh0": "sh0", "shN": "shN",
+         "logit_foreground": "logit_opacities"}  # parameter -> LearningRates field
 # initial temporal standard deviation (normalised time). Measured on procedural-4d at 48 px (8 cameras x 12
 # times, 1,500 points, 200 steps, SH 1, one seed): 0.2 -> 16.8 dB, 0.35 -> 18.4, 0.5 -> 19.4, 1.0 -> 20.0.
 # Short-lived Gaussians leave the static parts thin at most times; 0.5 keeps the start localised in time.
@@ -123,9 +127,11 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
 
     def __init__(self, params: dict[str, Tensor], sh_degree: int, extent: float, antialiased: bool = False,
                  lrs: LearningRates | None = None):
-        missing = [n for n in PARAM_NAMES if n not in params]
+        missing = [n for n in PARAM_NAMES if n not in params and n != "logit_foreground"]
         if missing:
             raise KeyError(f"SpaceTimeGaussians: missing parameter(s) {missing}")
+        if "logit_foreground" not in params:  # checkpoints and ply4d files from before the segmentation target
+            params = {**params, "logit_foreground": torch.zeros(len(params["means4"]))}
         if not 0 <= sh_degree <= 3:
             raise ValueError(f"sh_degree must be in 0..3, got {sh_degree}")
         self.sh_degree, self.extent, self.antialiased = int(sh_degree), float(extent), bool(antialiased)
@@ -134,15 +140,28 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
         self._check_shapes()
         self.optimizer = self._make_optimizer()
         self._neighbors = NeighborLists()  # the velocity consistency's (recomputed when due)
+        self.renders_segmentation = False  # render each Gaussian's foreground value too (meta["segmentation"])
+
+    def configure(self, cfg) -> None:
+        """``--spacetime.seg-weight`` > 0: renders carry the foreground channel the segmentation target needs."""
+        self.renders_segmentation = cfg.spacetime.seg_weight > 0
 
     def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
         """The optional 4D-Rotor regularisers of ``cfg.spacetime`` (recon/losses/spacetime.py): opacity entropy
-        and velocity consistency with nearest neighbours in space-time (weights 0: none)."""
+        and velocity consistency with nearest neighbours in space-time (weights 0: none); and the segmentation
+        target (``seg_weight``: L1 of the rendered foreground against the views' segmentations, ``meta["frames"]``)."""
         from rasterizer.spacetime import condition_on_time
-        from recon.losses.spacetime import opacity_entropy, velocity_consistency
+        from recon.data.scene import load_segmentation
+        from recon.losses.spacetime import opacity_entropy, segmentation_l1, velocity_consistency
 
         sc = cfg.spacetime
         terms = {}
+        if sc.seg_weight > 0 and "segmentation" in meta and meta.get("frames"):
+            targets = [None if (m := load_segmentation(f)) is None else torch.as_tensor(m, device=self.device)
+                       for f in meta["frames"]]
+            seg = segmentation_l1(meta["segmentation"], targets)
+            if seg is not None:
+                terms["segmentation"] = sc.seg_weight * seg
         if sc.entropy_lambda > 0:
             terms["opacity_entropy"] = sc.entropy_lambda * opacity_entropy(self.opacities)
         if sc.velocity_lambda > 0 and len(self) > 1:
@@ -211,7 +230,8 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
         params = {"means4": torch.cat([points, torch.as_tensor(times, dtype=torch.float32)[:, None]], dim=1),
                   "log_scales4": log_scales4, "quats_left": identity, "quats_right": identity.clone(),
                   "logit_opacities": torch.full((P,), math.log(init_opacity / (1 - init_opacity))),
-                  "sh0": rgb_to_sh0(colors)[:, None, :], "shN": torch.zeros(P, K - 1, 3)}
+                  "sh0": rgb_to_sh0(colors)[:, None, :], "shN": torch.zeros(P, K - 1, 3),
+                  "logit_foreground": torch.zeros(P)}
         return cls(params, sh_degree, extent, antialiased, lrs)
 
     @classmethod
@@ -225,7 +245,7 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
     def from_spacetime_data(cls, data: SpaceTimeData, extent: float = 1.0) -> "SpaceTimeGaussians":
         """The model of a :class:`SpaceTimeData` record (a ply4d file read back); ``extent`` scales the
         learning rates only."""
-        params = {"means4": data.means4, "log_scales4": data.log_scales4, "quats_left": data.quats_left,
+        params = {"means4": data.means4, "log_scales4": data.log_scales4, "quats_left": data.quats_left,  # no foreground
                   "quats_right": data.quats_right, "logit_opacities": data.logit_opacities,
                   "sh0": data.sh[:, :1], "shN": data.sh[:, 1:]}
         return cls({n: torch.as_tensor(np.ascontiguousarray(v)) for n, v in params.items()}, data.sh_degree,
@@ -262,6 +282,12 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
         return self
 
     def _load_optimizer_state(self, state: dict) -> None:
+        groups = state["param_groups"]
+        if len(groups) == len(PARAM_NAMES) - 1:  # saved before logit_foreground: its group starts fresh
+            used = sum(len(g["params"]) for g in groups)
+            groups = groups + [{**groups[PARAM_NAMES.index("logit_opacities")], "params": [used],
+                                "name": "logit_foreground", "lr": self._base_lr("logit_foreground")}]
+            state = {**state, "param_groups": groups}
         self.optimizer.load_state_dict(state)
         for group in self.optimizer.param_groups:
             group.update(fused=True, foreach=None)
@@ -288,7 +314,9 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
         Returns:
             (rgb [C, H, W, 3], alpha [C, H, W, 1], meta): meta has ``means2d`` (a
             :class:`SlicedScreenMeans`, gradients [C, N, 2] after backward), ``radii`` [C, N, 2] int32
-            (0 for culled Gaussians), ``width``, ``height``, ``num_sliced`` (Gaussians kept per render).
+            (0 for culled Gaussians), ``width``, ``height``, ``num_sliced`` (Gaussians kept per render), and
+            with :attr:`renders_segmentation` ``segmentation`` [C, H, W, 1]: the foreground values composited
+            (a second, one-channel pass over the same slice; black background).
         """
         cameras = list(cameras)
         viewmats, Ks, W, H = stack_cameras(cameras)
@@ -307,7 +335,7 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
         unique = list(groups)
         slices = self.slice(unique[0]) if len(unique) == 1 else self.slice(unique)
         slices = [slices] if len(unique) == 1 else slices
-        order, rgbs, alphas, parts, radii_parts = [], [], [], [], []
+        order, rgbs, alphas, parts, radii_parts, segs = [], [], [], [], [], []
         sh = (self.params["sh0"], self.params["shN"])
         for time, s in zip(unique, slices):
             cams = groups[time]
@@ -317,6 +345,13 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
                 sh_degree=degree, backgrounds=None if bg is None else bg[index], render_mode="RGB",
                 rasterize_mode="antialiased" if self.antialiased else "classic", covars=s.covars, backend=backend,
                 absgrad=absgrad)
+            if self.renders_segmentation:
+                fg = torch.sigmoid(self.params["logit_foreground"]).index_select(0, s.indices)[:, None]
+                seg, _, _ = rasterize_gaussians(
+                    s.means, None, None, s.opacities, fg, viewmats[index], Ks[index], W, H,
+                    backgrounds=torch.zeros(len(cams), 1, device=dev), render_mode="RGB",
+                    rasterize_mode="antialiased" if self.antialiased else "classic", covars=s.covars, backend=backend)
+                segs.append(seg)
             order += cams
             rgbs.append(rgb)
             alphas.append(alpha)
@@ -332,6 +367,8 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
             parts = _reorder_parts(parts, order)
         meta = {"means2d": SlicedScreenMeans(parts, len(self)), "radii": radii, "width": W, "height": H,
                 "num_sliced": [len(s) for s in slices]}
+        if segs:
+            meta["segmentation"] = segs[0] if len(unique) == 1 else torch.cat(segs)[inverse]
         return rgb, alpha, meta
 
     def render_front(self, cameras: Sequence[Camera], depth_limit: Tensor, *, t=None,
@@ -395,7 +432,7 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
         N = self.params["means4"].shape[0]
         K = (self.sh_degree + 1) ** 2
         expect = {"means4": (N, 4), "log_scales4": (N, 4), "quats_left": (N, 4), "quats_right": (N, 4),
-                  "logit_opacities": (N,), "sh0": (N, 1, 3), "shN": (N, K - 1, 3)}
+                  "logit_opacities": (N,), "sh0": (N, 1, 3), "shN": (N, K - 1, 3), "logit_foreground": (N,)}
         for n, shape in expect.items():
             if tuple(self.params[n].shape) != shape:
                 raise ValueError(f"SpaceTimeGaussians.{n}: shape {tuple(self.params[n].shape)}, expected {shape}")

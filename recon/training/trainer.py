@@ -30,7 +30,7 @@ from recon.core.schedule import schedule_scaler
 from recon.core.errors import CheckpointError, ConfigValueError, RunFolderError
 from recon.training.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_ply4d, write_splats
-from recon.data.frame_cache import resolve_frame_cache
+from recon.data.frame_cache import max_cache_bytes, resolve_frame_cache, video_frame_cache
 from recon.data.frame_images import FrameImages
 from recon.data.holdout import hold_out
 from recon.models.init_region import parse_init_box, random_init_region
@@ -52,7 +52,7 @@ from recon.avatar.config import MeshGSConfig
 RESUMABLE_CHANGES = {"out", "steps", "eval_every", "save_every", "keep_checkpoints", "progress", "device",
                      "overwrite", "viewer", "viewer_port", "viewer_every", "viewer_keep_open", "logger",
                      "logger_every", "remove_floaters", "floater_threshold", "cache_bytes",
-                     "frame_cache"}
+                     "frame_cache", "frame_cache_bytes"}
 # entries every checkpoint must hold (see Trainer.checkpoint_payload); "a.b" is key b of mapping a; the
 # loss record is "history" ("losses" in checkpoints written before histories; see load_checkpoint)
 CHECKPOINT_KEYS = ("step", "model", "strategy_state", "rng.torch", "rng.view", "history|losses", "train_seconds")
@@ -91,10 +91,14 @@ class TrainConfig:
     frames (0: none; recon.data.holdout)"""
     cache_bytes: int | None = None
     """bytes of decoded training images kept in memory (an LRU; frames are decoded on first use); default
-    a quarter of the available memory (recon.data.frame_images.default_cache_bytes)"""
+    a quarter of the available memory, at most 1 GiB (recon.data.frame_images.default_cache_bytes)"""
     frame_cache: str = "auto"
     """on-disk cache of decoded, downscaled frames (uint8 .npy per frame, reused across runs; recon.data.frame_cache):
-    a folder, "auto" ($SPLATFORGE_CACHE/frames, else ~/.cache/splatforge/frames) or "off" (videos still use auto)"""
+    a folder, "auto" ($SPLATFORGE_CACHE/frames, else ~/.cache/splatforge/frames) or "off" (nothing kept: videos
+    are decoded into a temporary folder removed at exit)"""
+    frame_cache_bytes: int | None = None
+    """size cap of the on-disk frame cache: after the run's frames are cached, the least recently used entries of
+    other runs are removed until it fits (0: no cap; default $SPLATFORGE_FRAME_CACHE_BYTES, else 32 GiB)"""
     strategy: Literal["adc", "mcmc", "occupancy"] = "adc"
     """densification: adaptive density control (3DGS) or MCMC relocation; occupancy: the occupancy-grid
     updates of --method nerf (its only strategy)"""
@@ -198,6 +202,7 @@ FIELD_RANGES = {
     "frame_stride": (lambda v: v >= 1, ">= 1"),
     "test_every": (lambda v: v >= 0, ">= 0 (0: none)"),
     "cache_bytes": (lambda v: v is None or v >= 0, ">= 0"),
+    "frame_cache_bytes": (lambda v: v is None or v >= 0, ">= 0 (0: no cap)"),
     "sh_degree": (lambda v: 0 <= v <= 3, "0..3"),
     "sh_degree_interval": (lambda v: v >= 1, ">= 1"),
     "eval_every": (lambda v: v >= 0, ">= 0 (0: only at the end)"),
@@ -243,6 +248,7 @@ FIELD_RANGES = {
     "spacetime.velocity_neighbors": (lambda v: v >= 1, ">= 1"),
     "spacetime.velocity_time_scale": _FINITE_NONNEG,
     "spacetime.knn_every": _PERIOD,
+    "spacetime.seg_weight": _FINITE_NONNEG,
     "meshgs.init_per_triangle": _PERIOD,
     "meshgs.max_offset": _FINITE_POS,
     "meshgs.init_scale": _FINITE_POS,
@@ -296,7 +302,7 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
                         cfg.test_every)
     scene = load_scene(cfg.data, data_factor=cfg.data_factor, frame_stride=cfg.frame_stride,
                        time_range=cfg.time_range, test_cameras=cfg.test_cameras, test_time_every=cfg.test_every,
-                       frame_cache=resolve_frame_cache(cfg.frame_cache))
+                       frame_cache=video_frame_cache(cfg.frame_cache))
     if not scene.frames_train:
         raise DataFormatError(f"{cfg.data}: the dataset has no training images")
     return scene
@@ -503,12 +509,16 @@ class Trainer:
         if self.out is not None:
             self.cfg = cfg = dataclasses.replace(cfg, out=Path(self.out))
         self.out = Path(cfg.out)
+        started = time.time()  # frame-cache entries used from now on are this run's (never pruned by it)
         if self.scene is None:
             self.scene = load_training_scene(cfg)
+            for note in self.scene.notes:  # what the loader decided (e.g. camera matrices read inverted)
+                self.log(note)
         self.disk_cache = resolve_frame_cache(cfg.frame_cache)
         self.images = FrameImages(self.scene.frames_train, self.device, cache_bytes=cfg.cache_bytes,
                                   disk_cache=self.disk_cache)
         self.images.fill_disk_cache(progress=cfg.progress)  # a first run decodes every image once, shown
+        self.prune_frame_cache(started)
         self.train_background = training_background(cfg, self.model or model_class(cfg.method), self.images)
         check_batch(cfg.batch, self.scene.frames_train)
         torch.manual_seed(cfg.seed)
@@ -517,12 +527,24 @@ class Trainer:
         if self.model is None:
             self.model = build_model(cfg, self.scene, self.init_gen, self.log)
         self.model = self.model.to(self.device)
+        self.model.configure(cfg)
         self.strategy = build_strategy(cfg)
         self.strategy_state = self.strategy.initialize_state(self.model)
         self.history = RunHistory()  # per-step loss / Gaussian count / seconds, test PSNR per evaluation
         self.train_seconds = 0.0
         self.idle_seconds = 0.0  # time hooks spent blocking the loop (a paused viewer): not training time
         self.sh_interval = max(1, round(cfg.sh_degree_interval * schedule_scaler(cfg)))
+
+    def prune_frame_cache(self, started: float) -> None:
+        """Hold the on-disk frame cache under ``--frame-cache-bytes``: remove other runs' least recently used
+        entries (:meth:`recon.data.frame_cache.FrameCache.prune`; this run's, used since ``started``, stay)."""
+        if self.disk_cache is None:
+            return
+        cap = max_cache_bytes(self.cfg.frame_cache_bytes)
+        removed, freed = self.disk_cache.prune(cap, keep_since=started - 1.0)
+        if removed:
+            self.log(f"frame cache {self.disk_cache.folder}: removed {removed:,} least recently used entries "
+                     f"({freed / 2**30:.2f} GiB) to stay under {cap / 2**30:.2f} GiB (--frame-cache-bytes)")
 
     # ---------------------------------------------------------------------------- run directory
 
@@ -577,6 +599,7 @@ class Trainer:
     def load_checkpoint(self, payload: dict) -> None:
         self.step = int(payload["step"])
         self.model = type(self.model).from_state_dict(payload["model"], self.device)
+        self.model.configure(self.cfg)
         self.strategy_state = {k: v.to(self.device) if torch.is_tensor(v) else v
                                for k, v in payload["strategy_state"].items()}
         torch.set_rng_state(payload["rng"]["torch"])
@@ -676,6 +699,8 @@ class Trainer:
             bg, t = torch.stack([b for _, b in picks]), [f.time for f in frames]
         render, _, meta = render_supersampled(self.model, [f.camera for f in frames], self.cfg.supersample,
                                               self.active_sh_degree(step), bg, t=t, absgrad=absgrad)
+        if isinstance(meta, dict):
+            meta["frames"] = frames  # the views rendered, for loss terms with per-view targets (4dgs segmentation)
         return picks, gts, render, meta
 
     def view_loss(self, step: int):
