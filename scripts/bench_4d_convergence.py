@@ -85,7 +85,7 @@ def run_once(cfg: TrainConfig, train_every: int, window: int, renders: Path | No
             **group_scores(held["per_view"], set(parse_camera_names(cfg.test_cameras))),
             "train_eval_psnr": round(train["psnr"], 3), "train_eval_views": train["num_views"],
             "progress_psnr": round(float(np.mean(recent)), 3) if recent else None,
-            "train_seconds": round(seconds, 1), "num_gaussians": len(model),
+            "train_seconds": round(seconds, 3), "num_gaussians": len(model),
             "cameras": sorted({camera_name(f) for f in scene.frames_train}),
             "train_frames": len(scene.frames_train)}
 
