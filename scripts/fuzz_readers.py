@@ -294,12 +294,14 @@ def _alarm(signum, frame):
 
 def reference_load(fmt: str, read: Callable[[Path], object], good: bytes, suffix: str) -> dict:
     """The good file's canonical load (tests/corpus/load_oracle.py), what every variant that loads is judged
-    against: ``{"canon": {path: array}, "allow_nonfinite": bool}``."""
-    from tests.corpus.load_oracle import NONFINITE_ALLOWED, canonical
+    against: ``{"canon": {path: array}, "allow_nonfinite": bool, "valid": variants that are legitimate files of
+    their own (load_oracle.VALID_VARIANTS)}``."""
+    from tests.corpus.load_oracle import NONFINITE_ALLOWED, VALID_VARIANTS, canonical
 
     with tempfile.TemporaryDirectory() as tmp:
         path = write_case(Path(tmp), suffix, "good", good)
-        return {"canon": canonical(read(path), Path(tmp)), "allow_nonfinite": fmt in NONFINITE_ALLOWED}
+        return {"canon": canonical(read(path), Path(tmp)), "allow_nonfinite": fmt in NONFINITE_ALLOWED,
+                "valid": set(VALID_VARIANTS.get(fmt, ()))}
 
 
 def run_case(read: Callable[[Path], object], path: Path, timeout: int = 0, reference: dict | None = None,
@@ -336,7 +338,8 @@ def run_case(read: Callable[[Path], object], path: Path, timeout: int = 0, refer
     if outcome == "load" and reference is not None:
         from tests.corpus.load_oracle import canonical, judge
 
-        why = judge(variant, reference["canon"], canonical(result, path.parent), reference["allow_nonfinite"])
+        good = None if variant in reference.get("valid", ()) else reference["canon"]
+        why = judge(variant, good, canonical(result, path.parent), reference["allow_nonfinite"])
         if why:
             outcome, message = "wrong", why
     return {"outcome": outcome, "message": message[:400], "peak_mb": round(peak / 2**20, 2)}

@@ -67,6 +67,13 @@ class GltfSkin:
     order: list[int]
 
 
+def joint_name(path, node, k: int) -> str:
+    """The joint node's name (``joint_<k>`` without one); AvatarInputError when the node is not an object."""
+    if not isinstance(node, dict):
+        raise AvatarInputError(f"{path}: joint {k}'s node is not a JSON object")
+    return str(node.get("name", f"joint_{k}"))
+
+
 def _accessor_info(path, doc: dict, index) -> dict:
     accessors = doc.get("accessors")
     if not isinstance(index, int) or not isinstance(accessors, list) or not 0 <= index < len(accessors) \
@@ -248,7 +255,7 @@ def skinned_mesh(path, doc: dict, accessor: Accessor) -> GltfSkin:
     rest_ours = np.stack([np.zeros(3) if k < 0 else rest[k] for k in order])
     dense = np.concatenate(weights)
     dense_ours = np.stack([np.zeros(len(dense)) if k < 0 else dense[:, k] for k in order], 1)
-    names = [ADDED_ROOT if k < 0 else str(doc["nodes"][joints[k]].get("name", f"joint_{k}")) for k in order]
+    names = [ADDED_ROOT if k < 0 else joint_name(path, doc["nodes"][joints[k]], k) for k in order]
     skeleton = Skeleton(torch.tensor(our_parents, dtype=torch.int64), torch.tensor(rest_ours, dtype=torch.float32),
                         names)
     vertices = np.concatenate(positions) * GLTF_TO_WORLD

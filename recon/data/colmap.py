@@ -265,13 +265,16 @@ def check_points_finite(path: Path, ids: np.ndarray, xyz: np.ndarray) -> None:
 _DECLARED = re.compile(r"^#\s*Number of (cameras|images|points):\s*(\d+)", re.MULTILINE)
 
 
-def _text_lines(path: Path) -> list[tuple[int, str]]:
+def _text_lines(path: Path, empty_ok: bool = False) -> list[tuple[int, str]]:
     """(line number, text) of every non-comment line (blank lines kept: images.txt needs them). An empty file
-    is refused: COLMAP writes its comment header even for a model without points."""
+    is refused (COLMAP writes its comment header even for an empty model) unless ``empty_ok``: COLMAP's own
+    "reconstruct from known poses" recipe has users create an empty points3D.txt."""
     try:
         text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
     except OSError as e:
         raise ColmapFormatError(f"cannot read COLMAP file {path}: {e}") from e
+    if not text and empty_ok:
+        return []
     if not text:
         raise ColmapFormatError(f"{path}: the file is empty (0 bytes); COLMAP writes a header even for an empty "
                                 f"model: export the model again")
@@ -281,13 +284,15 @@ def _text_lines(path: Path) -> list[tuple[int, str]]:
 def check_declared_count(path: Path, what: str, found: int) -> None:
     """ColmapFormatError when the header comment COLMAP (and splatforge) writes, ``# Number of <what>: N``,
     disagrees with the ``found`` records: a text model cut after a whole record would otherwise load as a
-    smaller model. Files without that comment are not checked."""
+    smaller model (a file cut at a line boundary looks like a complete one). Files without that comment are not
+    checked; a model edited by hand (records deleted) must update or delete the comment: the message says so."""
     with open(path, "rb") as f:
         head = f.read(4096).decode("utf-8", "replace")
     m = _DECLARED.search(head)
     if m and m.group(1) == what and int(m.group(2)) != found:
         raise ColmapFormatError(f"{path}: its header says {m.group(2)} {what} but it holds {found}; the file is cut "
-                                f"short or damaged: export the model again")
+                                f"short or damaged: export the model again (records removed by hand: correct or "
+                                f"delete the '# Number of {what}' line)")
 
 
 def _parse(path: Path, lineno: int, what: str, fn, token):
@@ -374,7 +379,7 @@ def read_images_text(path: Path) -> dict[int, ColmapImage]:
 def read_points3D_text(path: Path) -> ColmapPoints:
     """Read ``points3D.txt`` -> ColmapPoints."""
     ids, xyz, rgb, errors, tracks = [], [], [], [], []
-    for lineno, line in _text_lines(path):
+    for lineno, line in _text_lines(path, empty_ok=True):
         tok = line.split()
         if not tok:
             continue

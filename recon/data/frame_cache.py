@@ -130,6 +130,21 @@ def _sealed_payload(path: Path, key: bytes, most: int) -> bytes | None:
     return payload
 
 
+def _has_trailer(path: Path) -> bool:
+    """Whether the regular file ``path`` ends with :data:`TRAILER_MAGIC` before its digest (a cheap check: the
+    digest itself is verified by :meth:`FrameCache.load`). Entries from before the trailer, or cut short, fail,
+    so the callers that count missing entries decode them again in one pass instead of frame by frame."""
+    try:
+        st = os.stat(path)  # before opening: opening a FIFO would wait for a writer
+        if not stat.S_ISREG(st.st_mode) or st.st_size <= TRAILER_BYTES:
+            return False
+        with open(path, "rb") as f:
+            f.seek(-TRAILER_BYTES, os.SEEK_END)
+            return f.read(len(TRAILER_MAGIC)) == TRAILER_MAGIC
+    except OSError:
+        return False
+
+
 class FrameCache:
     """A folder of decoded frames (module docstring). Thread- and process-safe: entries appear whole."""
 
@@ -177,9 +192,9 @@ class FrameCache:
         return arr
 
     def has(self, source: Path, part: str, size: tuple[int, int]) -> bool:
-        """Whether an entry file exists (not checked: :meth:`load` does that)."""
+        """Whether an entry file exists and ends with the trailer (its digest is checked by :meth:`load`)."""
         try:
-            return self.entry_path(source, part, size).is_file()
+            return _has_trailer(self.entry_path(source, part, size))
         except OSError:
             return False
 
@@ -187,7 +202,10 @@ class FrameCache:
         """:meth:`has`, and mark an existing entry as used now (its modification time), so that :meth:`prune`
         removes it last. A run claims the entries it will read before pruning."""
         try:
-            os.utime(self.entry_path(source, part, size))
+            path = self.entry_path(source, part, size)
+            if not _has_trailer(path):  # an entry from before the trailer, or cut short: decode it again
+                return False
+            os.utime(path)
             return True
         except OSError:
             return False

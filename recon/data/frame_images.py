@@ -277,15 +277,22 @@ class FrameImages:
         cache = self.disk_cache
         if cache is None:
             return 0
-        todo = [f for f in self.frames if self._on_disk(f) and not cache.claim(f.image_path, "rgba", (f.width, f.height))]
+        def mask_missing(frame: Frame) -> bool:  # claimed (marked as used) whether or not the image is missing
+            return frame.mask_path is not None and not cache.claim(frame.mask_path, "mask", (frame.width, frame.height))
+
+        missing = [(f, not cache.claim(f.image_path, "rgba", (f.width, f.height)), mask_missing(f))
+                   for f in self.frames if self._on_disk(f)]
+        todo = [m for m in missing if m[1] or m[2]]
         if not todo:
             return 0
 
-        def one(frame: Frame) -> None:
-            rgba = frame_rgba(frame)
-            opaque = bool((rgba[..., 3] == 255).all())
-            cache.store(frame.image_path, "rgba", rgba[..., :3] if opaque else rgba)
-            if frame.mask_path is not None and not cache.claim(frame.mask_path, "mask", (frame.width, frame.height)):
+        def one(item: tuple[Frame, bool, bool]) -> None:
+            frame, image_missing, mask_is_missing = item
+            if image_missing:
+                rgba = frame_rgba(frame)
+                opaque = bool((rgba[..., 3] == 255).all())
+                cache.store(frame.image_path, "rgba", rgba[..., :3] if opaque else rgba)
+            if mask_is_missing:
                 cache.store(frame.mask_path, "mask", frame_mask_u8(frame))
             with self._lock:
                 self.decodes += 1

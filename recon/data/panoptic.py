@@ -89,12 +89,13 @@ def pose_direction(w2c: np.ndarray) -> str:
 
 
 def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None,
-               direction: str | None = None) -> tuple[list[Frame], int, str]:
+               fallback: str = "world_to_cam") -> tuple[list[Frame], int, str]:
     """(frames, T, direction) of one split; frames ordered time-major, named ``ims/<fn>``. ``direction``: how
-    its ``w2c`` matrices are read ("world_to_cam" or "cam_to_world"; None: :func:`pose_direction`)."""
+    its ``w2c`` matrices are read ("world_to_cam" or "cam_to_world"): :func:`pose_direction` of the split's own
+    cameras when it has at least two, else ``fallback`` (the train split's, for a test split of one camera)."""
     path = root / META_FILES[split]
     K, w2c, fn, width, height = meta_arrays(read_meta(path), path)
-    direction = direction or pose_direction(w2c)
+    direction = pose_direction(w2c) if w2c.shape[1] >= 2 else fallback
     if direction == "cam_to_world":
         w2c = np.linalg.inv(w2c)
     T = K.shape[0]
@@ -135,15 +136,15 @@ def load_panoptic(root: Path, data_factor: int = 1, cache_dir: Path | None = Non
     root = Path(root)
     train, t_train, direction = load_split(root, "train", data_factor, cache_dir)
     if (root / META_FILES["test"]).is_file():
-        test, t_test, _ = load_split(root, "test", data_factor, cache_dir, direction)
+        test, t_test, test_direction = load_split(root, "test", data_factor, cache_dir, direction)
         if t_test != t_train:
             raise DataFormatError(f"{root}: train_meta.json has {t_train} time steps but test_meta.json {t_test}; "
                                   f"both must cover the same clip")
     else:
-        test = []
+        test, test_direction = [], "world_to_cam"
     points, colors = load_points(root)
-    notes = [] if direction == "world_to_cam" else [
-        f"{root / META_FILES['train']}: its 'w2c' matrices are camera-to-world (read as world-to-camera, the "
-        f"cameras' optical axes meet behind them; inverted, in front of them): read as camera-to-world"]
+    notes = [f"{root / META_FILES[split]}: its 'w2c' matrices are camera-to-world (read as world-to-camera, the "
+             f"cameras' optical axes meet behind them; inverted, in front of them): read as camera-to-world"
+             for split, d in (("train", direction), ("test", test_direction)) if d == "cam_to_world"]
     return Scene(train, test, points, colors, background or BLACK, "panoptic", root, duration=(t_train - 1) / FPS,
                  notes=notes)

@@ -57,6 +57,9 @@ def axes_of(world_to_cam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return -np.einsum("nji,nj->ni", R, t), dirs / np.linalg.norm(dirs, axis=1, keepdims=True)
 
 
+SINGULAR_DET = 1e-6  # a rotation block with |det| below this is not a camera pose (left to the camera checks)
+
+
 def converges(world_to_cam: np.ndarray) -> bool:
     """True when the optical axes of the cameras [N, 4, 4] meet in front of them: conditioning at least
     :data:`MIN_CONDITIONING` and the meeting point in front of at least :data:`MIN_IN_FRONT` of them."""
@@ -73,6 +76,13 @@ def rig_pose_direction(matrices: np.ndarray) -> str:
     the cameras and, inverted, they do (module docstring); every other case (a forward-facing rig, one camera,
     both or neither converging) keeps the label."""
     matrices = np.asarray(matrices, dtype=np.float64)
-    if len(matrices) < 2 or converges(matrices):
+    if len(matrices) < 2 or not np.isfinite(matrices).all():
+        return "world_to_cam"  # damaged matrices are refused, naming the file, by the scene's camera checks
+    if (np.abs(np.linalg.det(matrices[:, :3, :3])) < SINGULAR_DET).any():
         return "world_to_cam"
-    return "cam_to_world" if converges(np.linalg.inv(matrices)) else "world_to_cam"
+    try:
+        if converges(matrices):
+            return "world_to_cam"
+        return "cam_to_world" if converges(np.linalg.inv(matrices)) else "world_to_cam"
+    except np.linalg.LinAlgError:
+        return "world_to_cam"

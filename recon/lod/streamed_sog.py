@@ -101,11 +101,18 @@ def check_lod_meta(folder: Path, counts: list[int]) -> dict:
         node = stack.pop()
         if not isinstance(node, dict) or "bound" not in node:
             fail("a tree node without a bound")
-        for level, entry in (node.get("lods") or {}).items():
-            if not (0 <= int(level) < len(counts)) or not (0 <= entry.get("file", -1) < len(files)):
+        lods, children = node.get("lods") or {}, node.get("children") or []
+        if not isinstance(lods, dict) or not isinstance(children, list):
+            fail("a tree node whose 'lods' is not an object or 'children' not a list")
+        for level, entry in lods.items():
+            try:
+                k, file, count = int(level), entry["file"], int(entry["count"])
+            except (TypeError, ValueError, KeyError, OverflowError):
+                fail(f"a tree entry of level {level!r} without an integer level, 'file' and 'count'")
+            if not (0 <= k < len(counts)) or not isinstance(file, int) or not 0 <= file < len(files) or count < 0:
                 fail(f"a tree entry of level {level} points outside the levels or files")
-            totals[int(level)] += int(entry["count"])
-        stack.extend(node.get("children") or [])
+            totals[k] += count
+        stack.extend(children)
     if totals != counts:
         fail(f"the tree's entries add up to {totals} Gaussians per level, the levels hold {counts}")
     return meta

@@ -318,7 +318,12 @@ class _WorkerPool:
             if source is None:
                 return
             worker = idle.pop() if idle else self.spawn()
-            worker.conn.send(source)
+            try:
+                worker.conn.send(source)
+            except (OSError, ValueError):  # an idle worker that died: a fresh one takes the object
+                self.retire(worker, kill=True)
+                worker = self.spawn()
+                worker.conn.send(source)
             worker.source, worker.handed, worker.started = source, time.perf_counter(), None
 
     def retire(self, worker: _Worker, kill: bool = False) -> None:

@@ -314,6 +314,14 @@ NONFINITE_ALLOWED = {
 """Formats whose writer itself may write NaN/Inf: there a non-finite value is in the format's domain."""
 
 
+VALID_VARIANTS = {
+    "colmap-points3D.txt": {"empty": "COLMAP's reconstruct-from-known-poses recipe: an empty points3D.txt is a "
+                                     "model without points (recon/data/colmap.py: _text_lines)"},
+}
+"""Variants that are legitimate files of their format in their own right: their load is not compared with the
+good file's (only the finite and range checks apply)."""
+
+
 def judge(variant: str, good: dict[str, np.ndarray] | None, case: dict[str, np.ndarray],
           allow_nonfinite: bool = False) -> str | None:
     """None when ``case`` (the load of variant ``variant``) is a correct load next to the good file's load

@@ -230,6 +230,24 @@ def test_synthetic_poses_reproject_exactly(tmp_path):
         np.testing.assert_allclose(uv, im.xys, atol=2e-3)  # float32 storage of world_to_cam
 
 
+def test_hand_made_text_models(tmp_path):
+    """COLMAP's "reconstruct from known poses" recipe: an empty points3D.txt loads as a model without points. A
+    record deleted by hand under an unchanged "# Number of ..." comment is refused (it reads like a file cut at a
+    line boundary) with what to do; without the comment it loads."""
+    model = synthetic_model("PINHOLE")
+    write_model(model, tmp_path / "a", ".txt")
+    (tmp_path / "a" / "points3D.txt").write_text("")
+    assert len(read_model(tmp_path / "a", ".txt").points.ids) == 0
+    write_model(model, tmp_path / "b", ".txt")
+    path = tmp_path / "b" / "points3D.txt"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))  # the last point deleted, the header comment unchanged
+    with pytest.raises(ColmapFormatError, match="points3D.txt.*delete the '# Number of points' line"):
+        read_model(tmp_path / "b", ".txt")
+    path.write_text("".join(ln for ln in lines[:-1] if not ln.startswith("# Number of")))
+    assert len(read_model(tmp_path / "b", ".txt").points.ids) == len(model.points.ids) - 1
+
+
 # --------------------------------------------------------------------------------------------------
 # bad inputs
 

@@ -58,15 +58,34 @@ def test_forward_facing_and_single_cameras_keep_the_label():
 def test_panoptic_loader_inverts_camera_to_world_files_and_says_so(tmp_path, rendered):  # noqa: F811
     good = write_panoptic(tmp_path / "good", rendered, points=False)
     flipped = write_panoptic(tmp_path / "flipped", rendered, points=False)
-    meta = json.loads((flipped / "train_meta.json").read_text())
-    meta["w2c"] = [[np.linalg.inv(np.array(m)).tolist() for m in step] for step in meta["w2c"]]
-    (flipped / "train_meta.json").write_text(json.dumps(meta))
+    for name in ("train_meta.json", "test_meta.json"):  # one tool wrote both files: both camera-to-world
+        meta = json.loads((flipped / name).read_text())
+        meta["w2c"] = [[np.linalg.inv(np.array(m)).tolist() for m in step] for step in meta["w2c"]]
+        (flipped / name).write_text(json.dumps(meta))
     a, b = load_scene(good), load_scene(flipped)
     assert a.notes == []
-    assert len(b.notes) == 1 and "camera-to-world" in b.notes[0] and "train_meta.json" in b.notes[0]
+    assert len(b.notes) == 2 and all("camera-to-world" in n for n in b.notes)
+    assert "train_meta.json" in b.notes[0] and "test_meta.json" in b.notes[1]
     assert len(a.frames_train) == len(b.frames_train)
     for fa, fb in zip(a.frames_train, b.frames_train):
         np.testing.assert_allclose(fb.camera.world_to_cam.numpy(), fa.camera.world_to_cam.numpy(), atol=1e-5)
+    # the test split's one camera cannot tell its direction: it follows the train split's
+    assert len(a.frames_test) == len(b.frames_test) > 0
+    for fa, fb in zip(a.frames_test, b.frames_test):
+        np.testing.assert_allclose(fb.camera.world_to_cam.numpy(), fa.camera.world_to_cam.numpy(), atol=1e-5)
+
+
+def test_damaged_matrices_keep_the_label_for_the_camera_checks():
+    """NaN, infinite or singular matrices are not guessed at (no LinAlgError): the scene's camera checks refuse
+    them with the file's name."""
+    rig = ring()
+    for bad in (np.nan, np.inf):
+        damaged = rig.copy()
+        damaged[1, 0, 0] = bad
+        assert rig_pose_direction(damaged) == "world_to_cam"
+    singular = rig.copy()
+    singular[2] = 0.0
+    assert rig_pose_direction(singular) == "world_to_cam"
 
 
 def test_trainer_logs_the_loaders_notes(tmp_path, rendered):  # noqa: F811
