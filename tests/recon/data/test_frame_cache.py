@@ -159,6 +159,24 @@ def test_fill_disk_cache_decodes_each_missing_frame_once(tmp_path):
     assert FrameImages(frames).fill_disk_cache() == 0  # no disk cache: nothing to fill
 
 
+def test_entries_without_the_trailer_or_a_mask_count_as_missing_when_filling(tmp_path):
+    """An entry from before the trailer (or cut short) is not claimed: fill_disk_cache decodes it again in its one
+    pass (a video's frames would otherwise be decoded one by one at training time); a missing mask entry is
+    refilled even when its image entry is there."""
+    frames = write_frames(tmp_path / "src", n=3, masks=True)
+    cache = FrameCache(tmp_path / "cache")
+    decoded(frames, cache)
+    image_entry = cache.entry_path(frames[0].image_path, "rgba", (W, H))
+    image_entry.write_bytes(image_entry.read_bytes()[:-fc.TRAILER_BYTES])  # as written before the trailer
+    cache.entry_path(frames[1].mask_path, "mask", (W, H)).unlink()
+    assert not cache.has(frames[0].image_path, "rgba", (W, H))
+    assert not cache.claim(frames[0].image_path, "rgba", (W, H))
+    assert FrameImages(frames, disk_cache=cache).fill_disk_cache(progress=False) == 2
+    assert cache.has(frames[0].image_path, "rgba", (W, H)) and cache.has(frames[1].mask_path, "mask", (W, H))
+    again = decoded(frames, cache)
+    assert again.decodes == 0 and again.disk_reads == 3
+
+
 def test_training_fills_the_frame_cache_and_a_second_run_decodes_nothing(tmp_path):
     from recon.training.trainer import TrainConfig, Trainer
     from tests.recon.data.test_panoptic_segmentation import write_tiny_panoptic

@@ -1,6 +1,7 @@
 """PlayCanvas' Streamed SOG from an LOD export (recon/lod/streamed_sog.py)."""
 
 import json
+import shutil
 import subprocess
 
 import numpy as np
@@ -45,6 +46,15 @@ def test_lod_meta_is_checked_against_our_levels(tmp_path):
     (tmp_path / "a" / "1_0" / "meta.json").unlink()
     with pytest.raises(StreamedSogError, match="not inside the folder"):
         check_lod_meta(tmp_path / "a", [100, 20, 1])
+    for bad in ({"x": {"file": 0, "count": 1}}, {"0": [1, 2]}, {"0": {"file": "0", "count": 1}}, {"0": {"file": 0}},
+                ["not", "an", "object"]):  # damaged tree entries: one line, never a traceback
+        _fake_sog(tmp_path / "d", [1])
+        meta = json.loads((tmp_path / "d" / "lod-meta.json").read_text())
+        meta["tree"]["lods"] = bad
+        (tmp_path / "d" / "lod-meta.json").write_text(json.dumps(meta))
+        with pytest.raises(StreamedSogError, match="tree"):
+            check_lod_meta(tmp_path / "d", [1])
+        shutil.rmtree(tmp_path / "d")
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "lod-meta.json").write_text("{not json")
     with pytest.raises(StreamedSogError, match="lod-meta.json"):
