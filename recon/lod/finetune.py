@@ -36,14 +36,13 @@ import numpy as np
 import torch
 
 from rasterizer import Camera, rasterize_gaussians
+from recon.core.learning_rates import LearningRates
 from recon.core.splat_data import SplatData
 from recon.losses.image import photometric_loss, psnr
 
 from .hierarchy import Hierarchy, bounding_radius, leaf_radius
 
 PARAMS = ("means", "quats", "log_scales", "logit_opacities", "sh")
-LEARNING_RATES = {  # the 3DGS paper's (recon/models/gaussians.py LearningRates); means x the model's extent
-    "means": 1.6e-4, "quats": 1e-3, "log_scales": 5e-3, "logit_opacities": 5e-2, "sh0": 2.5e-3, "shN": 2.5e-3 / 20}
 MIN_SIDE = 16
 
 
@@ -120,12 +119,12 @@ def _tensors(data: SplatData) -> dict[str, torch.Tensor]:
 
 def _optimizer(params: dict[str, torch.Tensor], extent: float, lr_scale: float) -> torch.optim.Adam:
     """Adam over the trainable parameters (SH band 0 and the rest split into their own tensors)."""
-    groups = [{"params": [params[k]], "lr": lr_scale * LEARNING_RATES[k] * (extent if k == "means" else 1.0)}
-              for k in ("means", "quats", "log_scales", "logit_opacities")]
-    groups += [{"params": [params["sh0"]], "lr": lr_scale * LEARNING_RATES["sh0"]}]
+    rates = LearningRates()  # the 3DGS paper's, as the trainer's; means x the model's extent
+    groups = [{"params": [params[k]], "lr": lr_scale * getattr(rates, k) * (extent if k == "means" else 1.0)}
+              for k in ("means", "quats", "log_scales", "logit_opacities", "sh0")]
     if params["shN"].shape[1] > 0:
-        groups += [{"params": [params["shN"]], "lr": lr_scale * LEARNING_RATES["shN"]}]
-    return torch.optim.Adam(groups, eps=1e-15)
+        groups += [{"params": [params["shN"]], "lr": lr_scale * rates.shN}]
+    return torch.optim.Adam(groups, eps=rates.eps)
 
 
 def _joined(fixed: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

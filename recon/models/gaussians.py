@@ -22,7 +22,7 @@ Adam's moments aligned with resized parameters.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Callable, ClassVar, Sequence
 
 import numpy as np
@@ -31,29 +31,12 @@ from torch import Tensor
 
 from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from recon.core.splat_data import SH_C0, SplatData
+from recon.core.learning_rates import LearningRates  # noqa: F401  (re-exported)
 from recon.models.base import GaussianRows, SceneModel, check_state_method, register_model
 
 PARAM_NAMES = ("means", "quats", "log_scales", "logit_opacities", "sh0", "shN")
 EXACT_KNN_MAX_POINTS = 30_000  # above this, nearest neighbours are searched along a Morton order
 KNN_WINDOW = 24  # candidates on each side in the Morton order (approximate kNN)
-
-
-@dataclass
-class LearningRates:
-    """Adam learning rates of the 3DGS paper; ``means`` is multiplied by the scene extent and decays
-    exponentially to ``means * means_final_ratio`` over the run."""
-
-    means: float = 1.6e-4
-    """means learning rate, x scene extent, decayed over the run"""
-    means_final_ratio: float = 0.01
-    """the means learning rate decays exponentially to this fraction of it"""
-    quats: float = 1e-3
-    log_scales: float = 5e-3
-    logit_opacities: float = 5e-2
-    sh0: float = 2.5e-3
-    shN: float = 2.5e-3 / 20
-    eps: float = 1e-15
-    """Adam epsilon"""
 
 
 # ------------------------------------------------------------------------------------------ helpers

@@ -162,7 +162,7 @@ class TrainConfig:
     floater_threshold: float = 0.005
     """blending weight below which --remove-floaters counts a Gaussian as a floater (docs/export.md)"""
     lr: LearningRates = field(default_factory=LearningRates)
-    """Adam learning rates (recon.models.gaussians.LearningRates)"""
+    """Adam learning rates (recon.core.learning_rates.LearningRates)"""
     adc: ADCConfig = field(default_factory=ADCConfig)
     """adaptive density control hyper-parameters (--strategy adc); iteration counts x steps_scaler"""
     mcmc: MCMCConfig = field(default_factory=MCMCConfig)
