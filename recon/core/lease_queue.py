@@ -24,6 +24,12 @@ import json
 import time
 from typing import Callable, Sequence
 
+from recon.core.errors import SplatforgeError
+
+
+class LeaseLostError(SplatforgeError, RuntimeError):
+    """Another worker took this worker's block over (its lease expired): the old owner stops that block."""
+
 
 class BlockQueue:
     """Blocks ``blocks`` (ids, in hand-out order) shared by the workers through ``store``.

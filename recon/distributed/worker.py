@@ -39,7 +39,7 @@ import torch
 from recon.outputs import files as rf
 from recon.distributed.merge import block_dir, merge_run, run_finished
 from recon.distributed.partition import Partition, PartitionConfig, check_blocks, partition_scene, block_scene, write_partition
-from recon.core.lease_queue import BlockQueue
+from recon.core.lease_queue import BlockQueue, LeaseLostError
 from recon.core.process_group import backend_for, barrier, free_port, init_group  # noqa: F401 (free_port: tests)
 from recon.core.errors import DamagedFileError, RunFolderError, RunLockedError, SplatforgeError, UsageError
 from recon.training.trainer import (ConfigMismatchError, TrainConfig, Trainer, TrainingHook, check_resumable,
@@ -51,10 +51,6 @@ BLOCK_SEED_STRIDE = 1000
 
 class WorkerConfigMismatchError(SplatforgeError, ValueError):
     """The workers of one job were started with different configurations."""
-
-
-class LeaseLostError(SplatforgeError, RuntimeError):
-    """Another worker took this worker's block over (its lease expired)."""
 
 
 @dataclass

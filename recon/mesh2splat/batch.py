@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recon.core.errors import UsageError
+from recon.core.lease_queue import LeaseLostError
 from recon.mesh2splat.convert import base_row, convert_object, work_folder
 from recon.data.splat_index import append_row, latest_rows, read_index
 from recon.mesh2splat.preset import ObjectPreset
@@ -131,6 +132,13 @@ class LocalFeed:
     def poll(self, running: list[str]) -> None:
         """Called while ``running`` objects convert (several times a second)."""
 
+    def is_lost(self, source: str) -> bool:
+        """Whether another machine took ``source`` over (never, on one machine)."""
+        return False
+
+    def forget(self, source: str) -> None:
+        """``source`` was abandoned after it was lost: no row comes for it."""
+
 
 def convert_all(cfg: BatchConfig, feed):
     """Rows of the objects of ``feed`` as they finish (in this process when ``workers`` is 0, else in workers)."""
@@ -141,7 +149,8 @@ def convert_all(cfg: BatchConfig, feed):
 
 
 class FeedPoll:
-    """Training hook of an object converted in the batch's own process: polls the feed (leases, rows)."""
+    """Training hook of an object converted in the batch's own process: polls the feed (rows) and stops the
+    object (LeaseLostError: its row says so and the feed drops it) once another machine took it over."""
 
     def __init__(self, feed, source: str, every: float = 1.0):
         self.feed, self.source, self.every, self.last = feed, source, every, time.monotonic()
@@ -153,6 +162,8 @@ class FeedPoll:
         if time.monotonic() - self.last >= self.every:
             self.feed.poll([self.source])
             self.last = time.monotonic()
+        if self.feed.is_lost(self.source):
+            raise LeaseLostError(f"{self.source}: another machine took this object over (its lease expired)")
 
     def on_train_end(self, trainer) -> None:
         pass
@@ -380,6 +391,13 @@ class _WorkerPool:
         row.update(reason=reason, seconds=round(elapsed, 2))
         return row
 
+    def abandon(self, worker: _Worker, feed) -> None:
+        """Kill ``worker``, whose object another machine took over (no row: that machine writes it)."""
+        source, pid = worker.source, worker.process.pid
+        self.retire(worker, kill=True)
+        shutil.rmtree(work_folder(self.cfg.out, source, pid), ignore_errors=True)
+        feed.forget(source)
+
     def rows(self, feed):
         """Rows of the objects of ``feed`` as they finish."""
         try:
@@ -391,6 +409,9 @@ class _WorkerPool:
                 feed.poll([w.source for w in busy])
                 time.sleep(POLL_SECONDS)
                 for worker in busy:
+                    if feed.is_lost(worker.source):
+                        self.abandon(worker, feed)
+                        continue
                     row = self.finished_row(worker)
                     if row is not None:
                         yield row

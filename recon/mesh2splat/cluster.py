@@ -8,9 +8,9 @@ Every rank runs the command with the same flags; each converts objects in its ow
 1. Rank 0 takes ``OUT/.lock``, clears ``OUT/.work``, lists the pending objects (resume: the index's rows, as
    a one-machine batch) and publishes them on the store (an error there is published too, and every rank
    stops with it); the others read them.
-2. Every rank's workers claim objects (:class:`QueueFeed`); the rank renews the leases of its running
-   objects, so that an object of a rank that stopped renewing (dead, hung, cut off) goes to another rank
-   once its lease expired.
+2. Every rank's workers claim objects (:class:`QueueFeed`); a thread of the rank renews the leases of its
+   running objects, so that an object of a rank that stopped renewing (dead, hung, cut off) goes to another
+   rank once its lease expired. The rank that lost it abandons it (kills its worker; drops its row).
 3. A finished object's row goes onto the store (:class:`RowChannel`) before the object is marked done;
    **rank 0 alone writes** ``OUT/index.jsonl``, draining the rows while its own workers convert, and
    after every object is done.
@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -82,22 +83,34 @@ class IndexWriter:
 
 
 class QueueFeed:
-    """A feed (see :class:`recon.mesh2splat.batch.LocalFeed`) over the lease queue: objects ``todo`` by index;
-    :meth:`poll` renews the running objects' leases (every ``lease_seconds`` / 4) and lets rank 0's
+    """A feed (see :class:`recon.mesh2splat.batch.LocalFeed`) over the lease queue: objects ``todo`` by index.
+
+    Leases: every object handed out by :meth:`take` is *running* until :meth:`finish`; a keeper thread
+    (:meth:`keep_leases`) renews the running objects' leases every ``lease_seconds`` / 4 whatever the rank is
+    doing (rendering views in this process, a worker's long step), so a lease expires only when the rank
+    stops. An object whose renewal fails was taken over by another rank: it is *lost* (:meth:`is_lost`); the
+    pool kills its worker, the in-process conversion stops at its next training step (:class:`recon.mesh2splat.batch.FeedPoll`), and
+    :meth:`finish` drops its row: the new owner's row is the one that counts. :meth:`poll` lets rank 0's
     ``writer`` drain the rows."""
 
     def __init__(self, queue: BlockQueue, todo: list[str], channel: RowChannel, writer: IndexWriter | None = None):
         self.queue, self.todo, self.channel, self.writer = queue, todo, channel, writer
         self.index = {source: i for i, source in enumerate(todo)}
-        self.renewed = time.monotonic()
         self.next_claim = 0.0
+        self.running: set[str] = set()
+        self.lost: set[str] = set()
+        self._lock = threading.Lock()  # the queue's held leases and these sets, shared with the keeper thread
+        self._stop = threading.Event()
 
     def take(self) -> str | None:
         """The next object; once the queue has handed every object out, a claim (which then scans all the
         leases for an expired one) is tried at most every ``lease_seconds`` / 4, up to 5 s."""
         if time.monotonic() < self.next_claim:
             return None
-        i = self.queue.claim()
+        with self._lock:
+            i = self.queue.claim()
+            if i is not None:
+                self.running.add(self.todo[i])
         if i is None:
             self.next_claim = time.monotonic() + min(5.0, self.queue.lease_seconds / 4)
             return None
@@ -106,18 +119,52 @@ class QueueFeed:
     def more(self) -> bool:
         return not self.queue.all_done()
 
+    def renew(self) -> None:
+        """Renew the running objects' leases; an object whose lease was taken over becomes lost."""
+        with self._lock:
+            for source in sorted(self.running):
+                if not self.queue.renew(self.index[source]):
+                    self.running.discard(source)
+                    self.lost.add(source)
+
+    def is_lost(self, source: str) -> bool:
+        with self._lock:
+            return source in self.lost
+
+    def forget(self, source: str) -> None:
+        """``source`` was abandoned (its worker killed after the lease was lost): no row will come."""
+        with self._lock:
+            self.lost.discard(source)
+            self.running.discard(source)
+
+    def keep_leases(self) -> "QueueFeed":
+        """Start the keeper thread (:meth:`close` stops it)."""
+        def keep():
+            while not self._stop.wait(self.queue.lease_seconds / 4):
+                self.renew()
+
+        threading.Thread(target=keep, name="mesh2splat-leases", daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+
     def poll(self, running: list[str]) -> None:
-        if time.monotonic() - self.renewed >= self.queue.lease_seconds / 4:
-            for source in running:
-                self.queue.renew(self.index[source])  # lost (taken over): both rows count, the last one wins
-            self.renewed = time.monotonic()
         if self.writer is not None:
             self.writer.drain()
 
-    def finish(self, row: dict) -> None:
-        """Publish ``row``, then mark its object done."""
+    def finish(self, row: dict) -> bool:
+        """Publish ``row``, then mark its object done; False (nothing published) when the object was lost to
+        another rank, which publishes its own row."""
+        source = row["source"]
+        with self._lock:
+            self.running.discard(source)
+            if source in self.lost:
+                self.lost.discard(source)
+                return False
         self.channel.publish(row)
-        self.queue.finish(self.index[row["source"]])
+        self.queue.finish(self.index[source])
+        return True
 
 
 def publish_error(store, err: BaseException, world: int, wait: float = 30.0) -> None:
@@ -181,11 +228,14 @@ def run_distributed(cfg: BatchConfig, lease_seconds: float = 120.0, timeout_seco
         counts = {"done": 0, "failed": 0}
         with ObjectProgress(cfg.progress and rank == 0, len(todo)) as bar:
             writer = IndexWriter(out, channel, bar) if rank == 0 else None
-            feed = QueueFeed(queue, todo, channel, writer)
-            for row in convert_all(cfg, feed):
-                row["worker"] = f"rank{rank}@{socket.gethostname()}"
-                feed.finish(row)
-                counts[row["status"]] += 1
+            feed = QueueFeed(queue, todo, channel, writer).keep_leases()
+            try:
+                for row in convert_all(cfg, feed):
+                    row["worker"] = f"rank{rank}@{socket.gethostname()}"
+                    if feed.finish(row):
+                        counts[row["status"]] += 1
+            finally:
+                feed.close()
             while writer is not None and (writer.written < channel.count() or not queue.all_done()):
                 writer.drain()
                 time.sleep(POLL_SECONDS)
