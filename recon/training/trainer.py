@@ -32,6 +32,7 @@ from recon.training.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_ply4d, write_splats
 from recon.data.frame_cache import max_cache_bytes, resolve_frame_cache, video_frame_cache
 from recon.data.frame_images import FrameImages
+from recon.data.video_frames import claim_video_frames
 from recon.data.holdout import hold_out
 from recon.models.init_region import parse_init_box, random_init_region
 from recon.losses.image import masked_render, photometric_loss, quick_psnrs
@@ -510,14 +511,20 @@ class Trainer:
             self.cfg = cfg = dataclasses.replace(cfg, out=Path(self.out))
         self.out = Path(cfg.out)
         started = time.time()  # frame-cache entries used from now on are this run's (never pruned by it)
+        self.disk_cache = resolve_frame_cache(cfg.frame_cache)
+        # held while this run lives (before its scene is loaded): other runs' pruning keeps what it uses
+        self.cache_hold = self.disk_cache.hold(started) if self.disk_cache is not None else None
         if self.scene is None:
             self.scene = load_training_scene(cfg)
             for note in self.scene.notes:  # what the loader decided (e.g. camera matrices read inverted)
                 self.log(note)
-        self.disk_cache = resolve_frame_cache(cfg.frame_cache)
         self.images = FrameImages(self.scene.frames_train, self.device, cache_bytes=cfg.cache_bytes,
-                                  disk_cache=self.disk_cache)
-        self.images.fill_disk_cache(progress=cfg.progress)  # a first run decodes every image once, shown
+                                  disk_cache=self.disk_cache,
+                                  segmentations=model_class(cfg.method).uses_segmentation(cfg))
+        # a first run decodes every image once, shown; every entry used is claimed now (a scene loaded before
+        # this run started, a block worker's, included)
+        self.images.fill_disk_cache(progress=cfg.progress)
+        claim_video_frames(self.scene.frames_test)  # evaluated at the end
         self.prune_frame_cache(started)
         self.train_background = training_background(cfg, self.model or model_class(cfg.method), self.images)
         check_batch(cfg.batch, self.scene.frames_train)
@@ -541,7 +548,7 @@ class Trainer:
         if self.disk_cache is None:
             return
         cap = max_cache_bytes(self.cfg.frame_cache_bytes)
-        removed, freed = self.disk_cache.prune(cap, keep_since=started - 1.0)
+        removed, freed = self.disk_cache.prune(cap, keep_since=started)
         if removed:
             self.log(f"frame cache {self.disk_cache.folder}: removed {removed:,} least recently used entries "
                      f"({freed / 2**30:.2f} GiB) to stay under {cap / 2**30:.2f} GiB (--frame-cache-bytes)")
@@ -699,8 +706,8 @@ class Trainer:
             bg, t = torch.stack([b for _, b in picks]), [f.time for f in frames]
         render, _, meta = render_supersampled(self.model, [f.camera for f in frames], self.cfg.supersample,
                                               self.active_sh_degree(step), bg, t=t, absgrad=absgrad)
-        if isinstance(meta, dict):
-            meta["frames"] = frames  # the views rendered, for loss terms with per-view targets (4dgs segmentation)
+        if isinstance(meta, dict) and "seg" in self.images.channels:  # per-view targets of a loss term (4dgs)
+            meta["segmentations"] = [self.images.segmentation(i) for i, _ in picks]
         return picks, gts, render, meta
 
     def view_loss(self, step: int):
@@ -823,6 +830,8 @@ class Trainer:
                 data4.duration = getattr(self.scene, "duration", None)  # the capture's seconds, when known
                 write_ply4d(self.out / rf.SPLATS4D_FILE, data4, force=True)
         test = self.evaluate(self.out / rf.RENDERS_DIR if self.writes_outputs else None)
+        if self.cache_hold is not None:  # the frame cache's last use: other runs may prune this run's frames
+            self.cache_hold.release()
         if test["lpips"] is None:
             self.log(LPIPS_NOTE)
         metrics = self.metrics(test)
