@@ -141,6 +141,7 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
         self.optimizer = self._make_optimizer()
         self._neighbors = NeighborLists()  # the velocity consistency's (recomputed when due)
         self.renders_segmentation = False  # render each Gaussian's foreground value too (meta["segmentation"])
+        self.time_lr_scale = 1.0  # --spacetime.time-lr-scale (configure)
 
     @classmethod
     def uses_segmentation(cls, cfg) -> bool:
@@ -150,6 +151,23 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
     def configure(self, cfg) -> None:
         """``--spacetime.seg-weight`` > 0: renders carry the foreground channel the segmentation target needs."""
         self.renders_segmentation = self.uses_segmentation(cfg)
+        self.time_lr_scale = float(cfg.spacetime.time_lr_scale)
+
+    def step(self) -> None:
+        """Adam's step, with the temporal centre's and temporal log-scale's moves scaled by ``time_lr_scale``
+        (``--spacetime.time-lr-scale``; Adam's move is linear in the learning rate, so this is those columns'
+        own learning rate; their moments are Adam's own)."""
+        scale = self.time_lr_scale
+        if scale == 1.0:
+            self.optimizer.step()
+            return
+        with torch.no_grad():
+            before = {n: self.params[n][:, 3].clone() for n in ("means4", "log_scales4")}
+        self.optimizer.step()
+        with torch.no_grad():
+            for n, old in before.items():
+                col = self.params[n][:, 3]
+                col.copy_(old + scale * (col - old))
 
     def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
         """The optional 4D-Rotor regularisers of ``cfg.spacetime`` (recon/losses/spacetime.py): opacity entropy

@@ -138,6 +138,9 @@ class TrainConfig:
     batch: int = 1
     """training views rendered per step (for dynamic scenes (camera, time) samples), their losses averaged;
     > 1 needs training images of one size"""
+    view_order: Literal["random", "shuffled"] = "random"
+    """how training views are drawn: "random" (uniform, with replacement) or "shuffled" (every view once per
+    pass over the training set, in a new random order each pass: for a video rig, every (camera, time) as often)"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
     """show a rich progress bar"""
@@ -250,6 +253,7 @@ FIELD_RANGES = {
     "spacetime.velocity_time_scale": _FINITE_NONNEG,
     "spacetime.knn_every": _PERIOD,
     "spacetime.seg_weight": _FINITE_NONNEG,
+    "spacetime.time_lr_scale": _FINITE_POS,
     "meshgs.init_per_triangle": _PERIOD,
     "meshgs.max_offset": _FINITE_POS,
     "meshgs.init_scale": _FINITE_POS,
@@ -531,6 +535,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.init_gen = torch.Generator().manual_seed(cfg.seed)
         self.view_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self.view_draws = 0  # training views drawn so far (--view-order shuffled: the place in its passes)
+        self._pass_orders: dict[int, torch.Tensor] = {}  # pass -> its view order (the current and next ones)
         if self.model is None:
             self.model = build_model(cfg, self.scene, self.init_gen, self.log)
         self.model = self.model.to(self.device)
@@ -597,7 +603,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "strategy_state": {k: v.detach().cpu() if torch.is_tensor(v) else v
                                for k, v in self.strategy_state.items()},
-            "rng": {"torch": torch.get_rng_state(), "view": self.view_gen.get_state(),
+            "rng": {"torch": torch.get_rng_state(), "view": self.view_gen.get_state(), "view_draws": self.view_draws,
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
             "history": self.history.to_dict(),
             "train_seconds": self.train_seconds,
@@ -611,6 +617,7 @@ class Trainer:
                                for k, v in payload["strategy_state"].items()}
         torch.set_rng_state(payload["rng"]["torch"])
         self.view_gen.set_state(payload["rng"]["view"])
+        self.view_draws = int(payload["rng"].get("view_draws", 0))  # checkpoints from before: 0
         if payload["rng"].get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.history = RunHistory.from_checkpoint(payload)
@@ -673,28 +680,44 @@ class Trainer:
         """[3] background of one training view (``train_background``: random ones drawn from ``view_gen``)."""
         return named_background(self.train_background, self.scene, self.view_gen).to(self.device)
 
-    def _draw_picks(self, gen: torch.Generator) -> list[tuple[int, torch.Tensor]]:
-        """[(training view index, background [3])] of one step's ``cfg.batch`` views, drawn from ``gen``: per
-        view its index, then its background (a random colour when ``train_background`` is random; batch 1: as
-        ever). The one sampling rule of :meth:`render_views` and :meth:`next_views`."""
+    def _draw_picks(self, gen: torch.Generator, first: int) -> list[tuple[int, torch.Tensor]]:
+        """[(training view index, background [3])] of one step's ``cfg.batch`` views, the draws number
+        ``first``, ``first + 1``, ... of the run, from ``gen``: per view its index (:meth:`_view_index`), then
+        its background (a random colour when ``train_background`` is random; batch 1: as ever). The one
+        sampling rule of :meth:`render_views` and :meth:`next_views`."""
         picks = []
-        for _ in range(self.cfg.batch):
-            i = int(torch.randint(len(self.images), (1,), generator=gen))
+        for j in range(self.cfg.batch):
+            i = self._view_index(gen, first + j)
             picks.append((i, named_background(self.train_background, self.scene, gen).to(self.device)))
         return picks
+
+    def _view_index(self, gen: torch.Generator, draw: int) -> int:
+        """The training view of the run's draw number ``draw``: uniform from ``gen`` (``--view-order random``),
+        or place ``draw mod n`` of pass ``draw // n``'s order (``shuffled``: a permutation of the n views seeded
+        by ``--seed`` and the pass, so a resumed run goes on with the same order)."""
+        n = len(self.images)
+        if self.cfg.view_order != "shuffled":
+            return int(torch.randint(n, (1,), generator=gen))
+        k, place = divmod(int(draw), n)
+        if k not in self._pass_orders:
+            self._pass_orders = {p: o for p, o in self._pass_orders.items() if p >= k - 1}
+            self._pass_orders[k] = torch.randperm(n, generator=torch.Generator().manual_seed(
+                (self.cfg.seed + 2) * 1_000_003 + k))
+        return int(self._pass_orders[k][place])
 
     def next_views(self) -> list[int]:
         """Indices of the training views the next :meth:`render_views` draws: :meth:`_draw_picks` on a copy of
         ``view_gen`` (which it leaves as it is)."""
         g = torch.Generator()
         g.set_state(self.view_gen.get_state())
-        return [i for i, _ in self._draw_picks(g)]
+        return [i for i, _ in self._draw_picks(g, self.view_draws)]
 
     def render_views(self, step: int) -> tuple[list, list, torch.Tensor, object]:
         """(picks [(index, background)], targets [H, W, 3] per pick, render [B, H, W, 3], meta) of
         ``cfg.batch`` random training views (:meth:`_draw_picks` from ``view_gen``), each at its own time
         (dynamic scenes; static methods ignore it), rendered together with the step's SH degree."""
-        picks = self._draw_picks(self.view_gen)
+        picks = self._draw_picks(self.view_gen, self.view_draws)
+        self.view_draws += len(picks)
         self.images.prefetch(self.next_views())  # decoded on a thread while this step renders
         gts = [self.images.rgb(i, bg) for i, bg in picks]
         self.model.set_step(step, self.cfg.steps)
