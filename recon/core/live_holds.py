@@ -107,7 +107,7 @@ class Hold:
     def __del__(self) -> None:
         try:
             self.release()
-        except OSError:
+        except Exception:  # at interpreter exit, module globals may be gone: the kernel drops the lock anyway
             pass
 
 

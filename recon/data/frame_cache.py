@@ -86,15 +86,23 @@ def video_frame_cache(setting: str | os.PathLike | None) -> "FrameCache":
 
 def temporary_frame_cache(parent: Path | None = None) -> "FrameCache":
     """A new frame cache folder of this process, ``parent/<name>`` (default ``parent``: ``frames-temporary``
-    beside :func:`default_frame_cache_dir`; the folder is created on first write), removed when the process
-    exits. It is named after a hold this process keeps in ``parent`` (:class:`recon.core.live_holds.Hold`) for
-    as long as it lives: folders left by killed processes (no live hold of their name) are removed first."""
-    parent = Path(parent) if parent is not None else default_frame_cache_dir().parent / TEMPORARY_DIR
-    remove_stale_temporaries(parent)
-    hold = Hold(parent).acquire()  # before the folder exists: never taken for a stale one
-    folder = parent / hold.name
-    atexit.register(_remove_temporary, folder, hold)
-    return FrameCache(folder)
+    beside :func:`default_frame_cache_dir`, else, when that cannot be written, under the system's temporary
+    directory; the folder is created on first write), removed when the process exits. It is named after a hold
+    this process keeps in ``parent`` (:class:`recon.core.live_holds.Hold`) for as long as it lives: folders
+    left by killed processes (no live hold of their name) are removed first."""
+    import tempfile
+
+    parents = [Path(parent)] if parent is not None else [default_frame_cache_dir().parent / TEMPORARY_DIR,
+                                                          Path(tempfile.gettempdir()) / f"splatforge-{TEMPORARY_DIR}"]
+    for place in parents:
+        remove_stale_temporaries(place)
+        try:
+            hold = Hold(place).acquire()  # before the folder exists: never taken for a stale one
+        except OSError:  # not writable: the next place (frames are then decoded again when read)
+            continue
+        atexit.register(_remove_temporary, place / hold.name, hold)
+        return FrameCache(place / hold.name)
+    return FrameCache(parents[-1] / f"unwritable-{os.getpid()}")  # store() fails quietly: nothing kept
 
 
 def _remove_temporary(folder: Path, hold: Hold) -> None:

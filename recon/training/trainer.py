@@ -32,6 +32,7 @@ from recon.training.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_ply4d, write_splats
 from recon.data.frame_cache import max_cache_bytes, resolve_frame_cache, video_frame_cache
 from recon.data.frame_images import FrameImages
+from recon.data.n3dv import is_n3dv
 from recon.data.video_frames import claim_video_frames
 from recon.data.holdout import hold_out
 from recon.models.init_region import parse_init_box, random_init_region
@@ -305,9 +306,10 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
 
         return hold_out(procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed), cfg.test_cameras,
                         cfg.test_every)
+    videos = video_frame_cache(cfg.frame_cache) if is_n3dv(Path(cfg.data)) else None  # only videos use one
     scene = load_scene(cfg.data, data_factor=cfg.data_factor, frame_stride=cfg.frame_stride,
                        time_range=cfg.time_range, test_cameras=cfg.test_cameras, test_time_every=cfg.test_every,
-                       frame_cache=video_frame_cache(cfg.frame_cache))
+                       frame_cache=videos)
     if not scene.frames_train:
         raise DataFormatError(f"{cfg.data}: the dataset has no training images")
     return scene

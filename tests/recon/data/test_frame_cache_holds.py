@@ -153,3 +153,16 @@ def test_a_trainer_given_a_loaded_scene_claims_its_video_frames(tmp_path, render
                for f in trainer.scene.frames]  # training and test views (evaluated at the end)
     assert all(p.exists() for p in entries)
     assert trainer.cache_hold is not None and trainer.cache_hold.since <= time.time()
+
+
+def test_frame_cache_off_falls_back_to_the_temporary_directory(tmp_path, monkeypatch):
+    """A cache root that cannot be written (here a file) sends --frame-cache off's folder to $TMPDIR instead."""
+    import tempfile
+
+    (tmp_path / "not-a-folder").write_text("x")
+    monkeypatch.setenv("SPLATFORGE_CACHE", str(tmp_path / "not-a-folder"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    cache = temporary_frame_cache()
+    assert cache.folder.parent == tmp_path / "tmp" / "splatforge-frames-temporary"
+    assert [r["name"] for r in live_holds(cache.folder.parent)] == [cache.folder.name]
