@@ -370,7 +370,7 @@ def training_background(cfg: TrainConfig, model, images) -> str:
 
 
 def check_view_options(cls, cfg: TrainConfig) -> None:
-    """ConfigValueError for ``--batch`` or ``--supersample`` other than 1 with a method trained on rays drawn
+    """ConfigValueError for ``--batch`` or ``--supersample`` other than 1, or ``--view-order shuffled``, with a method trained on rays drawn
     across the images (``cls.RAY_BATCHES``, e.g. nerf): both options shape rendered training views, which such
     a method does not have."""
     if not getattr(cls, "RAY_BATCHES", False):
@@ -382,6 +382,9 @@ def check_view_options(cls, cfg: TrainConfig) -> None:
     if cfg.supersample != 1:
         raise ConfigValueError(f"--supersample {cfg.supersample}: --method {method} trains on rays through pixel "
                                f"centres drawn across the images, not on rendered views; leave --supersample 1")
+    if cfg.view_order != "random":
+        raise ConfigValueError(f"--view-order {cfg.view_order}: --method {method} draws its rays across all training "
+                               f"images each step, not whole views; leave --view-order random")
 
 
 def check_batch(batch: int, frames) -> None:

@@ -61,3 +61,18 @@ def model_camera():
 
     with tempfile.TemporaryDirectory() as d:
         return load_scene(write_tiny_panoptic(Path(d) / "pan")).frames_train[0].camera
+
+
+def test_shuffled_views_are_refused_for_ray_batch_methods():
+    import pytest
+
+    from recon.core.errors import ConfigValueError
+    from recon.training.trainer import check_view_options
+
+    class RayMethod:
+        RAY_BATCHES = True
+        method = "rays"
+
+    with pytest.raises(ConfigValueError, match="--view-order shuffled: --method rays"):
+        check_view_options(RayMethod, TrainConfig(view_order="shuffled"))
+    check_view_options(RayMethod, TrainConfig())
