@@ -24,6 +24,8 @@ the frame cache in ``DIR.frame-cache`` (``$SPLATFORGE_CACHE``):
 - ``in_memory``: every training image decoded into memory before the first step (the pre-issue-55 path),
   frame cache off: the steps/s reference.
 
+``--runs`` picks and orders them (default all four, as listed).
+
 Then ``summary``: peak GiB of each, ``first_step_seconds`` warm, and the streaming runs' steps/s relative to the
 all-in-memory run.
 """
@@ -218,13 +220,14 @@ def synthetic_suite(code: Path, out: Path, root: Path, args) -> dict:
     base = ["--method", "4dgs", "--data", str(root), "--steps", str(args.steps), "--device", args.device,
             "--no-progress", "--save-every", "0", "--init-num-random", str(args.init_num_random), *args.extra]
     env = {"SPLATFORGE_CACHE": str(cache)}
-    runs = {}
-    runs["cold"] = measure(code, out / "cold", base, env)
-    runs["warm"] = measure(code, out / "warm", base, env)
-    runs["warm_budget"] = measure(code, out / "warm_budget", [*base, "--cache-bytes", str(args.budget)], env)
-    runs["in_memory"] = measure(code, out / "in_memory", [*base, "--frame-cache", "off",
-                                                          "--cache-bytes", str(1 << 40)], {**env, "BENCH_PRELOAD": "1"})
-    ref = runs["in_memory"]["steps_per_second"]
+    recipes = {"cold": ([], env), "warm": ([], env), "warm_budget": (["--cache-bytes", str(args.budget)], env),
+               "in_memory": (["--frame-cache", "off", "--cache-bytes", str(1 << 40)], {**env, "BENCH_PRELOAD": "1"})}
+    runs, seen = {}, {}
+    for name in args.runs.split(","):
+        extra, run_env = recipes[name]
+        seen[name] = seen.get(name, 0) + 1
+        runs[name if seen[name] == 1 else f"{name}_{seen[name]}"] = measure(code, out / name, [*base, *extra], run_env)
+    ref = runs["in_memory"]["steps_per_second"] if "in_memory" in runs else None
     summary = {name: {"peak_rss_gib": r["peak_rss_gib"], "first_step_seconds": round(r["first_step_seconds"], 2),
                       "steps_per_second": r["steps_per_second"],
                       "steps_per_second_vs_in_memory": round(r["steps_per_second"] / ref, 3) if ref else None}
@@ -250,6 +253,9 @@ def main() -> None:
     parser.add_argument("--init-num-random", type=int, default=20_000)
     parser.add_argument("--budget", type=int, default=1 << 30, help="--cache-bytes of the warm_budget run")
     parser.add_argument("--fresh-cache", action="store_true", help="delete the synthetic capture's frame cache first")
+    parser.add_argument("--runs", default="cold,warm,warm_budget,in_memory",
+                        help="--synthetic: which of the runs, in this order (e.g. warm,in_memory,warm,in_memory to "
+                             "interleave: a repeat is reported as NAME_2, ...)")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then (more) arguments of splatforge train")
     args = parser.parse_args()
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args

@@ -14,6 +14,8 @@ field                  shape         meaning
 ``sh``                 [N, K, 3]     static SH colour, degree-major, K = (degree + 1)^2
 ``antialiased``        bool          trained in anti-aliased (mip) mode
 ``duration``           float | None  seconds the normalised span [0, 1] lasts (captured videos), None unknown
+``logit_foreground``   [N] | None    logit of each Gaussian's foreground value (4dgs ``--spacetime.seg-weight``),
+                                     None for a model without one (read as zeros)
 =====================  ============  ==========================================================
 
 Format-neutral (no file IO), like :mod:`recon.core.splat_data`.
@@ -42,17 +44,22 @@ class SpaceTimeData:
     sh: np.ndarray
     antialiased: bool = False
     duration: float | None = None
+    logit_foreground: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        for name in FIELDS4:
+        for name in self._arrays():
             setattr(self, name, np.ascontiguousarray(np.asarray(getattr(self, name), dtype=np.float32)))
         self.validate()
+
+    def _arrays(self) -> tuple[str, ...]:
+        """The names of the arrays held: :data:`FIELDS4`, and ``logit_foreground`` when present."""
+        return FIELDS4 + (("logit_foreground",) if self.logit_foreground is not None else ())
 
     def validate(self) -> None:
         """ValueError naming the field whose shape disagrees with the others."""
         n = self.means4.shape[0] if self.means4.ndim == 2 else -1
         expect = {"means4": (n, 4), "log_scales4": (n, 4), "quats_left": (n, 4), "quats_right": (n, 4),
-                  "logit_opacities": (n,)}
+                  "logit_opacities": (n,), **({"logit_foreground": (n,)} if self.logit_foreground is not None else {})}
         for name, shape in expect.items():
             if getattr(self, name).shape != shape:
                 raise ValueError(f"SpaceTimeData.{name}: shape {getattr(self, name).shape}, expected {shape}")
@@ -73,14 +80,15 @@ class SpaceTimeData:
     def finite_mask(self) -> np.ndarray:
         """[N] bool: rows whose every value is finite."""
         ok = np.ones(len(self), dtype=bool)
-        for name in FIELDS4:
+        for name in self._arrays():
             a = getattr(self, name)
             ok &= np.isfinite(a.reshape(len(self), -1)).all(axis=1)
         return ok
 
     def subset(self, idx) -> "SpaceTimeData":
+        fg = None if self.logit_foreground is None else self.logit_foreground[idx]
         return SpaceTimeData(*(getattr(self, n)[idx] for n in FIELDS4), antialiased=self.antialiased,
-                             duration=self.duration)
+                             duration=self.duration, logit_foreground=fg)
 
     def drop_nonfinite(self) -> tuple["SpaceTimeData", int]:
         """(the rows without NaN/Inf, how many were dropped)."""
@@ -92,4 +100,5 @@ class SpaceTimeData:
         if not 0 <= degree <= self.sh_degree:
             raise ValueError(f"SH degree {degree} is not in 0..{self.sh_degree}")
         parts = [getattr(self, n) for n in FIELDS4[:-1]] + [self.sh[:, :(degree + 1) ** 2]]
-        return SpaceTimeData(*parts, antialiased=self.antialiased, duration=self.duration)
+        return SpaceTimeData(*parts, antialiased=self.antialiased, duration=self.duration,
+                             logit_foreground=self.logit_foreground)

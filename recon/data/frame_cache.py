@@ -15,7 +15,10 @@ missing too, once.
 Where: ``--frame-cache DIR``; "auto" (the default) is ``$SPLATFORGE_CACHE/frames`` when that variable is set,
 else ``~/.cache/splatforge/frames``; "off" keeps nothing across runs: image frames are decoded from their files
 every time they are not in memory, and video frames (which cannot be read one by one cheaply) are decoded into
-a temporary folder that is removed when the process exits (:func:`video_frame_cache`).
+a temporary folder of this process, ``frames-temporary/<host>-<pid>-<hex>`` beside the default cache folder (not
+``$TMPDIR``: often memory-backed, and an N3DV scene is 25 GB of frames), removed when the process exits; one
+left by a killed process (its hold, below, is stale) is removed by the next run that makes one
+(:func:`video_frame_cache`).
 
 Size cap: after a run has filled the cache, :meth:`FrameCache.prune` removes the least recently used entries
 (oldest modification time first; a run marks the entries it uses with :meth:`FrameCache.claim`, so they are
@@ -23,6 +26,12 @@ never its own victims) until the folder holds at most ``--frame-cache-bytes`` (d
 ``$SPLATFORGE_FRAME_CACHE_BYTES``, else :data:`DEFAULT_MAX_BYTES`; 0: no cap). A capture larger than the cap on
 its own still caches all its frames for the run (they are this run's); the next run's pruning removes them
 first when they are then the oldest.
+
+Runs sharing a cache: each run holds it while it trains (:meth:`FrameCache.hold`: a flock-held file in
+``.holds/``, released by the kernel when the process dies, :mod:`recon.core.live_holds`) from before it loads
+its scene, and claims every entry it uses after that. Pruning never removes an entry modified since the oldest
+live hold began, so no run removes another live run's frames; prunings of several runs take turns (a lock
+file in ``.holds/``).
 """
 
 from __future__ import annotations
@@ -34,12 +43,12 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from recon.core.atomic import atomic_open, atomic_write_bytes
+from recon.core.live_holds import Hold, live_holds, oldest_live_since
 
 CACHE_ENV = "SPLATFORGE_CACHE"
 MAX_BYTES_ENV = "SPLATFORGE_FRAME_CACHE_BYTES"
@@ -47,6 +56,9 @@ DEFAULT_MAX_BYTES = 32 << 30  # 32 GiB: one N3DV scene at full size (24.6 GB) an
 OFF = "off"
 AUTO = "auto"
 ENTRY_SUFFIXES = (".npy", ".json")  # what prune() may remove (never the folder's other files)
+HOLDS_DIR = ".holds"  # the live runs' holds on a cache folder (recon.core.live_holds) and the pruning lock
+PRUNE_LOCK = "prune.lock"
+TEMPORARY_DIR = "frames-temporary"  # beside the default cache folder: --frame-cache off's per-process folders
 
 
 def default_frame_cache_dir() -> Path:
@@ -67,14 +79,48 @@ def resolve_frame_cache(setting: str | os.PathLike | None) -> "FrameCache | None
 
 def video_frame_cache(setting: str | os.PathLike | None) -> "FrameCache":
     """The cache video frames are decoded into: :func:`resolve_frame_cache` of ``setting``; for "off" a new
-    temporary folder (under the system's temporary directory, created on first write) removed when the process
-    exits, so nothing is kept across runs."""
+    folder of this process (:func:`temporary_frame_cache`), so nothing is kept across runs."""
     cache = resolve_frame_cache(setting)
-    if cache is not None:
-        return cache
-    folder = Path(tempfile.gettempdir()) / f"splatforge-frames-{os.getpid()}-{os.urandom(4).hex()}"
-    atexit.register(shutil.rmtree, folder, True)
-    return FrameCache(folder)
+    return cache if cache is not None else temporary_frame_cache()
+
+
+def temporary_frame_cache(parent: Path | None = None) -> "FrameCache":
+    """A new frame cache folder of this process, ``parent/<name>`` (default ``parent``: ``frames-temporary``
+    beside :func:`default_frame_cache_dir`, else, when that cannot be written, under the system's temporary
+    directory; the folder is created on first write), removed when the process exits. It is named after a hold
+    this process keeps in ``parent`` (:class:`recon.core.live_holds.Hold`) for as long as it lives: folders
+    left by killed processes (no live hold of their name) are removed first."""
+    import tempfile
+
+    parents = [Path(parent)] if parent is not None else [default_frame_cache_dir().parent / TEMPORARY_DIR,
+                                                          Path(tempfile.gettempdir()) / f"splatforge-{TEMPORARY_DIR}"]
+    for place in parents:
+        remove_stale_temporaries(place)
+        try:
+            hold = Hold(place).acquire()  # before the folder exists: never taken for a stale one
+        except OSError:  # not writable: the next place (frames are then decoded again when read)
+            continue
+        atexit.register(_remove_temporary, place / hold.name, hold)
+        return FrameCache(place / hold.name)
+    return FrameCache(parents[-1] / f"unwritable-{os.getpid()}")  # store() fails quietly: nothing kept
+
+
+def _remove_temporary(folder: Path, hold: Hold) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    hold.release()
+
+
+def remove_stale_temporaries(parent: Path) -> list[Path]:
+    """Remove the folders of ``parent`` whose hold is not live (their process was killed); returns them."""
+    try:
+        folders = [Path(e.path) for e in os.scandir(parent) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    live = {r["name"] for r in live_holds(parent)}
+    stale = [f for f in folders if f.name not in live]
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    return stale
 
 
 def max_cache_bytes(setting: int | None) -> int:
@@ -214,7 +260,8 @@ class FrameCache:
         """(modification time, bytes, path) of every entry file (``.npy`` / ``.json`` in the two-level folders)."""
         found = []
         try:
-            subdirs = [d for d in os.scandir(self.folder) if d.is_dir(follow_symlinks=False)]
+            subdirs = [d for d in os.scandir(self.folder)
+                       if d.is_dir(follow_symlinks=False) and not d.name.startswith(".")]
         except OSError:
             return []
         for sub in subdirs:
@@ -227,13 +274,51 @@ class FrameCache:
                 continue
         return found
 
+    def hold(self, since: float) -> Hold | None:
+        """Hold this cache for a run that started at ``since`` (a ``time.time()``): until the hold is released
+        (or its process dies), no :meth:`prune` removes an entry modified since then. None when the folder
+        cannot be written (then nothing is cached either)."""
+        try:
+            return Hold(self.folder / HOLDS_DIR, since).acquire()
+        except OSError:
+            return None
+
     def prune(self, max_bytes: int, keep_since: float | None = None) -> tuple[int, int]:
         """Remove entries, least recently used (oldest modification time) first, until the folder's entries take
         at most ``max_bytes`` (0: no cap, nothing removed). Entries modified at or after ``keep_since`` (a
-        ``time.time()``: the current run's, written or :meth:`claim` ed since it started) are never removed.
-        Returns (entries removed, bytes freed); files that vanish meanwhile (another run pruning) are skipped."""
+        ``time.time()``: the current run's, written or :meth:`claim` ed since it started) or since the oldest
+        live :meth:`hold` began (other runs') are never removed; one pruning at a time. Returns (entries
+        removed, bytes freed); files that vanish meanwhile are skipped."""
         if max_bytes <= 0:
             return 0, 0
+        lock = self._prune_lock()
+        try:
+            return self._prune(max_bytes, keep_since)
+        finally:
+            if lock is not None:
+                os.close(lock)
+
+    def _prune_lock(self) -> int | None:
+        """An open file descriptor holding the pruning lock (waits for another run's pruning to end), or None
+        when the lock cannot be made (a read-only folder: nothing to prune there anyway, or no flock)."""
+        try:
+            import fcntl
+
+            (self.folder / HOLDS_DIR).mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.folder / HOLDS_DIR / PRUNE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except (ImportError, OSError):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # no flock on this file system: prune without taking turns
+        return fd
+
+    def _prune(self, max_bytes: int, keep_since: float | None) -> tuple[int, int]:
+        """:meth:`prune`'s work, under its lock."""
+        held = oldest_live_since(self.folder / HOLDS_DIR)
+        bounds = [b for b in (keep_since, held) if b is not None]
+        keep_since = min(bounds) - 1.0 if bounds else None  # 1 s: file systems with coarse modification times
         entries = sorted(self.entries())
         total = sum(size for _, size, _ in entries)
         removed = freed = 0

@@ -2,7 +2,8 @@
 
 Frames on disk are decoded on first use (Pillow; errors name the file, see :mod:`recon.data.scene`); frames with
 an in-memory ``rgba`` attribute (:class:`recon.data.procedural_scene.InMemoryFrame`) are used as they are.
-Decoded frames (uint8 [H, W, 4] RGBA, uint8 [H, W] loss masks) are kept in an LRU of at most ``cache_bytes``
+Decoded frames (uint8 [H, W, 4] RGBA, uint8 [H, W] loss masks and, when asked for, foreground
+segmentations: :data:`CHANNELS`) are kept in an LRU of at most ``cache_bytes``
 (default :func:`default_cache_bytes`, a quarter of the available memory, at most 1 GiB): a capture larger than that streams
 from disk, the least recently used frames decoded again when asked for. Keeping alpha lets the trainer
 composite on a random background each step; for a fixed background the composited float images are kept too,
@@ -29,8 +30,9 @@ import torch
 from torch import Tensor
 
 from recon.data.frame_cache import FrameCache
-from recon.data.scene import Frame, MissingImageError, _read_pil, is_16bit, load_mask, to_float_rgba
-from recon.data.video_frames import cached_video_frame, read_video_frame
+from recon.data.scene import (Frame, MissingImageError, _read_pil, is_16bit, load_mask, load_segmentation,
+                              to_float_rgba)
+from recon.data.video_frames import cached_video_frame, claim_video_frames, read_video_frame
 
 CACHE_FRACTION = 0.25  # of the available memory: the default --cache-bytes ...
 # ... at most this much: a decoded frame is read back from the on-disk frame cache in 0.1-0.4 ms, so a larger LRU
@@ -91,9 +93,21 @@ def as_rgba(arr: np.ndarray) -> np.ndarray:
     return out
 
 
-def frame_mask_u8(frame: Frame) -> np.ndarray | None:
-    """uint8 [H, W] loss mask of ``frame`` (255 = use the pixel), or None when it has none."""
-    m = load_mask(frame)
+# the single-channel images a frame may have besides its colour: kind -> (Frame attribute naming the file,
+# reader of float32 [H, W] in [0, 1]). "mask": the dataset's loss mask (255 = use the pixel); "seg": a
+# foreground segmentation (255 = foreground; Panoptic's seg/, the 4dgs --spacetime.seg-weight target)
+CHANNELS = {"mask": ("mask_path", load_mask), "seg": ("segmentation_path", load_segmentation)}
+
+
+def channel_path(frame: Frame, kind: str):
+    """The file of ``frame``'s single-channel image ``kind`` (:data:`CHANNELS`), or None when it has none."""
+    return getattr(frame, CHANNELS[kind][0])
+
+
+def frame_channel_u8(frame: Frame, kind: str) -> np.ndarray | None:
+    """uint8 [H, W] of ``frame``'s single-channel image ``kind`` (:data:`CHANNELS`: "mask" or "seg"), or None
+    when it has none; MissingImageError naming the file when it is missing, undecodable or not the camera's size."""
+    m = CHANNELS[kind][1](frame)
     return None if m is None else np.round(m * 255.0).astype(np.uint8)
 
 
@@ -129,15 +143,19 @@ class FrameImages:
     """Decoded images of a list of frames, on one device, indexed like the list; decoded on first use into an
     LRU of at most ``cache_bytes`` (module docstring). :meth:`prefetch` decodes images on a background thread
     ahead of their use (the trainer asks for the next step's views); thread-safe. ``disk_cache``: the on-disk
-    frame cache of image files (None: none; video frames use their own, ``Frame.frames_dir``)."""
+    frame cache of image files (None: none; video frames use their own, ``Frame.frames_dir``).
+    ``segmentations``: the frames' foreground segmentations are a training target (4dgs
+    ``--spacetime.seg-weight``): decoded alongside each image (prefetched, cached on disk and in the LRU as
+    the loss masks are) and checked when the data is loaded (:meth:`fill_disk_cache`)."""
 
     def __init__(self, frames: Sequence[Frame], device: torch.device | str = "cpu", cache_bytes: int | None = None,
-                 disk_cache: FrameCache | None = None):
+                 disk_cache: FrameCache | None = None, segmentations: bool = False):
         self.frames = list(frames)
+        self.channels = ("mask", "seg") if segmentations else ("mask",)  # decoded with each image
         self.disk_cache = disk_cache
         self.device = torch.device(device)
         self.cache_bytes = default_cache_bytes() if cache_bytes is None else int(cache_bytes)
-        self._lru: OrderedDict[tuple[str, int], Tensor] = OrderedDict()  # ("rgba"|"mask"|"rgb", index) -> tensor
+        self._lru: OrderedDict[tuple[str, int], Tensor] = OrderedDict()  # ("rgba"|"mask"|"seg"|"rgb", index) -> tensor
         self._rgb_keys: set[tuple[str, int]] = set()  # the composited entries (for self._rgb_bg)
         self._rgb_bg: tuple[float, ...] | None = None
         self._bytes = 0
@@ -237,11 +255,13 @@ class FrameImages:
             pool.shutdown(wait=True)
 
     def _decode(self, i: int) -> Tensor:
-        """Decode image ``i`` (and its loss mask) now, into the LRU when they fit; the uint8 RGBA [H, W, 4]."""
+        """Decode image ``i`` (and its loss mask, and segmentation when asked for) now, into the LRU when they
+        fit; the uint8 RGBA [H, W, 4]."""
         frame = self.frames[i]
         rgba = torch.from_numpy(self._rgba_u8(frame)).to(self.device)
         self._put(("rgba", i), rgba, evict=True)
-        self.mask_u8(i)  # its loss mask too (cached; None without one)
+        for kind in self.channels:  # cached alongside; None without one
+            self.channel_u8(i, kind)
         return rgba
 
     def _on_disk(self, frame: Frame) -> bool:
@@ -270,30 +290,38 @@ class FrameImages:
         return rgba
 
     def fill_disk_cache(self, progress: bool = True) -> int:
-        """Decode every image (and loss mask) without an on-disk cache entry into :attr:`disk_cache`, on a few
-        threads, without keeping them in memory; a progress bar when ``progress`` and there are at least
-        PROGRESS_MIN_IMAGES of them. Returns how many images were decoded (0 once the cache is complete:
-        only the entries' names are checked, a damaged entry is decoded again when read)."""
+        """Decode every image (and loss mask, and segmentation when asked for) without an on-disk cache entry
+        into :attr:`disk_cache`, on a few threads, without keeping them in memory; a progress bar when
+        ``progress`` and there are at least PROGRESS_MIN_IMAGES of them. Every entry the images use is claimed
+        (:meth:`recon.data.frame_cache.FrameCache.claim`: pruned last), video frames' too. Returns how many
+        images were decoded (0 once the cache is complete: only the entries' names are checked, a damaged entry
+        is decoded again when read). Without a disk cache, the segmentations (when asked for) are decoded once
+        here all the same, so that a damaged file is refused now, not in the middle of the run."""
+        claim_video_frames(self.frames)
         cache = self.disk_cache
         if cache is None:
+            if "seg" in self.channels:
+                self._check_segmentations(progress)
             return 0
-        def mask_missing(frame: Frame) -> bool:  # claimed (marked as used) whether or not the image is missing
-            return frame.mask_path is not None and not cache.claim(frame.mask_path, "mask", (frame.width, frame.height))
 
-        missing = [(f, not cache.claim(f.image_path, "rgba", (f.width, f.height)), mask_missing(f))
-                   for f in self.frames if self._on_disk(f)]
-        todo = [m for m in missing if m[1] or m[2]]
+        def missing_parts(frame: Frame) -> tuple[str, ...]:  # every part claimed, whether or not others are missing
+            size = (frame.width, frame.height)
+            parts = [("rgba", frame.image_path)] + [(k, channel_path(frame, k)) for k in self.channels]
+            return tuple(part for part, path in parts if path is not None and not cache.claim(path, part, size))
+
+        todo = [(f, parts) for f in self.frames if self._on_disk(f) and (parts := missing_parts(f))]
         if not todo:
             return 0
 
-        def one(item: tuple[Frame, bool, bool]) -> None:
-            frame, image_missing, mask_is_missing = item
-            if image_missing:
-                rgba = frame_rgba(frame)
-                opaque = bool((rgba[..., 3] == 255).all())
-                cache.store(frame.image_path, "rgba", rgba[..., :3] if opaque else rgba)
-            if mask_is_missing:
-                cache.store(frame.mask_path, "mask", frame_mask_u8(frame))
+        def one(item: tuple[Frame, tuple[str, ...]]) -> None:
+            frame, parts = item
+            for part in parts:
+                if part == "rgba":
+                    rgba = frame_rgba(frame)
+                    opaque = bool((rgba[..., 3] == 255).all())
+                    cache.store(frame.image_path, "rgba", rgba[..., :3] if opaque else rgba)
+                else:
+                    cache.store(channel_path(frame, part), part, frame_channel_u8(frame, part))
             with self._lock:
                 self.decodes += 1
 
@@ -313,7 +341,7 @@ class FrameImages:
         """Use ``frame`` as image ``i`` from now on (its cached entries dropped)."""
         with self._lock:
             self.frames[i] = frame
-            for kind in ("rgba", "mask", "rgb"):
+            for kind in ("rgba", *CHANNELS, "rgb"):
                 self._drop((kind, i))
 
     def rgb(self, i: int, background: Tensor) -> Tensor:
@@ -335,27 +363,51 @@ class FrameImages:
                 self._put(("rgb", i), out, evict=False)
         return out
 
-    def mask_u8(self, i: int) -> Tensor | None:
-        """uint8 [H, W] loss mask of image ``i`` (255 = use the pixel), or None when it has none."""
-        if self.frames[i].mask_path is None:
+    def channel_u8(self, i: int, kind: str) -> Tensor | None:
+        """uint8 [H, W] of image ``i``'s single-channel image ``kind`` (:data:`CHANNELS`), or None when it has
+        none: from the LRU, else the on-disk cache, else decoded (and stored in both)."""
+        frame = self.frames[i]
+        if channel_path(frame, kind) is None:
             return None
-        m = self._get(("mask", i))
+        m = self._get((kind, i))
         if m is None:
-            m = torch.from_numpy(self._mask_u8(self.frames[i])).to(self.device)
-            self._put(("mask", i), m, evict=True)
+            m = torch.from_numpy(self._channel_from_source(frame, kind)).to(self.device)
+            self._put((kind, i), m, evict=True)
         return m
 
-    def _mask_u8(self, frame: Frame) -> np.ndarray:
-        """uint8 [H, W] loss mask of ``frame`` (which has one): from the on-disk cache when there, else decoded
-        (and stored there)."""
+    def _channel_from_source(self, frame: Frame, kind: str) -> np.ndarray:
+        """uint8 [H, W] of ``frame``'s single-channel image ``kind`` (which it has): from the on-disk cache when
+        there, else decoded (and stored there)."""
+        path = channel_path(frame, kind)
         if self.disk_cache is None:
-            return frame_mask_u8(frame)
-        cached = self.disk_cache.load(frame.mask_path, "mask", (frame.height, frame.width))
+            return frame_channel_u8(frame, kind)
+        cached = self.disk_cache.load(path, kind, (frame.height, frame.width))
         if cached is not None:
             return cached
-        m = frame_mask_u8(frame)
-        self.disk_cache.store(frame.mask_path, "mask", m)
+        m = frame_channel_u8(frame, kind)
+        self.disk_cache.store(path, kind, m)
         return m
+
+    def _check_segmentations(self, progress: bool) -> None:
+        """Decode every segmentation once (not kept; MissingImageError naming a damaged file), a progress bar
+        when there are many: without a disk cache, the check :meth:`fill_disk_cache` makes with one."""
+        indices = [i for i, f in enumerate(self.frames) if f.segmentation_path is not None]
+        if progress and len(indices) >= PROGRESS_MIN_IMAGES:
+            from rich.progress import track
+
+            indices = track(indices, description="checking the segmentations", transient=True)
+        for i in indices:
+            frame_channel_u8(self.frames[i], "seg")
+
+    def mask_u8(self, i: int) -> Tensor | None:
+        """uint8 [H, W] loss mask of image ``i`` (255 = use the pixel), or None when it has none."""
+        return self.channel_u8(i, "mask")
+
+    def segmentation(self, i: int) -> Tensor | None:
+        """float32 [H, W] foreground segmentation of image ``i`` in [0, 1] (1 = foreground), or None when it
+        has none."""
+        m = self.channel_u8(i, "seg")
+        return None if m is None else m.float() / 255.0
 
     def mask(self, i: int) -> Tensor | None:
         """float32 [H, W, 1] mask of image ``i`` in [0, 1] (1 = use the pixel), or None when it has none."""

@@ -74,6 +74,15 @@ def missing_frames(video: Path, indices: Iterable[int], size: tuple[int, int], c
     return [int(i) for i in indices if not cache.claim(video, video_part(i), size)]
 
 
+def claim_video_frames(frames: Iterable[Frame]) -> None:
+    """Claim the cache entries of the video frames among ``frames`` (in their ``frames_dir``; others skipped),
+    so that pruning removes them last: a run given a scene loaded earlier (a block worker's) claims them again
+    once it has started."""
+    for f in frames:
+        if f.video_frame is not None and f.frames_dir is not None:
+            FrameCache(f.frames_dir).claim(f.image_path, video_part(f.video_frame), (f.width, f.height))
+
+
 def decode_into_cache(video: Path, indices: Iterable[int], size: tuple[int, int], cache: FrameCache,
                       advance: Callable[[], None] | None = None) -> None:
     """Decode frames ``indices`` of ``video`` (one pass, streamed, stopping after the last one), downscale

@@ -27,25 +27,30 @@ PLY4D_MARKER = "splatforge_ply4d"
 PLY4D_VERSION = 1
 DURATION_MARKER = "splatforge_duration"  # header comment: seconds the normalised span lasts (optional)
 FORMAT_NOTE = "recon/export/PLY4D.md"
+FOREGROUND = "foreground"  # optional last property: SpaceTimeData.logit_foreground (absent: zeros)
 _REQUIRED4 = ("x", "y", "z", "t", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", *(f"scale_{i}" for i in range(4)),
               *(f"rot_l_{i}" for i in range(4)), *(f"rot_r_{i}" for i in range(4)))
 
 
-def property_names4(sh_degree: int) -> list[str]:
-    """ply4d vertex property names in file order for an SH degree."""
+def property_names4(sh_degree: int, foreground: bool = False) -> list[str]:
+    """ply4d vertex property names in file order for an SH degree (``foreground``: with the optional last
+    property :data:`FOREGROUND`)."""
     n_rest = 3 * (num_sh_bases(sh_degree) - 1)
     return (["x", "y", "z", "t"] + [f"f_dc_{i}" for i in range(3)] + [f"f_rest_{i}" for i in range(n_rest)]
             + ["opacity"] + [f"scale_{i}" for i in range(4)] + [f"rot_l_{i}" for i in range(4)]
-            + [f"rot_r_{i}" for i in range(4)])
+            + [f"rot_r_{i}" for i in range(4)] + ([FOREGROUND] if foreground else []))
 
 
 def vertex_array4(data: SpaceTimeData) -> np.ndarray:
-    """Structured float32 array [N] with the ply4d vertex properties of ``data`` in file order."""
-    names = property_names4(data.sh_degree)
+    """Structured float32 array [N] with the ply4d vertex properties of ``data`` in file order (the foreground
+    logit last, when ``data`` has one)."""
+    fg = data.logit_foreground
+    names = property_names4(data.sh_degree, foreground=fg is not None)
     n = len(data)
     table = np.concatenate([data.means4, data.sh[:, 0, :], sh_rest_to_channel_major(data.sh),
                             data.logit_opacities[:, None], data.log_scales4, data.quats_left,
-                            data.quats_right], axis=1).astype("<f4", copy=False)
+                            data.quats_right, *([fg[:, None]] if fg is not None else [])],
+                           axis=1).astype("<f4", copy=False)
     vertex = np.empty(n, dtype=[(name, "<f4") for name in names])
     vertex.view("<f4").reshape(n, len(names))[:] = table
     return vertex
@@ -141,11 +146,13 @@ def read_ply4d(path: str | os.PathLike) -> SpaceTimeData:
     missing = [p for p in _REQUIRED4 if p not in (v.dtype.names or ())]
     if missing:
         raise SplatFileError(path, f"ply4d file lacks vertex properties: {', '.join(missing)}")
-    check_float_properties(path, v.dtype, [*_REQUIRED4, *(n for n in v.dtype.names if n.startswith("f_rest_"))])
+    optional = [FOREGROUND] if FOREGROUND in v.dtype.names else []
+    floats = [*_REQUIRED4, *optional, *(n for n in v.dtype.names if n.startswith("f_rest_"))]
+    check_float_properties(path, v.dtype, floats)
     n = len(v)
     if n == 0:
         raise SplatFileError(path, "empty 4D model (0 Gaussians)")
-    check_plausible_values(path, ply, v, [*_REQUIRED4, *(n for n in v.dtype.names if n.startswith("f_rest_"))])
+    check_plausible_values(path, ply, v, floats)
     sh = sh_from_vertices(path, v)
     means4, log_scales4 = _columns(v, ["x", "y", "z", "t"]), _columns(v, [f"scale_{i}" for i in range(4)])
     require_finite(means4[:, 3], path, "vertex property t (time)", SplatFileError)
@@ -156,5 +163,6 @@ def read_ply4d(path: str | os.PathLike) -> SpaceTimeData:
         quats_left=_columns(v, [f"rot_l_{i}" for i in range(4)]),
         quats_right=_columns(v, [f"rot_r_{i}" for i in range(4)]),
         logit_opacities=np.array(v["opacity"], dtype=np.float32),
-        sh=sh, antialiased=_is_mip(ply), duration=ply4d_duration(path))
+        sh=sh, antialiased=_is_mip(ply), duration=ply4d_duration(path),
+        logit_foreground=np.array(v[FOREGROUND], dtype=np.float32) if optional else None)
 

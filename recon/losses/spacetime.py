@@ -41,6 +41,9 @@ class SpaceTimeConfig:
     """neighbours are searched in (x, y, z, scale x t) (4D-Rotor: 5)"""
     knn_every: int = 500
     """recompute the neighbour lists every N steps (and when the Gaussian count changes)"""
+    time_lr_scale: float = 1.0
+    """multiplies the learning rates of the temporal centre (t of means4) and the temporal log-scale (the 4th
+    of log_scales4); 1: the spatial parts' rates (means x extent, log_scales)"""
     seg_weight: float = 0.0
     """weight of the segmentation target (0: off): each Gaussian's foreground value (a sigmoid) is rendered as
     an extra channel and compared (L1) with the dataset's foreground segmentation (Panoptic seg/, as Dynamic 3D

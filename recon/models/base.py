@@ -147,6 +147,12 @@ class SceneModel(ABC):
     def check_config(cls, cfg: Any) -> None:
         """Raise ConfigValueError for training options this method does not support (default: none)."""
 
+    @classmethod
+    def uses_segmentation(cls, cfg: Any) -> bool:
+        """Whether training with ``cfg`` reads the views' foreground segmentations (the trainer then decodes them
+        with the images and passes them to :meth:`loss_terms` as ``meta["segmentations"]``; default: no)."""
+        return False
+
     def configure(self, cfg: Any) -> None:
         """Take the instance options of the training config ``cfg`` (called by the trainer once the model is
         built or restored from a checkpoint; default: none)."""

@@ -141,25 +141,46 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
         self.optimizer = self._make_optimizer()
         self._neighbors = NeighborLists()  # the velocity consistency's (recomputed when due)
         self.renders_segmentation = False  # render each Gaussian's foreground value too (meta["segmentation"])
+        self.time_lr_scale = 1.0  # --spacetime.time-lr-scale (configure)
+
+    @classmethod
+    def uses_segmentation(cls, cfg) -> bool:
+        """``--spacetime.seg-weight`` > 0: the views' segmentations are a training target."""
+        return cfg.spacetime.seg_weight > 0
 
     def configure(self, cfg) -> None:
         """``--spacetime.seg-weight`` > 0: renders carry the foreground channel the segmentation target needs."""
-        self.renders_segmentation = cfg.spacetime.seg_weight > 0
+        self.renders_segmentation = self.uses_segmentation(cfg)
+        self.time_lr_scale = float(cfg.spacetime.time_lr_scale)
+
+    def step(self) -> None:
+        """Adam's step, with the temporal centre's and temporal log-scale's moves scaled by ``time_lr_scale``
+        (``--spacetime.time-lr-scale``; Adam's move is linear in the learning rate, so this is those columns'
+        own learning rate; their moments are Adam's own)."""
+        scale = self.time_lr_scale
+        if scale == 1.0:
+            self.optimizer.step()
+            return
+        with torch.no_grad():
+            before = {n: self.params[n][:, 3].clone() for n in ("means4", "log_scales4")}
+        self.optimizer.step()
+        with torch.no_grad():
+            for n, old in before.items():
+                col = self.params[n][:, 3]
+                col.copy_(old + scale * (col - old))
 
     def loss_terms(self, meta: dict, step: int, cfg) -> dict[str, Tensor]:
         """The optional 4D-Rotor regularisers of ``cfg.spacetime`` (recon/losses/spacetime.py): opacity entropy
         and velocity consistency with nearest neighbours in space-time (weights 0: none); and the segmentation
-        target (``seg_weight``: L1 of the rendered foreground against the views' segmentations, ``meta["frames"]``)."""
+        target (``seg_weight``: L1 of the rendered foreground against the views' segmentations,
+        ``meta["segmentations"]``: float [H, W] in [0, 1] or None per view, decoded by the trainer's images)."""
         from rasterizer.spacetime import condition_on_time
-        from recon.data.scene import load_segmentation
         from recon.losses.spacetime import opacity_entropy, segmentation_l1, velocity_consistency
 
         sc = cfg.spacetime
         terms = {}
-        if sc.seg_weight > 0 and "segmentation" in meta and meta.get("frames"):
-            targets = [None if (m := load_segmentation(f)) is None else torch.as_tensor(m, device=self.device)
-                       for f in meta["frames"]]
-            seg = segmentation_l1(meta["segmentation"], targets)
+        if sc.seg_weight > 0 and "segmentation" in meta and meta.get("segmentations"):
+            seg = segmentation_l1(meta["segmentation"], meta["segmentations"])
             if seg is not None:
                 terms["segmentation"] = sc.seg_weight * seg
         if sc.entropy_lambda > 0:
@@ -245,17 +266,22 @@ class SpaceTimeGaussians(GaussianRows, SceneModel):
     def from_spacetime_data(cls, data: SpaceTimeData, extent: float = 1.0) -> "SpaceTimeGaussians":
         """The model of a :class:`SpaceTimeData` record (a ply4d file read back); ``extent`` scales the
         learning rates only."""
-        params = {"means4": data.means4, "log_scales4": data.log_scales4, "quats_left": data.quats_left,  # no foreground
+        params = {"means4": data.means4, "log_scales4": data.log_scales4, "quats_left": data.quats_left,
                   "quats_right": data.quats_right, "logit_opacities": data.logit_opacities,
                   "sh0": data.sh[:, :1], "shN": data.sh[:, 1:]}
+        if data.logit_foreground is not None:  # else zeros (a file from before, or of a model without it)
+            params["logit_foreground"] = data.logit_foreground
         return cls({n: torch.as_tensor(np.ascontiguousarray(v)) for n, v in params.items()}, data.sh_degree,
                    extent, data.antialiased)
 
     def to_spacetime_data(self) -> SpaceTimeData:
-        """The 4D model as a :class:`SpaceTimeData` record (what splats4d.ply / a ply4d export holds)."""
+        """The 4D model as a :class:`SpaceTimeData` record (what splats4d.ply / a ply4d export holds); the
+        foreground logit only when it is not all zeros (a model trained with ``--spacetime.seg-weight``)."""
         p = {n: v.detach().float().cpu().numpy() for n, v in self.params.items()}
+        fg = p["logit_foreground"] if np.any(p["logit_foreground"]) else None
         return SpaceTimeData(p["means4"], p["log_scales4"], p["quats_left"], p["quats_right"],
-                             p["logit_opacities"], np.concatenate([p["sh0"], p["shN"]], axis=1), self.antialiased)
+                             p["logit_opacities"], np.concatenate([p["sh0"], p["shN"]], axis=1), self.antialiased,
+                             logit_foreground=fg)
 
     # ---------------------------------------------------------------------------- views
 

@@ -32,6 +32,8 @@ from recon.training.evaluation import LPIPS_NOTE, evaluate_model
 from recon.export import write_ply4d, write_splats
 from recon.data.frame_cache import max_cache_bytes, resolve_frame_cache, video_frame_cache
 from recon.data.frame_images import FrameImages
+from recon.data.n3dv import is_n3dv
+from recon.data.video_frames import claim_video_frames
 from recon.data.holdout import hold_out
 from recon.models.init_region import parse_init_box, random_init_region
 from recon.losses.image import masked_render, photometric_loss, quick_psnrs
@@ -137,6 +139,9 @@ class TrainConfig:
     batch: int = 1
     """training views rendered per step (for dynamic scenes (camera, time) samples), their losses averaged;
     > 1 needs training images of one size"""
+    view_order: Literal["random", "shuffled"] = "random"
+    """how training views are drawn: "random" (uniform, with replacement) or "shuffled" (every view once per
+    pass over the training set, in a new random order each pass: for a video rig, every (camera, time) as often)"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
     """show a rich progress bar"""
@@ -249,6 +254,7 @@ FIELD_RANGES = {
     "spacetime.velocity_time_scale": _FINITE_NONNEG,
     "spacetime.knn_every": _PERIOD,
     "spacetime.seg_weight": _FINITE_NONNEG,
+    "spacetime.time_lr_scale": _FINITE_POS,
     "meshgs.init_per_triangle": _PERIOD,
     "meshgs.max_offset": _FINITE_POS,
     "meshgs.init_scale": _FINITE_POS,
@@ -300,9 +306,10 @@ def load_training_scene(cfg: TrainConfig) -> Scene:
 
         return hold_out(procedural_scene(data_factor=cfg.data_factor, seed=cfg.seed), cfg.test_cameras,
                         cfg.test_every)
+    videos = video_frame_cache(cfg.frame_cache) if is_n3dv(Path(cfg.data)) else None  # only videos use one
     scene = load_scene(cfg.data, data_factor=cfg.data_factor, frame_stride=cfg.frame_stride,
                        time_range=cfg.time_range, test_cameras=cfg.test_cameras, test_time_every=cfg.test_every,
-                       frame_cache=video_frame_cache(cfg.frame_cache))
+                       frame_cache=videos)
     if not scene.frames_train:
         raise DataFormatError(f"{cfg.data}: the dataset has no training images")
     return scene
@@ -363,7 +370,7 @@ def training_background(cfg: TrainConfig, model, images) -> str:
 
 
 def check_view_options(cls, cfg: TrainConfig) -> None:
-    """ConfigValueError for ``--batch`` or ``--supersample`` other than 1 with a method trained on rays drawn
+    """ConfigValueError for ``--batch`` or ``--supersample`` other than 1, or ``--view-order shuffled``, with a method trained on rays drawn
     across the images (``cls.RAY_BATCHES``, e.g. nerf): both options shape rendered training views, which such
     a method does not have."""
     if not getattr(cls, "RAY_BATCHES", False):
@@ -375,6 +382,9 @@ def check_view_options(cls, cfg: TrainConfig) -> None:
     if cfg.supersample != 1:
         raise ConfigValueError(f"--supersample {cfg.supersample}: --method {method} trains on rays through pixel "
                                f"centres drawn across the images, not on rendered views; leave --supersample 1")
+    if cfg.view_order != "random":
+        raise ConfigValueError(f"--view-order {cfg.view_order}: --method {method} draws its rays across all training "
+                               f"images each step, not whole views; leave --view-order random")
 
 
 def check_batch(batch: int, frames) -> None:
@@ -510,20 +520,28 @@ class Trainer:
             self.cfg = cfg = dataclasses.replace(cfg, out=Path(self.out))
         self.out = Path(cfg.out)
         started = time.time()  # frame-cache entries used from now on are this run's (never pruned by it)
+        self.disk_cache = resolve_frame_cache(cfg.frame_cache)
+        # held while this run lives (before its scene is loaded): other runs' pruning keeps what it uses
+        self.cache_hold = self.disk_cache.hold(started) if self.disk_cache is not None else None
         if self.scene is None:
             self.scene = load_training_scene(cfg)
             for note in self.scene.notes:  # what the loader decided (e.g. camera matrices read inverted)
                 self.log(note)
-        self.disk_cache = resolve_frame_cache(cfg.frame_cache)
         self.images = FrameImages(self.scene.frames_train, self.device, cache_bytes=cfg.cache_bytes,
-                                  disk_cache=self.disk_cache)
-        self.images.fill_disk_cache(progress=cfg.progress)  # a first run decodes every image once, shown
+                                  disk_cache=self.disk_cache,
+                                  segmentations=model_class(cfg.method).uses_segmentation(cfg))
+        # a first run decodes every image once, shown; every entry used is claimed now (a scene loaded before
+        # this run started, a block worker's, included)
+        self.images.fill_disk_cache(progress=cfg.progress)
+        claim_video_frames(self.scene.frames_test)  # evaluated at the end
         self.prune_frame_cache(started)
         self.train_background = training_background(cfg, self.model or model_class(cfg.method), self.images)
         check_batch(cfg.batch, self.scene.frames_train)
         torch.manual_seed(cfg.seed)
         self.init_gen = torch.Generator().manual_seed(cfg.seed)
         self.view_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        self.view_draws = 0  # training views drawn so far (--view-order shuffled: the place in its passes)
+        self._pass_orders: dict[int, torch.Tensor] = {}  # pass -> its view order (the current and next ones)
         if self.model is None:
             self.model = build_model(cfg, self.scene, self.init_gen, self.log)
         self.model = self.model.to(self.device)
@@ -541,7 +559,7 @@ class Trainer:
         if self.disk_cache is None:
             return
         cap = max_cache_bytes(self.cfg.frame_cache_bytes)
-        removed, freed = self.disk_cache.prune(cap, keep_since=started - 1.0)
+        removed, freed = self.disk_cache.prune(cap, keep_since=started)
         if removed:
             self.log(f"frame cache {self.disk_cache.folder}: removed {removed:,} least recently used entries "
                      f"({freed / 2**30:.2f} GiB) to stay under {cap / 2**30:.2f} GiB (--frame-cache-bytes)")
@@ -590,7 +608,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "strategy_state": {k: v.detach().cpu() if torch.is_tensor(v) else v
                                for k, v in self.strategy_state.items()},
-            "rng": {"torch": torch.get_rng_state(), "view": self.view_gen.get_state(),
+            "rng": {"torch": torch.get_rng_state(), "view": self.view_gen.get_state(), "view_draws": self.view_draws,
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
             "history": self.history.to_dict(),
             "train_seconds": self.train_seconds,
@@ -604,6 +622,7 @@ class Trainer:
                                for k, v in payload["strategy_state"].items()}
         torch.set_rng_state(payload["rng"]["torch"])
         self.view_gen.set_state(payload["rng"]["view"])
+        self.view_draws = int(payload["rng"].get("view_draws", 0))  # checkpoints from before: 0
         if payload["rng"].get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.history = RunHistory.from_checkpoint(payload)
@@ -666,28 +685,44 @@ class Trainer:
         """[3] background of one training view (``train_background``: random ones drawn from ``view_gen``)."""
         return named_background(self.train_background, self.scene, self.view_gen).to(self.device)
 
-    def _draw_picks(self, gen: torch.Generator) -> list[tuple[int, torch.Tensor]]:
-        """[(training view index, background [3])] of one step's ``cfg.batch`` views, drawn from ``gen``: per
-        view its index, then its background (a random colour when ``train_background`` is random; batch 1: as
-        ever). The one sampling rule of :meth:`render_views` and :meth:`next_views`."""
+    def _draw_picks(self, gen: torch.Generator, first: int) -> list[tuple[int, torch.Tensor]]:
+        """[(training view index, background [3])] of one step's ``cfg.batch`` views, the draws number
+        ``first``, ``first + 1``, ... of the run, from ``gen``: per view its index (:meth:`_view_index`), then
+        its background (a random colour when ``train_background`` is random; batch 1: as ever). The one
+        sampling rule of :meth:`render_views` and :meth:`next_views`."""
         picks = []
-        for _ in range(self.cfg.batch):
-            i = int(torch.randint(len(self.images), (1,), generator=gen))
+        for j in range(self.cfg.batch):
+            i = self._view_index(gen, first + j)
             picks.append((i, named_background(self.train_background, self.scene, gen).to(self.device)))
         return picks
+
+    def _view_index(self, gen: torch.Generator, draw: int) -> int:
+        """The training view of the run's draw number ``draw``: uniform from ``gen`` (``--view-order random``),
+        or place ``draw mod n`` of pass ``draw // n``'s order (``shuffled``: a permutation of the n views seeded
+        by ``--seed`` and the pass, so a resumed run goes on with the same order)."""
+        n = len(self.images)
+        if self.cfg.view_order != "shuffled":
+            return int(torch.randint(n, (1,), generator=gen))
+        k, place = divmod(int(draw), n)
+        if k not in self._pass_orders:
+            self._pass_orders = {p: o for p, o in self._pass_orders.items() if p >= k - 1}
+            self._pass_orders[k] = torch.randperm(n, generator=torch.Generator().manual_seed(
+                (self.cfg.seed + 2) * 1_000_003 + k))
+        return int(self._pass_orders[k][place])
 
     def next_views(self) -> list[int]:
         """Indices of the training views the next :meth:`render_views` draws: :meth:`_draw_picks` on a copy of
         ``view_gen`` (which it leaves as it is)."""
         g = torch.Generator()
         g.set_state(self.view_gen.get_state())
-        return [i for i, _ in self._draw_picks(g)]
+        return [i for i, _ in self._draw_picks(g, self.view_draws)]
 
     def render_views(self, step: int) -> tuple[list, list, torch.Tensor, object]:
         """(picks [(index, background)], targets [H, W, 3] per pick, render [B, H, W, 3], meta) of
         ``cfg.batch`` random training views (:meth:`_draw_picks` from ``view_gen``), each at its own time
         (dynamic scenes; static methods ignore it), rendered together with the step's SH degree."""
-        picks = self._draw_picks(self.view_gen)
+        picks = self._draw_picks(self.view_gen, self.view_draws)
+        self.view_draws += len(picks)
         self.images.prefetch(self.next_views())  # decoded on a thread while this step renders
         gts = [self.images.rgb(i, bg) for i, bg in picks]
         self.model.set_step(step, self.cfg.steps)
@@ -699,8 +734,8 @@ class Trainer:
             bg, t = torch.stack([b for _, b in picks]), [f.time for f in frames]
         render, _, meta = render_supersampled(self.model, [f.camera for f in frames], self.cfg.supersample,
                                               self.active_sh_degree(step), bg, t=t, absgrad=absgrad)
-        if isinstance(meta, dict):
-            meta["frames"] = frames  # the views rendered, for loss terms with per-view targets (4dgs segmentation)
+        if isinstance(meta, dict) and "seg" in self.images.channels:  # per-view targets of a loss term (4dgs)
+            meta["segmentations"] = [self.images.segmentation(i) for i, _ in picks]
         return picks, gts, render, meta
 
     def view_loss(self, step: int):
@@ -823,6 +858,8 @@ class Trainer:
                 data4.duration = getattr(self.scene, "duration", None)  # the capture's seconds, when known
                 write_ply4d(self.out / rf.SPLATS4D_FILE, data4, force=True)
         test = self.evaluate(self.out / rf.RENDERS_DIR if self.writes_outputs else None)
+        if self.cache_hold is not None:  # the frame cache's last use: other runs may prune this run's frames
+            self.cache_hold.release()
         if test["lpips"] is None:
             self.log(LPIPS_NOTE)
         metrics = self.metrics(test)

@@ -5,7 +5,6 @@ budget is capped."""
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -13,8 +12,8 @@ import numpy as np
 import pytest
 
 from recon.data import frame_images
-from recon.data.frame_cache import (DEFAULT_MAX_BYTES, MAX_BYTES_ENV, FrameCache, default_frame_cache_dir,
-                                    max_cache_bytes, video_frame_cache)
+from recon.data.frame_cache import (DEFAULT_MAX_BYTES, MAX_BYTES_ENV, TEMPORARY_DIR, FrameCache,
+                                    default_frame_cache_dir, max_cache_bytes, video_frame_cache)
 from tests.recon.data.test_dynamic_loaders import rendered, write_n3dv  # noqa: F401  (fixture)
 from tests.recon.data.test_frame_cache import write_frames
 
@@ -94,8 +93,8 @@ def test_frame_cache_off_keeps_no_video_frames(tmp_path, rendered, monkeypatch):
     root = write_n3dv(tmp_path / "n3dv", rendered)
     scene = load_training_scene(TrainConfig(data=root, method="4dgs", frame_cache="off"))
     folder = Path(scene.frames_train[0].frames_dir)
-    assert folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith("splatforge-frames-")
-    assert len(list(folder.rglob("*.npy"))) == len(scene.frames)
+    assert folder.parent == default_frame_cache_dir().parent / TEMPORARY_DIR  # this process's own folder
+    assert str(os.getpid()) in folder.name and len(list(folder.rglob("*.npy"))) == len(scene.frames)
     assert not default_frame_cache_dir().exists()  # nothing in the user's cache
     other = video_frame_cache("off")
     assert other.folder != folder and not other.folder.exists()  # created on first write only

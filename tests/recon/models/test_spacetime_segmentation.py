@@ -48,7 +48,7 @@ def test_the_foreground_channel_learns_the_segmentation(tmp_path):
     before = error()
     for step in range(150):
         _, _, meta = model.render(cams, t=times)
-        meta["frames"] = frames
+        meta["segmentations"] = [torch.as_tensor(load_segmentation(f)) for f in frames]
         terms = model.loss_terms(meta, step, seg_cfg(1.0))
         assert set(terms) == {"segmentation"}
         terms["segmentation"].backward()

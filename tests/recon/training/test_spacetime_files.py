@@ -182,3 +182,53 @@ def test_budget4_footprint_counts_the_time_a_gaussian_is_seen():
     cam = Camera.from_arrays(w2c, torch.tensor([[100.0, 0, 50], [0, 100, 50], [0, 0, 1]]), 100, 100)
     score = footprint_importance4(data, [cam])
     assert score[0] > 3 * score[1] > 0 and score[2] == 0
+
+
+def test_the_foreground_logit_round_trips_and_old_files_read_as_zeros(tmp_path):
+    """The optional ``foreground`` property (PLY4D.md): written when the model has a foreground logit, read back
+    exactly into the model (and through subsets, as budgets and the viewer take them); files without it load with
+    zeros, and a model without one writes none."""
+    data = random_4d(n=30, sh_degree=1)
+    data.logit_foreground = np.random.default_rng(3).normal(size=30).astype(np.float32)
+    write_ply4d(tmp_path / "fg.ply", data)
+    names = list(PlyData.read(str(tmp_path / "fg.ply"))["vertex"].data.dtype.names)
+    assert names == property_names4(1, foreground=True) and names[-1] == "foreground"
+    back = read_ply4d(tmp_path / "fg.ply")
+    assert_same(back, data)
+    np.testing.assert_array_equal(back.logit_foreground, data.logit_foreground)
+    model = SpaceTimeGaussians.from_spacetime_data(back)
+    np.testing.assert_array_equal(model.params["logit_foreground"].detach().numpy(), data.logit_foreground)
+    np.testing.assert_array_equal(model.to_spacetime_data().logit_foreground, data.logit_foreground)
+    np.testing.assert_array_equal(back.subset([4, 2]).logit_foreground, data.logit_foreground[[4, 2]])
+    assert back.with_sh_degree(0).logit_foreground is back.logit_foreground
+
+    old = random_4d(n=30, sh_degree=1)  # a file from before the property
+    write_ply4d(tmp_path / "old.ply", old)
+    assert "foreground" not in PlyData.read(str(tmp_path / "old.ply"))["vertex"].data.dtype.names
+    model = SpaceTimeGaussians.from_spacetime_data(read_ply4d(tmp_path / "old.ply"))
+    assert torch.equal(model.params["logit_foreground"].detach(), torch.zeros(30))
+    assert model.to_spacetime_data().logit_foreground is None  # all zeros: not written
+    bad = random_4d(n=30, sh_degree=1)
+    bad.logit_foreground = np.full(29, 1.0, np.float32)
+    with pytest.raises(ValueError, match="logit_foreground"):
+        bad.validate()
+
+
+def test_a_run_trained_with_the_segmentation_target_exports_its_foreground(tmp_path):
+    """splats4d.ply of a run with --spacetime.seg-weight holds the trained foreground logit; the run reads it back."""
+    from recon.losses.spacetime import SpaceTimeConfig
+    from recon.run.folder import Run
+    from recon.training.trainer import TrainConfig, Trainer
+    from tests.recon.data.test_panoptic_segmentation import write_tiny_panoptic
+
+    root = write_tiny_panoptic(tmp_path / "pan")
+    cfg = TrainConfig(data=root, out=tmp_path / "run", method="4dgs", steps=4, save_every=0, progress=False,
+                      init_num_random=100, spacetime=SpaceTimeConfig(seg_weight=1.0), frame_cache="off")
+    trainer = Trainer(cfg, log=lambda *a: None)
+    trainer.run()
+    trained = trainer.model.params["logit_foreground"].detach().numpy()
+    assert np.any(trained)
+    stored = read_ply4d(tmp_path / "run" / "splats4d.ply").logit_foreground
+    np.testing.assert_array_equal(stored, trained)
+    loaded = Run.open(tmp_path / "run").load_model()
+    np.testing.assert_array_equal(loaded.params["logit_foreground"].detach().numpy(), trained)
