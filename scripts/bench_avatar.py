@@ -36,6 +36,7 @@ _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
@@ -148,7 +149,8 @@ def ablation(data: _Path, out_dir: _Path, steps: int, widths: list[int], sh_degr
         out = out_dir / name
         cfg = TrainConfig(data=data, out=out, method="meshgs", steps=steps, sh_degree=sh_degree, seed=seed,
                           progress=True, meshgs=MeshGSConfig(pose_mlp_width=w, pose_mlp_reg=reg))
-        metrics = Trainer(cfg, log=lambda s: print(f"{name}: {s}", file=_sys.stderr), device="cpu").run()
+        with contextlib.redirect_stdout(_sys.stderr):  # the progress bar: stdout holds only the JSON
+            metrics = Trainer(cfg, log=lambda s: print(f"{name}: {s}", file=_sys.stderr), device="cpu").run()
         model = Run.open(out).load_model()
         entry = {"pose_mlp_width": w, "pose_mlp_reg": reg if w else None, "train_seconds": metrics.get("train_seconds"), "gaussians": len(model),
                  **{k: v for k, v in pose_groups(model, scene, sh_degree).items()},
