@@ -93,8 +93,6 @@ def test_make_avatar_dataset_script_bad_mesh(tmp_path):
 def test_corrective_bulge_by_hand():
     """recon/avatar/correctives.py: zero in the rest pose and for a bent root; a bent joint j moves a vertex by
     A theta exp(-d^2 / (2 sigma^2)) along its normal."""
-    import math
-
     from recon.avatar.correctives import apply_corrective, bulge_heights
     from recon.avatar.quaternions import axis_angle
 
