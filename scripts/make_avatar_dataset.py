@@ -1,12 +1,12 @@
 """Render a multi-view, multi-pose avatar dataset from a textured mesh rigged with a procedural bone chain.
 
-    python scripts/make_avatar_dataset.py MESH [--poses 8] [--unseen 4] [--views 24] [--size 200] --out DIR
+    python scripts/make_avatar_dataset.py MESH [--poses 8] [--unseen 4] [--views 24] [--size 200] [--corrective A] --out DIR
 
 MESH is a mesh trimesh reads (e.g. ../shared/data/meshes/spot/spot_triangulated.obj, textured), or a rigged
 GLB (skin, joints, inverse bind matrices, JOINTS_0 / WEIGHTS_0; recon/avatar/gltf_skin.py). It is normalised
 into the unit sphere and rigged with a bone chain along its principal axis (recon/avatar/bone_chain.py)
 unless --skin gives a skin file for it or the GLB holds its skin; N training and U unseen poses bend the chain's joints by up to 25
-degrees each; every pose is rendered from V cameras (every 4th a test camera). The layout written (template.obj,
+degrees each (--corrective A adds a bulge near each bent joint that skinning cannot produce); every pose is rendered from V cameras (every 4th a test camera). The layout written (template.obj,
 skin.json, poses.json, cameras.json, images/<pose>/<camera>.png) is described in docs/avatars.md;
 `splatforge train --method meshgs --data DIR` trains on it. Prints a JSON summary.
 """
@@ -36,6 +36,9 @@ def main(argv=None) -> int:
                         help=f"rays per pixel side (antialiasing; default {DEFAULT_SAMPLES})")
     parser.add_argument("--joints-per-side", type=int, default=2, help="bone chain joints on each side of the root")
     parser.add_argument("--skin", type=Path, default=None, help="a skin.json for MESH instead of the bone chain")
+    parser.add_argument("--corrective", type=float, default=0.0, metavar="A",
+                        help="add a pose-dependent bulge along the normals near each bent joint, A (mesh radii) per "
+                             "radian of bend (recon/avatar/correctives.py; default 0: plain skinning)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -46,7 +49,7 @@ def main(argv=None) -> int:
             task = bar.add_task("rendering", total=(args.poses + args.unseen) * args.views)
             info = make_avatar_dataset(args.mesh, args.out, args.poses, args.unseen, args.views, args.size,
                                        args.samples, args.seed, args.joints_per_side, args.skin,
-                                       lambda: bar.advance(task, 1))
+                                       lambda: bar.advance(task, 1), args.corrective)
     except (MeshInputError, AvatarInputError, Open3DMissingError, OSError) as err:
         print(f"make_avatar_dataset: {err}", file=sys.stderr)
         return 2

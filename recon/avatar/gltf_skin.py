@@ -82,7 +82,7 @@ def _accessor_info(path, doc: dict, index) -> dict:
     return accessors[index]
 
 
-def _check_accessor(path, doc: dict, index, name: str, type_: str, components: dict[int, bool | None]) -> dict:
+def check_accessor(path, doc: dict, index, name: str, type_: str, components: dict[int, bool | None]) -> dict:
     """The accessor ``index`` of attribute ``name`` when its type is ``type_`` and its componentType one of
     ``components`` (componentType -> required ``normalized`` value, None: either)."""
     acc = _accessor_info(path, doc, index)
@@ -106,7 +106,7 @@ def find_skinned_node(path, doc: dict) -> dict:
                            f"a skin cannot be animated: rig it (e.g. in Blender) or give an OBJ with a skin.json")
 
 
-def _entry(path, doc: dict, key: str, index, what: str) -> dict:
+def document_entry(path, doc: dict, key: str, index, what: str) -> dict:
     items = doc.get(key)
     if not isinstance(index, int) or not isinstance(items, list) or not 0 <= index < len(items) \
             or not isinstance(items[index], dict):
@@ -114,9 +114,9 @@ def _entry(path, doc: dict, key: str, index, what: str) -> dict:
     return items[index]
 
 
-def joint_parents(path, doc: dict, joints: list[int]) -> list[int]:
-    """[J] the skin-list index of each joint's nearest ancestor joint (-1: none) from the nodes' ``children``;
-    AvatarInputError for a node with two parents or a cycle."""
+def node_parents(path, doc: dict) -> dict[int, int]:
+    """{node: its parent node} from the nodes' ``children`` lists; AvatarInputError for a child that does
+    not exist or has two parents."""
     nodes = doc.get("nodes") or []
     parent_node: dict[int, int] = {}
     for i, node in enumerate(nodes):
@@ -125,6 +125,13 @@ def joint_parents(path, doc: dict, joints: list[int]) -> list[int]:
                 raise AvatarInputError(f"{path}: node {i} lists child {c!r}, which does not exist or has another "
                                        f"parent")
             parent_node[c] = i
+    return parent_node
+
+
+def joint_parents(path, doc: dict, joints: list[int]) -> list[int]:
+    """[J] the skin-list index of each joint's nearest ancestor joint (-1: none) from the nodes' ``children``;
+    AvatarInputError for a node with two parents or a cycle."""
+    parent_node = node_parents(path, doc)
     slot = {node: k for k, node in enumerate(joints)}
     parents = []
     for node in joints:
@@ -154,10 +161,16 @@ def parents_first(parents: list[int]) -> list[int]:
 
 def bind_positions(path, doc: dict, skin: dict, accessor: Accessor, count: int) -> np.ndarray:
     """[J, 3] the joints' bind positions (translations of the inverted inverse bind matrices), glTF axes."""
+    return np.linalg.inv(inverse_bind_matrices(path, doc, skin, accessor, count))[:, :3, 3]
+
+
+def inverse_bind_matrices(path, doc: dict, skin: dict, accessor: Accessor, count: int) -> np.ndarray:
+    """[J, 4, 4] the skin's inverse bind matrices (identities when absent), glTF axes; AvatarInputError for
+    another count, non-finite, non-affine or singular matrices."""
     index = skin.get("inverseBindMatrices")
     if index is None:
-        return np.zeros((count, 3))
-    acc = _check_accessor(path, doc, index, "inverseBindMatrices", "MAT4", {FLOAT: None})
+        return np.tile(np.eye(4), (count, 1, 1))
+    acc = check_accessor(path, doc, index, "inverseBindMatrices", "MAT4", {FLOAT: None})
     if acc.get("count") != count:
         raise AvatarInputError(f"{path}: inverseBindMatrices holds {acc.get('count')} matrices for {count} joints")
     ibm = accessor(index).reshape(count, 4, 4).transpose(0, 2, 1)  # column-major in the file
@@ -167,7 +180,7 @@ def bind_positions(path, doc: dict, skin: dict, accessor: Accessor, count: int) 
     det = np.linalg.det(ibm[:, :3, :3])
     if not (np.abs(det) > 1e-12).all():
         raise AvatarInputError(f"{path}: inverse bind matrix {int(np.argmin(np.abs(det)))} is singular")
-    return np.linalg.inv(ibm)[:, :3, 3]
+    return ibm
 
 
 def read_primitive(path, doc: dict, prim: dict, accessor: Accessor, num_joints: int
@@ -181,7 +194,7 @@ def read_primitive(path, doc: dict, prim: dict, accessor: Accessor, num_joints: 
     if not isinstance(attrs, dict) or not {"POSITION", "JOINTS_0", "WEIGHTS_0"} <= set(attrs):
         raise AvatarInputError(f"{path}: a primitive of the skinned mesh lacks POSITION, JOINTS_0 or WEIGHTS_0 "
                                f"(a mesh without skinning weights cannot be animated)")
-    pos_acc = _check_accessor(path, doc, attrs["POSITION"], "POSITION", "VEC3", {FLOAT: None})
+    pos_acc = check_accessor(path, doc, attrs["POSITION"], "POSITION", "VEC3", {FLOAT: None})
     count = pos_acc.get("count")
     if isinstance(count, int) and count * num_joints > MAX_WEIGHT_ENTRIES:
         raise AvatarInputError(f"{path}: {count:,} vertices x {num_joints} joints is more than the "
@@ -196,13 +209,13 @@ def read_primitive(path, doc: dict, prim: dict, accessor: Accessor, num_joints: 
             raise AvatarInputError(f"{path}: JOINTS_{n} and WEIGHTS_{n} come in pairs; one is missing")
         for name, comps in ((f"JOINTS_{n}", {UNSIGNED_BYTE: False, UNSIGNED_SHORT: False}),
                             (f"WEIGHTS_{n}", {FLOAT: None, UNSIGNED_BYTE: True, UNSIGNED_SHORT: True})):
-            if _check_accessor(path, doc, attrs[name], name, "VEC4", comps).get("count") != count:
+            if check_accessor(path, doc, attrs[name], name, "VEC4", comps).get("count") != count:
                 raise AvatarInputError(f"{path}: {name} has another count than POSITION ({count})")
         idx.append(accessor(attrs[f"JOINTS_{n}"]).astype(np.int64))
         val.append(accessor(attrs[f"WEIGHTS_{n}"]))
     weights = dense_weights(path, np.concatenate(idx, 1), np.concatenate(val, 1), num_joints, "JOINTS_n/WEIGHTS_n")
     if "indices" in prim:
-        _check_accessor(path, doc, prim["indices"], "indices", "SCALAR",
+        check_accessor(path, doc, prim["indices"], "indices", "SCALAR",
                         {UNSIGNED_BYTE: None, UNSIGNED_SHORT: None, UNSIGNED_INT: None})
         flat = accessor(prim["indices"]).astype(np.int64).ravel()
     else:
@@ -214,20 +227,27 @@ def read_primitive(path, doc: dict, prim: dict, accessor: Accessor, num_joints: 
     return positions, faces, weights
 
 
+def skin_joints(path, doc: dict, skin: dict) -> list[int]:
+    """The node indices of ``skin``'s joints; AvatarInputError unless a non-empty list of distinct existing
+    nodes, at most MAX_JOINTS."""
+    joints = skin.get("joints")
+    nodes = doc.get("nodes")
+    if not isinstance(joints, list) or not joints or len(set(map(str, joints))) != len(joints) \
+            or not isinstance(nodes, list) or not all(isinstance(j, int) and 0 <= j < len(nodes) for j in joints):
+        raise AvatarInputError(f"{path}: the skin's \"joints\" must be a non-empty list of distinct node indices")
+    if len(joints) > MAX_JOINTS:
+        raise AvatarInputError(f"{path}: the skin has {len(joints)} joints, more than the {MAX_JOINTS} read")
+    return joints
+
+
 def skinned_mesh(path, doc: dict, accessor: Accessor) -> GltfSkin:
     """The template of the glTF document ``doc`` (see the module docstring); ``accessor(i)`` reads accessor i
     (its bounds checked against the buffer) as float64 [count, components]."""
     node = find_skinned_node(path, doc)
-    skin = _entry(path, doc, "skins", node["skin"], "skin")
-    joints = skin.get("joints")
-    nodes = doc.get("nodes")
-    if not isinstance(joints, list) or not joints or len(set(map(str, joints))) != len(joints) \
-            or not all(isinstance(j, int) and 0 <= j < len(nodes) for j in joints):
-        raise AvatarInputError(f"{path}: the skin's \"joints\" must be a non-empty list of distinct node indices")
-    if len(joints) > MAX_JOINTS:
-        raise AvatarInputError(f"{path}: the skin has {len(joints)} joints, more than the {MAX_JOINTS} read")
+    skin = document_entry(path, doc, "skins", node["skin"], "skin")
+    joints = skin_joints(path, doc, skin)
     J = len(joints)
-    mesh = _entry(path, doc, "meshes", node["mesh"], "mesh")
+    mesh = document_entry(path, doc, "meshes", node["mesh"], "mesh")
     prims = mesh.get("primitives")
     if not isinstance(prims, list) or not prims:
         raise AvatarInputError(f"{path}: the skinned mesh has no primitives")

@@ -19,10 +19,12 @@ POSE_TIME_MATCH = 1e-6  # a time this close to k / (P - 1) is pose k (as recon.a
 LERP_DOT = 0.9995  # above this |cos| of the half angle slerp is replaced by a normalised lerp (no 0 / 0)
 
 
-def slerp(a: Tensor, b: Tensor, w: float) -> Tensor:
-    """[..., 4] unit wxyz quaternions a fraction ``w`` in [0, 1] of the way from ``a`` to ``b`` [..., 4]
-    along the shortest arc (``b`` is negated where ``a . b < 0``; q and -q are the same rotation)."""
+def slerp(a: Tensor, b: Tensor, w: float | Tensor) -> Tensor:
+    """[..., 4] unit quaternions a fraction ``w`` in [0, 1] of the way from ``a`` to ``b`` [..., 4] along the
+    shortest arc (``b`` is negated where ``a . b < 0``; q and -q are the same rotation). ``w``: one number, or
+    a tensor [..., 1] (one fraction per quaternion). Component order free (wxyz or glTF's xyzw alike)."""
     a, b = normalize(a), normalize(b)
+    w = torch.as_tensor(w, dtype=a.dtype, device=a.device)
     dot = (a * b).sum(-1, keepdim=True)
     b = torch.where(dot < 0, -b, b)
     dot = dot.abs().clamp(max=1.0)
@@ -30,8 +32,8 @@ def slerp(a: Tensor, b: Tensor, w: float) -> Tensor:
     sin = torch.sin(theta)
     near = dot > LERP_DOT
     safe = torch.where(near, torch.ones_like(sin), sin)
-    wa = torch.where(near, torch.full_like(dot, 1.0 - w), torch.sin((1.0 - w) * theta) / safe)
-    wb = torch.where(near, torch.full_like(dot, w), torch.sin(w * theta) / safe)
+    wa = torch.where(near, 1.0 - w, torch.sin((1.0 - w) * theta) / safe)
+    wb = torch.where(near, w, torch.sin(w * theta) / safe)
     return normalize(wa * a + wb * b)
 
 

@@ -1,8 +1,8 @@
 """``splatforge export RUN --out avatar.glb`` for an avatar (a --method meshgs run): the skinned template, its
 skeleton, the captured poses as an animation and the bound Gaussians in triangle-local form, in one GLB
 (recon/export/avatar_glb.py, spec recon/export/AVATAR_GLB.md). ``--target`` caps the Gaussians per triangle
-(:data:`TRIANGLE_CAPS`, the most opaque kept). A pose MLP (``--meshgs.pose-mlp-width``) is left out, with a
-warning in the report's notes."""
+(:data:`TRIANGLE_CAPS`, the most opaque kept). A pose MLP (``--meshgs.pose-mlp-width``) goes into the extension's
+``poseCorrection`` (weights and the raw offsets it corrects), said in the report's notes."""
 
 from __future__ import annotations
 
@@ -57,10 +57,10 @@ def export_avatar(config, fmt: str) -> ExportReport:
              f"animation keyframes (the captured poses), Gaussians in triangle-local form"]
     if cap is not None:
         notes.append(f"--target {config.target}: at most {cap} Gaussians per triangle")
-    if model.pose_mlp is not None:  # not representable in the GLB: said, never dropped silently (AVATAR_GLB.md)
-        notes.append(f"warning: the pose MLP (--meshgs.pose-mlp-width {model.options.pose_mlp_width}) is not "
-                     f"exported; engines pose the uncorrected Gaussians (exact in the rest pose; the PSNR this "
-                     f"costs: scripts/bench_avatar.py --ablation, without_mlp_at_test)")
+    if model.pose_mlp is not None:  # AVATAR_GLB.md, "poseCorrection"
+        notes.append(f"the pose MLP (--meshgs.pose-mlp-width {model.options.pose_mlp_width}) is in the extension's "
+                     f"poseCorrection; an engine that skips it poses the uncorrected Gaussians (exact in the rest "
+                     f"pose; the PSNR this costs: scripts/bench_avatar.py --ablation, without_mlp_at_test)")
     return ExportReport(path=Path(config.out), format="glb", splats=len(record), bytes=os.path.getsize(config.out),
                         sh_degree=int(round(record.sh.shape[1] ** 0.5)) - 1, input_splats=n, dropped_nonfinite=0,
                         dropped_budget=n - len(record), importance="opacity" if cap else "none", target=config.target,

@@ -1,7 +1,7 @@
 """`splatforge render`: a video of a trained run along an orbit, a spiral, the dataset's cameras, a fixed
 view, or a camera-path JSON saved with the viewer's keyframe button (interpolated between the keyframes).
 4D models move in time along the path (``--time T``, ``--times START:END:COUNT``); an avatar (a ``--method
-meshgs`` run) plays a pose sequence (``--animation clip.json``, docs/avatars.md) or takes the pose of a time
+meshgs`` run) plays a pose sequence (``--animation clip.json`` or a rigged GLB's animation, docs/avatars.md) or takes the pose of a time
 (``--time`` / ``--times``: its captured poses interpolated, recon/avatar/pose_time.py); the output may also be
 one PNG or a folder of PNG frames."""
 
@@ -28,7 +28,8 @@ FRAME_NAME = re.compile(r"frame_\d{5}\.png")  # the files of a frame folder (onl
 def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames: int = 120, fps: int = 30,
            splats: Path | None = None, max_side: int | None = None, progress: bool = True,
            device: Literal["auto", "cpu", "cuda"] = "auto", data: Path | None = None, force: bool = False,
-           time: float | None = None, times: str | None = None, animation: Path | None = None) -> None:
+           time: float | None = None, times: str | None = None, animation: Path | None = None,
+           animation_name: str | None = None) -> None:
     """Render RUN's model along a camera path into an MP4 (H.264 via imageio-ffmpeg), a PNG or a folder of PNGs.
 
     Args:
@@ -55,12 +56,15 @@ def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames
             the camera path (e.g. 0:1:120). A 4D model given neither moves through 0..1 over --frames frames
             (along --path dataset: each training view at its own time).
         animation: avatars (--method meshgs runs): an animation clip JSON ({"fps", "poses": [{"joint_rotations",
-            "root_translation"}]}, docs/avatars.md); one frame per pose at the clip's fps, along --path (use
-            --path fixed for a still camera); --frames and --fps are taken from the clip.
+            "root_translation"}]}, docs/avatars.md; one frame per pose, --frames and --fps taken from the clip)
+            or a rigged .glb holding glTF animations (joints matched to the avatar's by name, sampled at --fps
+            from the first keyframe to the last); along --path (use --path fixed for a still camera).
+        animation_name: --animation GLB: the animation's name or index (default: the first).
     """
     try:
         written = render_video(run, path, out, frames, fps, splats, progress, max_side=max_side, device=device,
-                               data=data, force=force, time=time, times=times, animation=animation)
+                               data=data, force=force, time=time, times=times, animation=animation,
+                               animation_name=animation_name)
     except (*USER_ERRORS, MissingEncoderError) as err:
         fail("render", err)
     print(f"wrote {written}")
@@ -69,21 +73,25 @@ def render(run: Path, path: str = "orbit", out: Path = Path("video.mp4"), frames
 def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps: int = 30, splats: Path | None = None,
                  progress: bool = True, max_side: int | None = None, device: str = "auto",
                  data: Path | None = None, force: bool = False, time: float | None = None,
-                 times: str | None = None, animation: Path | None = None) -> Path:
+                 times: str | None = None, animation: Path | None = None, animation_name: str | None = None
+                 ) -> Path:
     """Library form of :func:`render`; returns the path written. Bad arguments (frames < 1, fps <= 0, an
     existing --out without ``force``, an unwritable place, a time outside [0, 1], time flags for a 3D model)
     are refused before any rendering."""
     from recon.data.camera_paths import PATHS, camera_path
     from recon.run.folder import Run
     from recon.core.devices import resolve_device
+    from recon.data.skinned_glb import is_glb_path
     from recon.run.time_args import resolve_times
 
     kind = check_render_arguments(out, frames, fps, force)
     asked = resolve_times(time, times)
+    if animation_name is not None and (animation is None or not is_glb_path(animation)):
+        raise UsageError("--animation-name picks one of a GLB's animations; give --animation FILE.glb")
     opened = Run.open(run, data=data)
     if animation is not None:
         return render_animation(opened, Path(animation), path, out, kind, progress, device, max_side, force,
-                                asked is not None)
+                                asked is not None, fps, animation_name)
     if splats is not None or not opened.is_4d:
         opened.require_splats(splats)
     if kind == "image" and asked is not None and len(asked) > 1:
@@ -116,11 +124,14 @@ def render_video(run: Path, path: str | Path, out: Path, frames: int = 120, fps:
 
 
 def render_animation(opened, animation: Path, path, out: Path, kind: str, progress: bool, device: str,
-                     max_side: int | None, force: bool, timed: bool) -> Path:
+                     max_side: int | None, force: bool, timed: bool, fps: float = 30,
+                     animation_name: str | None = None) -> Path:
     """``--animation``: RUN's avatar in each pose of the clip, one frame per pose along ``path``, written as
-    :func:`render_video` writes (the video at the clip's fps). UsageError for a run whose model cannot be posed
-    or for time flags; the clip's errors name it (a pose with the wrong joint count, ...)."""
+    :func:`render_video` writes (the video at the clip's fps; a GLB's animation sampled at ``fps``). UsageError
+    for a run whose model cannot be posed or for time flags; the clip's errors name it (a pose with the wrong
+    joint count, joints the GLB's skin lacks, ...)."""
     from recon.avatar.skin_file import read_animation
+    from recon.data.skinned_glb import is_glb_path, read_glb_animation
     from recon.core.devices import resolve_device
     from recon.data.camera_paths import PATHS, camera_path
 
@@ -131,7 +142,10 @@ def render_animation(opened, animation: Path, path, out: Path, kind: str, progre
                          f"no skeleton to pose; animations play avatars (--method meshgs runs)")
     dev = resolve_device(device)
     model = opened.load_model(None, dev)
-    poses, fps = read_animation(animation, model.avatar.skin.num_joints)
+    if is_glb_path(animation):
+        poses = read_glb_animation(animation, model.avatar.skin.skeleton, fps, animation_name)
+    else:
+        poses, fps = read_animation(animation, model.avatar.skin.num_joints)
     n = 1 if kind == "image" else len(poses)
     cams = (camera_path(str(path), opened.cameras, n) if str(path) in PATHS
             else keyframe_path_cameras(Path(path), n, max_side))

@@ -22,6 +22,10 @@ class AvatarRecord:
             translations; fps: keyframes per second.
         face_ids: [N] int64; bary: [N, 3]; offsets: [N] (triangle sizes); quats: [N, 4] wxyz local;
             log_scales: [N, 3] (log of triangle sizes); logit_opacities: [N]; sh: [N, K, 3].
+        pose_mlp: None, or the pose-dependent correction (recon/avatar/pose_mlp.py) as the GLB holds it:
+            ``{"frequencies", "max_offset", "bary_shift", "scale_shift", "raw_offsets": [N],
+            "layers": [(name, weight [out, in], bias [out] or None)]}`` (names pose.0, pose.2, gauss.0,
+            gauss.2, head; spec: recon/export/AVATAR_GLB.md).
     """
 
     vertices: np.ndarray
@@ -41,6 +45,7 @@ class AvatarRecord:
     log_scales: np.ndarray
     logit_opacities: np.ndarray
     sh: np.ndarray
+    pose_mlp: dict | None = None
 
     def __len__(self) -> int:
         return int(self.face_ids.shape[0])
@@ -49,8 +54,10 @@ class AvatarRecord:
         """The record with only the Gaussians ``index`` (the template and animation unchanged)."""
         from dataclasses import replace
 
-        return replace(self, **{n: getattr(self, n)[index] for n in
-                                ("face_ids", "bary", "offsets", "quats", "log_scales", "logit_opacities", "sh")})
+        mlp = None if self.pose_mlp is None else {**self.pose_mlp, "raw_offsets": self.pose_mlp["raw_offsets"][index]}
+        return replace(self, pose_mlp=mlp, **{n: getattr(self, n)[index] for n in
+                                              ("face_ids", "bary", "offsets", "quats", "log_scales",
+                                               "logit_opacities", "sh")})
 
 
 def cap_per_triangle(record: AvatarRecord, cap: int) -> AvatarRecord:

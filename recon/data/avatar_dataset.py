@@ -8,7 +8,9 @@ The mesh is normalised as :mod:`recon.data.mesh_render` does (unit sphere), rigg
 :func:`recon.avatar.bone_chain.random_poses` (bends across the chain; the first N poses are for training,
 the last U are held out, "unseen"). Each pose is rendered by every one of V cameras on a Fibonacci sphere
 (:func:`recon.data.mesh_render.sphere_cameras`) with the mesh renderer (texture x Lambert, antialiased by
-``samples`` x ``samples`` rays per pixel).
+``samples`` x ``samples`` rays per pixel). With ``corrective`` A > 0 every posed mesh also bulges along its
+normals near each bent joint (:mod:`recon.avatar.correctives`), a pose-dependent deformation plain linear
+blend skinning (what ``--method meshgs`` does) cannot produce: the capture the pose MLP is for.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 
 from recon.avatar.bone_chain import bone_chain, principal_axes, random_poses
+from recon.avatar.correctives import CORRECTIVE_SIGMA, apply_corrective, bulge_heights
 from recon.avatar.skin_file import Skin, pose_record, read_skin, write_skin
 from recon.avatar.skinning import Skeleton, pose_vertices
 from recon.core.atomic import atomic_write_bytes
@@ -88,12 +91,17 @@ def moved_skin(skin: Skin, m2w: np.ndarray) -> Skin:
 
 def make_avatar_dataset(mesh_path: Path, out: Path, poses: int = 8, unseen: int = 4, views: int = 24,
                         size: int = 200, samples: int = DEFAULT_SAMPLES, seed: int = 0, per_side: int = 2,
-                        skin_path: Path | None = None, progress: Callable[[], None] = lambda: None) -> dict:
-    """Render the dataset into ``out`` (layout: docs/avatars.md); returns a summary dict."""
+                        skin_path: Path | None = None, progress: Callable[[], None] = lambda: None,
+                        corrective: float = 0.0) -> dict:
+    """Render the dataset into ``out`` (layout: docs/avatars.md); returns a summary dict. ``corrective``:
+    the bulge height per radian of bend (:mod:`recon.avatar.correctives`; 0: plain skinning)."""
     check_render_args(views, size, samples)
     if poses < 1 or unseen < 0:
         raise MeshInputError(f"--poses {poses} / --unseen {unseen}: need at least 1 training pose and no "
                              f"negative count of unseen poses")
+    if not 0.0 <= corrective <= 1.0:
+        raise MeshInputError(f"--corrective {corrective}: the bulge per radian of bend must be in [0, 1] "
+                             f"(fractions of the mesh's bounding radius; 0: plain skinning)")
     if is_glb_path(mesh_path):  # a rigged GLB: its own skin, moved into the unit sphere with the mesh
         if skin_path is not None:
             raise MeshInputError(f"--skin {skin_path}: {mesh_path} is a rigged GLB, which holds its skin; leave "
@@ -116,13 +124,19 @@ def make_avatar_dataset(mesh_path: Path, out: Path, poses: int = 8, unseen: int 
     c2ws = sphere_cameras(views)
     cameras = [{"name": f"cam_{k:02d}", "split": "test" if k % TEST_CAMERA_EVERY == 0 else "train",
                 "transform_matrix": c2w.tolist()} for k, c2w in enumerate(c2ws)]
-    records = []
+    records, largest_bulge = [], 0.0
     rest_t = torch.tensor(rest, dtype=torch.float64)
     for p in range(poses + unseen):
         name = f"pose_{p:03d}"
         posed = mesh.copy()
         posed.vertices = pose_vertices(skin.skeleton, rest_t, skin.weights.double(),
                                        torch.tensor(rotations[p])).numpy()
+        if corrective > 0:
+            heights = bulge_heights(rest_t, skin.skeleton.rest_positions.double(), torch.tensor(rotations[p]),
+                                    corrective)
+            posed.vertices = apply_corrective(torch.tensor(posed.vertices), torch.tensor(posed.vertex_normals),
+                                              heights).numpy()
+            largest_bulge = max(largest_bulge, float(heights.max()))
         scene, shader = raycasting_scene(posed), MeshShader(posed)
         (out / IMAGES_DIR / name).mkdir(parents=True, exist_ok=True)
         for cam, c2w in zip(cameras, c2ws):
@@ -136,6 +150,8 @@ def make_avatar_dataset(mesh_path: Path, out: Path, poses: int = 8, unseen: int 
     # poses.json last: the loader detects the dataset by it, so an interrupted run is not taken as complete
     atomic_write_bytes(out / POSES_FILE, json.dumps(
         {"format": POSES_FORMAT, "version": 1, "num_joints": skin.num_joints, "mesh_to_world": m2w.tolist(),
-         "poses": records}, indent=1).encode(), force=True)
+         "corrective": {"amplitude": corrective, "sigma": CORRECTIVE_SIGMA}, "poses": records},
+        indent=1).encode(), force=True)
     return {"out": str(out), "vertices": len(rest), "triangles": int(len(mesh.faces)), "joints": skin.num_joints,
-            "train_poses": poses, "unseen_poses": unseen, "views": views, "size": size}
+            "train_poses": poses, "unseen_poses": unseen, "views": views, "size": size,
+            "corrective": corrective, "largest_bulge": round(largest_bulge, 6)}

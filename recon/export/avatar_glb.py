@@ -71,6 +71,21 @@ class _Buffer:
         return len(self.accessors) - 1
 
 
+def pose_correction(buf: _Buffer, mlp: dict) -> dict:
+    """The ``poseCorrection`` object of the extension (AVATAR_GLB.md): the pose MLP's constants, the raw
+    offsets it corrects and each layer's weight (row-major [out, in]) and bias as SCALAR float accessors."""
+    layers = []
+    for name, weight, bias in mlp["layers"]:
+        layer = {"name": name, "shape": [int(n) for n in weight.shape],
+                 "weight": buf.add(weight.reshape(-1), "SCALAR", FLOAT, target=None)}
+        if bias is not None:
+            layer["bias"] = buf.add(bias.reshape(-1), "SCALAR", FLOAT, target=None)
+        layers.append(layer)
+    return {"frequencies": int(mlp["frequencies"]), "maxOffset": float(mlp["max_offset"]),
+            "barycentricShift": float(mlp["bary_shift"]), "scaleShift": float(mlp["scale_shift"]),
+            "rawOffset": buf.add(mlp["raw_offsets"], "SCALAR", FLOAT), "layers": layers}
+
+
 def encode_avatar_glb(record: AvatarRecord, generator: str = "splatforge") -> bytes:
     """GLB bytes of ``record`` (layout: AVATAR_GLB.md)."""
     D = OPENCV_TO_GLTF
@@ -115,9 +130,11 @@ def encode_avatar_glb(record: AvatarRecord, generator: str = "splatforge") -> by
             node["children"] = kids
         nodes.append(node)
     nodes.append({"name": "avatar", "mesh": 0, "skin": 0})
+    extension = {"count": len(record), "shDegree": int(round(np.sqrt(sh.shape[1]))) - 1, "attributes": gaussians}
+    if record.pose_mlp is not None:
+        extension["poseCorrection"] = pose_correction(buf, record.pose_mlp)
     primitive = {"attributes": attributes, "indices": indices, "mode": MODE_TRIANGLES,
-                 "extensions": {EXTENSION: {"count": len(record), "shDegree": int(round(np.sqrt(sh.shape[1]))) - 1,
-                                            "attributes": gaussians}}}
+                 "extensions": {EXTENSION: extension}}
     binary = b"".join(buf.blobs)
     doc = {"asset": {"version": "2.0", "generator": generator}, "extensionsUsed": [EXTENSION], "scene": 0,
            "scenes": [{"nodes": [0, J]}], "nodes": nodes, "meshes": [{"primitives": [primitive]}],
@@ -138,6 +155,11 @@ def write_avatar_glb(path: str | os.PathLike, record: AvatarRecord, force: bool 
     for name in ("vertices", "bary", "offsets", "quats", "log_scales", "logit_opacities", "sh", "rotations"):
         if not np.isfinite(getattr(record, name)).all():
             raise ValueError(f"write_avatar_glb: {name} holds NaN or infinite values")
+    mlp = record.pose_mlp
+    arrays = [] if mlp is None else [mlp["raw_offsets"]] + [a for _, w, b in mlp["layers"] for a in (w, b)
+                                                             if a is not None]
+    if not all(np.isfinite(a).all() for a in arrays):
+        raise ValueError("write_avatar_glb: the pose MLP holds NaN or infinite values")
     payload = encode_avatar_glb(record)
     with atomic_open(path, force=force) as f:
         f.write(payload)

@@ -40,7 +40,8 @@ from rasterizer import Camera, rasterize_gaussians, stack_cameras
 from recon.avatar.avatar_data import AvatarData
 from recon.avatar.binding import PosedTriangles, WorldGaussians, bind
 from recon.avatar.config import MeshGSConfig
-from recon.avatar.pose_mlp import PoseOffsetMLP, apply_correction, gaussian_features, pose_features
+from recon.avatar.pose_mlp import (BARY_SHIFT, SCALE_SHIFT, PoseOffsetMLP, apply_correction, gaussian_features,
+                                   pose_features)
 from recon.avatar.skin_file import largest_influences
 from recon.core.avatar_record import AvatarRecord
 from recon.core.errors import ConfigValueError, UsageError
@@ -395,7 +396,20 @@ class MeshGaussians(GaussianRows, SceneModel):
         return AvatarRecord(_f32(av.rest_vertices), _i64(av.faces), joints, weights.astype(np.float32),
                             _i64(sk.parents), _f32(sk.rest_positions), list(sk.names), _f32(rotations),
                             _f32(translations), float(fps), _i64(self.face_ids), _f32(self.bary), _f32(self.offsets),
-                            _f32(p["quats"]), _f32(p["log_scales"]), _f32(p["logit_opacities"]), _f32(self.sh))
+                            _f32(p["quats"]), _f32(p["log_scales"]), _f32(p["logit_opacities"]), _f32(self.sh),
+                            self.pose_mlp_record())
+
+    def pose_mlp_record(self) -> dict | None:
+        """The pose MLP as :class:`AvatarRecord` holds it (its layers, constants and the raw offsets it corrects;
+        recon/export/AVATAR_GLB.md), or None without one."""
+        if self.pose_mlp is None:
+            return None
+        state = {k: _f32(v) for k, v in self.pose_mlp.state_dict().items()}
+        layers = [(name, state[f"{name}.weight"], state.get(f"{name}.bias"))
+                  for name in ("pose.0", "pose.2", "gauss.0", "gauss.2", "head")]
+        return {"frequencies": self.pose_mlp.frequencies, "max_offset": float(self.options.max_offset),
+                "bary_shift": BARY_SHIFT, "scale_shift": SCALE_SHIFT, "raw_offsets": _f32(self.params["offsets"]),
+                "layers": layers}
 
     def state_dict(self) -> dict:
         return {"method": self.method, "params": {n: p.detach().cpu() for n, p in self.params.items()},

@@ -88,3 +88,49 @@ def test_make_avatar_dataset_script_bad_mesh(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts/make_avatar_dataset.py"), str(tmp_path / "bad.obj"),
                         "--out", str(tmp_path / "out")], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "make_avatar_dataset:" in r.stderr
+
+
+def test_corrective_bulge_by_hand():
+    """recon/avatar/correctives.py: zero in the rest pose and for a bent root; a bent joint j moves a vertex by
+    A theta exp(-d^2 / (2 sigma^2)) along its normal."""
+    from recon.avatar.correctives import apply_corrective, bulge_heights
+    from recon.avatar.quaternions import axis_angle
+
+    rest = torch.tensor([[0.0, 0, 0], [0.3, 0, 0], [1.0, 0.2, 0]], dtype=torch.float64)
+    joints = torch.tensor([[0.0, 0, 0], [1.0, 0, 0]], dtype=torch.float64)
+    rot = torch.tensor([[1.0, 0, 0, 0]] * 2, dtype=torch.float64)
+    assert bulge_heights(rest, joints, rot, 0.1).abs().max() == 0
+    rot[0] = axis_angle(torch.tensor([0.0, 0, 1]), torch.tensor(0.5)).double()  # the root turns the body only
+    assert bulge_heights(rest, joints, rot, 0.1).abs().max() == 0
+    rot[1] = axis_angle(torch.tensor([0.0, 1, 0]), torch.tensor(-0.4)).double()  # bent by 0.4 rad either way
+    h = bulge_heights(rest, joints, rot, 0.1, sigma=0.5)
+    d2 = torch.tensor([1.0, 0.49, 0.04], dtype=torch.float64)
+    torch.testing.assert_close(h, 0.1 * 0.4 * torch.exp(-d2 / 0.5), rtol=1e-6, atol=1e-9)
+    normals = torch.tensor([[0.0, 0, 1]] * 3, dtype=torch.float64)
+    torch.testing.assert_close(apply_corrective(rest, normals, h) - rest, h[:, None] * normals)
+
+
+def test_dataset_maker_corrective_bulges_the_posed_meshes(tiny_avatar, tmp_path):
+    """--corrective renders the same poses and cameras as plain skinning, bulged (recorded in poses.json); a
+    value outside [0, 1] is one line."""
+    import numpy as np
+    import imageio.v3 as iio
+
+    from recon.data.avatar_dataset import make_avatar_dataset
+    from recon.data.mesh_render import MeshInputError
+    from tests.recon.avatar.conftest import make_tiny_mesh
+
+    mesh = make_tiny_mesh(tmp_path / "blob.ply")
+    out = tmp_path / "bulged"
+    info = make_avatar_dataset(mesh, out, poses=3, unseen=1, views=9, size=24, samples=1, seed=0, per_side=1,
+                               corrective=0.2)
+    assert info["largest_bulge"] > 0.01
+    doc = json.loads((out / "poses.json").read_text())
+    assert doc["corrective"]["amplitude"] == 0.2
+    plain = json.loads((tiny_avatar / "poses.json").read_text())
+    assert [p["joint_rotations"] for p in doc["poses"]] == [p["joint_rotations"] for p in plain["poses"]]
+    diff = max(np.abs(iio.imread(out / f"images/pose_00{k}/cam_01.png").astype(int)
+                      - iio.imread(tiny_avatar / f"images/pose_00{k}/cam_01.png").astype(int)).max() for k in range(4))
+    assert diff > 20
+    with pytest.raises(MeshInputError, match="--corrective 2"):
+        make_avatar_dataset(mesh, tmp_path / "bad", corrective=2.0)

@@ -67,12 +67,43 @@ def read_avatar_glb(path: Path, keyframe: int):
     n /= np.linalg.norm(n, axis=1, keepdims=True)
     frames = np.stack([t, np.cross(n, t), n], -1)
     size = (np.linalg.norm(e1, axis=1) + np.linalg.norm(e2, axis=1) + np.linalg.norm(c[:, 2] - c[:, 1], axis=1)) / 3
-    bary, offset = acc(g["BARYCENTRIC"]), acc(g["OFFSET"])[:, 0]
+    bary, offset, local_log_scales = acc(g["BARYCENTRIC"]), acc(g["OFFSET"])[:, 0], acc(g["LOG_SCALE"])
+    ext = prim["extensions"]["SPLATFORGE_bound_gaussians"]
+    if "poseCorrection" in ext:
+        bary, offset, local_log_scales = pose_correction(ext["poseCorrection"], acc, local_r, verts, faces[face], bary,
+                                                         local_log_scales)
     means = np.einsum("nc,ncx->nx", bary, c) + (offset * size)[:, None] * n
     rot = frames @ quat_xyzw_to_matrix(acc(g["ROTATION"]))
-    log_scales = acc(g["LOG_SCALE"]) + np.log(size)[:, None]
+    log_scales = local_log_scales + np.log(size)[:, None]
     sh = np.stack([acc(i) for i in g["SH"]], 1)
     return means, rot, log_scales, acc(g["LOGIT_OPACITY"])[:, 0], sh
+
+
+def pose_correction(pc: dict, acc, local_r: list, verts: np.ndarray, corners: np.ndarray, bary: np.ndarray,
+                    log_scales: np.ndarray):
+    """(bary, offsets, local log-scales) corrected by the file's pose MLP (AVATAR_GLB.md, "poseCorrection") for
+    the glTF local joint rotations ``local_r`` (J matrices), from the file alone."""
+    layers = {ly["name"]: (acc(ly["weight"])[:, 0].reshape(ly["shape"]),
+                           acc(ly["bias"])[:, 0] if "bias" in ly else 0.0) for ly in pc["layers"]}
+
+    def linear(name, x):
+        w, b = layers[name]
+        return x @ w.T + b
+
+    ours = [D @ r @ D for r in local_r[1:]]  # the MLP's inputs are in splatforge's axes
+    p = np.concatenate([(r - np.eye(3)).ravel() for r in ours]) if ours else np.zeros(1)
+    code = linear("pose.2", np.tanh(linear("pose.0", p))) - linear("pose.2", np.tanh(linear("pose.0", 0 * p)))
+    rest = verts @ D
+    x = np.einsum("nc,ncx->nx", bary, rest[corners])
+    x = 2 * (x - rest.min(0)) / (rest.max(0) - rest.min(0)) - 1
+    scaled = np.concatenate([x * np.pi * 2 ** k for k in range(pc["frequencies"])], -1)
+    e = np.concatenate([x, np.sin(scaled), np.cos(scaled)], -1)
+    h = np.maximum(linear("gauss.2", np.maximum(linear("gauss.0", e), 0)), 0)
+    o = linear("head", h * code)
+    d = pc["barycentricShift"] * np.tanh(o[:, :2])
+    bary = bary + np.concatenate([-d.sum(1, keepdims=True), d], 1)
+    offsets = pc["maxOffset"] * np.tanh(acc(pc["rawOffset"])[:, 0] + o[:, 2])
+    return bary, offsets, log_scales + pc["scaleShift"] * np.tanh(o[:, 3:6])
 
 
 @pytest.fixture(scope="module")

@@ -96,6 +96,12 @@ BIND_ROT = 0.4  # radians about glTF z: the knee's bind rotation (absorbed into 
 def hand_rig():
     """(GLB bytes, glTF-axes bind globals [3, 4, 4] of skin joints (knee, hip, tail), positions [V, 3],
     dense weights [V, 3] by skin index) of a two-primitive rig."""
+    doc, arrays, B, positions, dense, faces = hand_rig_parts()
+    return glb_bytes(doc, arrays), B, positions, dense, faces
+
+
+def hand_rig_parts():
+    """(document, accessor arrays for :func:`glb_bytes`, B, positions, dense, faces) of :func:`hand_rig`."""
     c, s = np.cos(BIND_ROT), np.sin(BIND_ROT)
     B = np.stack([np.eye(4)] * 3)
     B[0, :3, :3] = [[c, -s, 0], [s, c, 0], [0, 0, 1]]
@@ -138,7 +144,7 @@ def hand_rig():
                {"attributes": {"POSITION": 4, "JOINTS_0": 6, "WEIGHTS_0": 7, "JOINTS_1": 8, "WEIGHTS_1": 9},
                 "indices": 5}]}],
            "skins": [{"joints": [3, 2, 4], "inverseBindMatrices": 10}]}
-    return glb_bytes(doc, arrays), B, np.concatenate([p0, p1]), dense, (f0, f1)
+    return doc, arrays, B, np.concatenate([p0, p1]), dense, (f0, f1)
 
 
 def test_hand_built_rig_skins_as_gltf_says(tmp_path):

@@ -117,12 +117,45 @@ def test_training_moves_the_mlp_and_checkpoints_hold_it(mlp_run, scene):
     torch.testing.assert_close(a, b)
 
 
-def test_export_says_the_mlp_is_left_out(mlp_run, tmp_path):
+def test_export_bakes_the_mlp_and_a_reader_of_the_file_applies_it(mlp_run, tmp_path):
+    """The GLB's poseCorrection, applied by the test's numpy reader from the file alone, gives the model's own
+    corrected Gaussians in an unseen pose; a device budget keeps the MLP's raw offsets in step."""
     from recon.commands.export import ExportConfig, run_export
+    from recon.core.avatar_record import cap_per_triangle
+    from recon.export.avatar_glb import write_avatar_glb
+    from recon.run.folder import Run
+    from tests.recon.avatar.test_avatar_glb import D, read_avatar_glb
 
     out, _ = mlp_run
     report = run_export(ExportConfig(input=out, out=tmp_path / "avatar.glb", quiet=True))
-    assert any("pose MLP" in n and "not exported" in n for n in report.notes)
+    assert any("pose MLP" in n and "poseCorrection" in n for n in report.notes)
+    model = Run.open(out).load_model()
+    with torch.no_grad():  # corrections of a visible size
+        model.pose_mlp.head.weight.copy_(torch.randn(model.pose_mlp.head.weight.shape,
+                                                     generator=torch.Generator().manual_seed(3)))
+    av = model.avatar
+    k = len(av.names) - 1  # the unseen pose
+    v = av.posed_vertices(av.rotations[k], av.translations[k])
+    with torch.no_grad():
+        corrected, plain = model.world_gaussians(v, av.rotations[k]), model.world_gaussians(v)
+    assert (corrected.means - plain.means).abs().max() > 1e-3
+    for cap, name in ((None, "full.glb"), (1, "capped.glb")):
+        record = model.to_avatar_record()
+        keep = np.arange(len(record))
+        if cap is not None:
+            capped = cap_per_triangle(record, cap)
+            keep, record = _kept(record, capped), capped
+            assert len(record) < len(keep) * 2 and len(keep) == len(record)
+        write_avatar_glb(tmp_path / name, record)
+        means, _, log_scales, _, _ = read_avatar_glb(tmp_path / name, k)
+        np.testing.assert_allclose(means, corrected.means.numpy()[keep] @ D, atol=3e-5)
+        np.testing.assert_allclose(log_scales, corrected.log_scales.numpy()[keep], atol=3e-5)
+
+
+def _kept(record, capped) -> np.ndarray:
+    """Indices into ``record`` of the Gaussians ``capped`` kept (matched by their unique raw offsets)."""
+    order = {float(x): i for i, x in enumerate(record.pose_mlp["raw_offsets"])}
+    return np.array([order[float(x)] for x in capped.pose_mlp["raw_offsets"]])
 
 
 def test_render_time_poses_an_avatar_run(mlp_run, scene, tmp_path):
