@@ -79,10 +79,13 @@ def mesh_file(out: Path, k: int) -> Path:
 
 
 def frame_config(cfg, k: int):
-    """The TrainConfig of frame ``k``: ``cfg.steps`` for frame 0, ``cfg.neus.frame_steps`` after; its own folder;
-    no live viewer per frame."""
-    steps = cfg.steps if k == 0 else cfg.neus.frame_steps
-    return dataclasses.replace(cfg, steps=steps, out=frame_folder(cfg.out, k), viewer=False)
+    """The TrainConfig of frame ``k``: its own folder, no live viewer per frame; frame 0 as ``cfg``; later frames
+    ``cfg.neus.frame_steps`` steps and no occupancy warm-up (the grid they start from is estimated: each update
+    re-estimates ``--occupancy.fraction`` of it, as after frame 0's warm-up)."""
+    if k == 0:
+        return dataclasses.replace(cfg, out=frame_folder(cfg.out, k), viewer=False)
+    return dataclasses.replace(cfg, steps=cfg.neus.frame_steps, out=frame_folder(cfg.out, k), viewer=False,
+                               occupancy=dataclasses.replace(cfg.occupancy, warmup_steps=0))
 
 
 def finished_metrics(folder: Path, steps: int) -> dict | None:
