@@ -13,9 +13,10 @@ grid is updated by :class:`recon.strategy.occupancy.OccupancyGridStrategy` (``--
 which the ``nerf`` preset and ``--method nerf`` on the command line select).
 
 Scene space (:func:`scene_space`): ``--nerf.box`` when given; Blender / D-NeRF scenes carry no bounds,
-so the NeRF-synthetic convention [-1.5, 1.5]^3 is assumed (and said in the log); the procedural scene's
-box is its points' bounding box (+10 %); COLMAP / nerfstudio captures are unbounded: contraction around
-the training cameras' centre with their radius (``Scene.nerfpp_norm``).
+so the NeRF-synthetic convention [-1.5, 1.5]^3 is assumed (and said in the log); the procedural scenes'
+box is their points' bounding box (+10 %; procedural-4d: its points of all times); COLMAP / nerfstudio
+captures are unbounded: contraction around the training cameras' centre with their radius
+(``Scene.nerfpp_norm``).
 
 Files: the model lives in the run's checkpoints (``state_dict``: field weights, occupancy grid, optimiser,
 config, space). splats.ply holds a baked approximation for viewers and exporters (``to_splat_data``: one
@@ -73,7 +74,8 @@ def scene_space(cfg: NerfConfig, scene, log: Callable[[str], None] = print) -> F
     fmt = getattr(scene, "source_format", "")
     kind = cfg.scene
     if kind == "auto":
-        kind = "box" if (cfg.box is not None or fmt in BOUNDED_FORMATS or fmt == "procedural") else "unbounded"
+        boxed = cfg.box is not None or fmt in BOUNDED_FORMATS or fmt in ("procedural", "procedural-4d")
+        kind = "box" if boxed else "unbounded"
     if kind == "unbounded":
         centre, radius = scene.nerfpp_norm()
         log(f"nerf: unbounded scene ({fmt or 'dataset'}): space contracted around the cameras' centre "

@@ -18,7 +18,8 @@ What differs:
 - loss: the nerf method's mean squared error plus ``--neus.eikonal-weight`` x the eikonal loss on the
   training samples' gradients (:meth:`NeusModel.loss_terms`);
 - progressive levels: ``--neus.start-levels`` hash levels at step 0, one more every ``--neus.level-every``
-  steps (:meth:`NeusModel.set_step`); the finite-difference step follows the finest active level;
+  steps (:meth:`NeusModel.set_step`; the steps of a sequence's earlier frames count too:
+  :attr:`NeusModel.level_offset`); the finite-difference step follows the finest active level;
 - the learned variance (sharpness) has its own Adam group at ``--nerf.lr x --neus.variance-lr-scale``;
 - occupancy: a cell's value is the NeuS opacity of crossing the cell head-on at one random point in it
   (:func:`recon.nerf.neus.step_alpha` with the cell's diagonal), so cells the zero level set may cross stay
@@ -57,11 +58,13 @@ class NeusModel(NerfModel):
     COUNT_NAME = "occupied grid cells"
     fast_render = True  # without gradients: one SDF evaluation per section, gradient/colour where it matters
     config_sections = ("nerf", "field", "neus")
+    FRAME_BY_FRAME = True  # dynamic data trains frame by frame (recon.training.frame_sequence)
 
     def __init__(self, cfg: NerfConfig, space: FieldSpace, extent: float = 1.0,
                  generator: torch.Generator | None = None, field_cfg: FieldConfig | None = None,
                  neus_cfg: NeusConfig | None = None):
         self.neus = neus_cfg or NeusConfig()
+        self.level_offset = 0  # steps trained before this run (a sequence's earlier frames): progressive levels
         super().__init__(cfg, space, extent, generator, field_cfg)
 
     def _build_field(self, generator: torch.Generator | None) -> NeusField:
@@ -217,9 +220,9 @@ class NeusModel(NerfModel):
         return {"eikonal": self.neus.eikonal_weight * eikonal_loss(grads)}
 
     def set_step(self, step: int, total_steps: int) -> None:
-        """The nerf schedule, and the active hash levels: ``start_levels + step // level_every``."""
+        """The nerf schedule, and the active hash levels: ``start_levels + (level_offset + step) // level_every``."""
         super().set_step(step, total_steps)
-        self.field.set_active_levels(self.neus.start_levels + step // self.neus.level_every)
+        self.field.set_active_levels(self.neus.start_levels + (self.level_offset + step) // self.neus.level_every)
 
     @torch.no_grad()
     def update_occupancy(self, decay: float, threshold: float, fraction: float) -> None:
@@ -283,12 +286,14 @@ class NeusModel(NerfModel):
     # ---------------------------------------------------------------------------- IO
 
     def state_dict(self) -> dict:
-        """The nerf method's checkpoint plus the neus section and the active hash levels."""
-        return {**super().state_dict(), "neus_config": asdict(self.neus), "active_levels": self.field.active_levels}
+        """The nerf method's checkpoint plus the neus section, the active hash levels and the level offset."""
+        return {**super().state_dict(), "neus_config": asdict(self.neus), "active_levels": self.field.active_levels,
+                "level_offset": self.level_offset}
 
     @classmethod
     def _blank_from_state(cls, state: dict) -> "NeusModel":
         model = cls(NerfConfig(**state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
                     neus_cfg=NeusConfig(**state["neus_config"]))
         model.field.set_active_levels(int(state["active_levels"]))
+        model.level_offset = int(state.get("level_offset", 0))  # checkpoints before sequences: 0
         return model

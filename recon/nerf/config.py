@@ -128,6 +128,11 @@ class NeusConfig:
     """finite-difference step of the SDF gradient, in cells of the finest active hash level"""
     geo_hidden: int = 64
     """width of the geometry MLP's hidden layer (softplus, geometric initialisation)"""
+    frame_steps: int = 300
+    """dynamic data (frames with times): steps of each frame after the first, a fine-tune of the previous
+    frame's field (NeuS2's incremental training); the first frame trains --steps (docs/nerf.md)"""
+    frame_mesh_resolution: int = 128
+    """dynamic data: marching-cubes cells per axis of each frame's mesh (RUN/meshes/frame_NNNNN.ply)"""
 
 
 def _pos_int(v) -> bool:
@@ -151,7 +156,8 @@ FIELD_RANGES = {  # merged into recon.training.trainer.FIELD_RANGES (dotted name
     "nerf.lr": _FINITE_POS,
     "nerf.weight_decay": _FINITE_NONNEG,
     "nerf.lr_warmup_steps": (lambda v: v >= 0, ">= 0"),
-    **{f"neus.{name}": (_pos_int, ">= 1") for name in ("start_levels", "level_every", "geo_hidden")},
+    **{f"neus.{name}": (_pos_int, ">= 1") for name in ("start_levels", "level_every", "geo_hidden", "frame_steps")},
+    "neus.frame_mesh_resolution": (lambda v: v >= 2, ">= 2 (cells per axis)"),
     "neus.eikonal_weight": _FINITE_NONNEG,
     "neus.init_radius": (lambda v: 0 < v < 1, "in (0, 1) (the box is [-1, 1]^3)"),
     "neus.init_variance": (lambda v: math.isfinite(v), "finite"),

@@ -285,6 +285,16 @@ def validate_config(cfg: TrainConfig) -> None:
             raise ConfigValueError(f"{flag} {value}: must be {allowed}")
 
 
+def check_train_config(cfg: TrainConfig) -> None:
+    """The checks that need no dataset (:func:`validate_config`, the method's and strategy's), made before the
+    scene is loaded."""
+    validate_config(cfg)
+    check_view_options(model_class(cfg.method), cfg)
+    model_class(cfg.method).check_config(cfg)  # an unknown --method or an option it lacks fails before
+    strategy_class(cfg)  # the scene is loaded, as does a --strategy the method lacks
+    parse_init_box(cfg.init_box)  # a malformed --init-box fails before the scene is loaded
+
+
 def stored_config(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` as written to config.yaml: ``data`` and ``out`` as absolute paths (``procedural`` kept), so
     that eval / render / export find them from any working directory."""
@@ -510,11 +520,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         cfg = self.cfg
-        validate_config(cfg)
-        check_view_options(model_class(cfg.method), cfg)
-        model_class(cfg.method).check_config(cfg)  # an unknown --method or an option it lacks fails before
-        strategy_class(cfg)  # the scene is loaded, as does a --strategy the method lacks
-        parse_init_box(cfg.init_box)  # a malformed --init-box fails before the scene is loaded
+        check_train_config(cfg)
         self.device = resolve_device(cfg.device) if self.device is None else torch.device(self.device)
         if self.out is not None:
             self.cfg = cfg = dataclasses.replace(cfg, out=Path(self.out))
@@ -889,8 +895,19 @@ class Trainer:
 def train_model(cfg: TrainConfig, log=print, hooks=()) -> dict:
     """Train (or resume) the run described by ``cfg``; returns the metrics written to metrics.json.
     ``hooks``: :class:`TrainingHook` objects (``cfg.viewer`` is acted on by ``splatforge train``, which
-    passes the viewer hook here)."""
-    return Trainer(cfg, log, list(hooks)).run()
+    passes the viewer hook here). A method that trains dynamic data frame by frame (neus) on a dataset with
+    several times trains each time step in turn (:mod:`recon.training.frame_sequence`)."""
+    if not getattr(model_class(cfg.method), "FRAME_BY_FRAME", False):
+        return Trainer(cfg, log, list(hooks)).run()
+    from recon.training.frame_sequence import FrameSequence, trains_frame_by_frame
+
+    check_train_config(cfg)
+    scene = load_training_scene(cfg)
+    for note in scene.notes:
+        log(note)
+    if trains_frame_by_frame(cfg.method, scene):
+        return FrameSequence(cfg, scene, log, hooks).run()
+    return Trainer(cfg, log, list(hooks), scene=scene).run()
 
 
 # ------------------------------------------------------------------------------------------ progress

@@ -1,0 +1,111 @@
+#!/usr/bin/env python
+"""Dynamic NeuS (frame by frame, issue 50) on procedural-4d: seconds and test PSNR per frame, printed as JSON.
+
+    OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python scripts/bench_neus_sequence.py [--frames 4] [--steps 400]
+        [--frame-steps 60] [--size 96] [--target-samples 16384] [--hash-log2-table 17] [--out DIR] [--device cpu]
+
+The first ``--frames`` time steps of ``procedural-4d`` (8 training cameras filming every time, the test camera
+every time step: ``test_time_stride`` 1) at ``--size`` px train as ``splatforge train --method neus --data
+procedural-4d`` does (:class:`recon.training.frame_sequence.FrameSequence`, one run folder under ``--out``, removed
+first): frame 0 for ``--steps``, each later frame ``--frame-steps`` from the previous one. Per frame: its
+training seconds (the trainer's ``train_seconds``, wall clock), the wall and process CPU seconds of the whole
+frame (training, evaluation, outputs, mesh; CPU seconds say what the frame costs on an idle machine when the
+load is high), its test PSNR, and ``psnr_previous_field``: the previous frame's field scored on this frame's
+test view (what the fine-tune gains over not training the frame). The machine (threads, load average before and
+after) is recorded; one run (training is not repeated for a median).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+
+def first_frames(scene, k: int):
+    """``scene`` restricted to its first ``k`` time steps (train and test frames)."""
+    times = sorted({f.time for f in scene.frames_train})[:k]
+    keep = set(times)
+    return dataclasses.replace(scene, frames_train=[f for f in scene.frames_train if f.time in keep],
+                               frames_test=[f for f in scene.frames_test if f.time in keep])
+
+
+def previous_field_psnr(out: Path, scene, times, k: int, cfg) -> float | None:
+    """Test PSNR of frame k-1's final field on frame ``k``'s test views (None without test views)."""
+    from recon.data.frame_images import FrameImages
+    from recon.training.evaluation import evaluate_model
+    from recon.training.frame_sequence import FrameSequence, frame_scene
+    from recon.training.trainer import background_color
+
+    sub = frame_scene(scene, times[k], times)
+    if not sub.frames_test:
+        return None
+    model = FrameSequence(cfg, scene, log=lambda *_: None).final_model(k - 1)
+    return evaluate_model(model, sub.frames_test, FrameImages(sub.frames_test), background_color(cfg, scene))["psnr"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--frame-steps", type=int, default=60)
+    ap.add_argument("--size", type=int, default=96)
+    ap.add_argument("--target-samples", type=int, default=1 << 14)
+    ap.add_argument("--hash-log2-table", type=int, default=17)
+    ap.add_argument("--out", type=Path, default=Path("bench_neus_sequence"))
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+
+    from recon.data.procedural_4d import procedural_4d_scene
+    from recon.nerf.config import NerfConfig, NeusConfig
+    from recon.training.frame_sequence import FrameSequence, frame_times
+    from recon.training.trainer import TrainConfig
+
+    scene = first_frames(procedural_4d_scene(width=args.size, height=args.size, test_time_stride=1), args.frames)
+    run = args.out / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    nerf = NerfConfig(target_samples=args.target_samples, hash_log2_table=args.hash_log2_table)
+    # all hash levels active by half of the first frame (as bench_geometry's neus column)
+    neus = NeusConfig(level_every=max(1, args.steps // 24), frame_steps=args.frame_steps)
+    cfg = TrainConfig(data=Path("procedural-4d"), out=run, method="neus", strategy="occupancy", steps=args.steps,
+                      save_every=0, progress=False, device=args.device, nerf=nerf, neus=neus)
+    times = frame_times(scene)
+    walls, cpus, mark = [], [], [time.perf_counter(), time.process_time()]
+
+    def log(line: str) -> None:  # frame boundaries: "frame k/N (time t): test PSNR ..." ends frame k
+        if "test PSNR" in line and line.startswith("frame "):
+            walls.append(time.perf_counter() - mark[0])
+            cpus.append(time.process_time() - mark[1])
+            mark[:] = [time.perf_counter(), time.process_time()]
+
+    load_before = os.getloadavg()
+    metrics = FrameSequence(cfg, scene, log=log).run()
+    load_after = os.getloadavg()
+    frames = []
+    for k, f in enumerate(metrics["frames"]):
+        frames.append({**f, "wall_seconds": round(walls[k], 2), "cpu_seconds": round(cpus[k], 2),
+                       "psnr_previous_field": None if k == 0 else previous_field_psnr(run, scene, times, k, cfg)})
+    later = [f["train_seconds"] for f in frames[1:]]
+    print(json.dumps({
+        "machine": {"platform": platform.platform(), "threads": torch.get_num_threads(),
+                    "numba_threads": os.environ.get("NUMBA_NUM_THREADS"), "load_before": load_before,
+                    "load_after": load_after},
+        "config": {k: getattr(args, k) for k in ("frames", "steps", "frame_steps", "size", "target_samples",
+                                                  "hash_log2_table")},
+        "frames": frames,
+        "later_frames_train_seconds_max": max(later) if later else None,
+        "later_frames_wall_seconds_max": max(walls[1:]) if len(walls) > 1 else None,
+        "later_frames_cpu_seconds_max": max(cpus[1:]) if len(cpus) > 1 else None,
+        "mean_psnr": metrics["test"]["psnr"],
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()

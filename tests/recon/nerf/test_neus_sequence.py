@@ -1,0 +1,141 @@
+"""`splatforge train --method neus` on dynamic data (issue 50): frame by frame through the one trainer
+(recon/training/frame_sequence.py). A 3-frame procedural-4d sequence trains, writes 3 meshes and their manifest
+and per-frame metrics; each later frame starts from the previous frame's final field; an interrupted sequence
+resumes inside the frame it stopped in and ends where the uninterrupted run did."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+import torch
+
+from recon.data.procedural_4d import procedural_4d_scene
+from recon.nerf.config import NeusConfig
+from recon.training import frame_sequence as fs
+from recon.training.trainer import TrainingHook
+from tests.recon.nerf.test_neus_train import tiny
+from tests.recon.tiny_runs import quiet
+
+STEPS, FRAME_STEPS = 6, 4
+
+
+@pytest.fixture(scope="module")
+def scene():
+    return procedural_4d_scene(width=24, height=24, n_train=3, n_times=3, test_time_stride=1)
+
+
+def sequence_config(out):
+    cfg = tiny(out, STEPS, save_every=2, data="procedural-4d")
+    return dataclasses.replace(cfg, neus=dataclasses.replace(cfg.neus, frame_steps=FRAME_STEPS,
+                                                             frame_mesh_resolution=24))
+
+
+def final_checkpoint(out, k: int) -> dict:
+    """Frame ``k``'s checkpoint at its last step."""
+    steps = STEPS if k == 0 else FRAME_STEPS
+    return torch.load(fs.frame_folder(out, k) / "checkpoints" / f"ckpt_{steps:05d}.pt", weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, scene):
+    """(cfg, the sequence's metrics, the starting parameters each frame's trainer saw, the log lines)."""
+    cfg = sequence_config(tmp_path_factory.mktemp("neusseq") / "run")
+    starts, lines = [], []
+
+    class Record(TrainingHook):
+        def on_train_start(self, trainer):
+            starts.append({n: p.detach().clone() for n, p in trainer.model.params.items()})
+
+    return cfg, fs.FrameSequence(cfg, scene, log=lines.append, hooks=[Record()]).run(), starts, lines
+
+
+def test_three_frames_three_meshes(trained):
+    import trimesh
+
+    cfg, metrics, _, _ = trained
+    manifest = json.loads((cfg.out / "meshes" / "manifest.json").read_text())
+    assert [f["file"] for f in manifest["frames"]] == [f"frame_{k:05d}.ply" for k in range(3)]
+    assert [f["time"] for f in manifest["frames"]] == [0.0, 0.5, 1.0]
+    for k in range(3):
+        mesh = trimesh.load(cfg.out / "meshes" / f"frame_{k:05d}.ply", process=False)
+        assert len(mesh.faces) > 50
+    assert [f["steps"] for f in metrics["frames"]] == [STEPS, FRAME_STEPS, FRAME_STEPS]
+    assert metrics["steps"] == STEPS + 2 * FRAME_STEPS
+    # test camera at times 0.5 and 1 (test_time_stride 1 starts at step 1): frame 0 has none
+    assert [f["num_views"] for f in metrics["frames"]] == [0, 1, 1]
+    assert metrics["frames"][0]["psnr"] is None and metrics["test"]["psnr"] == pytest.approx(
+        (metrics["frames"][1]["psnr"] + metrics["frames"][2]["psnr"]) / 2)
+    assert json.loads((cfg.out / "metrics.json").read_text())["frames"] == metrics["frames"]
+
+
+def test_each_frame_starts_from_the_previous_one(trained):
+    from recon.models import NeusModel
+
+    cfg, _, starts, _ = trained
+    assert len(starts) == 3
+    for k in (1, 2):
+        previous = final_checkpoint(cfg.out, k - 1)
+        for name, p in starts[k].items():
+            assert torch.equal(p, previous["model"]["field"][name]), (k, name)
+    final = NeusModel.from_state_dict(final_checkpoint(cfg.out, 2)["model"])
+    assert final.level_offset == STEPS + FRAME_STEPS  # progressive levels count the earlier frames' steps
+
+
+def test_resume_continues_in_the_frame_it_stopped_at(trained, scene, tmp_path):
+    """Frame 2 interrupted after its checkpoint at step 2 (its final checkpoint, metrics and mesh gone): a rerun
+    skips frames 0 and 1, resumes frame 2 at step 2 and ends with the uninterrupted run's field."""
+    cfg, _, _, _ = trained
+    out = tmp_path / "run"
+    shutil.copytree(cfg.out, out)
+    frame2 = fs.frame_folder(out, 2)
+    (frame2 / "checkpoints" / f"ckpt_{FRAME_STEPS:05d}.pt").unlink()
+    (frame2 / "metrics.json").unlink()
+    (out / "meshes" / "frame_00002.ply").unlink()
+    lines = []
+    again = dataclasses.replace(cfg, out=out)
+    metrics = fs.FrameSequence(again, scene, log=lines.append).run()
+    trained_lines = [ln for ln in lines if "steps" in ln and ln.startswith("frame ") and "test PSNR" not in ln]
+    assert len(trained_lines) == 1 and trained_lines[0].startswith("frame 3/3"), lines
+    assert any(ln.startswith("resuming") and "frame_00002" in ln and "step 2" in ln for ln in lines), lines
+    assert (out / "meshes" / "frame_00002.ply").is_file()
+    resumed, original = final_checkpoint(out, 2)["model"]["field"], final_checkpoint(cfg.out, 2)["model"]["field"]
+    for name in original:
+        assert torch.equal(resumed[name], original[name]), name
+    assert [f["steps"] for f in metrics["frames"]] == [STEPS, FRAME_STEPS, FRAME_STEPS]
+
+
+def test_frames_and_test_views_by_time(scene):
+    times = fs.frame_times(scene)
+    assert times == [0.0, 0.5, 1.0]
+    assert fs.trains_frame_by_frame("neus", scene) and not fs.trains_frame_by_frame("nerf", scene)
+    one = dataclasses.replace(scene, frames_train=[f for f in scene.frames_train if f.time == 0.5])
+    assert not fs.trains_frame_by_frame("neus", one)  # a single time: a static run
+    # D-NeRF's test times lie between the training times: each goes to the nearest frame
+    assert fs.nearest_time(0.2, times) == 0.0 and fs.nearest_time(0.3, times) == 0.5
+    assert fs.nearest_time(0.25, times) == 0.0  # a tie: the earlier
+    sub = fs.frame_scene(scene, 0.5, times)
+    assert {f.time for f in sub.frames_train} == {0.5} and len(sub.frames_train) == 3
+    assert [f.time for f in sub.frames_test] == [0.5]
+
+
+def test_train_model_dispatches_dynamic_neus(monkeypatch, scene, tmp_path):
+    """train_model on dynamic data with --method neus runs the frame sequence (the scene loaded once)."""
+    from recon.training import trainer as tr
+
+    seen = []
+    monkeypatch.setattr(tr, "load_training_scene", lambda cfg: scene)
+    monkeypatch.setattr(fs.FrameSequence, "run", lambda self: seen.append(self.times) or {"ok": True})
+    assert tr.train_model(sequence_config(tmp_path / "run"), log=quiet) == {"ok": True}
+    assert seen == [[0.0, 0.5, 1.0]]
+
+
+def test_frame_steps_is_checked():
+    from recon.core.errors import ConfigValueError
+    from recon.training.trainer import validate_config
+
+    cfg = tiny("unused", 1)
+    with pytest.raises(ConfigValueError, match="--neus.frame-steps"):
+        validate_config(dataclasses.replace(cfg, neus=NeusConfig(frame_steps=0)))
