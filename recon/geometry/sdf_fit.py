@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from recon.nerf.config import FieldConfig
 from recon.nerf.field import mlp, parameter_count
+from recon.nerf.grid_rbf import grid_rbf_layer
 from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
 from recon.nerf.rbf import FEATURE_INIT, RBFLayer
 
@@ -101,7 +102,10 @@ class SDFField(nn.Module):
         return hash_encode(u, self.table, self.resolutions, self.offsets, "auto")
 
     def forward(self, u: Tensor) -> Tensor:
-        """[N] signed distance (mesh units) at unit-cube points ``u`` [N, 3]."""
+        """[N] signed distance (mesh units) at unit-cube points ``u`` [N, 3] (the RBF decoder: encoding and layer as
+        one operation, :func:`recon.nerf.grid_rbf.grid_rbf_layer`, the fused kernel on the CPU)."""
+        if self.cfg.decoder == "rbf":
+            return grid_rbf_layer(u, self.table, self.resolutions, self.offsets, self.decoder)[:, 0] * self.scale
         return self.decoder(self.encode(u))[:, 0] * self.scale
 
 
