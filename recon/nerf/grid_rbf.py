@@ -49,23 +49,25 @@ def _numpy(t: Tensor) -> np.ndarray:
 
 
 class _GridRbfNumba(torch.autograd.Function):
-    """Autograd wrapper of :mod:`recon.nerf.grid_rbf_kernels` (gradients to the table and the layer)."""
+    """Autograd wrapper of :mod:`recon.nerf.grid_rbf_kernels` (gradients to the table and the layer; everything
+    passed in the table's dtype)."""
 
     @staticmethod
-    def forward(ctx, x, table, resolutions, offsets, centres, log_precision, weight, bias):
+    def forward(ctx, x, table, resolutions, offsets, centres, log_precision, weight, bias, keep):
         from recon.nerf.grid_rbf_kernels import grid_rbf_forward_kernel
 
-        dt = table.dtype
-        xs = x.detach().to(dt).contiguous()
+        xs = x.detach().to(table.dtype).contiguous()
         res, off = resolutions.long().contiguous(), offsets.long().contiguous()
-        s = torch.exp(log_precision.detach()).to(dt)
+        dt = table.dtype
+        c, w, b = (_numpy(t.to(dt)) for t in (centres, weight, bias))
+        s = _numpy(torch.exp(log_precision.detach().to(dt)))
         out = torch.empty(xs.shape[0], weight.shape[0], dtype=dt)
+        phi = torch.empty(xs.shape[0] if keep else 0, centres.shape[0], dtype=dt)
         with KERNEL_LOCK:
-            grid_rbf_forward_kernel(xs.numpy(), _numpy(table), res.numpy(), off.numpy(), _numpy(centres.to(dt).T),
-                                    _numpy(s.T), _numpy(weight.to(dt).T), _numpy(bias.to(dt)), thread_count(),
-                                    out.numpy())
-        ctx.save_for_backward(xs, table, res, off, centres, s, weight)
-        ctx.dtypes = (centres.dtype, log_precision.dtype, weight.dtype, bias.dtype)
+            grid_rbf_forward_kernel(xs.numpy(), _numpy(table), res.numpy(), off.numpy(), c, s, w, b, thread_count(),
+                                    phi.numpy(), out.numpy())
+        ctx.save_for_backward(xs, table, res, off, centres, log_precision, weight, phi)
+        ctx.bias_dtype = bias.dtype
         return out.to(centres.dtype)
 
     @staticmethod
@@ -73,27 +75,25 @@ class _GridRbfNumba(torch.autograd.Function):
         from recon.nerf.grid_rbf_kernels import grid_rbf_layer_backward_kernel
         from recon.nerf.hash_encoding import _backward_kernel
 
-        xs, table, res, off, centres, s, weight = ctx.saved_tensors
+        xs, table, res, off, centres, log_precision, weight, phi = ctx.saved_tensors
         dt = table.dtype
         g = grad_out.detach().to(dt).contiguous()
         k, d = centres.shape
         grad_feat = torch.empty(xs.shape[0], d, dtype=dt)
-        grad_c = torch.empty(k, d, dtype=dt)
-        grad_rho = torch.empty(k, d, dtype=dt)
+        grad_c, grad_rho = torch.empty(k, d, dtype=dt), torch.empty(k, d, dtype=dt)
         grad_w = torch.empty(weight.shape, dtype=dt)
-        grad_table = torch.empty(table.shape, dtype=dt)  # zeroed level by level in the kernel
+        grad_table = torch.empty(table.shape, dtype=table.dtype) if ctx.needs_input_grad[1] else None
         threads = thread_count()
         with KERNEL_LOCK:
-            grid_rbf_layer_backward_kernel(xs.numpy(), _numpy(table), res.numpy(), off.numpy(),
-                                           _numpy(centres.to(dt)), s.numpy(), _numpy(weight.to(dt)), g.numpy(),
-                                           threads, grad_feat.numpy(), grad_c.numpy(), grad_rho.numpy(),
-                                           grad_w.numpy())
-            if ctx.needs_input_grad[1]:
+            grid_rbf_layer_backward_kernel(
+                xs.numpy(), _numpy(table), res.numpy(), off.numpy(), _numpy(centres.to(dt)),
+                _numpy(torch.exp(log_precision.detach().to(dt))), _numpy(weight.to(dt)), phi.numpy(), g.numpy(),
+                threads, grad_feat.numpy(), grad_c.numpy(), grad_rho.numpy(), grad_w.numpy())
+            if grad_table is not None:  # zeroed level by level in the kernel
                 _backward_kernel(xs.numpy(), grad_feat.numpy(), res.numpy(), off.numpy(), threads,
                                  grad_table.numpy())
-        dc, drho, dw, db = ctx.dtypes
-        return (None, grad_table if ctx.needs_input_grad[1] else None, None, None, grad_c.to(dc),
-                grad_rho.to(drho), grad_w.to(dw), g.sum(0).to(db))
+        return (None, grad_table, None, None, grad_c.to(centres.dtype), grad_rho.to(log_precision.dtype),
+                grad_w.to(weight.dtype), g.sum(0).to(ctx.bias_dtype) if ctx.needs_input_grad[7] else None, None)
 
 
 def grid_rbf_numba(x: Tensor, table: Tensor, resolutions: Tensor, offsets: Tensor, centres: Tensor,
@@ -107,7 +107,8 @@ def grid_rbf_numba(x: Tensor, table: Tensor, resolutions: Tensor, offsets: Tenso
         raise ValueError(f"grid_rbf_numba: float32 or float64 table, got {table.dtype}")
     if x.requires_grad:
         raise ValueError("grid_rbf_numba: no gradient to the positions (use grid_rbf_unfused or the reference)")
-    return _GridRbfNumba.apply(x, table, resolutions, offsets, centres, log_precision, weight, bias)
+    keep = torch.is_grad_enabled() and any(t.requires_grad for t in params)  # phi [N, K] kept for a backward
+    return _GridRbfNumba.apply(x, table, resolutions, offsets, centres, log_precision, weight, bias, keep)
 
 
 BACKENDS = {"numba": grid_rbf_numba, "unfused": grid_rbf_unfused, "reference": grid_rbf_reference}
