@@ -193,13 +193,16 @@ def sdf_samples(vertices: np.ndarray, faces: np.ndarray, norm: Normalisation, co
 
 
 def fit_sdf(vertices: np.ndarray, faces: np.ndarray, cfg: SDFConfig,
-            progress: Callable[[int, float], None] | None = None) -> tuple[SDFField, Normalisation, dict]:
-    """The fitted field, the normalisation and {"seconds", "sample_seconds", "final_l1", "parameters"}."""
+            progress: Callable[[int, float], None] | None = None,
+            samples: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[SDFField, Normalisation, dict]:
+    """The fitted field, the normalisation and {"seconds", "sample_seconds", "final_l1", "parameters"}.
+    ``samples``: (points, distances) of :func:`sdf_samples` drawn before (a benchmark fitting several fields to
+    one pool), else drawn here."""
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     norm = Normalisation.of(vertices)
     t0 = time.perf_counter()
-    points, sdf = sdf_samples(vertices, faces, norm, cfg.pool, rng)
+    points, sdf = samples if samples is not None else sdf_samples(vertices, faces, norm, cfg.pool, rng)
     sample_seconds = time.perf_counter() - t0
     u = torch.from_numpy(norm.to_unit(points)).float().clamp(0, 1)
     target = torch.from_numpy(sdf).float()
