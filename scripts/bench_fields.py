@@ -5,12 +5,20 @@
    median of ``--repeats`` interleaved runs (same load for all): the RBF layer through its three implementations
    (Numba kernels, matrix products, the chunked reference: fewer repeats) and the MLP it replaces, at the density
    head's shape (16 features -> 64 -> 16) and the colour head's (32 -> 64 -> 64 -> 3).
+   ``grid_rbf``: the whole head on the dense grids (--field.encoding dense: 4 levels of 4 features, 16 to 128 cells):
+   the fused grid + RBF kernel against the unfused path (encoding kernel, then the matrix products), forward and
+   backward CPU milliseconds (medians, interleaved), at the SDF fit's shape (16,384 points, 64 neurons, 1 output) and
+   the NeRF density head's (--samples points, 256 neurons, 16 outputs).
 2. ``radiance`` (unless ``--no-radiance``): ``--method nerf`` on ``--data`` at ``--data-factor`` twice, hash + mlp
    (the default field) and ``--field.encoding dense --field.decoder rbf``, their steps interleaved one by one (the
    machine's load hits both alike) for ``--steps`` steps; then the test PSNR over every ``--test-every``-th test view
    and the seconds of one test-view render. Parameters counted; times as the ratio rbf / mlp within the run.
-3. ``image`` (with ``--images``): `splatforge image fit --model rbf` against image Gaussians at the same parameter
-   count on each image (PSNR, seconds; recon/image/rbf_image.py).
+3. ``shapes`` (unless ``--no-shapes``): `splatforge sdf fit` on ``--mesh`` (default spot) with hash + mlp and
+   dense + rbf (the fused grid + RBF kernel on the CPU), each for every count of ``--sdf-steps``, all fits from one
+   pool of samples (drawn once, its seconds reported apart); per fit: fitting seconds (wall and CPU), Chamfer distance
+   in % of the bounding diagonal and normal consistency of the marching-cubes mesh at ``--sdf-resolution`` (256),
+   the seconds of that extraction; then, per field, the fewest steps (and their seconds) that reach
+   ``--chamfer-bound`` (0.2 %), and the ratio rbf / mlp of those seconds.
 
 The machine (CPU count, torch threads, load average before and after) is in the output: timings on a shared
 machine are only comparable within one run.
@@ -84,6 +92,44 @@ def bench_layer(samples: int, neurons: int, repeats: int) -> dict:
     return result
 
 
+def bench_grid_rbf(samples: int, repeats: int) -> dict:
+    """Fused against unfused grid + RBF heads, CPU milliseconds (module docstring)."""
+    from recon.nerf.config import FieldConfig
+    from recon.nerf.grid_rbf import grid_rbf_numba, grid_rbf_unfused
+    from recon.nerf.hash_encoding import hash_encode, init_table, level_layout
+    from recon.nerf.rbf import FEATURE_INIT
+
+    gen = torch.Generator().manual_seed(0)
+    grid = FieldConfig().dense_grid()
+    res, off = level_layout(grid)
+    table = init_table(off, grid.features, gen, scale=FEATURE_INIT).requires_grad_()
+    result = {}
+    for head, (n, k, o) in {"sdf": (1 << 14, 64, 1), "nerf_density": (samples, 256, 16)}.items():
+        x = torch.rand(n, 3, generator=gen)
+        with torch.no_grad():
+            layer = RBFLayer(grid.output_dim, k, o, gen, sample=hash_encode(x[:4096], table, res, off))
+        p = [table, res, off, layer.centres, layer.log_precision, layer.weight, layer.bias]
+        times = {"fused": ([], []), "unfused": ([], [])}
+        for r in range(repeats + 1):
+            for name, fn in (("fused", grid_rbf_numba), ("unfused", grid_rbf_unfused)):
+                for t in (table, *layer.parameters()):
+                    t.grad = None
+                c0 = time.process_time()
+                out = fn(x, *p)
+                c1 = time.process_time()
+                out.sum().backward()
+                if r:
+                    times[name][0].append(c1 - c0)
+                    times[name][1].append(time.process_time() - c1)
+        result[head] = {"shape": {"points": n, "features": grid.output_dim, "neurons": k, "outputs": o},
+                        **{name: {"forward_cpu_ms": round(1e3 * statistics.median(a), 1),
+                                  "backward_cpu_ms": round(1e3 * statistics.median(b), 1)}
+                           for name, (a, b) in times.items()}}
+        result[head]["speedup_fused"] = round(sum(map(statistics.median, times["unfused"])) /
+                                              sum(map(statistics.median, times["fused"])), 2)
+    return result
+
+
 def _trainer(data: Path, data_factor: int, steps: int, field):
     from recon.training.presets import preset_config
     from recon.training.trainer import Trainer
@@ -128,6 +174,45 @@ def bench_radiance(data: Path, data_factor: int, steps: int, test_every: int) ->
     return out
 
 
+def bench_shapes(mesh: Path, steps_list: list[int], resolution: int, bound: float) -> dict:
+    """Both SDF fields at each step count on one pool of samples (module docstring)."""
+    import numpy as np
+
+    from recon.geometry.mesh_metrics import chamfer_distance, normal_consistency
+    from recon.geometry.sdf_fit import Normalisation, SDFConfig, extract_mesh, fit_sdf, load_closed_mesh, sdf_samples
+
+    vertices, faces, _ = load_closed_mesh(mesh)
+    t0 = time.perf_counter()
+    pool = sdf_samples(vertices, faces, Normalisation.of(vertices), SDFConfig().pool,
+                       np.random.default_rng(SDFConfig().seed))
+    out = {"mesh": str(mesh), "resolution": resolution, "chamfer_bound_pct": bound,
+           "sample_seconds": round(time.perf_counter() - t0, 1), "fits": []}
+    fields = {"hash+mlp": dict(encoding="hash", decoder="mlp"), "dense+rbf": dict(encoding="dense", decoder="rbf")}
+    for steps in steps_list:
+        for name, kw in fields.items():
+            cfg = SDFConfig(steps=steps, resolution=resolution, **kw)
+            c0 = time.process_time()
+            field, norm, info = fit_sdf(vertices, faces, cfg, samples=pool)
+            cpu = time.process_time() - c0
+            t1 = time.perf_counter()
+            mv, mf = extract_mesh(field, norm, resolution)
+            extract_s = time.perf_counter() - t1
+            out["fits"].append({"field": name, "steps": steps, "parameters": info["parameters"],
+                                "fit_seconds": round(info["seconds"], 2), "fit_cpu_seconds": round(cpu, 2),
+                                "chamfer_pct": round(chamfer_distance(mv, mf, vertices, faces)["chamfer_pct"], 4),
+                                "normal_consistency": round(normal_consistency(mv, mf, vertices, faces), 4),
+                                "extract_seconds": round(extract_s, 1)})
+    for name in fields:
+        ok = [f for f in out["fits"] if f["field"] == name and f["chamfer_pct"] <= bound]
+        first = min(ok, key=lambda f: f["steps"]) if ok else None
+        out[f"{name}_reaches_bound"] = (None if first is None else
+                                        {k: first[k] for k in ("steps", "fit_seconds", "fit_cpu_seconds")})
+    a, b = out["dense+rbf_reaches_bound"], out["hash+mlp_reaches_bound"]
+    out["cpu_time_ratio_rbf_over_mlp_to_bound"] = (round(a["fit_cpu_seconds"] / b["fit_cpu_seconds"], 2)
+                                                   if a and b else None)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=1 << 16)
@@ -139,10 +224,18 @@ def main() -> None:
     ap.add_argument("--test-every", type=int, default=10, help="evaluate every Nth test view")
     ap.add_argument("--no-radiance", action="store_true")
     ap.add_argument("--no-layer", action="store_true")
+    ap.add_argument("--no-shapes", action="store_true")
+    ap.add_argument("--mesh", type=Path, default=SHARED / "meshes" / "spot" / "spot_triangulated.obj")
+    ap.add_argument("--sdf-steps", type=int, nargs="+", default=[25, 50, 150, 300, 600])
+    ap.add_argument("--sdf-resolution", type=int, default=256)
+    ap.add_argument("--chamfer-bound", type=float, default=0.2, help="in %% of the bounding diagonal")
     args = ap.parse_args()
     report = {"machine": machine()}
     if not args.no_layer:
         report["layer"] = bench_layer(args.samples, args.neurons, args.repeats)
+        report["grid_rbf"] = bench_grid_rbf(args.samples, args.repeats)
+    if not args.no_shapes:
+        report["shapes"] = bench_shapes(args.mesh, args.sdf_steps, args.sdf_resolution, args.chamfer_bound)
     if not args.no_radiance:
         report["radiance"] = bench_radiance(args.data, args.data_factor, args.steps, args.test_every)
     report["machine"]["load_average_after"] = os.getloadavg()

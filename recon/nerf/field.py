@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from rasterizer.reference.sh import sh_basis
 from recon.nerf.config import FieldConfig
+from recon.nerf.grid_rbf import grid_rbf_layer
 from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
 from recon.nerf.rbf import FEATURE_INIT, RBFLayer
 
@@ -100,8 +101,13 @@ class NerfField(nn.Module):
         return hash_encode(u, self.table, self.resolutions, self.offsets, self.backend)
 
     def density(self, u: Tensor) -> tuple[Tensor, Tensor]:
-        """(sigma [N], geometry features [N, geo_dim]) at unit-cube positions ``u`` [N, 3]."""
-        h = self.density_mlp(self.encode(u).to(self.table.dtype))
+        """(sigma [N], geometry features [N, geo_dim]) at unit-cube positions ``u`` [N, 3]. The RBF decoder runs
+        the encoding and its layer as one operation (:func:`recon.nerf.grid_rbf.grid_rbf_layer`: the fused kernel
+        on the CPU) unless the encoding's reference was asked for."""
+        if self.decoder == "rbf" and self.backend != "torch":
+            h = grid_rbf_layer(u, self.table, self.resolutions, self.offsets, self.density_mlp)
+        else:
+            h = self.density_mlp(self.encode(u).to(self.table.dtype))
         return TruncExp.apply(h[:, 0]), h
 
     def color(self, geo: Tensor, dirs: Tensor) -> Tensor:

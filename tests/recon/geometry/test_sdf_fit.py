@@ -98,3 +98,9 @@ def test_cli_writes_mesh_field_and_metrics(tmp_path, capsys):
         file_type="ply"))
     code, out, err = run(["sdf", "fit", tmp_path / "flat.ply", "--out", tmp_path / "p", "--no-progress"], capsys)
     assert code == 2 and "not watertight" in err and err.count("\n") == 1
+
+
+def test_defaults_per_field():
+    rbf, mlp = SDFConfig(), SDFConfig(encoding="hash", decoder="mlp")
+    assert (rbf.max_res, rbf.lr) == (64, 5e-3) and (mlp.max_res, mlp.lr) == (128, 1e-2)
+    assert SDFConfig(max_res=32, lr=0.1).max_res == 32 and SDFConfig(lr=0.1).lr == 0.1  # given values stay
