@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,9 +237,55 @@ def test_joint_index_outside_the_skin_and_a_truncated_file(tmp_path):
     path.write_bytes(raw[:-40])
     with pytest.raises(AvatarInputError, match="GLB length field"):
         read_skinned_glb(path)
-    (tmp_path / "x.gltf").write_text("{}")
-    with pytest.raises(AvatarInputError, match="binary .glb"):
-        read_skinned_glb(tmp_path / "x.gltf")
+
+
+def as_gltf(glb: Path, out: Path, uri: str | None) -> dict:
+    """``glb`` re-saved as ``out`` (.gltf JSON) with its BIN chunk in the file ``uri`` beside it (None: a base64
+    data: URI); returns the document."""
+    import base64
+
+    from recon.export.glb import parse_glb
+
+    doc, binary = parse_glb(glb, glb.read_bytes())
+    if uri is None:
+        doc["buffers"][0]["uri"] = "data:application/octet-stream;base64," + base64.b64encode(binary).decode()
+    else:
+        (out.parent / uri.replace("%20", " ")).write_bytes(binary)
+        doc["buffers"][0]["uri"] = uri
+    out.write_text(json.dumps(doc))
+    return doc
+
+
+def test_a_gltf_with_its_buffer_in_a_file_or_a_data_uri_reads_as_the_glb(exported, tmp_path):
+    _, glb = exported
+    want = read_skinned_glb(glb)
+    for uri in ("avatar%20data.bin", None):
+        path = tmp_path / "rig.gltf"
+        as_gltf(glb, path, uri)
+        got = read_skinned_glb(path)
+        assert torch.equal(got.vertices, want.vertices) and torch.equal(got.faces, want.faces)
+        assert torch.equal(got.skin.weights, want.skin.weights) and got.skin.skeleton.names == want.skin.skeleton.names
+
+
+def test_bad_gltf_buffers_are_one_line(exported, tmp_path):
+    _, glb = exported
+    path = tmp_path / "rig.gltf"
+    doc = as_gltf(glb, path, "rig.bin")
+    cases = [({**doc, "buffers": doc["buffers"] * 2}, "only a .gltf with one buffer"),
+             ({**doc, "buffers": [{**doc["buffers"][0], "uri": "missing.bin"}]}, "missing.bin"),
+             ({**doc, "buffers": [{**doc["buffers"][0], "byteLength": doc["buffers"][0]["byteLength"] + 4}]},
+              "less than its byteLength"),
+             ({**doc, "buffers": [{**doc["buffers"][0], "uri": "data:application/octet-stream;base64,@@"}]},
+              "not valid base64"),
+             ({**doc, "buffers": [{"uri": 3, "byteLength": 4}]}, "needs a 'uri' string")]
+    for bad, needle in cases:
+        path.write_text(json.dumps(bad))
+        with pytest.raises(AvatarInputError, match=needle) as err:
+            read_skinned_glb(path)
+        assert "\n" not in str(err.value) and str(path) in str(err.value) or "missing.bin" in str(err.value)
+    path.write_text("[" * 10000)
+    with pytest.raises(AvatarInputError, match="rig.gltf"):
+        read_skinned_glb(path)
 
 
 def test_loader_takes_template_glb_instead_of_obj_and_skin(exported, tiny_avatar, tmp_path):
