@@ -1060,6 +1060,25 @@ def glb_mesh_chunk_declaring(length: int) -> bytes:
     return bytes(data)
 
 
+def glb_mesh_edited(edit: Callable[[dict], None]) -> Callable[[], bytes]:
+    """A trimesh-written GLB box whose JSON document ``edit`` changed in place (binary chunk kept)."""
+    def make() -> bytes:
+        import trimesh
+
+        doc, binary = parse_glb("<memory>", trimesh.creation.box().export(file_type="glb"))
+        edit(doc)
+        return glb_container(doc, binary)
+
+    return make
+
+
+def _position_view_offset_lost(doc: dict) -> None:
+    """POSITION's buffer view loses its ``byteOffset`` (the fuzzer's ``flip-797.2``: the key misspelt): the view
+    starts at byte 0, over the face indices, and still fits the buffer."""
+    position = doc["accessors"][doc["meshes"][0]["primitives"][0]["attributes"]["POSITION"]]
+    doc["bufferViews"][position["bufferView"]]["byteOffset"] = 0
+
+
 def read_dataset_mesh(path: Path):
     from recon.data.mesh_render import load_mesh
 
@@ -1087,6 +1106,14 @@ FUZZ_FOUND_CASES_3 = [
             read_dataset_mesh, r"box\.ply: faces holds 1 index\(es\) outside 0\.\.7"),
     BadFile("mesh-glb-chunk-declares-256mb", write_bytes("box.glb", lambda: glb_mesh_chunk_declaring(1 << 28)),
             read_mesh_asset, r"box\.glb: GLB chunk at byte 12 declares 268,435,456 bytes, past the end"),
+    BadFile("mesh-glb-position-view-offset-lost", write_bytes("box.glb", glb_mesh_edited(_position_view_offset_lost)),
+            read_mesh_asset, r"box\.glb: accessor \d+ holds values from .* but declares min .*re-export the mesh"),
+    BadFile("mesh-dataset-glb-position-view-offset-lost",
+            write_bytes("box.glb", glb_mesh_edited(_position_view_offset_lost)), read_dataset_mesh,
+            r"box\.glb: not a readable mesh \(accessor \d+ holds values from .* but declares min"),
+    BadFile("sdf-mesh-glb-position-view-offset-lost",
+            write_bytes("box.glb", glb_mesh_edited(_position_view_offset_lost)), read_sdf_mesh,
+            r"box\.glb: accessor \d+ holds values from .* but declares min"),
     BadFile("blocks-core-a-string", write_bytes("blocks.json", lambda: blocks_with_core("everywhere")), read_blocks,
             r"blocks\.json: not a blocks file .*block 0 core is 'everywhere', not \[\[xlo, ylo\], \[xhi, yhi\]\]"),
 ]
