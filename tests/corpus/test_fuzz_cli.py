@@ -37,6 +37,21 @@ def _run_template(tmp: Path) -> Path:
     return run
 
 
+def _box(tmp: Path) -> Path:
+    import trimesh
+
+    path = tmp / "box.obj"
+    trimesh.creation.box().export(path)
+    return path
+
+
+def _insert(run: Path, tmp: Path, asset: Path | None = None, keyframes: Path | None = None) -> list:
+    """``insert`` of one mesh into ``run``'s training view 0 (the keyframes, the mesh and the proxy cache are read
+    before anything is rendered)."""
+    return ["insert", "--run", run, "--asset", asset or _box(tmp), *(["--asset-path", keyframes] if keyframes else []),
+            "--camera", "0", "--out", tmp / "x.png"]
+
+
 def _export(target: Path, tmp: Path) -> list:
     return ["export", target, "--out", tmp / "out.ply"]
 
@@ -77,6 +92,9 @@ CLI_CASES: dict[str, tuple[str, Argv]] = {
     "view-run-splats": ("empty", lambda t, tmp: ["view", t]),
     "render-splats": ("empty", lambda t, tmp: ["render", "--run", _run_template(tmp), "--splats", t,
                                                "--out", tmp / "v.mp4"]),
+    "keyframes": ("empty", lambda t, tmp: _insert(_run_template(tmp), tmp, keyframes=t)),
+    "mesh-glb": ("truncate-20", lambda t, tmp: _insert(_run_template(tmp), tmp, asset=t)),
+    "mesh-obj": ("empty", lambda t, tmp: _insert(_run_template(tmp), tmp, asset=t)),
     "nerfstudio-mask": ("empty", _train),
     "panoptic-seg": ("empty", lambda t, tmp: [*_train(t, tmp), "--data-factor", "2"]),  # read when downscaled
 }
@@ -112,3 +130,16 @@ def test_every_cli_case_is_a_fuzz_format(fuzz):
     for fmt, (variant, _) in CLI_CASES.items():
         assert fmt in formats, fmt
         assert variant in ("empty", "folder", "fifo", "dev-zero") or variant.startswith("truncate-"), variant
+
+
+def test_a_folder_in_place_of_the_proxy_cache_is_one_line(tmp_path, capsys):
+    """RUN/hybrid/proxy.ply is a cache: a damaged one is made again (tests/recon/hybrid), but a folder there could
+    not be written over, so ``insert`` says so, naming it, before spending minutes building the proxy."""
+    run = _run_template(tmp_path)
+    (run / "hybrid" / "proxy.ply").mkdir(parents=True)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in _insert(run, tmp_path)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in lines[0], lines
+    assert exc.value.code == 2 and str(run / "hybrid" / "proxy.ply") in lines[0], (exc.value.code, lines)
