@@ -1243,3 +1243,38 @@ ORACLE_FOUND_CASES = [
 ]
 
 CASES += ORACLE_FOUND_CASES
+
+
+# ------------------------------------------------------ found by the outside corpus (issue 52, fuzz52)
+
+
+def n3dv_complex_poses(folder: Path) -> Path:
+    """An N3DV folder whose poses_bounds.npy holds complex numbers of the right shape (numpy casts them to
+    float with a ComplexWarning on stderr: the error was 9 lines)."""
+    root = folder / "n3dv"
+    root.mkdir()
+    np.save(root / "poses_bounds.npy", np.zeros((1, 17), np.complex128))
+    return root
+
+
+def read_metrics_file(path: Path):
+    from recon.outputs.files import read_metrics
+
+    return read_metrics(path, "delete it to evaluate again")
+
+
+OUTSIDE_CORPUS_CASES = [
+    BadFile("mesh-obj-face-names-vertex-0", write_bytes("tet.obj", lambda: b"v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\n"
+                                                         b"f 1 3 2\nf 0 2 4\n"),
+            read_mesh_asset, r"tet\.obj: line 6: a face names vertex 0, but OBJ vertex indices start at 1"),
+    BadFile("sdf-mesh-obj-face-names-vertex-0", write_bytes("tet.obj", lambda: b"v 0 0 0\nv 1 0 0\nv 0 1 0\n"
+                                                             b"v 0 0 1\nf 1/1 3/1 2/1\nf 0/1 2/1 4/1\n"),
+            read_sdf_mesh, r"tet\.obj: line 6: a face names vertex 0"),
+    BadFile("n3dv-poses-complex", n3dv_complex_poses, read_n3dv_poses,
+            r"poses_bounds\.npy: holds complex128 numbers; LLFF poses are real", DataFormatError,
+            names="poses_bounds.npy"),
+    BadFile("metrics-top-level-psnr-a-string", write_bytes("metrics.json", lambda: b'{"psnr": "high", "ssim": 0.9}'),
+            read_metrics_file, r"metrics\.json: 'psnr' is 'high', not a number"),
+]
+
+CASES += OUTSIDE_CORPUS_CASES

@@ -143,3 +143,37 @@ def test_a_folder_in_place_of_the_proxy_cache_is_one_line(tmp_path, capsys):
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in lines[0], lines
     assert exc.value.code == 2 and str(run / "hybrid" / "proxy.ply") in lines[0], (exc.value.code, lines)
+
+
+def test_torch_running_out_of_cpu_memory_is_one_line(capsys):
+    """torch's CPU allocator fails with a RuntimeError, not a MemoryError (the outside corpus: `image fit` of a
+    12000x8000 PNG under a 1.5 GB address-space cap printed a traceback and "this is a bug")."""
+    from recon.core.errors import fail
+
+    err = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                       "you tried to allocate 384000000 bytes. Error code 12 (Cannot allocate memory)")
+    with pytest.raises(SystemExit) as exc:
+        fail("image", err, inputs="big.png")
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(lines) == 1, lines
+    assert "out of memory while reading big.png (you tried to allocate 384000000 bytes)" in lines[0], lines[0]
+
+
+def test_an_image_over_pillows_warning_but_under_our_limit_prints_no_warning(tmp_path):
+    """Pillow warns (DecompressionBombWarning, two stderr lines) above 89M pixels; splatforge's own limit is
+    134M (recon.core.limits.MAX_IMAGE_PIXELS), so a 9500x9500 image is read without that noise."""
+    import struct
+    import warnings
+    import zlib
+
+    from recon.core.limits import read_image_size
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    path = tmp_path / "big.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 9500, 9500, 8, 0, 0, 0, 0))
+                     + chunk(b"IEND", b""))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_image_size(path) == (9500, 9500)
