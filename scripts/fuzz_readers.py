@@ -371,6 +371,7 @@ def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None, replay: P
         cases = all_cases(good())[:max_cases]
         reference = reference_load(fmt, read, cases[0][1], suffix)
     else:
+        good()  # builds the format's template folder now, not inside the first case's time limit
         cases = replay_cases(replay)[fmt][:max_cases]
         reference = {"canon": None, "allow_nonfinite": fmt in _nonfinite_allowed()}
     _cap_memory(limit_mb)

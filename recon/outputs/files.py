@@ -125,7 +125,7 @@ CONFIG_HEAD = "# splatforge run config (its last line marks the end: a file cut 
 CONFIG_END = "# end of config\n"
 
 
-MAX_CONFIG_BYTES = 16 << 20  # a config.yaml is a few kB
+MAX_CONFIG_BYTES = 1 << 20  # a config.yaml is a few kB (a 9 MB block-nested YAML took 80 s to refuse)
 MAX_CONFIG_DEPTH = 64  # a config nests two levels (sections); YAML's composer recurses once per level
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from recon.outputs import files as rf
-from recon.core.errors import RunFolderError
+from recon.core.errors import CheckpointError, RunFolderError
 from recon.outputs.history import RunHistory
 from recon.data.data_arg import names_procedural_scene, saved_data_path
 from recon.training.trainer import TrainConfig, background_color, load_training_scene
@@ -232,7 +232,13 @@ class Run:
         if found is None:
             raise FileNotFoundError(f"{self.dir}: no readable checkpoint holds this {self.config.method} run's model "
                                     f"(has the run started?)")
-        return self.model_class.from_state_dict(found[1]["model"], device)
+        try:
+            return self.model_class.from_state_dict(found[1]["model"], device)
+        except (KeyError, TypeError, IndexError, AttributeError) as err:  # a re-saved checkpoint of another shape
+            detail = " ".join(str(err).split())[:120]
+            raise CheckpointError(f"{rf.checkpoint_path(self.dir, found[0])}: its model entry is not a "
+                                  f"{self.config.method} model ({type(err).__name__}: {detail}); delete it to use "
+                                  f"an older checkpoint") from None
 
     def model_of(self, data, device: torch.device | str = "cpu", extent: float = 1.0):
         """A :class:`recon.export.SplatData` record as a model of the run's method, on ``device``."""

@@ -1278,3 +1278,73 @@ OUTSIDE_CORPUS_CASES = [
 ]
 
 CASES += OUTSIDE_CORPUS_CASES
+
+
+def run_with_checkpoint_model(model) -> Callable[[Path], Path]:
+    """A 3dgs run folder (tests/corpus/fuzz_formats.py: build_run) whose checkpoint was re-saved with ``model``
+    as its model entry (CRCs valid: torch.save wrote it)."""
+    def write(folder: Path) -> Path:
+        import torch
+
+        from tests.corpus.fuzz_formats import build_run
+
+        root = folder / "run"
+        build_run(root)
+        ckpt = root / "checkpoints" / "ckpt_00010.pt"
+        payload = torch.load(ckpt, weights_only=True)
+        payload["model"] = model
+        torch.save(payload, ckpt)
+        return root
+
+    return write
+
+
+def read_run_model(root: Path):
+    from recon.run.folder import Run
+
+    return Run.open(root).checkpoint_model()
+
+
+def init_points_over_the_ceiling(folder: Path) -> Path:
+    """A Panoptic folder's init_pt_cld.npz of 4.8M+ points of zeros (a real 260 kB deflate): over the 256 MB
+    ceiling (recon.data.panoptic.MAX_POINT_CLOUD_BYTES) though within deflate's ratio."""
+    import zipfile
+
+    from recon.data.panoptic import MAX_POINT_CLOUD_BYTES
+
+    root = folder / "panoptic"
+    root.mkdir()
+    rows = MAX_POINT_CLOUD_BYTES // 56 + 1
+    header = repr({"descr": "<f8", "fortran_order": False, "shape": (rows, 7)}).encode()
+    header += b" " * (-(len(header) + 11) % 64) + b"\n"
+    with zipfile.ZipFile(root / "init_pt_cld.npz", "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        with z.open("data.npy", "w", force_zip64=True) as f:
+            f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header)
+            for start in range(0, rows * 56, 1 << 24):
+                f.write(bytes(min(1 << 24, rows * 56 - start)))
+    return root
+
+
+def read_init_points(root: Path):
+    from recon.data.panoptic import load_points
+
+    return load_points(root)
+
+
+def read_config(path: Path):
+    from recon.outputs.files import read_config_dict
+
+    return read_config_dict(path)
+
+
+CASES += [
+    BadFile("checkpoint-model-entry-of-another-shape", run_with_checkpoint_model({"method": "3dgs"}), read_run_model,
+            r"ckpt_00010\.pt: its model entry is not a 3dgs model \(KeyError", CheckpointError, names="ckpt_00010.pt"),
+    BadFile("checkpoint-model-entry-a-list", run_with_checkpoint_model([1, 2]), read_run_model,
+            r"ckpt_00010\.pt: its model entry is not a 3dgs model", CheckpointError, names="ckpt_00010.pt"),
+    BadFile("panoptic-npz-over-the-point-cloud-ceiling", init_points_over_the_ceiling, read_init_points,
+            r"init_pt_cld\.npz: initial point cloud member 'data\.npy' .*268,435,4", DataFormatError,
+            names="init_pt_cld.npz"),
+    BadFile("config-yaml-over-1-mb", write_bytes("config.yaml", lambda: b"# " + b"x" * (1 << 20) + b"\nsteps: 1\n"),
+            read_config, r"config\.yaml: .*1,048,5"),
+]

@@ -66,14 +66,18 @@ def _triangle_set(tri: np.ndarray) -> np.ndarray:
 
 
 def _children(value):
-    """(key, child) pairs of a container value; [] for opaque objects. A SplatData is taken after
+    """(key, child) pairs of a container value; [] for opaque objects. A SplatData (or SpaceTimeData) is taken after
     ``drop_nonfinite``: the splat readers' documented contract leaves splats holding NaN/Inf to their callers,
     which drop them (viewer, export, render) before anything is drawn or written."""
+    from recon.core.spacetime_data import FIELDS4, SpaceTimeData
     from recon.core.splat_data import SplatData
 
     if isinstance(value, SplatData):
         value = value.drop_nonfinite()[0]
         return [(name, getattr(value, name)) for name in ("means", "quats", "log_scales", "logit_opacities", "sh")]
+    if isinstance(value, SpaceTimeData):  # ply4d: the same contract (its readers refuse non-finite times only)
+        value = value.drop_nonfinite()[0]
+        return [(name, getattr(value, name)) for name in FIELDS4]
     if hasattr(value, "vertices") and hasattr(value, "faces"):  # trimesh meshes and mesh records
         v, f = np.asarray(value.vertices), np.asarray(value.faces)
         if f.ndim == 2 and f.size and np.issubdtype(f.dtype, np.integer) and 0 <= f.min() and f.max() < len(v):
