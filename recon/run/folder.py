@@ -207,7 +207,8 @@ class Run:
         names a 3D method); without ``splats`` a 4D method's model is its splats4d.ply, else (a run that has
         not finished) its newest checkpoint. A 3D ``splats`` file for a 4D run: UsageError (a 3D file holds
         no 4D model)."""
-        from recon.export import ModelKindError, is_ply4d, read_ply4d
+        from recon.export import ModelKindError, is_ply4d
+        from recon.export.ply4d import read_ply4d_finite
         from recon.models.base import model_class
 
         if splats is not None and is_ply4d(self.require_splats(splats)):
@@ -217,12 +218,13 @@ class Run:
                                              f"FILE --data DIR, or slice it with `splatforge export {splats} "
                                              f"--time T --out slice.ply`")
             cls = self.model_class if self.is_4d else model_class("4dgs")
-            return cls.from_spacetime_data(read_ply4d(splats), extent=extent).to(device)
+            return cls.from_spacetime_data(read_ply4d_finite(splats), extent=extent).to(device)
         if splats is None and getattr(self.model_class, "MODEL_IN_CHECKPOINTS", False):
             return self.checkpoint_model(device)  # nerf: splats.ply is a baked approximation, not the model
         if splats is None and self.is_4d:
             if self.splats4d_path.is_file():
-                return self.model_class.from_spacetime_data(read_ply4d(self.splats4d_path), extent=extent).to(device)
+                return self.model_class.from_spacetime_data(read_ply4d_finite(self.splats4d_path),
+                                                             extent=extent).to(device)
             return self.checkpoint_model(device)
         return self.model_of(self.read_splats(splats), device, extent)
 

@@ -177,3 +177,26 @@ def test_an_image_over_pillows_warning_but_under_our_limit_prints_no_warning(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert read_image_size(path) == (9500, 9500)
+
+
+@pytest.mark.parametrize("rows, code", [([0], 0), ([0, 1, 2, 3], 2)])
+def test_export_time_of_a_ply4d_with_nan_means(rows, code, tmp_path, capsys):
+    """ply4d readers leave non-finite Gaussians to their callers (like 3D splat files); ``export --time`` built
+    its model with them and the 4D slicer's input check was reported as a bug (the outside corpus). Now they
+    are dropped, and a file with nothing finite is one line naming it."""
+    import numpy as np
+
+    from tests.corpus.bad_files import ply4d_edited
+
+    path = ply4d_edited(lambda v: v["x"].__setitem__(rows, np.nan))(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["export", str(path), "--time", "0.5", "--out", str(tmp_path / "out.ply")])
+        raise SystemExit(0)
+    err = capsys.readouterr().err
+    assert exc.value.code == code and "Traceback" not in err, err
+    if code:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "model4d.ply: all 4 4D Gaussians hold NaN" in lines[0], lines
+    else:
+        assert (tmp_path / "out.ply").is_file()
