@@ -85,6 +85,9 @@ class AvatarData:
 
     @classmethod
     def from_state(cls, state: dict) -> "AvatarData":
+        from recon.avatar.state_checks import check_avatar_state
+
+        check_avatar_state(state)  # shapes, index ranges, skeleton order, finite values (a re-saved checkpoint)
         try:
             skin = Skin(Skeleton(state["parents"], state["rest_positions"], list(state["joint_names"])),
                         state["weights"])

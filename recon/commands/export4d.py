@@ -16,6 +16,7 @@ from pathlib import Path
 
 from recon.core.errors import OutputError, SplatforgeError, UsageError
 from recon.export import ModelKindError, SplatFileError, is_ply4d, read_ply4d, write_ply4d
+from recon.export.ply4d import read_ply4d_finite
 from recon.export.ply4d import ply4d_duration
 from recon.export.atomic import refuse_overwrite
 from recon.export.budget import apply_budget, resolve_budget
@@ -59,7 +60,7 @@ def load_4d_model(run, path: Path):
         return run.load_model(None, "cpu")
     from recon.models.base import model_class
 
-    return model_class("4dgs").from_spacetime_data(read_ply4d(path))
+    return model_class("4dgs").from_spacetime_data(read_ply4d_finite(path))
 
 
 def slice_model(model, t: float, path: Path):

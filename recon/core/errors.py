@@ -127,6 +127,21 @@ def memory_problem(err: MemoryError, what: str = "the input") -> str:
                     f"can hold: check that it is not damaged, or use a machine with more memory".split())
 
 
+TORCH_CPU_OOM = "DefaultCPUAllocator: can't allocate memory"
+"""What torch's CPU allocator says (in a RuntimeError, not a MemoryError) when an allocation fails."""
+
+
+def out_of_memory(err: BaseException) -> MemoryError | None:
+    """``err`` as a MemoryError when it is one, or torch's CPU allocator failing (a RuntimeError naming
+    :data:`TORCH_CPU_OOM`: an input too large for the memory left, found inside a torch operation); else None."""
+    if isinstance(err, MemoryError):
+        return err
+    if isinstance(err, RuntimeError) and TORCH_CPU_OOM in str(err):
+        detail = str(err).split(TORCH_CPU_OOM, 1)[1].split(". Error code")[0].lstrip(": ")
+        return MemoryError(" ".join(detail.split()))
+    return None
+
+
 def memory_line(err: MemoryError, inputs: str | None = None) -> str:
     """One line for a MemoryError escaping a command: :func:`memory_problem` naming ``inputs`` when known (the
     command's input arguments)."""
@@ -135,10 +150,11 @@ def memory_line(err: MemoryError, inputs: str | None = None) -> str:
 
 def fail(command: str, err: BaseException, status: int = 2, inputs: str | None = None) -> None:
     """Print ``splatforge <command>: error: <describe(err)>`` to stderr and exit with ``status`` for a user
-    error (:func:`is_user_error`); a MemoryError is such an error too (:func:`memory_line`, naming
-    ``inputs``); anything else is a bug: :func:`report_bug`."""
-    if isinstance(err, MemoryError):
-        print(f"splatforge {command}: error: {memory_line(err, inputs)}", file=sys.stderr)
+    error (:func:`is_user_error`); a MemoryError (or torch's CPU allocator failing: :func:`out_of_memory`) is
+    such an error too (:func:`memory_line`, naming ``inputs``); anything else is a bug: :func:`report_bug`."""
+    memory = out_of_memory(err)
+    if memory is not None:
+        print(f"splatforge {command}: error: {memory_line(memory, inputs)}", file=sys.stderr)
         raise SystemExit(status)
     if not is_user_error(err):
         report_bug(command, err)

@@ -200,10 +200,14 @@ def _check_pixels(path, size: tuple[int, int], what: str, error: ErrorFactory, m
 
 @contextlib.contextmanager
 def _pillow_errors(path, what: str, error: ErrorFactory, max_pixels: int) -> Iterator[None]:
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     try:
-        yield
+        with warnings.catch_warnings():  # splatforge's own pixel limit applies: Pillow's warning below it is noise
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # (two more stderr lines, issue 52)
+            yield
     except Image.DecompressionBombError as err:
         _raise(error, path, f"{what} declares too many pixels to decode ({err}); downscale it first "
                             f"(at most {max_pixels:,} pixels)")

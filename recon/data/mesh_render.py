@@ -70,10 +70,10 @@ def load_mesh(path: Path):
 
     if not path.is_file():
         raise MeshInputError(f"{path}: no such mesh file")
-    from recon.export.glb import check_glb_container
+    from recon.export.mesh_checks import check_mesh_file
 
     # the chunk lengths, before trimesh allocates what they declare
-    check_glb_container(path, lambda p, problem: MeshInputError(f"{p}: not a readable mesh ({problem})"))
+    check_mesh_file(path, lambda p, problem: MeshInputError(f"{p}: not a readable mesh ({problem})"))
     try:
         loaded = trimesh.load(path, process=False)
     except Exception as err:  # trimesh raises many types for bad files

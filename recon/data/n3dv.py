@@ -61,7 +61,9 @@ def llff_world_to_cam(pose: np.ndarray) -> np.ndarray:
 def read_poses(root: Path, n_videos: int) -> np.ndarray:
     """[C, 3, 5] LLFF poses, checked against the video count; DataFormatError naming the file."""
     path = root / POSES_FILE
-    check_npy_header(path, "poses file", with_path(DataFormatError))  # declared shape, before allocating
+    _, dtype = check_npy_header(path, "poses file", with_path(DataFormatError))  # declared shape, before allocating
+    if dtype.kind not in "fiu":  # complex would be cast with a warning (its imaginary part dropped), strings fail
+        raise DataFormatError(f"{path}: holds {dtype} numbers; LLFF poses are real (float) numbers")
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:

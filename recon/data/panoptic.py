@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from recon.core.limits import ZIP_ERRORS, check_npz, with_path
+from recon.core.limits import ZIP_ERRORS, check_npz, memory_guard, with_path
 from recon.data.finalize import finalize_frames
 from recon.data.rig import rig_pose_direction
 from recon.data.scene import BLACK, DataFormatError, Frame, Scene, make_camera, read_json_object
@@ -112,14 +112,19 @@ def load_split(root: Path, split: str, data_factor: int, cache_dir: Path | None,
     return finalize_frames(raw, root, path, data_factor, cache_dir), T, direction
 
 
+MAX_POINT_CLOUD_BYTES = 1 << 28
+"""init_pt_cld.npz's ceiling (256 MB: 4.8M points of 7 float64; Dynamic 3D Gaussians' captures hold about 300k):
+a 3 MB archive can declare gigabytes of deflated zeros that the deflate ratio alone allows."""
+
+
 def load_points(root: Path) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(points [P, 3] float32, colours [P, 3] uint8) from ``init_pt_cld.npz``, or (None, None) without it."""
     path = root / "init_pt_cld.npz"
     if not path.exists() and not path.is_symlink():  # a folder, FIFO or device under the name: refused below
         return None, None
-    check_npz(path, "initial point cloud", with_path(DataFormatError))  # declared sizes, before allocating
+    check_npz(path, "initial point cloud", with_path(DataFormatError), MAX_POINT_CLOUD_BYTES)  # before allocating
     try:
-        with np.load(path) as npz:
+        with memory_guard(str(path), DataFormatError), np.load(path) as npz:
             data: Any = np.asarray(npz["data"], dtype=np.float64)
     except (OSError, ValueError, KeyError, *ZIP_ERRORS) as e:
         raise DataFormatError(f"{path}: cannot read the initial point cloud ('data' [P, >= 6]): {e}") from None

@@ -203,7 +203,8 @@ def parse_glb(path, raw: bytes) -> tuple[dict, bytes]:
 def check_glb_container(path, error) -> None:
     """For a file starting with the GLB magic (a mesh handed to trimesh): ``error(path, problem)`` unless its
     length field and every chunk length fit the file, read from the 8-byte chunk headers only (a reader trusting
-    a chunk length of 2^32 would allocate that before finding the file shorter). Other files pass unchecked."""
+    a chunk length of 2^32 would allocate that before finding the file shorter), and then its accessors hold
+    what they declare (:func:`check_accessor_bounds`). Other files pass unchecked."""
     size = os.stat(path).st_size
     with open(path, "rb") as f:
         head = f.read(12)
@@ -223,6 +224,63 @@ def check_glb_container(path, error) -> None:
                 raise error(path, f"GLB chunk at byte {offset:,} declares {length:,} bytes, past the end of the "
                                   f"{total:,}-byte file; the file is truncated or damaged")
             offset += 8 + length
+    try:
+        doc, binary = parse_glb(path, read_regular_file(path))
+        check_accessor_bounds(path, doc, binary)
+    except SplatFileError as err:
+        raise error(path, err.problem) from None
+
+
+BOUNDS_RTOL = 1e-5
+"""Relative tolerance of :func:`check_accessor_bounds` on float components (of the larger of |min|, |max|):
+a writer printing float32 bounds as short decimals is not a damaged file."""
+
+
+def _bounds_mismatch(acc: dict, values: np.ndarray) -> str | None:
+    """Why ``values`` [count, components] (the raw components of accessor ``acc``) do not have its declared
+    ``min`` / ``max`` as their per-component bounds; None when they do (or declare none)."""
+    lo, hi = acc.get("min"), acc.get("max")
+    if lo is None and hi is None:
+        return None
+    width = values.shape[1]
+    for name, declared in (("min", lo), ("max", hi)):
+        if not (isinstance(declared, list) and len(declared) == width
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in declared)):
+            return f"declares {name} {str(declared)[:60]}, not {width} numbers"
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    actual_lo = np.fmin.reduce(values, axis=0).astype(np.float64)  # fmin/fmax: a NaN is left to later checks
+    actual_hi = np.fmax.reduce(values, axis=0).astype(np.float64)
+    tol = BOUNDS_RTOL * np.maximum(np.abs(lo), np.abs(hi)) if values.dtype.kind == "f" else 0.0
+    if (np.abs(actual_lo - lo) <= tol).all() and (np.abs(actual_hi - hi) <= tol).all():
+        return None
+    fmt = lambda a: "[" + ", ".join(f"{v:.6g}" for v in a) + "]"  # noqa: E731
+    return (f"holds values from {fmt(actual_lo)} to {fmt(actual_hi)} but declares min {fmt(lo)} and max "
+            f"{fmt(hi)}")
+
+
+def check_accessor_bounds(path, doc: dict, binary: bytes) -> None:
+    """SplatFileError unless every accessor of the GLB document ``doc`` (BIN chunk ``binary``) that declares
+    ``min`` / ``max`` lies inside its buffer view and holds data with exactly those bounds. glTF requires them
+    of POSITION and its validator reports a mismatch as an error (ACCESSOR_MIN_MISMATCH / ACCESSOR_MAX_MISMATCH):
+    a damaged buffer-view ``byteOffset`` or accessor ``count`` that still fits the file would otherwise read
+    other bytes (the indices, the colours) as geometry. Accessors without a buffer view (zeros), sparse ones and
+    ones in other buffers are not checked here."""
+    if not isinstance(doc, dict):
+        raise SplatFileError(path, f"the GLB JSON chunk is a {type(doc).__name__}, not an object; re-export the mesh")
+    accessors = doc.get("accessors") if isinstance(doc.get("accessors"), list) else []
+    views = doc.get("bufferViews") if isinstance(doc.get("bufferViews"), list) else []
+    for index, acc in enumerate(accessors):
+        if not isinstance(acc, dict) or "bufferView" not in acc or "sparse" in acc or \
+                (acc.get("min") is None and acc.get("max") is None):
+            continue
+        view = views[acc["bufferView"]] if isinstance(acc["bufferView"], int) and \
+            0 <= acc["bufferView"] < len(views) else None
+        if isinstance(view, dict) and view.get("buffer", 0) != 0:
+            continue
+        problem = _bounds_mismatch(acc, accessor_components(path, doc, binary, index))
+        if problem:
+            raise SplatFileError(path, f"accessor {index} {problem}: a buffer view's byteOffset or an accessor's "
+                                       f"count is damaged (glTF requires the declared bounds); re-export the mesh")
 
 
 def _accessor_layout(path, doc: dict, binary: bytes, index: int) -> tuple[dict, np.dtype, int, int, int]:
@@ -260,16 +318,23 @@ def _accessor_layout(path, doc: dict, binary: bytes, index: int) -> tuple[dict, 
     return acc, dtype, ncomp, start, stride
 
 
-def read_accessor(path, doc: dict, binary: bytes, index: int) -> np.ndarray:
-    """Accessor ``index`` -> float64 array [count, components] (normalised integers mapped to [0,1]
-    or [-1,1]); only buffer 0 (the GLB BIN chunk) is supported."""
+def accessor_components(path, doc: dict, binary: bytes, index: int) -> np.ndarray:
+    """Accessor ``index`` -> its raw components [count, components] in their component type (checked layout:
+    :func:`_accessor_layout`); only buffer 0 (the GLB BIN chunk) is supported."""
     acc, dtype, ncomp, start, stride = _accessor_layout(path, doc, binary, index)
     count, elem = int(acc["count"]), dtype.itemsize * ncomp
     end = start + stride * (count - 1) + elem
     rows = np.lib.stride_tricks.as_strided(
         np.frombuffer(binary, dtype=np.uint8, offset=start, count=end - start),
         shape=(count, elem), strides=(stride, 1))
-    out = np.ascontiguousarray(rows).view(dtype).reshape(count, ncomp).astype(np.float64)
+    return np.ascontiguousarray(rows).view(dtype).reshape(count, ncomp)
+
+
+def read_accessor(path, doc: dict, binary: bytes, index: int) -> np.ndarray:
+    """Accessor ``index`` -> float64 array [count, components] (normalised integers mapped to [0,1]
+    or [-1,1]); only buffer 0 (the GLB BIN chunk) is supported."""
+    out = accessor_components(path, doc, binary, index).astype(np.float64)
+    acc = doc["accessors"][index]
     if acc.get("normalized") and acc["componentType"] in _NORMALIZE:
         out = np.maximum(out / _NORMALIZE[acc["componentType"]], -1.0)
     return out

@@ -166,3 +166,13 @@ def read_ply4d(path: str | os.PathLike) -> SpaceTimeData:
         sh=sh, antialiased=_is_mip(ply), duration=ply4d_duration(path),
         logit_foreground=np.array(v[FOREGROUND], dtype=np.float32) if optional else None)
 
+
+def read_ply4d_finite(path: str | os.PathLike) -> SpaceTimeData:
+    """:func:`read_ply4d` without the Gaussians holding NaN/Inf, for building a model from the file (the reader
+    leaves them to its callers; the 4D slicer refuses them: ``export --time`` of such a file was a traceback).
+    SplatFileError when none is left."""
+    data, dropped = read_ply4d(path).drop_nonfinite()
+    if len(data) == 0:
+        raise SplatFileError(path, f"all {dropped:,} 4D Gaussians hold NaN or infinite values; the file is damaged "
+                                   f"or was written from a diverged model")
+    return data

@@ -214,8 +214,15 @@ def fuse_tsdf(views: DepthViews, voxel_size: float, trunc_voxels: float = 4.0, b
             d_img = o3d.t.geometry.Image(o3c.Tensor(np.ascontiguousarray(depth[..., None])))
             c_img = o3d.t.geometry.Image(o3c.Tensor(np.ascontiguousarray(rgb)))
             intr, extr = o3c.Tensor(K), o3c.Tensor(w2c)
-            coords = grid.compute_unique_block_coordinates(d_img, intr, extr, 1.0, depth_max, float(trunc_voxels))
-            grid.integrate(coords, d_img, c_img, intr, intr, extr, 1.0, depth_max, float(trunc_voxels))
+            try:
+                coords = grid.compute_unique_block_coordinates(d_img, intr, extr, 1.0, depth_max,
+                                                               float(trunc_voxels))
+            except RuntimeError as err:  # open3d aborts on a view whose depths touch no voxel block
+                if "No block is touched" not in str(err):
+                    raise
+                coords = None
+            if coords is not None:
+                grid.integrate(coords, d_img, c_img, intr, intr, extr, 1.0, depth_max, float(trunc_voxels))
         if progress:
             progress(1)
     vertices, faces, colors = extract_triangles(grid, o3d, voxel_size, max_blocks)

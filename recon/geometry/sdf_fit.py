@@ -155,9 +155,9 @@ def load_closed_mesh(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     from recon.core.limits import require_regular_file
 
     require_regular_file(path, "mesh file", lambda p, problem: MeshFileError(f"{p}: {problem}"))  # a FIFO would block
-    from recon.export.glb import check_glb_container
+    from recon.export.mesh_checks import check_mesh_file
 
-    check_glb_container(path, lambda p, problem: MeshFileError(f"{p}: {problem}"))  # chunk lengths, before trimesh
+    check_mesh_file(path, lambda p, problem: MeshFileError(f"{p}: {problem}"))  # GLB chunks/accessors, OBJ indices, before trimesh
     try:
         mesh = trimesh.load(path, force="mesh", process=True)
     except Exception as err:  # trimesh raises many kinds for unreadable files

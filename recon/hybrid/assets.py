@@ -147,9 +147,9 @@ def load_mesh(path: str | Path, up: str = "y") -> MeshAsset:
         raise AssetError(f"asset up axis {up!r}: use 'y' (glTF, most OBJ files) or 'z'")
     if not path.is_file():
         raise AssetError(f"{path}: no such mesh file; give an OBJ, PLY or GLB file")
-    from recon.export.glb import check_glb_container
+    from recon.export.mesh_checks import check_mesh_file
 
-    check_glb_container(path, lambda p, problem: AssetError(f"{p}: {problem}"))  # chunk lengths, before trimesh
+    check_mesh_file(path, lambda p, problem: AssetError(f"{p}: {problem}"))  # GLB chunks/accessors, OBJ indices, before trimesh
     try:
         loaded = trimesh.load(str(path), force="scene", process=False)
     except Exception as err:  # trimesh raises many types for bad files

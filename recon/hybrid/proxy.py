@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from recon.core.errors import DamagedFileError
+from recon.core.errors import DamagedFileError, OutputError
 from recon.core.limits import load_json, require_finite, require_indices, require_regular_file
 from recon.geometry import mesh_extraction as mx
 from recon.core.atomic import atomic_write_bytes
@@ -178,6 +178,9 @@ def load_or_build_proxy(run, model, *, time: float | None = None, rebuild: bool 
             return read_proxy(path)
         except DamagedFileError:  # a damaged cache is made again
             pass
+    if path.is_dir() and not path.is_symlink():  # checked before the build: the cache could not be written over it
+        raise OutputError(f"{path}: is a folder where the run's proxy mesh cache belongs; move it away (the proxy "
+                          f"is made again)")
     mesh = build_proxy(model, run.cameras, time=time, background=run.background(), progress=progress, **kw)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, mx.mesh_bytes(mesh, "ply"), force=True)

@@ -422,7 +422,11 @@ class MeshGaussians(GaussianRows, SceneModel):
     @classmethod
     def from_state_dict(cls, state: dict, device="cpu") -> "MeshGaussians":
         check_state_method(cls, state)
-        model = cls(state["params"], state["face_ids"], AvatarData.from_state(state["avatar"]), state["sh_degree"],
+        avatar = AvatarData.from_state(state["avatar"])
+        from recon.avatar.state_checks import check_bindings
+
+        check_bindings(state["face_ids"], state["params"], len(avatar.faces))
+        model = cls(state["params"], state["face_ids"], avatar, state["sh_degree"],
                     state["extent"], MeshGSConfig(**state.get("options", {})), state["antialiased"],
                     LearningRates(**state.get("lrs", {})))
         if model.pose_mlp is not None:

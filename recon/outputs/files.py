@@ -125,7 +125,7 @@ CONFIG_HEAD = "# splatforge run config (its last line marks the end: a file cut 
 CONFIG_END = "# end of config\n"
 
 
-MAX_CONFIG_BYTES = 16 << 20  # a config.yaml is a few kB
+MAX_CONFIG_BYTES = 1 << 20  # a config.yaml is a few kB (a 9 MB block-nested YAML took 80 s to refuse)
 MAX_CONFIG_DEPTH = 64  # a config nests two levels (sections); YAML's composer recurses once per level
 
 
@@ -389,7 +389,7 @@ TEST_METRIC_NUMBERS = ("psnr", "ssim", "lpips")
 
 def read_metrics(path: Path, hint: str) -> dict:
     """The metrics.json object at ``path``: a JSON object whose ``test`` is an object, and whose known fields
-    (:data:`METRIC_INTEGERS`, :data:`METRIC_NUMBERS`, ``test``'s :data:`TEST_METRIC_NUMBERS`) are numbers or
+    (:data:`METRIC_INTEGERS`, :data:`METRIC_NUMBERS`, :data:`TEST_METRIC_NUMBERS` at the top or in ``test``) are numbers or
     null (NaN allowed: a diverged run); DamagedFileError naming the file and ending with ``hint`` (what to do)
     otherwise."""
     def damaged(problem: str) -> DamagedFileError:
@@ -402,7 +402,7 @@ def read_metrics(path: Path, hint: str) -> dict:
     if test is not None and not isinstance(test, dict):
         raise damaged(f"'test' is a {type(test).__name__}, not an object of test metrics")
     checks = [(k, data.get(k), (int,)) for k in METRIC_INTEGERS] + \
-        [(k, data.get(k), (int, float)) for k in METRIC_NUMBERS] + \
+        [(k, data.get(k), (int, float)) for k in METRIC_NUMBERS + TEST_METRIC_NUMBERS] + \
         [(f"test.{k}", (test or {}).get(k), (int, float)) for k in TEST_METRIC_NUMBERS]
     for key, value, types in checks:
         if value is not None and (isinstance(value, bool) or not isinstance(value, types)):

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from recon.outputs import files as rf
-from recon.core.errors import RunFolderError
+from recon.core.errors import CheckpointError, RunFolderError
 from recon.outputs.history import RunHistory
 from recon.data.data_arg import names_procedural_scene, saved_data_path
 from recon.training.trainer import TrainConfig, background_color, load_training_scene
@@ -207,7 +207,8 @@ class Run:
         names a 3D method); without ``splats`` a 4D method's model is its splats4d.ply, else (a run that has
         not finished) its newest checkpoint. A 3D ``splats`` file for a 4D run: UsageError (a 3D file holds
         no 4D model)."""
-        from recon.export import ModelKindError, is_ply4d, read_ply4d
+        from recon.export import ModelKindError, is_ply4d
+        from recon.export.ply4d import read_ply4d_finite
         from recon.models.base import model_class
 
         if splats is not None and is_ply4d(self.require_splats(splats)):
@@ -217,12 +218,13 @@ class Run:
                                              f"FILE --data DIR, or slice it with `splatforge export {splats} "
                                              f"--time T --out slice.ply`")
             cls = self.model_class if self.is_4d else model_class("4dgs")
-            return cls.from_spacetime_data(read_ply4d(splats), extent=extent).to(device)
+            return cls.from_spacetime_data(read_ply4d_finite(splats), extent=extent).to(device)
         if splats is None and getattr(self.model_class, "MODEL_IN_CHECKPOINTS", False):
             return self.checkpoint_model(device)  # nerf: splats.ply is a baked approximation, not the model
         if splats is None and self.is_4d:
             if self.splats4d_path.is_file():
-                return self.model_class.from_spacetime_data(read_ply4d(self.splats4d_path), extent=extent).to(device)
+                return self.model_class.from_spacetime_data(read_ply4d_finite(self.splats4d_path),
+                                                             extent=extent).to(device)
             return self.checkpoint_model(device)
         return self.model_of(self.read_splats(splats), device, extent)
 
@@ -232,7 +234,13 @@ class Run:
         if found is None:
             raise FileNotFoundError(f"{self.dir}: no readable checkpoint holds this {self.config.method} run's model "
                                     f"(has the run started?)")
-        return self.model_class.from_state_dict(found[1]["model"], device)
+        try:
+            return self.model_class.from_state_dict(found[1]["model"], device)
+        except (KeyError, TypeError, IndexError, AttributeError) as err:  # a re-saved checkpoint of another shape
+            detail = " ".join(str(err).split())[:120]
+            raise CheckpointError(f"{rf.checkpoint_path(self.dir, found[0])}: its model entry is not a "
+                                  f"{self.config.method} model ({type(err).__name__}: {detail}); delete it to use "
+                                  f"an older checkpoint") from None
 
     def model_of(self, data, device: torch.device | str = "cpu", extent: float = 1.0):
         """A :class:`recon.export.SplatData` record as a model of the run's method, on ``device``."""

@@ -1060,6 +1060,25 @@ def glb_mesh_chunk_declaring(length: int) -> bytes:
     return bytes(data)
 
 
+def glb_mesh_edited(edit: Callable[[dict], None]) -> Callable[[], bytes]:
+    """A trimesh-written GLB box whose JSON document ``edit`` changed in place (binary chunk kept)."""
+    def make() -> bytes:
+        import trimesh
+
+        doc, binary = parse_glb("<memory>", trimesh.creation.box().export(file_type="glb"))
+        edit(doc)
+        return glb_container(doc, binary)
+
+    return make
+
+
+def _position_view_offset_lost(doc: dict) -> None:
+    """POSITION's buffer view loses its ``byteOffset`` (the fuzzer's ``flip-797.2``: the key misspelt): the view
+    starts at byte 0, over the face indices, and still fits the buffer."""
+    position = doc["accessors"][doc["meshes"][0]["primitives"][0]["attributes"]["POSITION"]]
+    doc["bufferViews"][position["bufferView"]]["byteOffset"] = 0
+
+
 def read_dataset_mesh(path: Path):
     from recon.data.mesh_render import load_mesh
 
@@ -1087,6 +1106,14 @@ FUZZ_FOUND_CASES_3 = [
             read_dataset_mesh, r"box\.ply: faces holds 1 index\(es\) outside 0\.\.7"),
     BadFile("mesh-glb-chunk-declares-256mb", write_bytes("box.glb", lambda: glb_mesh_chunk_declaring(1 << 28)),
             read_mesh_asset, r"box\.glb: GLB chunk at byte 12 declares 268,435,456 bytes, past the end"),
+    BadFile("mesh-glb-position-view-offset-lost", write_bytes("box.glb", glb_mesh_edited(_position_view_offset_lost)),
+            read_mesh_asset, r"box\.glb: accessor \d+ holds values from .* but declares min .*re-export the mesh"),
+    BadFile("mesh-dataset-glb-position-view-offset-lost",
+            write_bytes("box.glb", glb_mesh_edited(_position_view_offset_lost)), read_dataset_mesh,
+            r"box\.glb: not a readable mesh \(accessor \d+ holds values from .* but declares min"),
+    BadFile("sdf-mesh-glb-position-view-offset-lost",
+            write_bytes("box.glb", glb_mesh_edited(_position_view_offset_lost)), read_sdf_mesh,
+            r"box\.glb: accessor \d+ holds values from .* but declares min"),
     BadFile("blocks-core-a-string", write_bytes("blocks.json", lambda: blocks_with_core("everywhere")), read_blocks,
             r"blocks\.json: not a blocks file .*block 0 core is 'everywhere', not \[\[xlo, ylo\], \[xhi, yhi\]\]"),
 ]
@@ -1216,3 +1243,108 @@ ORACLE_FOUND_CASES = [
 ]
 
 CASES += ORACLE_FOUND_CASES
+
+
+# ------------------------------------------------------ found by the outside corpus (issue 52, fuzz52)
+
+
+def n3dv_complex_poses(folder: Path) -> Path:
+    """An N3DV folder whose poses_bounds.npy holds complex numbers of the right shape (numpy casts them to
+    float with a ComplexWarning on stderr: the error was 9 lines)."""
+    root = folder / "n3dv"
+    root.mkdir()
+    np.save(root / "poses_bounds.npy", np.zeros((1, 17), np.complex128))
+    return root
+
+
+def read_metrics_file(path: Path):
+    from recon.outputs.files import read_metrics
+
+    return read_metrics(path, "delete it to evaluate again")
+
+
+OUTSIDE_CORPUS_CASES = [
+    BadFile("mesh-obj-face-names-vertex-0", write_bytes("tet.obj", lambda: b"v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\n"
+                                                         b"f 1 3 2\nf 0 2 4\n"),
+            read_mesh_asset, r"tet\.obj: line 6: a face names vertex 0, but OBJ vertex indices start at 1"),
+    BadFile("sdf-mesh-obj-face-names-vertex-0", write_bytes("tet.obj", lambda: b"v 0 0 0\nv 1 0 0\nv 0 1 0\n"
+                                                             b"v 0 0 1\nf 1/1 3/1 2/1\nf 0/1 2/1 4/1\n"),
+            read_sdf_mesh, r"tet\.obj: line 6: a face names vertex 0"),
+    BadFile("n3dv-poses-complex", n3dv_complex_poses, read_n3dv_poses,
+            r"poses_bounds\.npy: holds complex128 numbers; LLFF poses are real", DataFormatError,
+            names="poses_bounds.npy"),
+    BadFile("metrics-top-level-psnr-a-string", write_bytes("metrics.json", lambda: b'{"psnr": "high", "ssim": 0.9}'),
+            read_metrics_file, r"metrics\.json: 'psnr' is 'high', not a number"),
+]
+
+CASES += OUTSIDE_CORPUS_CASES
+
+
+def run_with_checkpoint_model(model) -> Callable[[Path], Path]:
+    """A 3dgs run folder (tests/corpus/fuzz_formats.py: build_run) whose checkpoint was re-saved with ``model``
+    as its model entry (CRCs valid: torch.save wrote it)."""
+    def write(folder: Path) -> Path:
+        import torch
+
+        from tests.corpus.fuzz_formats import build_run
+
+        root = folder / "run"
+        build_run(root)
+        ckpt = root / "checkpoints" / "ckpt_00010.pt"
+        payload = torch.load(ckpt, weights_only=True)
+        payload["model"] = model
+        torch.save(payload, ckpt)
+        return root
+
+    return write
+
+
+def read_run_model(root: Path):
+    from recon.run.folder import Run
+
+    return Run.open(root).checkpoint_model()
+
+
+def init_points_over_the_ceiling(folder: Path) -> Path:
+    """A Panoptic folder's init_pt_cld.npz of 4.8M+ points of zeros (a real 260 kB deflate): over the 256 MB
+    ceiling (recon.data.panoptic.MAX_POINT_CLOUD_BYTES) though within deflate's ratio."""
+    import zipfile
+
+    from recon.data.panoptic import MAX_POINT_CLOUD_BYTES
+
+    root = folder / "panoptic"
+    root.mkdir()
+    rows = MAX_POINT_CLOUD_BYTES // 56 + 1
+    header = repr({"descr": "<f8", "fortran_order": False, "shape": (rows, 7)}).encode()
+    header += b" " * (-(len(header) + 11) % 64) + b"\n"
+    with zipfile.ZipFile(root / "init_pt_cld.npz", "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        with z.open("data.npy", "w", force_zip64=True) as f:
+            f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header)
+            for start in range(0, rows * 56, 1 << 24):
+                f.write(bytes(min(1 << 24, rows * 56 - start)))
+    return root
+
+
+def read_init_points(root: Path):
+    from recon.data.panoptic import load_points
+
+    return load_points(root)
+
+
+def read_config(path: Path):
+    from recon.outputs.files import read_config_dict
+
+    return read_config_dict(path)
+
+
+CASES += [
+    BadFile("checkpoint-model-entry-of-another-shape", run_with_checkpoint_model({"method": "3dgs"}), read_run_model,
+            r"ckpt_00010\.pt: its model entry is not a 3dgs model \(KeyError", CheckpointError, names="ckpt_00010.pt"),
+    BadFile("checkpoint-model-entry-a-list", run_with_checkpoint_model([1, 2]), read_run_model,
+            r"ckpt_00010\.pt: its model entry is not a 3dgs model", CheckpointError, names="ckpt_00010.pt"),
+    BadFile("panoptic-npz-over-the-point-cloud-ceiling", init_points_over_the_ceiling, read_init_points,
+            r"init_pt_cld\.npz: initial point cloud member 'data\.npy' .*268,435,4", DataFormatError,
+            names="init_pt_cld.npz"),
+    BadFile("config-yaml-over-1-mb", write_bytes("config.yaml", lambda: b"# " + b"x" * (1 << 20) + b"\nsteps: 1\n"),
+            read_config, r"config\.yaml: .*1,048,5"),
+]

@@ -66,14 +66,18 @@ def _triangle_set(tri: np.ndarray) -> np.ndarray:
 
 
 def _children(value):
-    """(key, child) pairs of a container value; [] for opaque objects. A SplatData is taken after
+    """(key, child) pairs of a container value; [] for opaque objects. A SplatData (or SpaceTimeData) is taken after
     ``drop_nonfinite``: the splat readers' documented contract leaves splats holding NaN/Inf to their callers,
     which drop them (viewer, export, render) before anything is drawn or written."""
+    from recon.core.spacetime_data import FIELDS4, SpaceTimeData
     from recon.core.splat_data import SplatData
 
     if isinstance(value, SplatData):
         value = value.drop_nonfinite()[0]
         return [(name, getattr(value, name)) for name in ("means", "quats", "log_scales", "logit_opacities", "sh")]
+    if isinstance(value, SpaceTimeData):  # ply4d: the same contract (its readers refuse non-finite times only)
+        value = value.drop_nonfinite()[0]
+        return [(name, getattr(value, name)) for name in FIELDS4]
     if hasattr(value, "vertices") and hasattr(value, "faces"):  # trimesh meshes and mesh records
         v, f = np.asarray(value.vertices), np.asarray(value.faces)
         if f.ndim == 2 and f.size and np.issubdtype(f.dtype, np.integer) and 0 <= f.min() and f.max() < len(v):
@@ -320,6 +324,85 @@ VALID_VARIANTS = {
 }
 """Variants that are legitimate files of their format in their own right: their load is not compared with the
 good file's (only the finite and range checks apply)."""
+
+
+_GLTF_DTYPES = {5120: "i1", 5121: "u1", 5122: "<i2", 5123: "<u2", 5125: "<u4", 5126: "<f4"}
+_GLTF_WIDTH = {"SCALAR": 1, "VEC2": 2, "VEC3": 3, "VEC4": 4}
+
+
+def _gltf_accessor(gltf, blob: bytes, index: int) -> np.ndarray | None:
+    """Accessor ``index`` of a pygltflib document as [count, components] by glTF 2.0's rules (no buffer view:
+    zeros); None when it cannot be decoded or lies outside its buffer view (an invalid file)."""
+    acc = gltf.accessors[index]
+    dtype, width = np.dtype(_GLTF_DTYPES.get(acc.componentType, "V1")), _GLTF_WIDTH.get(acc.type)
+    if dtype.kind == "V" or width is None or acc.sparse is not None or not 0 < acc.count < 10**7:
+        return None
+    if acc.bufferView is None:
+        return np.zeros((acc.count, width), dtype)
+    view = gltf.bufferViews[acc.bufferView]
+    row = view.byteStride or dtype.itemsize * width
+    first = (view.byteOffset or 0) + (acc.byteOffset or 0)
+    last = first + row * (acc.count - 1) + dtype.itemsize * width
+    if last > (view.byteOffset or 0) + view.byteLength or last > len(blob):
+        return None
+    raw = np.frombuffer(blob, np.uint8, last - first, first)
+    rows = np.stack([raw[i * row:i * row + dtype.itemsize * width] for i in range(acc.count)])
+    return rows.view(dtype).reshape(acc.count, width)
+
+
+def _declared_bounds_hold(acc, values: np.ndarray) -> bool:
+    """POSITION's declared min / max (glTF requires them) are its data's bounds, to float32 rounding."""
+    width = values.shape[1]
+    if not all(isinstance(b, list) and len(b) == width and all(isinstance(v, (int, float)) for v in b)
+               for b in (acc.min, acc.max)):
+        return False
+    return bool(np.allclose(values.min(axis=0), acc.min, rtol=1e-5, atol=0)
+                and np.allclose(values.max(axis=0), acc.max, rtol=1e-5, atol=0))
+
+
+def gltf_mesh_expectation(path: Path, good: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The load a third-party mesh GLB (format ``mesh-glb``) must give, re-derived from the mutated file itself:
+    ``good`` with its vertices and triangles replaced by what the file's own accessors hold by glTF 2.0's rules,
+    decoded here through pygltflib (not trimesh, the reader under test). A mutation can turn a file into another
+    *valid* glTF file that means other geometry (a key ``bufferView`` misspelt: that accessor is zeros, glTF
+    2.0 section 3.6.2.1; the Khronos validator reports no error for such a file): the reader must load what
+    that file means. Only a file of the fuzzed good file's shape qualifies (one node without a transform, one
+    mesh of one indexed triangle primitive, POSITION a FLOAT VEC3 whose declared min / max are its data's
+    bounds, every accessor inside its buffer view); for any other file None: the load is judged against the
+    good file's as for every format, so an invalid file that loads other geometry stays ``wrong``."""
+    import warnings
+
+    import pygltflib
+
+    try:
+        with warnings.catch_warnings():  # pygltflib warns of every chunk it does not know
+            warnings.simplefilter("ignore")
+            gltf = pygltflib.GLTF2().load_binary(str(path))
+        blob = gltf.binary_blob() or b""
+        (node,), (mesh,) = gltf.nodes, gltf.meshes
+        (prim,) = mesh.primitives
+        if node.mesh != 0 or node.matrix or node.translation or node.rotation or node.scale or node.children \
+                or prim.mode not in (None, 4) or prim.indices is None:
+            return None
+        pos_acc = gltf.accessors[prim.attributes.POSITION]
+        positions = _gltf_accessor(gltf, blob, prim.attributes.POSITION)
+        indices = _gltf_accessor(gltf, blob, prim.indices)
+    except Exception:  # noqa: BLE001 - anything pygltflib or the shape cannot take: no re-derived expectation
+        return None
+    if positions is None or indices is None or pos_acc.componentType != 5126 or positions.shape[1] != 3 \
+            or not _declared_bounds_hold(pos_acc, positions) or indices.shape[1] != 1 or len(indices) % 3 \
+            or indices.dtype.kind != "u" or (len(indices) and indices.max() >= len(positions)):
+        return None
+    vertices, faces = positions.astype(np.float64), indices.reshape(-1, 3).astype(np.int64)
+    expected = dict(good)
+    expected["parts.0.vertices"], expected["parts.0.triangles"] = vertices, _triangle_set(vertices[faces])
+    return expected
+
+
+REDERIVED = {"mesh-glb": gltf_mesh_expectation}
+"""Formats whose expected load is re-derived from each variant's own bytes (``f(path, good canonical) ->
+canonical or None``), because a mutation can make another valid file of the format with another meaning: the
+variant is judged against that (:func:`gltf_mesh_expectation`), or against the good load where it returns None."""
 
 
 def judge(variant: str, good: dict[str, np.ndarray] | None, case: dict[str, np.ndarray],

@@ -37,6 +37,21 @@ def _run_template(tmp: Path) -> Path:
     return run
 
 
+def _box(tmp: Path) -> Path:
+    import trimesh
+
+    path = tmp / "box.obj"
+    trimesh.creation.box().export(path)
+    return path
+
+
+def _insert(run: Path, tmp: Path, asset: Path | None = None, keyframes: Path | None = None) -> list:
+    """``insert`` of one mesh into ``run``'s training view 0 (the keyframes, the mesh and the proxy cache are read
+    before anything is rendered)."""
+    return ["insert", "--run", run, "--asset", asset or _box(tmp), *(["--asset-path", keyframes] if keyframes else []),
+            "--camera", "0", "--out", tmp / "x.png"]
+
+
 def _export(target: Path, tmp: Path) -> list:
     return ["export", target, "--out", tmp / "out.ply"]
 
@@ -77,6 +92,9 @@ CLI_CASES: dict[str, tuple[str, Argv]] = {
     "view-run-splats": ("empty", lambda t, tmp: ["view", t]),
     "render-splats": ("empty", lambda t, tmp: ["render", "--run", _run_template(tmp), "--splats", t,
                                                "--out", tmp / "v.mp4"]),
+    "keyframes": ("empty", lambda t, tmp: _insert(_run_template(tmp), tmp, keyframes=t)),
+    "mesh-glb": ("truncate-20", lambda t, tmp: _insert(_run_template(tmp), tmp, asset=t)),
+    "mesh-obj": ("empty", lambda t, tmp: _insert(_run_template(tmp), tmp, asset=t)),
     "nerfstudio-mask": ("empty", _train),
     "panoptic-seg": ("empty", lambda t, tmp: [*_train(t, tmp), "--data-factor", "2"]),  # read when downscaled
 }
@@ -112,3 +130,73 @@ def test_every_cli_case_is_a_fuzz_format(fuzz):
     for fmt, (variant, _) in CLI_CASES.items():
         assert fmt in formats, fmt
         assert variant in ("empty", "folder", "fifo", "dev-zero") or variant.startswith("truncate-"), variant
+
+
+def test_a_folder_in_place_of_the_proxy_cache_is_one_line(tmp_path, capsys):
+    """RUN/hybrid/proxy.ply is a cache: a damaged one is made again (tests/recon/hybrid), but a folder there could
+    not be written over, so ``insert`` says so, naming it, before spending minutes building the proxy."""
+    run = _run_template(tmp_path)
+    (run / "hybrid" / "proxy.ply").mkdir(parents=True)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in _insert(run, tmp_path)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in lines[0], lines
+    assert exc.value.code == 2 and str(run / "hybrid" / "proxy.ply") in lines[0], (exc.value.code, lines)
+
+
+def test_torch_running_out_of_cpu_memory_is_one_line(capsys):
+    """torch's CPU allocator fails with a RuntimeError, not a MemoryError (the outside corpus: `image fit` of a
+    12000x8000 PNG under a 1.5 GB address-space cap printed a traceback and "this is a bug")."""
+    from recon.core.errors import fail
+
+    err = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                       "you tried to allocate 384000000 bytes. Error code 12 (Cannot allocate memory)")
+    with pytest.raises(SystemExit) as exc:
+        fail("image", err, inputs="big.png")
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(lines) == 1, lines
+    assert "out of memory while reading big.png (you tried to allocate 384000000 bytes)" in lines[0], lines[0]
+
+
+def test_an_image_over_pillows_warning_but_under_our_limit_prints_no_warning(tmp_path):
+    """Pillow warns (DecompressionBombWarning, two stderr lines) above 89M pixels; splatforge's own limit is
+    134M (recon.core.limits.MAX_IMAGE_PIXELS), so a 9500x9500 image is read without that noise."""
+    import struct
+    import warnings
+    import zlib
+
+    from recon.core.limits import read_image_size
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    path = tmp_path / "big.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 9500, 9500, 8, 0, 0, 0, 0))
+                     + chunk(b"IEND", b""))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_image_size(path) == (9500, 9500)
+
+
+@pytest.mark.parametrize("rows, code", [([0], 0), ([0, 1, 2, 3], 2)])
+def test_export_time_of_a_ply4d_with_nan_means(rows, code, tmp_path, capsys):
+    """ply4d readers leave non-finite Gaussians to their callers (like 3D splat files); ``export --time`` built
+    its model with them and the 4D slicer's input check was reported as a bug (the outside corpus). Now they
+    are dropped, and a file with nothing finite is one line naming it."""
+    import numpy as np
+
+    from tests.corpus.bad_files import ply4d_edited
+
+    path = ply4d_edited(lambda v: v["x"].__setitem__(rows, np.nan))(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["export", str(path), "--time", "0.5", "--out", str(tmp_path / "out.ply")])
+        raise SystemExit(0)
+    err = capsys.readouterr().err
+    assert exc.value.code == code and "Traceback" not in err, err
+    if code:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "model4d.ply: all 4 4D Gaussians hold NaN" in lines[0], lines
+    else:
+        assert (tmp_path / "out.ply").is_file()

@@ -76,3 +76,41 @@ def test_the_oracle_flags_a_wrong_load():
     assert "truncated" in judge("truncate-100", good, {**good, "means": np.delete(good["means"], 2, 0) + 0.5})
     assert "out-of-range" in judge("flip-1.1", good, {**good, "width": np.asarray(0)})
     assert "other values" in judge("zeros-1mb", good, one)
+
+
+def test_a_mesh_glb_mutated_into_another_valid_file_is_judged_by_what_it_means(tmp_path):
+    """The fuzzer's mesh-glb ``flip-185.1``: the index accessor's ``bufferView`` key misspelt. The Khronos
+    validator finds no error in that file (an accessor without a buffer view is zeros), so its correct load is
+    80 degenerate triangles at vertex 0, not the good file's sphere: the oracle re-derives the expectation from
+    the file (load_oracle.gltf_mesh_expectation) and accepts trimesh's load; a reader that kept the good
+    geometry is wrong. A file whose POSITION bytes disagree with its declared bounds gets no re-derived
+    expectation (it is not valid glTF: the reader must refuse it)."""
+    import json
+    import struct
+
+    from tests.corpus.bad_files import _position_view_offset_lost, glb_container, glb_mesh_edited
+    from tests.corpus.load_oracle import canonical, gltf_mesh_expectation, judge
+
+    fuzz = _fuzz()
+    good_bytes, read, _ = fuzz.readers()["mesh-glb"]
+    data = good_bytes()
+    good_path = tmp_path / "good.glb"
+    good_path.write_bytes(data)
+    good = canonical(read(good_path), tmp_path)
+    length = struct.unpack_from("<I", data, 12)[0]
+    doc = json.loads(data[20:20 + length])
+    indices = doc["accessors"][doc["meshes"][0]["primitives"][0]["indices"]]
+    indices["bufderView"] = indices.pop("bufferView")
+    case = tmp_path / "case.glb"
+    case.write_bytes(glb_container(doc, data[20 + length + 8:]))
+
+    expected = gltf_mesh_expectation(case, good)
+    loaded = canonical(read(case), tmp_path)
+    assert expected is not None and (expected["parts.0.triangles"] == expected["parts.0.vertices"][0]).all()
+    assert judge("flip-185.1", expected, loaded) is None  # trimesh's zeros: what the file means
+    assert "changed 8" in judge("flip-185.1", good, loaded)  # against the good file's sphere: 80 triangles
+    assert judge("flip-185.1", expected, good) is not None  # a reader that ignored the change would be wrong
+
+    bad = tmp_path / "bad.glb"
+    bad.write_bytes(glb_mesh_edited(_position_view_offset_lost)())
+    assert gltf_mesh_expectation(bad, good) is None
