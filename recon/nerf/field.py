@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from rasterizer.reference.sh import sh_basis
 from recon.nerf.config import FieldConfig
+from recon.nerf.fused_encoding_mlp import encode_mlp_numba, use_fused
 from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
 from recon.nerf.rbf import FEATURE_INIT, RBFLayer
 
@@ -68,13 +69,14 @@ def random_directions(n: int, generator: torch.Generator | None = None) -> Tenso
 class NerfField(nn.Module):
     """Grid encoding + density decoder + colour decoder (see the module docstring). ``backend`` picks the
     encoding's implementation (:func:`recon.nerf.hash_encoding.hash_encode`); ``decoder`` "mlp" or "rbf"
-    (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`)."""
+    (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`); ``encoding_mlp``: the
+    encoding + density MLP fused or not (:func:`recon.nerf.fused_encoding_mlp.use_fused`)."""
 
     def __init__(self, grid: HashGridConfig, hidden: int = 64, geo_dim: int = 16, color_layers: int = 2,
                  generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
-                 rbf_neurons: int = 256, rbf_backend: str = "auto"):
+                 rbf_neurons: int = 256, rbf_backend: str = "auto", encoding_mlp: str = "auto"):
         super().__init__()
-        self.grid, self.backend, self.decoder = grid, backend, decoder
+        self.grid, self.backend, self.decoder, self.encoding_mlp = grid, backend, decoder, encoding_mlp
         res, offsets = level_layout(grid)
         self.register_buffer("resolutions", res, persistent=False)
         self.register_buffer("offsets", offsets, persistent=False)
@@ -101,7 +103,11 @@ class NerfField(nn.Module):
 
     def density(self, u: Tensor) -> tuple[Tensor, Tensor]:
         """(sigma [N], geometry features [N, geo_dim]) at unit-cube positions ``u`` [N, 3]."""
-        h = self.density_mlp(self.encode(u).to(self.table.dtype))
+        if use_fused(self.encoding_mlp, self.backend, u, None, self.table, self.density_mlp):
+            h = encode_mlp_numba(u, None, self.table, self.resolutions, self.offsets, self.grid.levels,
+                                 self.density_mlp)
+        else:
+            h = self.density_mlp(self.encode(u).to(self.table.dtype))
         return TruncExp.apply(h[:, 0]), h
 
     def color(self, geo: Tensor, dirs: Tensor) -> Tensor:
@@ -116,7 +122,8 @@ def build_field(nerf_cfg, field_cfg: FieldConfig, generator: torch.Generator | N
     grid = nerf_cfg.hash_grid() if field_cfg.encoding == "hash" else field_cfg.dense_grid()
     backend = nerf_cfg.backend if nerf_cfg.backend in ("numba", "torch") else "auto"
     return NerfField(grid, nerf_cfg.hidden, nerf_cfg.geo_dim, nerf_cfg.color_layers, generator, backend,
-                     decoder=field_cfg.decoder, rbf_neurons=field_cfg.rbf_neurons, rbf_backend=field_cfg.rbf_backend)
+                     decoder=field_cfg.decoder, rbf_neurons=field_cfg.rbf_neurons, rbf_backend=field_cfg.rbf_backend,
+                     encoding_mlp=nerf_cfg.encoding_mlp)
 
 
 def parameter_count(field: nn.Module) -> int:
