@@ -9,18 +9,21 @@ cube and optional raw inputs ``extra`` [N, E] (NeuS: the normalised position, E 
     h     = act(z) W2^T + b2                [N, O]
 
 with ``act`` ReLU (NeRF, no biases) or Softplus(beta) with PyTorch's threshold 20 (NeuS, with biases).
-:func:`encode_mlp_reference` is that composition in plain PyTorch (the unfused path: hash_encode_reference and
-torch linear layers); :func:`encode_mlp_numba` computes the same with the same signature in two kernels:
+:func:`encode_mlp_reference` is that composition in plain PyTorch (hash_encode_reference and the torch layers);
+:func:`encode_mlp_numba` computes the same, with the same signature, in one Numba kernel each way:
 
-- forward: each thread takes a fixed range of samples in blocks of ``CHUNK``; a block's features (every
-  level, the hash encoding's own row and weight code, float64 sums over the 8 corners), hidden layer and
-  outputs stay in per-thread buffers of a few KB; only ``h`` [N, O] leaves the kernel. Nothing else is kept
-  for the backward.
-- backward: the same blocks recompute features and hidden layer, then the MLP's backward; the weight and bias
-  gradients are summed per block in the weights' dtype and added into per-thread float64 sums, which are
-  added in thread order at the end (the result depends on the thread count, never on the scheduling). The
-  features' cotangents [N, active L F] go to the hash encoding's own scatter (levels dealt to threads:
-  no two threads add into one row; rows of levels >= ``active`` are zero).
+- forward (:func:`_forward_kernel`): each thread takes a fixed range of samples, gathers their features level
+  after level (the encoding's own loop, :func:`recon.nerf.hash_encoding.level_features`), then takes them
+  ``MLP_ROWS`` rows at a time through both layers (np.dot: BLAS) and the activation; the hidden layer
+  [N, H] never leaves L2 and no PyTorch pass runs between the encoding and the MLP. The features go to one
+  [N, E + L F] buffer, kept for the backward: on the CPU a level's table rows are reused across samples only
+  while that level is in cache, and gathering every level for blocks of 256-8,192 samples at a time (features
+  in L2) was 1.5-1.8x slower than level after level over all 65,536 (docs/performance.md).
+- backward (:func:`_mlp_backward_kernel`): ``MLP_ROWS`` rows at a time, the hidden layer recomputed from the
+  kept features, the layers' backward by BLAS; the weight and bias gradients summed per block in the
+  weights' dtype and per thread in float64, added in thread order at the end (the result depends on the
+  thread count, never on the scheduling). The features' cotangents [N, active F] go to the hash encoding's
+  own scatter (levels dealt to threads: no two threads add into one row); rows of levels >= ``active`` get 0.
 
 Positions carry no gradient (NeRF's and NeuS's samples come from rays; NeuS's SDF gradient is a central
 difference of values); :func:`fused_support` says why a call cannot take the kernels (positions that need a
