@@ -213,13 +213,17 @@ def nerf_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
     timer.wrap(model, "march", "ray marching (occupancy grid)")
     timer.wrap(model.optimizer, "step", "Adam (torch, all groups)")
     params = [p for g in model.optimizer.param_groups for p in g["params"]]
-    return [
-        ("hash encoding forward", W.hash_forward),
-        ("hash encoding backward", W.hash_backward),
+    fused = FE.use_fused(field.encoding_mlp, field.backend, field.table.new_zeros(1, 3), None, field.table,
+                         field.density_mlp)  # the path the step takes (--nerf.encoding-mlp)
+    encoder = [
         ("fused encoding + density MLP forward", W.fused_encoding_mlp_forward),
         ("fused encoding + density MLP backward", W.fused_encoding_mlp_backward),
+    ] if fused else [
+        ("hash encoding forward", W.hash_forward),
         ("density MLP forward", lambda c: W.mlp_forward(c, field.density_mlp)),
         ("density MLP backward", lambda c: W.mlp_backward(c, field.density_mlp)),
+    ]
+    return [("hash encoding backward", W.hash_backward)] + encoder + [
         ("colour MLP forward", lambda c: W.mlp_forward(c, field.color_mlp)),
         ("colour MLP backward", lambda c: W.mlp_backward(c, field.color_mlp)),
         ("transmittance forward", W.transmittance_forward),
