@@ -198,11 +198,14 @@ def spacetime_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
 def nerf_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
     """Wrap the NeRF step's kernels and regions; [(name, work function of the calls)]."""
     import recon.models.nerf as NM
+    import recon.nerf.fused_encoding_mlp as FE
     import recon.nerf.hash_encoding as HE
 
     field = model.field
     timer.wrap(HE, "_forward_kernel", "hash encoding forward")
     timer.wrap(HE, "_backward_kernel", "hash encoding backward")
+    timer.wrap(FE, "_forward_kernel", "fused encoding + density MLP forward")
+    timer.wrap(FE, "_mlp_backward_kernel", "fused encoding + density MLP backward")
     timer.region(field.density_mlp, "forward", "density MLP")
     timer.region(field.color_mlp, "forward", "colour MLP")
     timer.region(NM, "transmittance_weights", "transmittance")
@@ -210,11 +213,17 @@ def nerf_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
     timer.wrap(model, "march", "ray marching (occupancy grid)")
     timer.wrap(model.optimizer, "step", "Adam (torch, all groups)")
     params = [p for g in model.optimizer.param_groups for p in g["params"]]
-    return [
+    fused = FE.use_fused(field.encoding_mlp, field.backend, field.table.new_zeros(1, 3), None, field.table,
+                         field.density_mlp)  # the path the step takes (--nerf.encoding-mlp)
+    encoder = [
+        ("fused encoding + density MLP forward", W.fused_encoding_mlp_forward),
+        ("fused encoding + density MLP backward", W.fused_encoding_mlp_backward),
+    ] if fused else [
         ("hash encoding forward", W.hash_forward),
-        ("hash encoding backward", W.hash_backward),
         ("density MLP forward", lambda c: W.mlp_forward(c, field.density_mlp)),
         ("density MLP backward", lambda c: W.mlp_backward(c, field.density_mlp)),
+    ]
+    return [("hash encoding backward", W.hash_backward)] + encoder + [
         ("colour MLP forward", lambda c: W.mlp_forward(c, field.color_mlp)),
         ("colour MLP backward", lambda c: W.mlp_backward(c, field.color_mlp)),
         ("transmittance forward", W.transmittance_forward),
@@ -334,7 +343,8 @@ def run_at(threads: int, args) -> dict:
     if "nerf" in args.only:
         out["nerf"] = measure_step("nerf", nerf_trainer, nerf_kernels, q, steps, warm, 5 if q else args.nerf_warm,
                                    peaks)
-        enc = [r for r in out["nerf"]["kernels"] if r["kernel"].startswith(("hash", "density MLP", "colour MLP"))]
+        enc = [r for r in out["nerf"]["kernels"]
+               if r["kernel"].startswith(("hash", "fused", "density MLP", "colour MLP"))]
         out["nerf"]["encoding_plus_mlp_share"] = round(sum(r["share"] for r in enc), 4)
     out["load_average_after"] = load_average()
     return out

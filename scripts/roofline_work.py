@@ -324,6 +324,39 @@ def mlp_backward(calls, module) -> Work:
     return _sum(calls, one)
 
 
+def _fused_sizes(a):
+    """(N, active levels, F, D, H, O) of a fused encoding + MLP kernel call (recon/nerf/fused_encoding_mlp.py)."""
+    u, table, active, w1t, w2t = a[0], a[2], a[5], a[6], a[8]
+    return u.shape[0], active, table.shape[1], w1t.shape[0], w1t.shape[1], w2t.shape[1]  # (u, extra, table, ...)
+
+
+def fused_encoding_mlp_forward(calls) -> Work:
+    def one(a, out):
+        N, La, F, D, H, O = _fused_sizes(a)
+        return Work(N * (La * (24 + 16 * F) + 2 * D * H + H + 2 * H * O),
+                    N * 3 * F32 + N * La * 8 * F * a[2].itemsize + N * O * F32 + (D * H + H * O) * F32
+                    + 2 * N * D * F32,
+                    "per sample: the hash encoding's count over the active levels, then 2 flops per weight (+ the "
+                    "activation); bytes: point in, 8 gathered rows of F values per level, the features written "
+                    "and read back once (L2 blocks of MLP_ROWS), outputs, the weights (the hidden layer stays in "
+                    "L2)")
+    return _sum(calls, one)
+
+
+def fused_encoding_mlp_backward(calls) -> Work:
+    def one(a, out):
+        w1t, w2, grad_h, grad_feats = a[1], a[3], a[7], a[9]  # (feats, w1t, b1, w2, w1f, act, beta, grad_h, ...)
+        N, AF, (D, H), O = grad_h.shape[0], grad_feats.shape[1], w1t.shape, w2.shape[0]
+        return Work(N * (2 * D * H + H + 2 * H * O + 4 * H * O + H + 2 * D * H + 2 * AF * H),
+                    N * (D + AF + O) * F32 + 3 * (D * H + H * O) * F32,
+                    "per sample: the first layer recomputed (2 flops per weight + activation), then 4 flops per "
+                    "weight of the second layer, 2 per weight of the first (its weight gradient) and 2 per "
+                    "feature weight (the features' cotangents), + the activation's slope; bytes: the saved "
+                    "features in, their cotangents out, output cotangents in, weights and their gradients (the "
+                    "scatter into the table is the hash encoding backward's entry)")
+    return _sum(calls, one)
+
+
 def transmittance_forward(calls) -> Work:
     def one(a, out):
         S = a[0].shape[0]

@@ -72,7 +72,7 @@ class NeusModel(NerfModel):
         n = self.neus
         return NeusField(self.cfg.hash_grid(), 2.0 if self.space.contracted else 1.0, n.geo_hidden,
                          self.cfg.geo_dim, self.cfg.hidden, self.cfg.color_layers, n.init_radius, n.init_variance,
-                         n.fd_cells, generator, backend)
+                         n.fd_cells, generator, backend, self.cfg.encoding_mlp)
 
     def _make_optimizer(self) -> torch.optim.Adam:
         """Adam: the hash table (no weight decay), the MLPs (``nerf.weight_decay``), the variance (its own rate);

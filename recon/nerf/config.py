@@ -100,6 +100,9 @@ class NerfConfig:
     a chunk)"""
     backend: Literal["auto", "numba", "torch"] = "auto"
     """hash encoding and ray marching: Numba kernels (CPU), the PyTorch reference, or auto (Numba on the CPU)"""
+    encoding_mlp: Literal["auto", "fused", "unfused"] = "auto"
+    """hash encoding + density (NeuS: geometry) MLP: one fused Numba kernel each way (CPU;
+    recon/nerf/fused_encoding_mlp.py), the encoding then the torch MLP (unfused), or auto (fused where it applies)"""
 
     def hash_grid(self) -> HashGridConfig:
         return HashGridConfig(self.hash_levels, self.hash_features, self.hash_log2_table, self.hash_base_res,

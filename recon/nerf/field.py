@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from rasterizer.reference.sh import sh_basis
 from recon.nerf.config import FieldConfig
+from recon.nerf.fused_encoding_mlp import encode_mlp_numba, use_fused
 from recon.nerf.grid_rbf import grid_rbf_layer
 from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
 from recon.nerf.rbf import FEATURE_INIT, RBFLayer
@@ -69,13 +70,14 @@ def random_directions(n: int, generator: torch.Generator | None = None) -> Tenso
 class NerfField(nn.Module):
     """Grid encoding + density decoder + colour decoder (see the module docstring). ``backend`` picks the
     encoding's implementation (:func:`recon.nerf.hash_encoding.hash_encode`); ``decoder`` "mlp" or "rbf"
-    (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`)."""
+    (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`); ``encoding_mlp``: the
+    encoding + density MLP fused or not (:func:`recon.nerf.fused_encoding_mlp.use_fused`)."""
 
     def __init__(self, grid: HashGridConfig, hidden: int = 64, geo_dim: int = 16, color_layers: int = 2,
                  generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
-                 rbf_neurons: int = 256, rbf_backend: str = "auto"):
+                 rbf_neurons: int = 256, rbf_backend: str = "auto", encoding_mlp: str = "auto"):
         super().__init__()
-        self.grid, self.backend, self.decoder = grid, backend, decoder
+        self.grid, self.backend, self.decoder, self.encoding_mlp = grid, backend, decoder, encoding_mlp
         res, offsets = level_layout(grid)
         self.register_buffer("resolutions", res, persistent=False)
         self.register_buffer("offsets", offsets, persistent=False)
@@ -101,11 +103,15 @@ class NerfField(nn.Module):
         return hash_encode(u, self.table, self.resolutions, self.offsets, self.backend)
 
     def density(self, u: Tensor) -> tuple[Tensor, Tensor]:
-        """(sigma [N], geometry features [N, geo_dim]) at unit-cube positions ``u`` [N, 3]. The RBF decoder runs
-        the encoding and its layer as one operation (:func:`recon.nerf.grid_rbf.grid_rbf_layer`: the fused kernel
-        on the CPU) unless the encoding's reference was asked for."""
+        """(sigma [N], geometry features [N, geo_dim]) at unit-cube positions ``u`` [N, 3]. The encoding and
+        the density decoder run as one operation on the CPU: the RBF decoder through
+        :func:`recon.nerf.grid_rbf.grid_rbf_layer` (unless the encoding's reference was asked for), the MLP through
+        :func:`recon.nerf.fused_encoding_mlp.encode_mlp_numba` (``encoding_mlp``, see ``use_fused``)."""
         if self.decoder == "rbf" and self.backend != "torch":
             h = grid_rbf_layer(u, self.table, self.resolutions, self.offsets, self.density_mlp)
+        elif use_fused(self.encoding_mlp, self.backend, u, None, self.table, self.density_mlp):
+            h = encode_mlp_numba(u, None, self.table, self.resolutions, self.offsets, self.grid.levels,
+                                 self.density_mlp)
         else:
             h = self.density_mlp(self.encode(u).to(self.table.dtype))
         return TruncExp.apply(h[:, 0]), h
@@ -122,7 +128,8 @@ def build_field(nerf_cfg, field_cfg: FieldConfig, generator: torch.Generator | N
     grid = nerf_cfg.hash_grid() if field_cfg.encoding == "hash" else field_cfg.dense_grid()
     backend = nerf_cfg.backend if nerf_cfg.backend in ("numba", "torch") else "auto"
     return NerfField(grid, nerf_cfg.hidden, nerf_cfg.geo_dim, nerf_cfg.color_layers, generator, backend,
-                     decoder=field_cfg.decoder, rbf_neurons=field_cfg.rbf_neurons, rbf_backend=field_cfg.rbf_backend)
+                     decoder=field_cfg.decoder, rbf_neurons=field_cfg.rbf_neurons, rbf_backend=field_cfg.rbf_backend,
+                     encoding_mlp=nerf_cfg.encoding_mlp)
 
 
 def parameter_count(field: nn.Module) -> int:

@@ -199,21 +199,32 @@ def _forward_kernel(x, table, resolutions, offsets, threads, out):
     value the sum over the corners in order 0..7, from 0, as the reference's."""
     N = x.shape[0]
     L = resolutions.shape[0]
-    F = table.shape[1]
     for k in prange(threads):
         rows = np.empty((CHUNK, 8), np.int64)
         weights = np.empty((CHUNK, 8), np.float64)
         for level in range(L):
-            r, start, size, dense, mask, pow2, n = _level_constants(resolutions, offsets, level)
-            for lo in range(k * N // threads, (k + 1) * N // threads, CHUNK):
-                hi = min(lo + CHUNK, (k + 1) * N // threads)
-                _chunk_rows(x, lo, hi, r, start, size, dense, mask, pow2, n, F, table, rows, weights)
-                for j in range(hi - lo):
-                    for f in range(F):
-                        acc = 0.0
-                        for c in range(8):
-                            acc += weights[j, c] * table[rows[j, c], f]
-                        out[lo + j, level * F + f] = acc
+            lo, hi = k * N // threads, (k + 1) * N // threads
+            level_features(x, lo, hi, table, resolutions, offsets, level, rows, weights, out[lo:hi],
+                           level * table.shape[1])
+
+
+@njit(cache=True, inline="always")
+def level_features(x, lo, hi, table, resolutions, offsets, level, rows, weights, out, col):
+    """out[j, col + f] (j < hi - lo, f < F) = level ``level``'s features of points x[lo:hi], CHUNK points at a
+    time (:func:`_chunk_rows`); per value the sum over the corners in order 0..7, from 0, in float64, as the
+    reference's. The forward kernel's loop, shared with the fused encoding + MLP
+    (recon/nerf/fused_encoding_mlp.py)."""
+    F = table.shape[1]
+    r, start, size, dense, mask, pow2, n = _level_constants(resolutions, offsets, level)
+    for c0 in range(lo, hi, CHUNK):
+        c1 = min(c0 + CHUNK, hi)
+        _chunk_rows(x, c0, c1, r, start, size, dense, mask, pow2, n, F, table, rows, weights)
+        for j in range(c1 - c0):
+            for f in range(F):
+                acc = 0.0
+                for c in range(8):
+                    acc += weights[j, c] * table[rows[j, c], f]
+                out[c0 - lo + j, col + f] = acc
 
 
 @njit(cache=True, parallel=True)

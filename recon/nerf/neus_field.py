@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from rasterizer.reference.sh import sh_basis
 from recon.nerf.field import SH_DEGREE, mlp
+from recon.nerf.fused_encoding_mlp import encode_mlp_numba, use_fused
 from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
 from recon.nerf.neus import central_differences, sharpness
 
@@ -51,13 +52,16 @@ def geometry_mlp(grid_dim: int, hidden: int, geo_dim: int, radius: float,
 
 class NeusField(nn.Module):
     """Hash grid + geometry MLP + colour MLP + learned variance (see the module docstring). ``k``: half the
-    side of the normalised cube (1 box, 2 contracted); ``backend``: :func:`recon.nerf.hash_encoding.hash_encode`."""
+    side of the normalised cube (1 box, 2 contracted); ``backend``: :func:`recon.nerf.hash_encoding.hash_encode`;
+    ``encoding_mlp``: the encoding + geometry MLP fused or not (:func:`recon.nerf.fused_encoding_mlp.use_fused`)."""
 
     def __init__(self, grid: HashGridConfig, k: float = 1.0, geo_hidden: int = 64, geo_dim: int = 15,
                  hidden: int = 64, color_layers: int = 2, init_radius: float = 0.5, init_variance: float = 0.3,
-                 fd_cells: float = 0.5, generator: torch.Generator | None = None, backend: str = "auto"):
+                 fd_cells: float = 0.5, generator: torch.Generator | None = None, backend: str = "auto",
+                 encoding_mlp: str = "auto"):
         super().__init__()
         self.grid, self.k, self.backend, self.fd_cells = grid, float(k), backend, float(fd_cells)
+        self.encoding_mlp = encoding_mlp
         res, offsets = level_layout(grid)
         self.register_buffer("resolutions", res, persistent=False)
         self.register_buffer("offsets", offsets, persistent=False)
@@ -92,6 +96,10 @@ class NeusField(nn.Module):
     def sdf(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """(sdf [N], geometry features [N, geo_dim]) at normalised positions ``x`` [N, 3]."""
         x = x.to(self.table.dtype)
+        if use_fused(self.encoding_mlp, self.backend, x, x, self.table, self.geo_mlp):
+            h = encode_mlp_numba(self.to_unit(x), x, self.table, self.resolutions, self.offsets, self.active_levels,
+                                 self.geo_mlp)
+            return h[:, 0], h[:, 1:]
         feats = hash_encode(self.to_unit(x), self.table, self.resolutions, self.offsets, self.backend)
         h = self.geo_mlp(torch.cat([x, feats.to(x.dtype) * self.level_mask()], dim=1))
         return h[:, 0], h[:, 1:]
