@@ -18,8 +18,10 @@ from recon.data.scene import (
     _map_threads,
     check_cameras,
     check_files_exist,
+    check_image_size,
     default_cache_root,
     downscale_frame,
+    image_size,
 )
 from recon.data.undistort import UndistortError, undistort_frame
 from recon.core.errors import UsageError
@@ -68,6 +70,8 @@ def finalize_frames(
                 frame = downscale_frame(frame, data_factor, root, cache_root)
             except MissingImageError as e:
                 raise MissingImageError(f"{e} (listed in {listed_in})") from e
+        elif frame.mask_path is not None:  # its header now (a bomb or a wrong size), not when training draws it
+            check_mask_header(frame, listed_in)
         return frame
 
     if (data_factor == 1 and all(d is None for _, d in raw)) or len(raw) < PROGRESS_MIN_FRAMES:
@@ -83,3 +87,12 @@ def finalize_frames(
             return frame
 
         return _map_threads(one_shown, list(raw))
+
+
+def check_mask_header(frame: Frame, listed_in: Path | str) -> None:
+    """MissingImageError naming ``frame``'s loss mask (and ``listed_in``) unless its header declares an image
+    within the pixel limit and of the frame's size (read from the header only: no pixels decoded)."""
+    try:
+        check_image_size(frame.mask_path, image_size(frame.mask_path), frame.width, frame.height, "mask")
+    except MissingImageError as e:
+        raise MissingImageError(f"{e} (listed in {listed_in})") from e

@@ -137,6 +137,24 @@ def test_masks(tmp_path):
         load_scene(root)
 
 
+def test_a_mask_bomb_or_a_mask_of_another_size_is_refused_when_the_data_loads(tmp_path):
+    """Loss masks are checked from their headers when the dataset loads, not when training first draws them."""
+    from tests.corpus.bad_files import png_declaring
+
+    root, _ = make_dataset(tmp_path / "ns", frame_extra=lambda i: {"mask_path": f"masks/frame_{i:05d}.png"})
+    (root / "masks").mkdir()
+    for i in range(9):
+        Image.fromarray(np.full((H, W), 255, np.uint8), "L").save(root / "masks" / f"frame_{i:05d}.png")
+    assert len(load_scene(root).frames) == 9
+    (root / "masks" / "frame_00004.png").write_bytes(png_declaring(30000, 30000))
+    with pytest.raises(MissingImageError, match=r"frame_00004\.png.*(30000x30000|too many pixels)") as err:
+        load_scene(root)
+    assert "\n" not in str(err.value)
+    Image.fromarray(np.full((H // 2, W), 255, np.uint8), "L").save(root / "masks" / "frame_00004.png")
+    with pytest.raises(MissingImageError, match=rf"mask file .*frame_00004\.png is {W}x{H // 2}.*transforms\.json"):
+        load_scene(root)
+
+
 @pytest.mark.parametrize("model,coeffs", [
     ("OPENCV", {"k1": -0.15, "k2": 0.03, "p1": 0.001, "p2": -0.001}),
     ("OPENCV_FISHEYE", {"k1": 0.05, "k2": -0.01, "k3": 0.001, "k4": 0.0}),
