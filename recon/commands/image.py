@@ -394,7 +394,10 @@ def render_command(args: RenderArgs) -> None:
     check_output_file(args.out, args.force, suffixes=(".png",))
     model = read_image_model(args.model)
     width, height = output_size(model.width, model.height, args.scale, args.size)
-    check_memory(width, height, model.channels, args.max_memory_gb)
+    try:
+        check_memory(width, height, model.channels, args.max_memory_gb)
+    except UsageError as err:  # the size may be the file's own (no --scale/--size): name the file
+        raise UsageError(f"{args.model} (fitted at {model.width}x{model.height}): {err}") from None
     started = time.perf_counter()
     pixels = render_at(model, width, height, args.antialias, args.backend)
     seconds = time.perf_counter() - started

@@ -135,6 +135,7 @@ def test_output_over_memory_limit_refused(fitted, tmp_path, capsys):
     code, _, err = run(["image", "render", fitted[3], "--size", "100000x100000", "--out", tmp_path / "x.png"], capsys)
     need = render_memory_bytes(100000, 100000, 3) / 2**30
     assert code == 2 and f"needs about {need:.1f} GiB" in err and "--max-memory-gb 4" in err
+    assert str(fitted[3]) in err and len(err.strip().splitlines()) == 1  # names the model file
     code, _, err = run(["image", "render", fitted[3], "--size", "10x0", "--out", tmp_path / "x.png"], capsys)
     assert code == 2 and "WIDTHxHEIGHT" in err
 
