@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from recon.outputs import files as rf
-from recon.core.errors import CheckpointError, RunFolderError
+from recon.core.errors import CheckpointError, RunFolderError, out_of_memory
 from recon.outputs.history import RunHistory
 from recon.data.data_arg import names_procedural_scene, saved_data_path
 from recon.training.trainer import TrainConfig, background_color, load_training_scene
@@ -236,8 +236,12 @@ class Run:
                                     f"(has the run started?)")
         try:
             return self.model_class.from_state_dict(found[1]["model"], device)
-        except (KeyError, TypeError, IndexError, AttributeError) as err:  # a re-saved checkpoint of another shape
-            detail = " ".join(str(err).split())[:120]
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as err:
+            # a re-saved or damaged model entry (another method, tensors of another shape, a damaged avatar
+            # record), as Trainer.resume reads it; running out of memory stays what it is
+            if out_of_memory(err) is not None or isinstance(err, torch.cuda.OutOfMemoryError):
+                raise
+            detail = " ".join(str(err).split())[:160]
             raise CheckpointError(f"{rf.checkpoint_path(self.dir, found[0])}: its model entry is not a "
                                   f"{self.config.method} model ({type(err).__name__}: {detail}); delete it to use "
                                   f"an older checkpoint") from None
