@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from recon.core.devices import resolve_device
 from recon.core.errors import ConfigValueError, UsageError
 from recon.models.base import SceneModel, check_state_method, register_model
 from recon.nerf.config import FieldConfig, NerfConfig
@@ -217,6 +218,7 @@ class NerfModel(SceneModel):
                                    f"`splatforge train --method {m}` select it)")
         if cfg.nerf.box is not None:
             parse_box(cfg.nerf.box)
+        check_encoding_mlp(cfg)
 
     @classmethod
     def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "NerfModel":
@@ -564,7 +566,7 @@ class NerfModel(SceneModel):
     def _blank_from_state(cls, state: dict) -> "NerfModel":
         """A model of the checkpoint's configuration and space (weights not yet loaded)."""
         field_cfg = FieldConfig(**state.get("field_config", {}))  # checkpoints before --field: the default field
-        return cls(NerfConfig(**state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
+        return cls(loaded_nerf_config(state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
                    field_cfg=field_cfg)
 
     @torch.no_grad()
@@ -608,3 +610,26 @@ class NerfModel(SceneModel):
         # d|y|/d|c| = 1 / (2 - m)^2 outside the unit cube: cells stretch with it
         stretch = torch.where(outer, 1.0 / (2.0 - m).clamp(min=1e-3) ** 2, torch.ones_like(m))[:, 0]
         return lo + y * size, 4.0 * size[0] / G * stretch
+
+
+def check_encoding_mlp(cfg) -> None:
+    """``--nerf.encoding-mlp fused`` asks for the fused CPU kernel (recon/nerf/fused_encoding_mlp.py) always:
+    refused before training where it cannot serve (another decoder, a CUDA device) instead of failing at the
+    first step."""
+    if cfg.nerf.encoding_mlp != "fused":
+        return
+    if cfg.field.decoder != "mlp":
+        raise ConfigValueError(f"--nerf.encoding-mlp fused: the fused kernel serves the MLP decoder (--field.decoder "
+                               f"{cfg.field.decoder} has its own path); use auto")
+    if resolve_device(cfg.device).type != "cpu":
+        raise ConfigValueError("--nerf.encoding-mlp fused: a CPU (Numba) kernel; on a CUDA device use auto or "
+                               "unfused")
+
+
+def loaded_nerf_config(saved: dict) -> NerfConfig:
+    """The NerfConfig of a checkpoint; a run trained with ``encoding_mlp`` "fused" loads as "auto" (the same
+    kernel on the CPU; the unfused path where it cannot serve, e.g. a CUDA viewer)."""
+    saved = dict(saved)
+    if saved.get("encoding_mlp") == "fused":
+        saved["encoding_mlp"] = "auto"
+    return NerfConfig(**saved)

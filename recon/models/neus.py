@@ -39,7 +39,8 @@ from torch import Tensor
 
 from recon.core.errors import ConfigValueError
 from recon.models.base import register_model
-from recon.models.nerf import ADAM_BETAS, ADAM_EPS, EARLY_STOP, NO_GRAD_SAMPLES, NerfModel, scene_space
+from recon.models.nerf import (ADAM_BETAS, ADAM_EPS, EARLY_STOP, NO_GRAD_SAMPLES, NerfModel, loaded_nerf_config,
+                               scene_space)
 from recon.nerf.config import FieldConfig, NerfConfig, NeusConfig
 from recon.nerf.neus import (eikonal_loss, neus_alpha, neus_alpha_from_slope, ray_neighbours, slope_cos,
                              step_alpha)
@@ -292,7 +293,7 @@ class NeusModel(NerfModel):
 
     @classmethod
     def _blank_from_state(cls, state: dict) -> "NeusModel":
-        model = cls(NerfConfig(**state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
+        model = cls(loaded_nerf_config(state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
                     neus_cfg=NeusConfig(**state["neus_config"]))
         model.field.set_active_levels(int(state["active_levels"]))
         model.level_offset = int(state.get("level_offset", 0))  # checkpoints before sequences: 0

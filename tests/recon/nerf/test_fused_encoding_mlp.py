@@ -103,3 +103,25 @@ def test_unsupported_shapes_and_inputs_are_refused_with_a_reason():
         use_fused("fast", "auto", u, None, table, net)
     with pytest.raises(ValueError, match="gradient"):
         encode_mlp_numba(u.clone().requires_grad_(), None, table, res, offsets, active, net)
+
+
+def test_fused_is_refused_before_training_where_it_cannot_serve_and_loads_as_auto():
+    """``--nerf.encoding-mlp fused`` with the RBF decoder or on CUDA fails at the config check (not at the first
+    step); a checkpoint saved with "fused" loads as "auto" (a CUDA viewer takes the unfused path)."""
+    import dataclasses
+
+    from recon.core.errors import ConfigValueError
+    from recon.models.nerf import loaded_nerf_config
+    from recon.nerf.config import FieldConfig, NerfConfig
+    from recon.training.trainer import TrainConfig, check_train_config
+
+    base = TrainConfig(method="nerf", strategy="occupancy", device="cpu")
+    fused = dataclasses.replace(base, nerf=dataclasses.replace(base.nerf, encoding_mlp="fused"))
+    check_train_config(fused)  # the MLP decoder on the CPU: served
+    with pytest.raises(ConfigValueError, match="--nerf.encoding-mlp fused: the fused kernel serves the MLP"):
+        check_train_config(dataclasses.replace(fused, field=FieldConfig(decoder="rbf")))
+    assert loaded_nerf_config({**dataclasses.asdict(NerfConfig()), "encoding_mlp": "fused"}).encoding_mlp == "auto"
+    assert loaded_nerf_config(dataclasses.asdict(NerfConfig())).encoding_mlp == "auto"
+    if torch.cuda.is_available():  # without a GPU, resolve_device("cuda") refuses with its own clear line
+        with pytest.raises(ConfigValueError, match="CPU"):
+            check_train_config(dataclasses.replace(fused, device="cuda"))
