@@ -258,18 +258,33 @@ def _bounds_mismatch(acc: dict, values: np.ndarray) -> str | None:
             f"{fmt(hi)}")
 
 
+def position_accessors(doc: dict) -> set[int]:
+    """Indices of the accessors that mesh primitives name as their POSITION attribute."""
+    found = set()
+    for mesh in doc.get("meshes") if isinstance(doc.get("meshes"), list) else []:
+        for prim in mesh.get("primitives", []) if isinstance(mesh, dict) and isinstance(mesh.get("primitives"), list) \
+                else []:
+            attrs = prim.get("attributes") if isinstance(prim, dict) else None
+            if isinstance(attrs, dict) and isinstance(attrs.get("POSITION"), int) and \
+                    not isinstance(attrs.get("POSITION"), bool):
+                found.add(attrs["POSITION"])
+    return found
+
+
 def check_accessor_bounds(path, doc: dict, binary: bytes) -> None:
-    """SplatFileError unless every accessor of the GLB document ``doc`` (BIN chunk ``binary``) that declares
-    ``min`` / ``max`` lies inside its buffer view and holds data with exactly those bounds. glTF requires them
-    of POSITION and its validator reports a mismatch as an error (ACCESSOR_MIN_MISMATCH / ACCESSOR_MAX_MISMATCH):
-    a damaged buffer-view ``byteOffset`` or accessor ``count`` that still fits the file would otherwise read
-    other bytes (the indices, the colours) as geometry. Accessors without a buffer view (zeros), sparse ones and
-    ones in other buffers are not checked here."""
+    """SplatFileError unless every POSITION accessor of the GLB document ``doc`` (BIN chunk ``binary``) that
+    declares ``min`` / ``max`` lies inside its buffer view and holds data with exactly those bounds. glTF requires
+    them of POSITION and its validator reports a mismatch as an error (ACCESSOR_MIN_MISMATCH /
+    ACCESSOR_MAX_MISMATCH): a damaged buffer-view ``byteOffset`` or accessor ``count`` that still fits the file
+    would otherwise read other bytes (the indices, the colours) as geometry. Other accessors (indices, colours,
+    animation keys: exporters' bounds there are often loose, and renderers ignore them), accessors without a buffer
+    view (zeros), sparse ones and ones in other buffers are not checked here."""
     if not isinstance(doc, dict):
         raise SplatFileError(path, f"the GLB JSON chunk is a {type(doc).__name__}, not an object; re-export the mesh")
     accessors = doc.get("accessors") if isinstance(doc.get("accessors"), list) else []
     views = doc.get("bufferViews") if isinstance(doc.get("bufferViews"), list) else []
-    for index, acc in enumerate(accessors):
+    for index in sorted(position_accessors(doc)):
+        acc = accessors[index] if 0 <= index < len(accessors) else None
         if not isinstance(acc, dict) or "bufferView" not in acc or "sparse" in acc or \
                 (acc.get("min") is None and acc.get("max") is None):
             continue

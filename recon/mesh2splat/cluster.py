@@ -101,6 +101,7 @@ class QueueFeed:
         self.lost: set[str] = set()
         self._lock = threading.Lock()  # the queue's held leases and these sets, shared with the keeper thread
         self._stop = threading.Event()
+        self.keeper_error: BaseException | None = None  # what stopped the keeper thread (re-raised by poll)
 
     def take(self) -> str | None:
         """The next object; once the queue has handed every object out, a claim (which then scans all the
@@ -140,8 +141,11 @@ class QueueFeed:
     def keep_leases(self) -> "QueueFeed":
         """Start the keeper thread (:meth:`close` stops it)."""
         def keep():
-            while not self._stop.wait(self.queue.lease_seconds / 4):
-                self.renew()
+            try:
+                while not self._stop.wait(self.queue.lease_seconds / 4):
+                    self.renew()
+            except BaseException as err:  # noqa: BLE001 - a store error: the rank stops (poll raises it)
+                self.keeper_error = err
 
         threading.Thread(target=keep, name="mesh2splat-leases", daemon=True).start()
         return self
@@ -149,13 +153,23 @@ class QueueFeed:
     def close(self) -> None:
         self._stop.set()
 
+    def check_keeper(self) -> None:
+        """Raise what stopped the keeper thread: leases no longer renewed, every running object would go to other
+        ranks (raised from :meth:`poll` and, before anything is published, :meth:`finish`)."""
+        if self.keeper_error is not None:
+            raise RuntimeError(f"mesh2splat: renewing this rank's leases failed ({describe(self.keeper_error)})") \
+                from self.keeper_error
+
     def poll(self, running: list[str]) -> None:
+        """Drain rank 0's rows (see :meth:`check_keeper`)."""
+        self.check_keeper()
         if self.writer is not None:
             self.writer.drain()
 
     def finish(self, row: dict) -> bool:
         """Publish ``row``, then mark its object done; False (nothing published) when the object was lost to
         another rank, which publishes its own row."""
+        self.check_keeper()  # an object that failed because the keeper stopped is not recorded as failed
         source = row["source"]
         with self._lock:
             self.running.discard(source)

@@ -20,12 +20,34 @@ def feeds(lease: float, todo=("a.obj", "b.obj")):
 
 
 def test_the_keeper_thread_renews_leases_while_the_rank_does_not_poll():
-    a, b, _ = feeds(lease=0.4, todo=("a.obj",))
+    a, b, _ = feeds(lease=2.0, todo=("a.obj",))  # renewed every 0.5 s: a stall under 1.5 s is tolerated
     assert a.take() == "a.obj"
     a.keep_leases()
     try:
-        time.sleep(1.4)  # 3.5 leases without a poll (a long render in this process)
+        time.sleep(4.5)  # over two leases without a poll (a long render in this process)
         assert b.take() is None and not a.is_lost("a.obj")
+    finally:
+        a.close()
+
+
+def test_a_store_error_in_the_keeper_thread_stops_the_rank_at_its_next_poll():
+    a, _, _ = feeds(lease=0.2, todo=("a.obj",))
+    assert a.take() == "a.obj"
+
+    def broken(block):
+        raise RuntimeError("store timed out")
+
+    a.queue.renew = broken
+    a.keep_leases()
+    try:
+        deadline = time.monotonic() + 10
+        while a.keeper_error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(RuntimeError, match="renewing this rank's leases failed.*store timed out"):
+            a.poll(["a.obj"])
+        with pytest.raises(RuntimeError, match="renewing this rank's leases failed"):  # nothing published
+            a.finish({"source": "a.obj", "status": "failed"})
+        assert a.channel.count() == 0
     finally:
         a.close()
 
