@@ -100,7 +100,8 @@ def _block_activations(feat, a, b, const):
 @njit(cache=True, parallel=True)
 def grid_rbf_forward_kernel(x, table, resolutions, offsets, centres, s, weight, bias, threads, phi, out):
     """out [N, O] and phi [N, K] of the RBF layer (``centres``, ``s`` = exp(log_precision) [K, D], ``weight``
-    [O, K], ``bias`` [O], float64; ``phi`` [N, K] or [0, K] when not wanted) on the grid features of points x [N, 3] in [0, 1]^3 (clamped), ``table``
+    [O, K], ``bias`` [O], in the table's dtype; ``phi`` [N, K] or [0, K] when not wanted) on the grid features of
+    points x [N, 3] in [0, 1]^3 (clamped), ``table``
     [P, F] laid out by ``resolutions`` [L] and ``offsets`` [L + 1]; D = L F."""
     N = x.shape[0]
     D = resolutions.shape[0] * table.shape[1]

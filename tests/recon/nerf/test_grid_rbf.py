@@ -56,7 +56,8 @@ def test_auto_dispatch():
     x, res, off, params = _inputs(torch.float32, n=20)
     out = grid_rbf(x, params[0], res, off, *params[1:])
     assert out.grad_fn is not None and "GridRbfNumba" in type(out.grad_fn).__name__
-    xg = x.clone().requires_grad_(True)  # positions that need a gradient: the unfused path, which gives none
+    xg = x.clone().requires_grad_(True)  # positions that need a gradient: the fused kernel refuses them; the
+    # reference gives one (auto takes the unfused path)
     with pytest.raises(ValueError, match="positions"):
         grid_rbf_numba(xg, params[0], res, off, *params[1:])
     out = grid_rbf(xg, params[0], res, off, *params[1:], backend="reference")
