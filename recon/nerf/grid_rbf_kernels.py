@@ -2,7 +2,7 @@
 
 The threads take contiguous ranges of points, BLOCK points at a time. A block's grid features [BLOCK, D] are
 interpolated into a scratch block that stays in the cache (level by level, the rows of
-:func:`recon.nerf.hash_encoding._chunk_rows`: the same sums in the same order as the encoding's kernels) and are
+:func:`recon.nerf.hash_encoding.level_features`, the encoding kernel's own loop: the same sums in the same order) and are
 never written out. The layer runs on the block as small matrix products (BLAS through Numba's ``np.dot``), the
 quadratic form expanded as in :func:`recon.nerf.rbf.rbf_matmul`, with s2 = s^2 [K, D]:
 
@@ -30,28 +30,19 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from recon.nerf.hash_encoding import CHUNK, _chunk_rows, _level_constants
+from recon.nerf.hash_encoding import CHUNK, level_features
 
 BLOCK = 8 * CHUNK  # points per block of matrix products
 
 
 @njit(cache=True)
 def _block_features(x, lo, hi, table, resolutions, offsets, rows, weights, feat):
-    """feat [hi - lo, L F] = the grid features of points x[lo:hi] (level-major, as the encoding's output), CHUNK
-    points at a time; ``rows`` [CHUNK, 8] int64 and ``weights`` [CHUNK, 8] are scratch."""
-    L = resolutions.shape[0]
+    """feat [hi - lo, L F] = the grid features of points x[lo:hi] (level-major, as the encoding's output): the
+    encoding's own loop (:func:`recon.nerf.hash_encoding.level_features`) level after level; ``rows``
+    [CHUNK, 8] int64 and ``weights`` [CHUNK, 8] are scratch."""
     F = table.shape[1]
-    for clo in range(lo, hi, CHUNK):
-        chi = min(clo + CHUNK, hi)
-        for level in range(L):
-            r, start, size, dense, mask, pow2, n = _level_constants(resolutions, offsets, level)
-            _chunk_rows(x, clo, chi, r, start, size, dense, mask, pow2, n, F, table, rows, weights)
-            for j in range(chi - clo):
-                for f in range(F):
-                    acc = 0.0
-                    for c in range(8):
-                        acc += weights[j, c] * table[rows[j, c], f]
-                    feat[clo - lo + j, level * F + f] = acc
+    for level in range(resolutions.shape[0]):
+        level_features(x, lo, hi, table, resolutions, offsets, level, rows, weights, feat, level * F)
 
 
 EXP_Q_MAX = 64.0  # activations exp(-q) for q beyond this are taken as exp(-64) = 1.6e-28
