@@ -217,6 +217,9 @@ class NerfModel(SceneModel):
                                    f"`splatforge train --method {m}` select it)")
         if cfg.nerf.box is not None:
             parse_box(cfg.nerf.box)
+        if cfg.field.encoding == "triplane" and cfg.nerf.encoding_mlp == "fused":
+            raise ConfigValueError("--nerf.encoding-mlp fused: the fused kernel reads hash / dense tables, not "
+                                   "--field.encoding triplane; use auto or unfused")
 
     @classmethod
     def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "NerfModel":
