@@ -217,6 +217,13 @@ class NerfModel(SceneModel):
                                    f"`splatforge train --method {m}` select it)")
         if cfg.nerf.box is not None:
             parse_box(cfg.nerf.box)
+        f, n = cfg.field, cfg.nerf
+        for enc, prefix, base, top in (("hash", "nerf.hash", n.hash_base_res, n.hash_max_res),
+                                       ("dense", "field.dense", f.dense_base_res, f.dense_max_res),
+                                       ("triplane", "field.triplane", f.triplane_base_res, f.triplane_max_res)):
+            if f.encoding == enc and base > top:
+                raise ConfigValueError(f"--{prefix}-base-res {base}: must be <= --{prefix}-max-res ({top}): the "
+                                       f"coarsest level cannot be finer than the finest")
         if cfg.field.encoding == "triplane" and cfg.nerf.encoding_mlp == "fused":
             raise ConfigValueError("--nerf.encoding-mlp fused: the fused kernel reads hash / dense tables, not "
                                    "--field.encoding triplane; use auto or unfused")

@@ -154,3 +154,15 @@ def test_sdf_fit_triplane(decoder, tmp_path):
     again, _ = load_sdf(tmp_path / "sdf.pt")
     u = torch.rand(50, 3)
     assert torch.equal(again(u), field(u).detach())
+
+
+def test_config_refusals_are_one_line(tmp_path):
+    from recon.core.errors import ConfigValueError
+    from recon.models import NerfModel
+
+    with pytest.raises(ConfigValueError, match="--field.triplane-base-res 900: must be <= --field.triplane-max-res"):
+        NerfModel.check_config(tiny(tmp_path, 1, field=FieldConfig(encoding="triplane", triplane_base_res=900)))
+    with pytest.raises(ConfigValueError, match="--nerf.encoding-mlp fused"):
+        NerfModel.check_config(tiny(tmp_path, 1, nerf=dataclasses.replace(SMALL, encoding_mlp="fused"),
+                                    field=FieldConfig(encoding="triplane")))
+    NerfModel.check_config(tiny(tmp_path, 1, field=FieldConfig(**TRI)))
