@@ -1,4 +1,5 @@
-"""``splatforge sdf fit MESH --out DIR [--decoder rbf|mlp] [--encoding dense|hash|triplane] [--steps N] [--resolution R]``
+"""``splatforge sdf fit MESH --out DIR [--decoder rbf|mlp] [--encoding dense|hash|triplane] [--steps N]
+[--resolution R]``
 
 Fits a signed distance field to a watertight mesh (recon/geometry/sdf_fit.py: samples near the surface and in the
 volume, a grid encoding and a Gaussian RBF or MLP decoder), then writes into DIR: ``mesh.ply`` (marching cubes of

@@ -63,7 +63,8 @@ class SDFConfig:
     features: int = 4
     base_res: int = 16
     max_res: int | None = None
-    """cells per axis of the finest level (triplane: per side of its planes); default: 64 for dense + rbf, 128 otherwise (RBF_DEFAULTS)."""
+    """cells per axis of the finest level (triplane: per side of its planes); default: 64 for dense + rbf, 128
+    otherwise (RBF_DEFAULTS)."""
     log2_table: int = 19
     """hash encoding: rows of a hashed level (dense: every level whole)."""
     neurons: int = 64

@@ -208,8 +208,10 @@ class NerfModel(SceneModel):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        """--strategy must be occupancy; the nerf section's box must parse (--batch and --supersample, options
-        of rendered views, are refused for every ``RAY_BATCHES`` method by recon.training.trainer.check_view_options)."""
+        """--strategy must be occupancy; the nerf section's box must parse; the chosen encoding's base resolution
+        must not exceed its finest; a triplane cannot take --nerf.encoding-mlp fused (--batch and --supersample,
+        options of rendered views, are refused for every ``RAY_BATCHES`` method by
+        recon.training.trainer.check_view_options)."""
         if cfg.strategy != "occupancy":
             m = cls.method
             raise ConfigValueError(f"--strategy {cfg.strategy}: --method {m} has no densification; it trains with "

@@ -14,8 +14,8 @@ The encoding and the decoders are choices (:class:`recon.nerf.config.FieldConfig
 ``--field.encoding dense``: the same layout with every level dense (a few low-resolution grids, no hashing;
 :meth:`FieldConfig.dense_grid`). ``--field.encoding triplane``: three 2D feature planes per level, summed
 (:mod:`recon.nerf.triplane`, :meth:`FieldConfig.triplane`; plain PyTorch, so the fused CPU kernels, which read the
-hash / dense table layout, are not taken: the encoding then the decoder). ``--field.decoder rbf``: each MLP is replaced by one layer of Gaussian RBF
-neurons with a linear read-out (:class:`recon.nerf.rbf.RBFLayer`, same inputs and outputs); the grid then starts
+hash / dense table layout, are not taken: the encoding then the decoder). ``--field.decoder rbf``: each MLP is
+replaced by one layer of Gaussian RBF neurons with a linear read-out (:class:`recon.nerf.rbf.RBFLayer`, same inputs and outputs); the grid then starts
 uniform in [-FEATURE_INIT, FEATURE_INIT] (features must differ between places for the neurons to tell them
 apart) and the neurons' centres are k-means centres of the features of random points at initialisation (the
 colour head's: of the density head's outputs there next to the SH of random directions).
@@ -74,12 +74,12 @@ class NerfField(nn.Module):
     """Grid encoding + density decoder + colour decoder (see the module docstring). ``grid``: a hash / dense
     layout (:class:`HashGridConfig`) or a tri-plane (:class:`TriPlaneConfig`; its planes are the rows of
     ``table``, :func:`recon.nerf.triplane.plane_layout`). ``backend`` picks the table encoding's implementation
-    (:func:`recon.nerf.hash_encoding.hash_encode`; the tri-plane is PyTorch on every backend); ``decoder`` "mlp" or "rbf"
-    (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`); ``encoding_mlp``: the
+    (:func:`recon.nerf.hash_encoding.hash_encode`; the tri-plane is PyTorch on every backend); ``decoder`` "mlp" or
+    "rbf" (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`); ``encoding_mlp``: the
     encoding + density MLP fused or not (:func:`recon.nerf.fused_encoding_mlp.use_fused`)."""
 
-    def __init__(self, grid: HashGridConfig | TriPlaneConfig, hidden: int = 64, geo_dim: int = 16, color_layers: int = 2,
-                 generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
+    def __init__(self, grid: HashGridConfig | TriPlaneConfig, hidden: int = 64, geo_dim: int = 16,
+                 color_layers: int = 2, generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
                  rbf_neurons: int = 256, rbf_backend: str = "auto", encoding_mlp: str = "auto"):
         super().__init__()
         self.grid, self.backend, self.decoder, self.encoding_mlp = grid, backend, decoder, encoding_mlp
