@@ -1,6 +1,6 @@
 """`--field.encoding triplane` (issue 54): the tri-plane encoding's interpolation against hand computations (cell
 centres at +0.5, the three planes summed), its gradient, the layout's size, the NeRF trainer with both decoders
-(trains, saves, resumes bit for bit, eval reads it back), and `sdf fit` with a tri-plane."""
+(trains, saves, its checkpoint loads back, resumes bit for bit), and `sdf fit` with a tri-plane."""
 
 from __future__ import annotations
 
@@ -107,25 +107,24 @@ def test_field_takes_the_unfused_path(decoder, monkeypatch):
 
 @pytest.mark.parametrize("decoder", ["mlp", "rbf"])
 def test_trains_saves_resumes(decoder, tmp_path):
-    from recon.commands.evaluate import _evaluate
     from recon.run.folder import Run
 
     field = FieldConfig(decoder=decoder, rbf_neurons=16, **TRI)
-    cfg, trainer, before, metrics = train_from_untrained(tiny(tmp_path / "run", 60, field=field))
+    cfg, trainer, before, metrics = train_from_untrained(tiny(tmp_path / "run", 40, field=field))
     assert metrics["test"]["psnr"] > before + 1.0, (before, metrics)
-    model = Run.open(cfg.out).load_model()
+    model = Run.open(cfg.out).load_model()  # the run's checkpoint rebuilds the same field
     assert model.field_cfg == field and model.field.triplane
-    again = _evaluate(cfg.out, None, None, None, cfg.out / "eval_again", "cpu")
-    assert again["psnr"] == pytest.approx(metrics["test"]["psnr"], abs=1e-6)
+    for name, p in trainer.model.params.items():
+        assert torch.equal(p.detach(), model.params[name].detach()), name
     same = dataclasses.replace(cfg, out=tmp_path / "resumed")
     first = Trainer(same, log=quiet)
     first.prepare_out()
-    for step in range(30):
+    for step in range(20):
         first.advance(step)
     first.save()
     resumed = Trainer(same, log=quiet)
     resumed.run()
-    assert resumed.step == 60
+    assert resumed.step == 40
     for name, p in trainer.model.params.items():
         assert torch.equal(p.detach(), resumed.model.params[name].detach()), name
 
