@@ -1,4 +1,5 @@
-"""``splatforge sdf fit MESH --out DIR [--decoder rbf|mlp] [--encoding dense|hash] [--steps N] [--resolution R]``
+"""``splatforge sdf fit MESH --out DIR [--decoder rbf|mlp] [--encoding dense|hash|triplane] [--steps N]
+[--resolution R]``
 
 Fits a signed distance field to a watertight mesh (recon/geometry/sdf_fit.py: samples near the surface and in the
 volume, a grid encoding and a Gaussian RBF or MLP decoder), then writes into DIR: ``mesh.ply`` (marching cubes of
@@ -35,8 +36,9 @@ class SdfFitArgs:
     """output folder (mesh.ply, sdf.pt, metrics.json)."""
     decoder: Literal["rbf", "mlp"] = "rbf"
     """rbf: one layer of Gaussian RBF neurons (Gaussian RBFNet); mlp: two hidden layers of 64 ReLU units."""
-    encoding: Literal["dense", "hash"] = "dense"
-    """dense: low-resolution dense grids (4 levels, 16..128); hash: the same levels through a hash table."""
+    encoding: Literal["dense", "hash", "triplane"] = "dense"
+    """dense: low-resolution dense grids (4 levels, 16..128); hash: the same levels through a hash table; triplane:
+    xy, xz, yz feature planes per level, summed (4 levels, 16..128 cells per side)."""
     steps: int = 1500
     resolution: int = 256
     """marching-cubes cells per axis."""

@@ -9,7 +9,8 @@ NEAR_SIGMAS x the bounding diagonal) and the rest uniform in the box; their sign
 the ray-casting scene of open3d (exact distance to the triangles, sign by ray parity: the mesh must be watertight,
 checked first with trimesh).
 
-Field (:class:`SDFField`): the same parts as the radiance field (recon/nerf: ``--encoding`` hash or dense grids,
+Field (:class:`SDFField`): the same parts as the radiance field (recon/nerf: ``--encoding`` hash, dense grids or
+triplane (:mod:`recon.nerf.triplane`),
 ``--decoder`` mlp or rbf), one scalar out; the RBF read-out's bias starts at the samples' mean distance (positive:
 far from every neuron the field is its bias, which must read "outside", or empty space fills with spurious
 surfaces). Loss: mean absolute error of the distance, samples redrawn from a pool
@@ -34,6 +35,7 @@ from recon.nerf.field import mlp, parameter_count
 from recon.nerf.grid_rbf import grid_rbf_layer
 from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
 from recon.nerf.rbf import FEATURE_INIT, RBFLayer
+from recon.nerf.triplane import TriPlaneConfig, plane_layout, triplane_encode
 
 from recon.core.errors import SplatforgeError
 from recon.core.open3d_import import open3d
@@ -55,13 +57,14 @@ OTHER_DEFAULTS = {"max_res": 128, "lr": 1e-2}
 class SDFConfig:
     """How to fit one mesh's signed distance field."""
 
-    encoding: Literal["hash", "dense"] = "dense"
+    encoding: Literal["hash", "dense", "triplane"] = "dense"
     decoder: Literal["mlp", "rbf"] = "rbf"
     levels: int = 4
     features: int = 4
     base_res: int = 16
     max_res: int | None = None
-    """cells per axis of the finest level; default: 64 for dense + rbf, 128 otherwise (RBF_DEFAULTS)."""
+    """cells per axis of the finest level (triplane: per side of its planes); default: 64 for dense + rbf, 128
+    otherwise (RBF_DEFAULTS)."""
     log2_table: int = 19
     """hash encoding: rows of a hashed level (dense: every level whole)."""
     neurons: int = 64
@@ -85,7 +88,9 @@ class SDFConfig:
             if getattr(self, name) is None:
                 setattr(self, name, value)
 
-    def grid(self) -> HashGridConfig:
+    def grid(self) -> HashGridConfig | TriPlaneConfig:
+        if self.encoding == "triplane":
+            return TriPlaneConfig(self.levels, self.features, self.base_res, self.max_res)
         if self.encoding == "dense":
             return FieldConfig(dense_levels=self.levels, dense_features=self.features, dense_base_res=self.base_res,
                                dense_max_res=self.max_res).dense_grid()
@@ -99,7 +104,7 @@ class SDFField(nn.Module):
         super().__init__()
         self.cfg, self.scale = cfg, float(scale)
         grid = cfg.grid()
-        res, offsets = level_layout(grid)
+        res, offsets = plane_layout(grid) if cfg.encoding == "triplane" else level_layout(grid)
         self.register_buffer("resolutions", res, persistent=False)
         self.register_buffer("offsets", offsets, persistent=False)
         init = FEATURE_INIT if cfg.decoder == "rbf" else 1e-4
@@ -112,12 +117,16 @@ class SDFField(nn.Module):
             self.decoder = mlp(grid.output_dim, cfg.hidden, 1, 2)
 
     def encode(self, u: Tensor) -> Tensor:
+        """[N, L F] grid features of unit-cube points ``u`` [N, 3]."""
+        if self.cfg.encoding == "triplane":
+            return triplane_encode(u, self.table, self.resolutions, self.offsets)
         return hash_encode(u, self.table, self.resolutions, self.offsets, "auto")
 
     def forward(self, u: Tensor) -> Tensor:
         """[N] signed distance (mesh units) at unit-cube points ``u`` [N, 3] (the RBF decoder: encoding and layer as
-        one operation, :func:`recon.nerf.grid_rbf.grid_rbf_layer`, the fused kernel on the CPU)."""
-        if self.cfg.decoder == "rbf":
+        one operation, :func:`recon.nerf.grid_rbf.grid_rbf_layer`, the fused kernel on the CPU; it reads the table
+        layout, so a triplane runs the encoding then the layer)."""
+        if self.cfg.decoder == "rbf" and self.cfg.encoding != "triplane":
             return grid_rbf_layer(u, self.table, self.resolutions, self.offsets, self.decoder)[:, 0] * self.scale
         return self.decoder(self.encode(u))[:, 0] * self.scale
 

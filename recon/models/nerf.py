@@ -209,8 +209,10 @@ class NerfModel(SceneModel):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        """--strategy must be occupancy; the nerf section's box must parse (--batch and --supersample, options
-        of rendered views, are refused for every ``RAY_BATCHES`` method by recon.training.trainer.check_view_options)."""
+        """--strategy must be occupancy; the nerf section's box must parse; the chosen encoding's base resolution
+        must not exceed its finest; a triplane cannot take --nerf.encoding-mlp fused (--batch and --supersample,
+        options of rendered views, are refused for every ``RAY_BATCHES`` method by
+        recon.training.trainer.check_view_options)."""
         if cfg.strategy != "occupancy":
             m = cls.method
             raise ConfigValueError(f"--strategy {cfg.strategy}: --method {m} has no densification; it trains with "
@@ -218,6 +220,13 @@ class NerfModel(SceneModel):
                                    f"`splatforge train --method {m}` select it)")
         if cfg.nerf.box is not None:
             parse_box(cfg.nerf.box)
+        f, n = cfg.field, cfg.nerf
+        for enc, prefix, base, top in (("hash", "nerf.hash", n.hash_base_res, n.hash_max_res),
+                                       ("dense", "field.dense", f.dense_base_res, f.dense_max_res),
+                                       ("triplane", "field.triplane", f.triplane_base_res, f.triplane_max_res)):
+            if f.encoding == enc and base > top:
+                raise ConfigValueError(f"--{prefix}-base-res {base}: must be <= --{prefix}-max-res ({top}): the "
+                                       f"coarsest level cannot be finer than the finest")
         check_encoding_mlp(cfg)
 
     @classmethod
@@ -618,6 +627,9 @@ def check_encoding_mlp(cfg) -> None:
     first step."""
     if cfg.nerf.encoding_mlp != "fused":
         return
+    if cfg.field.encoding == "triplane":
+        raise ConfigValueError("--nerf.encoding-mlp fused: the fused kernel reads hash / dense tables, not "
+                               "--field.encoding triplane; use auto or unfused")
     if cfg.field.decoder != "mlp":
         raise ConfigValueError(f"--nerf.encoding-mlp fused: the fused kernel serves the MLP decoder (--field.decoder "
                                f"{cfg.field.decoder} has its own path); use auto")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from recon.nerf.hash_encoding import HashGridConfig
+from recon.nerf.triplane import TriPlaneConfig
 
 
 @dataclass
@@ -20,11 +21,13 @@ class FieldConfig:
     """The neural field's parts (``--field.encoding``, ``--field.decoder``), one choice for every neural method
     (--method nerf today). Encodings: ``hash`` (instant-ngp's multiresolution hash grid, sized by the method's
     --nerf.hash-* options) or ``dense`` (a few low-resolution dense grids, --field.dense-*: every level stored
-    whole, no hashing). Decoders: ``mlp`` (the method's MLPs, --nerf.hidden ...) or ``rbf`` (one layer of
+    whole, no hashing) or ``triplane`` (three axis-aligned 2D feature planes per level, summed; --field.triplane-*;
+    recon/nerf/triplane.py). Decoders: ``mlp`` (the method's MLPs, --nerf.hidden ...) or ``rbf`` (one layer of
     Gaussian RBF neurons per head, recon/nerf/rbf.py: Gaussian RBFNet / GNF, Bouzidi et al. 2025)."""
 
-    encoding: Literal["hash", "dense"] = "hash"
-    """position encoding: hash (multiresolution hash grid) or dense (low-resolution dense grids)"""
+    encoding: Literal["hash", "dense", "triplane"] = "hash"
+    """position encoding: hash (multiresolution hash grid), dense (low-resolution dense grids) or triplane (xy, xz,
+    yz feature planes per level, summed)"""
     decoder: Literal["mlp", "rbf"] = "mlp"
     """decoder of the encoded features: mlp or rbf (a single layer of Gaussian RBF neurons)"""
     dense_levels: int = 4
@@ -35,6 +38,15 @@ class FieldConfig:
     """dense encoding: cells per axis of the coarsest level"""
     dense_max_res: int = 128
     """dense encoding: cells per axis of the finest level"""
+    triplane_levels: int = 4
+    """triplane encoding: resolution levels"""
+    triplane_features: int = 4
+    """triplane encoding: features per level (each plane's; the three planes are summed)"""
+    triplane_base_res: int = 64
+    """triplane encoding: cells per side of the coarsest level's planes"""
+    triplane_max_res: int = 768
+    """triplane encoding: cells per side of the finest level's planes (the defaults: 8.73M values, the dense
+    defaults' 9.85M)"""
     rbf_neurons: int = 256
     """rbf decoder: Gaussian neurons per head (density head and colour head); lego f4 at 300 steps: 64 -> 17.7 dB,
     256 -> 21.6 dB, 512 -> 22.0 dB (docs/nerf.md)"""
@@ -47,6 +59,11 @@ class FieldConfig:
         rows = (self.dense_max_res + 1) ** 3
         return HashGridConfig(self.dense_levels, self.dense_features, max(1, math.ceil(math.log2(rows))),
                               self.dense_base_res, self.dense_max_res)
+
+    def triplane(self) -> TriPlaneConfig:
+        """The triplane encoding's size (--field.triplane-*)."""
+        return TriPlaneConfig(self.triplane_levels, self.triplane_features, self.triplane_base_res,
+                              self.triplane_max_res)
 
 
 @dataclass
@@ -147,8 +164,10 @@ _FINITE_POS = (lambda v: math.isfinite(v) and v > 0, "> 0")
 
 FIELD_RANGES = {  # merged into recon.training.trainer.FIELD_RANGES (dotted names)
     **{f"field.{name}": (_pos_int, ">= 1") for name in (
-        "dense_levels", "dense_features", "dense_base_res", "rbf_neurons")},
+        "dense_levels", "dense_features", "dense_base_res", "rbf_neurons", "triplane_levels", "triplane_features",
+        "triplane_base_res")},
     "field.dense_max_res": (lambda v: 1 <= v <= 1000, "1..1000 (a dense level holds (res + 1)^3 rows)"),
+    "field.triplane_max_res": (lambda v: 1 <= v <= 8192, "1..8192 (a triplane level holds 3 res^2 rows)"),
     **{f"nerf.{name}": (_pos_int, ">= 1") for name in (
         "hash_levels", "hash_features", "hash_base_res", "hash_max_res", "hidden", "geo_dim", "steps_per_diagonal",
         "target_samples", "max_rays", "occupancy_resolution", "eval_rays")},

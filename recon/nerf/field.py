@@ -12,8 +12,10 @@ The encoding and the decoders are choices (:class:`recon.nerf.config.FieldConfig
   outputs, the degree-3 real SH basis (16 values) of the unit view direction] -> sigmoid RGB.
 
 ``--field.encoding dense``: the same layout with every level dense (a few low-resolution grids, no hashing;
-:meth:`FieldConfig.dense_grid`). ``--field.decoder rbf``: each MLP is replaced by one layer of Gaussian RBF
-neurons with a linear read-out (:class:`recon.nerf.rbf.RBFLayer`, same inputs and outputs); the grid then starts
+:meth:`FieldConfig.dense_grid`). ``--field.encoding triplane``: three 2D feature planes per level, summed
+(:mod:`recon.nerf.triplane`, :meth:`FieldConfig.triplane`; plain PyTorch, so the fused CPU kernels, which read the
+hash / dense table layout, are not taken: the encoding then the decoder). ``--field.decoder rbf``: each MLP is
+replaced by one layer of Gaussian RBF neurons with a linear read-out (:class:`recon.nerf.rbf.RBFLayer`, same inputs and outputs); the grid then starts
 uniform in [-FEATURE_INIT, FEATURE_INIT] (features must differ between places for the neurons to tell them
 apart) and the neurons' centres are k-means centres of the features of random points at initialisation (the
 colour head's: of the density head's outputs there next to the SH of random directions).
@@ -30,6 +32,7 @@ from recon.nerf.fused_encoding_mlp import encode_mlp_numba, use_fused
 from recon.nerf.grid_rbf import grid_rbf_layer
 from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
 from recon.nerf.rbf import FEATURE_INIT, RBFLayer
+from recon.nerf.triplane import TriPlaneConfig, plane_layout, triplane_encode
 
 SH_DEGREE = 3  # 16 basis functions ("degree 4" in instant-ngp's count of bands)
 TRUNC_EXP_MAX = 15.0
@@ -68,17 +71,23 @@ def random_directions(n: int, generator: torch.Generator | None = None) -> Tenso
 
 
 class NerfField(nn.Module):
-    """Grid encoding + density decoder + colour decoder (see the module docstring). ``backend`` picks the
-    encoding's implementation (:func:`recon.nerf.hash_encoding.hash_encode`); ``decoder`` "mlp" or "rbf"
-    (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`); ``encoding_mlp``: the
+    """Grid encoding + density decoder + colour decoder (see the module docstring). ``grid``: a hash / dense
+    layout (:class:`HashGridConfig`) or a tri-plane (:class:`TriPlaneConfig`; its planes are the rows of
+    ``table``, :func:`recon.nerf.triplane.plane_layout`). ``backend`` picks the table encoding's implementation
+    (:func:`recon.nerf.hash_encoding.hash_encode`; the tri-plane is PyTorch on every backend); ``decoder`` "mlp" or
+    "rbf" (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`); ``encoding_mlp``: the
     encoding + density MLP fused or not (:func:`recon.nerf.fused_encoding_mlp.use_fused`)."""
 
-    def __init__(self, grid: HashGridConfig, hidden: int = 64, geo_dim: int = 16, color_layers: int = 2,
-                 generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
+    def __init__(self, grid: HashGridConfig | TriPlaneConfig, hidden: int = 64, geo_dim: int = 16,
+                 color_layers: int = 2, generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
                  rbf_neurons: int = 256, rbf_backend: str = "auto", encoding_mlp: str = "auto"):
         super().__init__()
         self.grid, self.backend, self.decoder, self.encoding_mlp = grid, backend, decoder, encoding_mlp
-        res, offsets = level_layout(grid)
+        self.triplane = isinstance(grid, TriPlaneConfig)
+        if self.triplane and encoding_mlp == "fused":
+            raise ValueError("--nerf.encoding-mlp fused: the fused kernel reads hash / dense tables, not the triplane "
+                             "encoding; use auto or unfused")
+        res, offsets = plane_layout(grid) if self.triplane else level_layout(grid)
         self.register_buffer("resolutions", res, persistent=False)
         self.register_buffer("offsets", offsets, persistent=False)
         color_in = geo_dim + (SH_DEGREE + 1) ** 2
@@ -99,15 +108,20 @@ class NerfField(nn.Module):
             raise ValueError(f"NerfField: unknown decoder {decoder!r} (mlp, rbf)")
 
     def encode(self, u: Tensor) -> Tensor:
-        """[N, L F] hash features of unit-cube positions ``u`` [N, 3]."""
+        """[N, L F] grid features (hash / dense table or tri-plane) of unit-cube positions ``u`` [N, 3]."""
+        if self.triplane:
+            return triplane_encode(u, self.table, self.resolutions, self.offsets)
         return hash_encode(u, self.table, self.resolutions, self.offsets, self.backend)
 
     def density(self, u: Tensor) -> tuple[Tensor, Tensor]:
         """(sigma [N], geometry features [N, geo_dim]) at unit-cube positions ``u`` [N, 3]. The encoding and
         the density decoder run as one operation on the CPU: the RBF decoder through
         :func:`recon.nerf.grid_rbf.grid_rbf_layer` (unless the encoding's reference was asked for), the MLP through
-        :func:`recon.nerf.fused_encoding_mlp.encode_mlp_numba` (``encoding_mlp``, see ``use_fused``)."""
-        if self.decoder == "rbf" and self.backend != "torch":
+        :func:`recon.nerf.fused_encoding_mlp.encode_mlp_numba` (``encoding_mlp``, see ``use_fused``); both read the
+        table layout only, so a tri-plane always runs :meth:`encode` then the decoder."""
+        if self.triplane:
+            h = self.density_mlp(self.encode(u))
+        elif self.decoder == "rbf" and self.backend != "torch":
             h = grid_rbf_layer(u, self.table, self.resolutions, self.offsets, self.density_mlp)
         elif use_fused(self.encoding_mlp, self.backend, u, None, self.table, self.density_mlp):
             h = encode_mlp_numba(u, None, self.table, self.resolutions, self.offsets, self.grid.levels,
@@ -125,7 +139,10 @@ class NerfField(nn.Module):
 def build_field(nerf_cfg, field_cfg: FieldConfig, generator: torch.Generator | None = None) -> NerfField:
     """The field ``field_cfg`` asks for (encoding, decoder), sized by the method's ``nerf_cfg``
     (:class:`recon.nerf.config.NerfConfig`: the hash grid, the MLPs' widths, the encoding's backend)."""
-    grid = nerf_cfg.hash_grid() if field_cfg.encoding == "hash" else field_cfg.dense_grid()
+    grids = {"hash": nerf_cfg.hash_grid, "dense": field_cfg.dense_grid, "triplane": field_cfg.triplane}
+    if field_cfg.encoding not in grids:
+        raise ValueError(f"--field.encoding {field_cfg.encoding!r}: unknown (hash, dense, triplane)")
+    grid = grids[field_cfg.encoding]()
     backend = nerf_cfg.backend if nerf_cfg.backend in ("numba", "torch") else "auto"
     return NerfField(grid, nerf_cfg.hidden, nerf_cfg.geo_dim, nerf_cfg.color_layers, generator, backend,
                      decoder=field_cfg.decoder, rbf_neurons=field_cfg.rbf_neurons, rbf_backend=field_cfg.rbf_backend,
