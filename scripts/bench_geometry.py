@@ -134,7 +134,8 @@ def train_run(data: Path, run: Path, method: str, steps: int, factor: int, devic
     UsageError for a finished run of another dataset (its config.yaml's ``data``): never scored on this one."""
     from recon.nerf.config import NerfConfig, NeusConfig
     from recon.strategy import ADCConfig
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     from recon.core.errors import UsageError
     from recon.outputs.files import read_config_dict

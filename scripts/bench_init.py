@@ -40,6 +40,7 @@ def old_rule_box(scene) -> str:
 
 
 def bench_arc(steps: int, data_factor: int) -> list[dict]:
+    import recon.training.train_run as train_run
     import recon.training.trainer as trainer
 
     original = trainer.load_training_scene
@@ -49,7 +50,7 @@ def bench_arc(steps: int, data_factor: int) -> list[dict]:
         for rule, box in (("cameras", None), ("old_centroid_box", old_rule_box(arc_scene(data_factor)))):
             with tempfile.TemporaryDirectory() as tmp:
                 t = time.perf_counter()
-                m = trainer.train_model(trainer.TrainConfig(out=Path(tmp), steps=steps, data_factor=data_factor,
+                m = train_run.train_model(trainer.TrainConfig(out=Path(tmp), steps=steps, data_factor=data_factor,
                                                             init_num_random=20_000, init_box=box, save_every=0,
                                                             progress=False), log=lambda *a: None)
             results.append({"benchmark": "arc90_no_points", "rule": rule, "steps": steps,
@@ -61,7 +62,8 @@ def bench_arc(steps: int, data_factor: int) -> list[dict]:
 
 
 def bench_bird(steps: int, modes: list[str], device: str) -> list[dict]:
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     data = SHARED / "colmap_bird"
     if not data.is_dir():

@@ -85,7 +85,8 @@ def bench_step(args) -> dict:
 
 
 def bench_full(name: str, data: Path, steps: int, device: str) -> dict:
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     if not data.is_dir():
         return {"benchmark": f"full_{name}", "skipped": f"{data} not found"}

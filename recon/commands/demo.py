@@ -21,7 +21,8 @@ def demo(out: Path = Path("demo_output"), steps: int = DEMO_STEPS, video: bool =
     """
     from recon.commands.render import render_video
     from recon.data.data_arg import PROCEDURAL
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     cfg = TrainConfig(data=Path(PROCEDURAL), out=Path(out), steps=steps, save_every=max(1, steps // 2),
                       progress=progress)

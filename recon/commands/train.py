@@ -19,7 +19,8 @@ import tyro
 # USER_ERRORS and fail are re-exported: the other commands import them here
 from recon.core.errors import USER_ERRORS, ConfigValueError, UsageError, fail  # noqa: F401
 from recon.training.presets import PRESETS
-from recon.training.trainer import TrainConfig, train_model
+from recon.training.trainer import TrainConfig
+from recon.training.train_run import train_model
 
 PresetConfig = tyro.extras.subcommand_type_from_defaults(
     {k: v[0] for k, v in PRESETS.items()}, {k: v[1] for k, v in PRESETS.items()})

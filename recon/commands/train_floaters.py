@@ -1,6 +1,6 @@
 """``splatforge train --remove-floaters [--floater-threshold W]``: after training, clean the run's splats.ply.
 
-Runs once :func:`recon.training.trainer.train_model` has returned (the final checkpoint, splats.ply, the
+Runs once :func:`recon.training.train_run.train_model` has returned (the final checkpoint, splats.ply, the
 evaluation and metrics.json are written), holding the run folder's lock again: the Gaussians of splats.ply
 whose blending weight stays below the threshold in every training view go (:mod:`recon.run.floaters`, the
 same call as ``export --remove-floaters``), the rest replace splats.ply atomically, and metrics.json gains a

@@ -39,6 +39,7 @@ from recon.data.scene import Scene
 from recon.geometry.mesh_extraction import mesh_bytes, zero_level_mesh
 from recon.models.base import model_class
 from recon.outputs import files as rf
+from recon.training.trainer import CHECKPOINT_KEYS, Trainer, check_resumable, stored_config
 
 FRAMES_DIR = "frames"
 MESHES_DIR = "meshes"
@@ -131,8 +132,6 @@ class FrameSequence:
         """RUN/config.yaml must describe this run when it exists (as a single run's); --overwrite starts over."""
         import shutil
 
-        from recon.training.trainer import check_resumable, stored_config
-
         self.out.mkdir(parents=True, exist_ok=True)
         config_file = self.out / rf.CONFIG_FILE
         if self.cfg.overwrite:
@@ -174,8 +173,6 @@ class FrameSequence:
         """Frame ``k`` through the trainer (resuming its own checkpoint if any); frames after the first start
         from ``previous`` (or frame k-1's final checkpoint), their progressive levels past frame k-1's steps.
         Returns the trained model."""
-        from recon.training.trainer import Trainer
-
         self.log(f"frame {k + 1}/{len(self.times)} (time {t:g}): {fcfg.steps} steps"
                  + ("" if k == 0 else " from the previous frame"))
         model = None
@@ -188,8 +185,6 @@ class FrameSequence:
 
     def final_model(self, k: int):
         """Frame ``k``'s model from its newest checkpoint (RunFolderError when there is none)."""
-        from recon.training.trainer import CHECKPOINT_KEYS
-
         folder = frame_folder(self.out, k)
         found = rf.load_latest_checkpoint(folder, CHECKPOINT_KEYS, log=self.log)
         if found is None:

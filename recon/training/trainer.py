@@ -892,24 +892,6 @@ class Trainer:
         }
 
 
-def train_model(cfg: TrainConfig, log=print, hooks=()) -> dict:
-    """Train (or resume) the run described by ``cfg``; returns the metrics written to metrics.json.
-    ``hooks``: :class:`TrainingHook` objects (``cfg.viewer`` is acted on by ``splatforge train``, which
-    passes the viewer hook here). A method that trains dynamic data frame by frame (neus) on a dataset with
-    several times trains each time step in turn (:mod:`recon.training.frame_sequence`)."""
-    if not getattr(model_class(cfg.method), "FRAME_BY_FRAME", False):
-        return Trainer(cfg, log, list(hooks)).run()
-    from recon.training.frame_sequence import FrameSequence, trains_frame_by_frame
-
-    check_train_config(cfg)
-    scene = load_training_scene(cfg)
-    for note in scene.notes:
-        log(note)
-    if trains_frame_by_frame(cfg.method, scene):
-        return FrameSequence(cfg, scene, log, hooks).run()
-    return Trainer(cfg, log, list(hooks), scene=scene).run()
-
-
 # ------------------------------------------------------------------------------------------ progress
 
 BAR_EVERY = 10  # steps between progress-bar refreshes

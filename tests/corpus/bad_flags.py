@@ -23,7 +23,8 @@ import yaml
 
 from recon.outputs import files as rf
 from recon.export import SplatData, random_splats, write_splats
-from recon.training.trainer import TrainConfig, train_model
+from recon.training.trainer import TrainConfig
+from recon.training.train_run import train_model
 
 READ_ONLY = "read_only_place"  # folders whose name holds this act as if on a read-only file system
 # small, fast training flags (procedural scene at a quarter of its size, few random Gaussians)

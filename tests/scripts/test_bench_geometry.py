@@ -127,9 +127,10 @@ def test_surfel_grow_grad2d_reaches_only_the_2dgs_runs_and_their_names(tmp_path,
         with pytest.raises(SystemExit):
             bg.parse_args(["--surfel-grow-grad2d", bad])
     # the value becomes the run's ADC threshold; None keeps train's default
+    import recon.training.train_run as train_run
     import recon.training.trainer as trainer
     seen = []
-    monkeypatch.setattr(trainer, "train_model", lambda cfg, log=None: seen.append(cfg) or {"steps": cfg.steps})
+    monkeypatch.setattr(train_run, "train_model", lambda cfg, log=None: seen.append(cfg) or {"steps": cfg.steps})
     bg.train_run(tmp_path, tmp_path / "a", "2dgs", 5, 2, "cpu", False, print, grow_grad2d=0.0003)
     bg.train_run(tmp_path, tmp_path / "b", "3dgs", 5, 2, "cpu", False, print)
     assert seen[0].adc.grow_grad2d == 0.0003
@@ -158,9 +159,9 @@ def test_neus_column_options_names_and_comparison(tmp_path, monkeypatch):
                           "--neus-target-samples", "8192", "--supersample", "2"])
     assert bg.run_name("spot", "neus", args, None) == "spot-neus-f2-s400-ts8192"
     assert bg.run_name("spot", "2dgs", args, None) == "spot-2dgs-f2-s7000-ss2"
-    import recon.training.trainer as trainer
+    import recon.training.train_run as train_run
     seen = []
-    monkeypatch.setattr(trainer, "train_model", lambda cfg, log=None: seen.append(cfg) or {"steps": cfg.steps})
+    monkeypatch.setattr(train_run, "train_model", lambda cfg, log=None: seen.append(cfg) or {"steps": cfg.steps})
     bg.train_run(tmp_path, tmp_path / "n", "neus", 400, 2, "cpu", False, print, target_samples=8192)
     cfg = seen[0]
     assert (cfg.method, cfg.strategy, cfg.steps, cfg.nerf.target_samples) == ("neus", "occupancy", 400, 8192)

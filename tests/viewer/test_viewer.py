@@ -517,7 +517,8 @@ def test_2dgs_run_and_its_extracted_mesh_in_the_browser(browser, tmp_path):
     renders them, and `--mesh` with the mesh `splatforge mesh` extracted from that run changes the picture."""
     pytest.importorskip("open3d")
     from recon.commands.mesh import MeshConfig, extract_run_mesh
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     run = tmp_path / "run2d"
     train_model(TrainConfig(data=Path("procedural"), out=run, steps=60, data_factor=2, save_every=0, progress=False,

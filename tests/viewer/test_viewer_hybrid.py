@@ -193,7 +193,8 @@ def test_hybrid_image_depth_for_viser():
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """A small 3dgs run of the procedural scene (SH 0: the browser shows what the rasterizer renders)."""
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     run = tmp_path_factory.mktemp("viewer_hybrid_run") / "run"
     train_model(TrainConfig(data=Path("procedural"), out=run, steps=40, data_factor=2, save_every=0, progress=False,
@@ -410,7 +411,7 @@ def test_nerf_run_shows_server_frames_low_while_moving_refined_when_still(browse
     server mode (splats hidden) and sends frames of the field itself: a preview at half the size on each camera
     move, then the full size once the camera has been still for REFINE_DELAY; the browser shows them."""
     pytest.importorskip("open3d")
-    from recon.training.trainer import train_model
+    from recon.training.train_run import train_model
     from tests.recon.nerf.test_nerf_train import tiny
     from viewer.hybrid import PREVIEW_FRACTION
 

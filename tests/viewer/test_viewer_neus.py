@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("viser")
 
 from recon.run.folder import Run  # noqa: E402
-from recon.training.trainer import train_model  # noqa: E402
+from recon.training.train_run import train_model  # noqa: E402
 from tests.recon.nerf.test_neus_train import tiny  # noqa: E402
 from tests.recon.tiny_runs import quiet  # noqa: E402
 from viewer.commands import ViewConfig, build_viewer  # noqa: E402

@@ -10,7 +10,8 @@ import pytest
 from recon.outputs import files as rf
 from recon.cli import main
 from recon.commands.compare import config_differences, metric_values, read_run
-from recon.training.trainer import TrainConfig, train_model
+from recon.training.trainer import TrainConfig
+from recon.training.train_run import train_model
 
 STEPS = 10
 

@@ -108,7 +108,8 @@ def test_panoptic_without_points_and_bad_meta(tmp_path, rendered):
 
 
 def test_panoptic_trains_4dgs_a_few_steps(tmp_path, rendered):
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     root = write_panoptic(tmp_path / "pan", rendered)
     metrics = train_model(TrainConfig(data=root, out=tmp_path / "run", method="4dgs", steps=20, save_every=0,

@@ -137,7 +137,8 @@ def test_memory_refusal_names_the_number():
 def test_mesh_command_on_tiny_3dgs_run(tmp_path):
     import trimesh
     from recon.commands.mesh import MeshConfig, extract_run_mesh
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     run = tmp_path / "run"
     train_model(TrainConfig(data=Path("procedural"), out=run, steps=60, data_factor=2, save_every=0,
@@ -161,7 +162,8 @@ def test_mesh_command_supersample_renders_finer_views(tmp_path, monkeypatch):
     from recon.commands.mesh import MeshConfig, extract_run_mesh
     from recon.core.errors import UsageError
     from recon.run.folder import Run
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     run = tmp_path / "run"
     train_model(TrainConfig(data=Path("procedural"), out=run, steps=30, data_factor=2, save_every=0,
@@ -190,7 +192,8 @@ def test_mesh_command_supersample_renders_finer_views(tmp_path, monkeypatch):
 def test_mesh_command_on_tiny_2dgs_run_uses_median_depth(tmp_path):
     import trimesh
     from recon.commands.mesh import MeshConfig, extract_run_mesh
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     run = tmp_path / "run2d"
     train_model(TrainConfig(data=Path("procedural"), out=run, steps=60, data_factor=2, save_every=0, progress=False,

@@ -448,7 +448,8 @@ def test_spot_in_a_tiny_3dgs_scene_end_to_end():
 def test_for_run_builds_caches_proxy_and_warns_outside(tmp_path):
     from recon.hybrid.proxy import proxy_path
     from recon.run.folder import Run
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     run_dir = tmp_path / "run"
     train_model(TrainConfig(data=Path("procedural"), out=run_dir, steps=40, data_factor=2, save_every=0,

@@ -399,7 +399,8 @@ def test_4d_run_scene_time_follows_the_clip_or_is_held(tmp_path, monkeypatch):
     pytest.importorskip("recon.hybrid.render", reason="the HybridRenderer (recon/hybrid/render.py) is not here")
     from recon.commands.insert import run_insert
     from recon.hybrid.render import HybridRenderer
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     run = tmp_path / "run4d"
     train_model(TrainConfig(data=Path("procedural-4d"), out=run, method="4dgs", steps=20, data_factor=4, sh_degree=1,
@@ -455,7 +456,7 @@ def test_every_compositable_method_through_the_command(tmp_path, method, materia
     its shadow, or mirror / glass through the method's trace_rays): RGB, depth and mask are written, the
     cube is seen, and its pixels carry its depth."""
     from recon.commands.insert import run_insert
-    from recon.training.trainer import train_model
+    from recon.training.train_run import train_model
 
     run = tmp_path / method
     if method == "nerf":

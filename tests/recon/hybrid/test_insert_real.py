@@ -28,7 +28,8 @@ def _train(tmp_path_factory, name: str, data: Path, factor: int, steps: int, **k
     if not data.is_dir():
         pytest.skip(f"{data} is not here")
     pytest.importorskip("recon.hybrid.render", reason="the HybridRenderer (recon/hybrid/render.py) is not here")
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
 
     run = tmp_path_factory.mktemp(name) / "run"
     train_model(TrainConfig(data=data, out=run, steps=steps, data_factor=factor, save_every=0, progress=False,

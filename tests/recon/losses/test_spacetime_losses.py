@@ -49,7 +49,8 @@ def test_neighbor_lists_recompute_when_due_or_resized():
 
 
 def test_4dgs_trains_with_both_regularisers_and_checks_their_config(tmp_path):
-    from recon.training.trainer import TrainConfig, train_model
+    from recon.training.trainer import TrainConfig
+    from recon.training.train_run import train_model
     from recon.core.errors import ConfigValueError
 
     cfg = TrainConfig(data=Path("procedural-4d"), out=tmp_path / "run", method="4dgs", steps=30, save_every=0,

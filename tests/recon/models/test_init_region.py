@@ -28,7 +28,8 @@ from recon.models.init_region import (
     parse_init_box,
     random_init_region,
 )
-from recon.training.trainer import TrainConfig, build_model, train_model
+from recon.training.trainer import TrainConfig, build_model
+from recon.training.train_run import train_model
 from rasterizer import Camera
 from tests.conftest import SHARED_DATA
 from tests.recon.data.test_data_colmap import synthetic_model, write_dataset

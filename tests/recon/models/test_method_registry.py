@@ -154,7 +154,8 @@ def test_second_method_end_to_end(tmp_path, capsys):
     from recon.commands.evaluate import _evaluate
     from recon.commands.export import ExportConfig, run_export
     from recon.run.folder import Run
-    from recon.training.trainer import Trainer, train_model
+    from recon.training.trainer import Trainer
+    from recon.training.train_run import train_model
     from viewer.scene import load_scene
     from viewer.training import model_snapshot
 
@@ -200,7 +201,7 @@ def test_second_method_end_to_end(tmp_path, capsys):
 def test_second_method_renders_a_video(tmp_path):
     pytest.importorskip("imageio_ffmpeg")
     from recon.commands.render import render_video
-    from recon.training.trainer import train_model
+    from recon.training.train_run import train_model
 
     out = tmp_path / "run"
     train_model(tiny_config(out, 2), log=lambda _: None)

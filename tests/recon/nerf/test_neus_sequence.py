@@ -123,7 +123,7 @@ def test_frames_and_test_views_by_time(scene):
 
 def test_train_model_dispatches_dynamic_neus(monkeypatch, scene, tmp_path):
     """train_model on dynamic data with --method neus runs the frame sequence (the scene loaded once)."""
-    from recon.training import trainer as tr
+    from recon.training import train_run as tr
 
     seen = []
     monkeypatch.setattr(tr, "load_training_scene", lambda cfg: scene)

@@ -19,7 +19,8 @@ import torch
 from recon.outputs import files as rf
 from recon.cli import main
 from recon.core.errors import CheckpointError
-from recon.training.trainer import TrainConfig, train_model
+from recon.training.trainer import TrainConfig
+from recon.training.train_run import train_model
 from tests.corpus.bad_flags import CodeRunningPickle
 
 TINY = ["--data", "procedural", "--data-factor", "4", "--init-num-random", "300", "--no-progress"]

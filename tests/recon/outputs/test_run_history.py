@@ -9,7 +9,8 @@ import torch
 
 from recon.outputs import files as rf
 from recon.outputs.history import RunHistory
-from recon.training.trainer import TrainConfig, Trainer, train_model
+from recon.training.trainer import TrainConfig, Trainer
+from recon.training.train_run import train_model
 
 STEPS = 20
 

@@ -113,7 +113,7 @@ def test_run_evaluates_as_it_trained(tmp_path):
     from recon.commands.evaluate import _evaluate
     from recon.training.evaluation import evaluate_on_scene
     from recon.run.folder import Run
-    from recon.training.trainer import train_model
+    from recon.training.train_run import train_model
 
     out = tmp_path / "run"
     metrics = train_model(TrainConfig(data="procedural", data_factor=4, init_num_random=300, steps=5, save_every=0,
@@ -128,7 +128,7 @@ def test_run_evaluates_as_it_trained(tmp_path):
 
 def test_4d_run_with_a_batch_of_times_trains_supersampled(tmp_path):
     """--method 4dgs, two (camera, time) samples a step, rendered at 2x: trains and evaluates."""
-    from recon.training.trainer import train_model
+    from recon.training.train_run import train_model
 
     metrics = train_model(TrainConfig(method="4dgs", data="procedural-4d", data_factor=4, steps=3, save_every=0,
                                       progress=False, out=tmp_path / "run4d", supersample=2, batch=2),

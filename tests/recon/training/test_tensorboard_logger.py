@@ -13,7 +13,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from recon.outputs import files as rf  # noqa: E402
 from recon.cli import main  # noqa: E402
 from recon.training.tensorboard import TensorBoardLogger  # noqa: E402
-from recon.training.trainer import TrainConfig, Trainer, train_model  # noqa: E402
+from recon.training.trainer import TrainConfig, Trainer  # noqa: E402
+from recon.training.train_run import train_model
 
 STEPS = 20
 

@@ -11,7 +11,8 @@ import torch
 
 from recon.outputs import files as rf
 from recon.export import read_splats
-from recon.training.trainer import Trainer, train_model
+from recon.training.trainer import Trainer
+from recon.training.train_run import train_model
 
 from .test_train_end_to_end import MIN_PSNR, STEPS, small_cfg
 

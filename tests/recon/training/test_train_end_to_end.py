@@ -13,7 +13,8 @@ import pytest
 
 from recon.outputs import files as rf
 from recon.export import read_splats
-from recon.training.trainer import ConfigMismatchError, TrainConfig, Trainer, train_model
+from recon.training.trainer import ConfigMismatchError, TrainConfig, Trainer
+from recon.training.train_run import train_model
 
 MIN_PSNR = 25.0
 STEPS = 300

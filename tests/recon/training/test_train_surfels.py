@@ -18,7 +18,8 @@ from recon.export import read_splats
 from recon.models import GaussianModel, SurfelModel, model_class
 from recon.models.surfels import FLAT_LOG_SCALE
 from recon.losses.surfels import SurfelConfig, normal_consistency_loss, normals_from_depth
-from recon.training.trainer import ConfigMismatchError, TrainConfig, Trainer, train_model
+from recon.training.trainer import ConfigMismatchError, TrainConfig, Trainer
+from recon.training.train_run import train_model
 from tests.recon.tiny_runs import quiet, tiny_config, train_from_untrained
 
 
