@@ -12,12 +12,9 @@ from ..tiles import TileGrid
 from . import binning as B
 from . import compositing as K
 from .launch import KERNEL_LOCK
+from .launch import kernel_array
 from .schedule import thread_count
 from .sort import depth_order
-
-
-def _np(x: Tensor) -> np.ndarray:
-    return x.detach().contiguous().numpy()
 
 
 def interleaved_tile_order(n_tiles: int) -> np.ndarray:
@@ -36,13 +33,13 @@ class BinnedTiles:
     def __init__(self, means2d: Tensor, conics: Tensor | None, opac: Tensor, radii: Tensor, depths: Tensor,
                  grid: TileGrid, width: int, height: int, chords: np.ndarray | None = None):
         C, N = depths.shape
-        self.depths32 = _np(depths.detach().to(torch.float32))  # [C, N] the sort keys
+        self.depths32 = kernel_array(depths.detach().to(torch.float32))  # [C, N] the sort keys
         with KERNEL_LOCK:
-            order = depth_order(self.depths32, _np(radii))
+            order = depth_order(self.depths32, kernel_array(radii))
         self.row_half, self.offsets, self.ids, self.perm, self.starts, self.counts = B.bin_gaussians(
-            order, _np(means2d.reshape(C * N, 2)), _np(radii.reshape(C * N, 2)),
-            None if conics is None else _np(conics.reshape(C * N, 3)),
-            _np(opac.reshape(C * N)), N, grid.tiles_x, grid.tiles_y, grid.tile_size, width, height, chords)
+            order, kernel_array(means2d.reshape(C * N, 2)), kernel_array(radii.reshape(C * N, 2)),
+            None if conics is None else kernel_array(conics.reshape(C * N, 3)),
+            kernel_array(opac.reshape(C * N)), N, grid.tiles_x, grid.tiles_y, grid.tile_size, width, height, chords)
         self.order = interleaved_tile_order(C * grid.tiles_x * grid.tiles_y)
 
 
@@ -50,7 +47,7 @@ def depth_limits32(depth_limit: Tensor | None) -> np.ndarray | None:
     """Depth limits [C, H, W] as the kernels compare them: float32, clamped to +-NO_LIMIT (no infinities)."""
     if depth_limit is None:
         return None
-    return np.clip(_np(depth_limit.to(torch.float32)), -K.NO_LIMIT, K.NO_LIMIT)
+    return np.clip(kernel_array(depth_limit.to(torch.float32)), -K.NO_LIMIT, K.NO_LIMIT)
 
 
 class CompositeFunction(torch.autograd.Function):
@@ -62,8 +59,8 @@ class CompositeFunction(torch.autograd.Function):
     def forward(ctx, means2d, conics, opac, colors, radii, depths, width, height, grid, absgrad_acc, will_backward,
                 depth_limit):
         C, N, D = colors.shape
-        flat = (_np(means2d.reshape(C * N, 2)), _np(conics.reshape(C * N, 3)), _np(opac.reshape(C * N)),
-                _np(colors.reshape(C * N, D)))
+        flat = (kernel_array(means2d.reshape(C * N, 2)), kernel_array(conics.reshape(C * N, 3)), kernel_array(opac.reshape(C * N)),
+                kernel_array(colors.reshape(C * N, D)))
         if grid.tile_size != K.TS:
             raise ValueError(f"the cpu backend composites {K.TS}x{K.TS} tiles, got tile_size={grid.tile_size}")
         bins = BinnedTiles(means2d, conics, opac, radii, depths, grid, width, height)
@@ -94,7 +91,7 @@ class CompositeFunction(torch.autograd.Function):
         (transmittance,) = ctx.saved_tensors
         T_final = transmittance.numpy()[..., 0]
         dtype = flat[3].dtype
-        v_render = np.zeros((C, height, width, D), dtype) if v_render is None else _np(v_render)
+        v_render = np.zeros((C, height, width, D), dtype) if v_render is None else kernel_array(v_render)
         v_alpha = pixel_cotangent(v_alpha, v_transmittance, (C, height, width, 1), dtype)
         M = bins.ids.shape[0]
         g_means2d = np.zeros((M, 2), dtype)
@@ -121,10 +118,10 @@ def pixel_cotangent(v_alpha: Tensor | None, v_transmittance: Tensor | None, shap
     """d loss / d alpha [C,H,W,1] as the kernels take it: alpha = 1 - T_final, so the transmittance's
     cotangent enters as -v_transmittance (zeros where neither output was used)."""
     if v_transmittance is None:
-        return np.zeros(shape, dtype) if v_alpha is None else _np(v_alpha)
+        return np.zeros(shape, dtype) if v_alpha is None else kernel_array(v_alpha)
     if v_alpha is None:
-        return _np(-v_transmittance)
-    return _np(v_alpha - v_transmittance)
+        return kernel_array(-v_transmittance)
+    return kernel_array(v_alpha - v_transmittance)
 
 
 def composite_cpu(splats: Splats, width: int, height: int, grid: TileGrid, *, absgrad_acc: Tensor | None = None,

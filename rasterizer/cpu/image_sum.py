@@ -38,6 +38,7 @@ from numba import njit, prange
 from torch import Tensor
 
 from .launch import KERNEL_LOCK
+from .launch import kernel_array
 from .schedule import claim, dealt_block, dealt_iterations, thread_count
 from .vecmath import FASTMATH, U, exp_kernel, like, radd, select, wide_vectors
 
@@ -395,10 +396,6 @@ def forward_render(means: np.ndarray, conics: np.ndarray, colors: np.ndarray, bo
     return out
 
 
-def _np(x: Tensor) -> np.ndarray:
-    return x.detach().contiguous().numpy()
-
-
 def colors_dtype(col: np.ndarray) -> torch.dtype:
     return torch.float64 if col.dtype == np.float64 else torch.float32
 
@@ -408,8 +405,8 @@ class SumComposite(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, means_px, conics, colors, extents, width, height, ellipse):
-        means, con, col = _np(means_px), _np(conics), _np(colors)
-        boxes = pixel_boxes(means, _np(extents.to(means_px.dtype)), width, height)
+        means, con, col = kernel_array(means_px), kernel_array(conics), kernel_array(colors)
+        boxes = pixel_boxes(means, kernel_array(extents.to(means_px.dtype)), width, height)
         offsets, ids = bin_boxes(boxes, -(-width // TS), -(-height // TS), binning_chunks(boxes.shape[0]))
         out = forward_render(means, con, col, boxes, offsets, ids, width, height, ellipse)
         ctx.state = (means, con, col, boxes, ellipse)
@@ -423,7 +420,7 @@ class SumComposite(torch.autograd.Function):
         if v_render is not None:
             with KERNEL_LOCK:
                 H, W = v_render.shape[:2]
-                v = channel_major_padded(_np(v_render.to(colors_dtype(col))), H, W + TS)
+                v = channel_major_padded(kernel_array(v_render.to(colors_dtype(col))), H, W + TS)
                 backward_kernel(means, con, col, boxes, v, ellipse, thread_count(), g_means, g_conics, g_colors)
         return (torch.from_numpy(g_means), torch.from_numpy(g_conics), torch.from_numpy(g_colors), None, None, None,
                 None)

@@ -18,6 +18,8 @@ import os
 import threading
 
 import numba
+import numpy as np
+from torch import Tensor
 
 from .placement import place_workers
 
@@ -47,3 +49,9 @@ class KernelLock:
 
 KERNEL_LOCK = KernelLock()
 """Held around every Numba parallel launch in the process (not re-entrant: take it once per launch)."""
+
+
+def kernel_array(t: Tensor) -> np.ndarray:
+    """A CPU tensor as the numpy array a Numba kernel takes: detached, C-contiguous (a copy only when ``t`` is not),
+    sharing memory with ``t`` otherwise. Same shape and dtype."""
+    return t.detach().contiguous().numpy()

@@ -24,11 +24,8 @@ from torch.autograd.function import once_differentiable
 from ..reference.projection import Projection
 from . import projection_kernels as PK
 from .launch import KERNEL_LOCK
+from .launch import kernel_array
 from .schedule import thread_count
-
-
-def _np(x: Tensor) -> np.ndarray:
-    return x.detach().contiguous().numpy()
 
 
 def _np64(x: Tensor) -> np.ndarray:
@@ -48,10 +45,10 @@ class ProjectFunction(torch.autograd.Function):
         has_covars = covars is not None
         np_dtype = means.detach().numpy().dtype
         empty = lambda *s: np.zeros(s, np_dtype)  # noqa: E731  (placeholders of the unused inputs)
-        m = _np(means)
-        q = empty(0, 4) if has_covars else _np(quats)
-        s = empty(0, 3) if has_covars else _np(scales)
-        cv = _np(covars) if has_covars else empty(0, 3, 3)
+        m = kernel_array(means)
+        q = empty(0, 4) if has_covars else kernel_array(quats)
+        s = empty(0, 3) if has_covars else kernel_array(scales)
+        cv = kernel_array(covars) if has_covars else empty(0, 3, 3)
         vm, K = _np64(viewmats), _np64(Ks)
         has_opac = opacities is not None
         op = _np64(opacities) if has_opac else np.zeros(0)

@@ -22,7 +22,7 @@ from numba import njit, prange
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..cpu.launch import KERNEL_LOCK
+from ..cpu.launch import KERNEL_LOCK, kernel_array
 from .rotation import LEFT_INDEX, LEFT_SIGN, RIGHT_INDEX, RIGHT_SIGN
 
 BLOCK = 256  # Gaussians per work item
@@ -230,7 +230,7 @@ def time_variances_cpu(quats_left: Tensor, quats_right: Tensor, scales4: Tensor)
 
 
 def _arrays(*tensors: Tensor) -> list[np.ndarray]:
-    return [t.detach().contiguous().numpy() for t in tensors]
+    return [kernel_array(t) for t in tensors]
 
 
 class _ConditionOnTimeCPU(torch.autograd.Function):

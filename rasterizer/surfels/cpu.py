@@ -18,18 +18,15 @@ from torch import Tensor
 from ..cpu.binning import major_rows, sum_major_rows
 from ..cpu.composite import BinnedTiles
 from ..cpu.launch import KERNEL_LOCK
+from ..cpu.launch import kernel_array
 from ..cpu.schedule import thread_count
 from ..tiles import TileGrid
 from . import cpu_kernels as K
 from .records import SurfelComposited, SurfelSplats
 
 
-def _np(x: Tensor) -> np.ndarray:
-    return x.detach().contiguous().numpy()
-
-
 def _cotangent(v: Tensor | None, shape: tuple, dtype) -> np.ndarray:
-    return np.zeros(shape, dtype) if v is None else _np(v)
+    return np.zeros(shape, dtype) if v is None else kernel_array(v)
 
 
 class SurfelCompositeFunction(torch.autograd.Function):
@@ -42,12 +39,12 @@ class SurfelCompositeFunction(torch.autograd.Function):
     def forward(ctx, means2d, ray_transforms, opac, colors, depths, normals, radii, width, height, grid, intersection,
                 depth_limit):
         C, N, D = colors.shape
-        flat = (_np(ray_transforms.reshape(C * N, 9)), _np(means2d.reshape(C * N, 2)), _np(opac.reshape(C * N)),
-                _np(colors.reshape(C * N, D)), _np(depths.reshape(C * N)), _np(normals.reshape(C * N, 3)))
+        flat = (kernel_array(ray_transforms.reshape(C * N, 9)), kernel_array(means2d.reshape(C * N, 2)), kernel_array(opac.reshape(C * N)),
+                kernel_array(colors.reshape(C * N, D)), kernel_array(depths.reshape(C * N)), kernel_array(normals.reshape(C * N, 3)))
         dt = flat[3].dtype
         packed, rows = np.empty((C * N, K.PACKED), dt), np.empty((C * N, K.ROWS))
         with KERNEL_LOCK:
-            K.pack_surfels(*flat, _np(radii.reshape(C * N, 2)), packed, rows)
+            K.pack_surfels(*flat, kernel_array(radii.reshape(C * N, 2)), packed, rows)
         bins = BinnedTiles(means2d, None, opac, radii, depths, grid, width, height, chords=rows)  # chords: the tiles
         if bins.ids.shape[0] >= 2**31:
             raise ValueError("more than 2^31 tile-surfel intersections (per-pixel indices are int32)")
@@ -71,7 +68,7 @@ class SurfelCompositeFunction(torch.autograd.Function):
     def backward(ctx, v_render, v_alpha, v_T, v_wz, v_median, v_normals, v_dist):
         (colors, (packed, rows), bins, last_k, median_k, (C, N, D), width, height, grid, intersection,
          limits) = ctx.state
-        alpha, T, wz = (_np(t) for t in ctx.saved_tensors)
+        alpha, T, wz = (kernel_array(t) for t in ctx.saved_tensors)
         dt = colors.dtype
         shape = lambda ch: (C, height, width, ch)  # noqa: E731
         cot = [_cotangent(v, shape(ch), dt) for v, ch in ((v_render, D), (v_alpha, 1), (v_T, 1), (v_wz, 1),
@@ -97,7 +94,7 @@ def kernel_limits(depth_limit: Tensor | None, dt) -> np.ndarray | None:
     value (the kernels' "no limit"; they are compiled without infinities)."""
     if depth_limit is None:
         return None
-    lim64 = _np(depth_limit.to(torch.float64))
+    lim64 = kernel_array(depth_limit.to(torch.float64))
     lim = lim64.astype(dt)
     lim = np.where(lim < lim64, np.nextafter(lim, np.array(np.inf, dt)), lim)
     big = np.finfo(dt).max

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from ..cpu.launch import KERNEL_LOCK
-from ..cpu.projection import _np, _np64
+from ..cpu.launch import KERNEL_LOCK, kernel_array
+from ..cpu.projection import _np64
 from ..cpu.projection_kernels import NORM_EPS, _add, _mul, _normalized_quat, _rotmat, _t
 from .projection import EXTENT_SIGMAS, MIN_HALF_EXTENT_SQ, SurfelProjection
 
@@ -159,7 +159,7 @@ class SurfelProjectFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, means, quats, scales, viewmats, Ks, width, height, near_plane, far_plane):
         C, N = viewmats.shape[0], means.shape[0]
-        inputs = (_np(means), _np(quats), _np(scales), _np64(viewmats), _np64(Ks))
+        inputs = (kernel_array(means), kernel_array(quats), kernel_array(scales), _np64(viewmats), _np64(Ks))
         npdt = inputs[0].dtype
         KWH, m2d, depths = np.empty((C, N, 3, 3), npdt), np.empty((C, N, 2), npdt), np.empty((C, N), npdt)
         normals, radii, flips = np.empty((C, N, 3), npdt), np.empty((C, N, 2), np.int32), np.empty((C, N), np.int8)

@@ -41,6 +41,7 @@ from numba import njit, prange
 from torch import Tensor, nn
 
 from rasterizer.cpu import KERNEL_LOCK
+from rasterizer.cpu.launch import kernel_array
 from rasterizer.cpu.schedule import thread_count
 from recon.nerf import hash_encoding as HE
 from rasterizer.cpu.vecmath import U
@@ -221,10 +222,6 @@ def _mlp_backward_kernel(feats, w1t, b1, w2, w1f, act, beta, grad_h, threads, gr
         gb2 += part_b2[k]
 
 
-def _numpy(t: Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
-
-
 def _bias(layer: nn.Linear) -> Tensor:
     return layer.bias if layer.bias is not None else torch.zeros(layer.out_features, dtype=layer.weight.dtype)
 
@@ -236,12 +233,12 @@ class _EncodeMLPNumba(torch.autograd.Function):
     def forward(ctx, u, extra, table, w1, b1, w2, b2, resolutions, offsets, active, act, beta):
         us = u.detach().to(table.dtype).contiguous()
         ex = extra.detach().to(w1.dtype).contiguous()
-        res, off = _numpy(resolutions.long()), _numpy(offsets.long())
+        res, off = kernel_array(resolutions.long()), kernel_array(offsets.long())
         feats = torch.empty(us.shape[0], w1.shape[1], dtype=w1.dtype)
         out = torch.empty(us.shape[0], w2.shape[0], dtype=w1.dtype)
         with KERNEL_LOCK:
-            _forward_kernel(us.numpy(), ex.numpy(), _numpy(table), res, off, active, _numpy(w1.t()), _numpy(b1),
-                            _numpy(w2.t()), _numpy(b2), act, beta, thread_count(), feats.numpy(), out.numpy())
+            _forward_kernel(us.numpy(), ex.numpy(), kernel_array(table), res, off, active, kernel_array(w1.t()), kernel_array(b1),
+                            kernel_array(w2.t()), kernel_array(b2), act, beta, thread_count(), feats.numpy(), out.numpy())
         ctx.save_for_backward(us, feats, w1, b1, w2, resolutions, offsets)
         ctx.active, ctx.act, ctx.beta, ctx.table_shape = active, act, beta, tuple(table.shape)
         return out
@@ -250,7 +247,7 @@ class _EncodeMLPNumba(torch.autograd.Function):
     def backward(ctx, grad_h):
         us, feats, w1, b1, w2, resolutions, offsets = ctx.saved_tensors
         active, F = ctx.active, ctx.table_shape[1]
-        res, off = _numpy(resolutions.long()), _numpy(offsets.long())
+        res, off = kernel_array(resolutions.long()), kernel_array(offsets.long())
         D, H, O = w1.shape[1], w1.shape[0], w2.shape[0]
         E = D - resolutions.shape[0] * F
         grad_feats = torch.empty(us.shape[0], active * F, dtype=w1.dtype)
@@ -259,11 +256,11 @@ class _EncodeMLPNumba(torch.autograd.Function):
         grad_table = torch.empty(ctx.table_shape, dtype=us.dtype)
         threads = thread_count()
         with KERNEL_LOCK:
-            _mlp_backward_kernel(feats.numpy(), _numpy(w1.t()), _numpy(b1), _numpy(w2), _numpy(w1[:, E:E + active * F]),
-                                 ctx.act, ctx.beta, _numpy(grad_h.to(w1.dtype)), threads, grad_feats.numpy(), gw1,
+            _mlp_backward_kernel(feats.numpy(), kernel_array(w1.t()), kernel_array(b1), kernel_array(w2), kernel_array(w1[:, E:E + active * F]),
+                                 ctx.act, ctx.beta, kernel_array(grad_h.to(w1.dtype)), threads, grad_feats.numpy(), gw1,
                                  gb1, gw2, gb2)
             # the hash encoding's own scatter over the active levels (their rows: table[:offsets[active]])
-            HE._backward_kernel(us.numpy(), _numpy(grad_feats.to(us.dtype)), res[:active], off[:active + 1],
+            HE._backward_kernel(us.numpy(), kernel_array(grad_feats.to(us.dtype)), res[:active], off[:active + 1],
                                 threads, grad_table.numpy())
         grad_table[int(off[active]):] = 0.0
 

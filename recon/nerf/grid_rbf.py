@@ -21,11 +21,11 @@ Implementations, one signature:
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from rasterizer.cpu import KERNEL_LOCK
+from rasterizer.cpu.launch import kernel_array
 from rasterizer.cpu.schedule import thread_count
 from recon.nerf.hash_encoding import hash_encode, hash_encode_reference
 from recon.nerf.rbf import rbf_matmul, rbf_reference
@@ -44,10 +44,6 @@ def grid_rbf_unfused(x: Tensor, table: Tensor, resolutions: Tensor, offsets: Ten
     return rbf_matmul(f, centres, log_precision, weight, bias)
 
 
-def _numpy(t: Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
-
-
 class _GridRbfNumba(torch.autograd.Function):
     """Autograd wrapper of :mod:`recon.nerf.grid_rbf_kernels` (gradients to the table and the layer; everything
     passed in the table's dtype)."""
@@ -59,12 +55,12 @@ class _GridRbfNumba(torch.autograd.Function):
         xs = x.detach().to(table.dtype).contiguous()
         res, off = resolutions.long().contiguous(), offsets.long().contiguous()
         dt = table.dtype
-        c, w, b = (_numpy(t.to(dt)) for t in (centres, weight, bias))
-        s = _numpy(torch.exp(log_precision.detach().to(dt)))
+        c, w, b = (kernel_array(t.to(dt)) for t in (centres, weight, bias))
+        s = kernel_array(torch.exp(log_precision.detach().to(dt)))
         out = torch.empty(xs.shape[0], weight.shape[0], dtype=dt)
         phi = torch.empty(xs.shape[0] if keep else 0, centres.shape[0], dtype=dt)
         with KERNEL_LOCK:
-            grid_rbf_forward_kernel(xs.numpy(), _numpy(table), res.numpy(), off.numpy(), c, s, w, b, thread_count(),
+            grid_rbf_forward_kernel(xs.numpy(), kernel_array(table), res.numpy(), off.numpy(), c, s, w, b, thread_count(),
                                     phi.numpy(), out.numpy())
         ctx.save_for_backward(xs, table, res, off, centres, log_precision, weight, phi)
         ctx.bias_dtype = bias.dtype
@@ -86,8 +82,8 @@ class _GridRbfNumba(torch.autograd.Function):
         threads = thread_count()
         with KERNEL_LOCK:
             grid_rbf_layer_backward_kernel(
-                xs.numpy(), _numpy(table), res.numpy(), off.numpy(), _numpy(centres.to(dt)),
-                _numpy(torch.exp(log_precision.detach().to(dt))), _numpy(weight.to(dt)), phi.numpy(), g.numpy(),
+                xs.numpy(), kernel_array(table), res.numpy(), off.numpy(), kernel_array(centres.to(dt)),
+                kernel_array(torch.exp(log_precision.detach().to(dt))), kernel_array(weight.to(dt)), phi.numpy(), g.numpy(),
                 threads, grad_feat.numpy(), grad_c.numpy(), grad_rho.numpy(), grad_w.numpy())
             if grad_table is not None:  # zeroed level by level in the kernel
                 _backward_kernel(xs.numpy(), grad_feat.numpy(), res.numpy(), off.numpy(), threads,

@@ -36,13 +36,21 @@ BLOCK = 8 * CHUNK  # points per block of matrix products
 
 
 @njit(cache=True)
-def _block_features(x, lo, hi, table, resolutions, offsets, rows, weights, feat):
-    """feat [hi - lo, L F] = the grid features of points x[lo:hi] (level-major, as the encoding's output): the
-    encoding's own loop (:func:`recon.nerf.hash_encoding.level_features`) level after level; ``rows``
-    [CHUNK, 8] int64 and ``weights`` [CHUNK, 8] are scratch."""
+def _scratch():
+    """A thread's scratch for :func:`_block_features`: ``rows`` [CHUNK, 8] int64 and ``weights`` [CHUNK, 8]."""
+    return np.empty((CHUNK, 8), np.int64), np.empty((CHUNK, 8))
+
+
+@njit(cache=True)
+def _block_features(x, lo, hi, table, resolutions, offsets, rows, weights):
+    """feat [hi - lo, L F] in the table's dtype = the grid features of points x[lo:hi] (level-major, as the
+    encoding's output): the encoding's own loop (:func:`recon.nerf.hash_encoding.level_features`) level after
+    level; ``rows`` and ``weights`` are a thread's :func:`_scratch`."""
     F = table.shape[1]
+    feat = np.empty((hi - lo, resolutions.shape[0] * F), table.dtype)
     for level in range(resolutions.shape[0]):
         level_features(x, lo, hi, table, resolutions, offsets, level, rows, weights, feat, level * F)
+    return feat
 
 
 EXP_Q_MAX = 64.0  # activations exp(-q) for q beyond this are taken as exp(-64) = 1.6e-28
@@ -95,7 +103,6 @@ def grid_rbf_forward_kernel(x, table, resolutions, offsets, centres, s, weight, 
     points x [N, 3] in [0, 1]^3 (clamped), ``table``
     [P, F] laid out by ``resolutions`` [L] and ``offsets`` [L + 1]; D = L F."""
     N = x.shape[0]
-    D = resolutions.shape[0] * table.shape[1]
     keep = phi.shape[0] == N  # an empty phi: not kept (no backward to come)
     s2 = s * s
     a = np.ascontiguousarray(s2.T)
@@ -103,13 +110,11 @@ def grid_rbf_forward_kernel(x, table, resolutions, offsets, centres, s, weight, 
     const = (s2 * centres * centres).sum(axis=1)
     weight_t = np.ascontiguousarray(weight.T)
     for t in prange(threads):
-        rows = np.empty((CHUNK, 8), np.int64)
-        weights = np.empty((CHUNK, 8))
+        rows, weights = _scratch()
         end = (t + 1) * N // threads
         for lo in range(t * N // threads, end, BLOCK):
             hi = min(lo + BLOCK, end)
-            feat = np.empty((hi - lo, D), table.dtype)
-            _block_features(x, lo, hi, table, resolutions, offsets, rows, weights, feat)
+            feat = _block_features(x, lo, hi, table, resolutions, offsets, rows, weights)
             p = _block_activations(feat, a, b, const)
             y = np.dot(p, weight_t)
             for i in range(hi - lo):
@@ -135,13 +140,11 @@ def grid_rbf_layer_backward_kernel(x, table, resolutions, offsets, centres, s, w
     acc_t = np.zeros((threads, K))
     acc_w = np.zeros((threads, O, K))
     for t in prange(threads):
-        rows = np.empty((CHUNK, 8), np.int64)
-        weights = np.empty((CHUNK, 8))
+        rows, weights = _scratch()
         end = (t + 1) * N // threads
         for lo in range(t * N // threads, end, BLOCK):
             hi = min(lo + BLOCK, end)
-            feat = np.empty((hi - lo, D), table.dtype)
-            _block_features(x, lo, hi, table, resolutions, offsets, rows, weights, feat)
+            feat = _block_features(x, lo, hi, table, resolutions, offsets, rows, weights)
             p = np.empty((hi - lo, K), table.dtype)
             for i in range(hi - lo):
                 for k in range(K):

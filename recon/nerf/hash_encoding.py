@@ -36,6 +36,7 @@ from numba import njit, prange
 from torch import Tensor
 
 from rasterizer.cpu import KERNEL_LOCK
+from rasterizer.cpu.launch import kernel_array
 from rasterizer.cpu.schedule import thread_count
 from rasterizer.cpu.vecmath import prefetch
 
@@ -252,20 +253,16 @@ def _backward_kernel(x, grad_out, resolutions, offsets, threads, grad_table):
                             grad_table[rows[j, c], f] += weights[j, c] * grad_out[lo + j, level * F + f]
 
 
-def _numpy(t: Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
-
-
 class _HashEncodeNumba(torch.autograd.Function):
     """Autograd wrapper of the Numba kernels (gradient to ``table`` only)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, table: Tensor, resolutions: Tensor, offsets: Tensor) -> Tensor:
         xs = x.detach().to(table.dtype).contiguous()
-        res, off = _numpy(resolutions.long()), _numpy(offsets.long())
+        res, off = kernel_array(resolutions.long()), kernel_array(offsets.long())
         out = torch.empty(xs.shape[0], res.shape[0] * table.shape[1], dtype=table.dtype)
         with KERNEL_LOCK:
-            _forward_kernel(xs.numpy(), _numpy(table), res, off, thread_count(), out.numpy())
+            _forward_kernel(xs.numpy(), kernel_array(table), res, off, thread_count(), out.numpy())
         ctx.save_for_backward(xs, resolutions, offsets)
         ctx.table_shape = tuple(table.shape)
         return out
@@ -277,8 +274,8 @@ class _HashEncodeNumba(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_table = torch.empty(ctx.table_shape, dtype=xs.dtype)  # zeroed level by level in the kernel
             with KERNEL_LOCK:
-                _backward_kernel(xs.numpy(), _numpy(grad_out.to(xs.dtype)), _numpy(resolutions.long()),
-                                 _numpy(offsets.long()), thread_count(), grad_table.numpy())
+                _backward_kernel(xs.numpy(), kernel_array(grad_out.to(xs.dtype)), kernel_array(resolutions.long()),
+                                 kernel_array(offsets.long()), thread_count(), grad_table.numpy())
         return None, grad_table, None, None
 
 

@@ -38,11 +38,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from rasterizer.cpu import KERNEL_LOCK
+from rasterizer.cpu.launch import kernel_array
 from rasterizer.cpu.schedule import thread_count
 
 REFERENCE_CHUNK = 4096  # samples per chunk of the reference ([chunk, K, D] intermediate)
@@ -70,10 +70,6 @@ def rbf_matmul(f: Tensor, centres: Tensor, log_precision: Tensor, weight: Tensor
     return torch.exp(-q.clamp(min=0.0)) @ weight.T + bias
 
 
-def _numpy(t: Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
-
-
 class _RbfNumba(torch.autograd.Function):
     """Autograd wrapper of :mod:`recon.nerf.rbf_kernels` (gradients to all five inputs)."""
 
@@ -87,8 +83,8 @@ class _RbfNumba(torch.autograd.Function):
         out = torch.empty(fn.shape[0], weight.shape[0], dtype=dt)
         phi = torch.empty(fn.shape[0], centres.shape[0], dtype=dt)
         with KERNEL_LOCK:
-            rbf_forward_kernel(fn.numpy(), _numpy(centres.T), _numpy(s.T), _numpy(weight.to(dt).T),
-                               _numpy(bias.to(dt)), thread_count(), phi.numpy(), out.numpy())
+            rbf_forward_kernel(fn.numpy(), kernel_array(centres.T), kernel_array(s.T), kernel_array(weight.to(dt).T),
+                               kernel_array(bias.to(dt)), thread_count(), phi.numpy(), out.numpy())
         ctx.save_for_backward(fn, centres, s, weight, phi)
         ctx.in_dtype = f.dtype
         return out
@@ -105,7 +101,7 @@ class _RbfNumba(torch.autograd.Function):
         grad_rho = torch.empty_like(centres)
         grad_w = torch.empty(weight.shape, dtype=dt)
         with KERNEL_LOCK:
-            rbf_backward_kernel(fn.numpy(), _numpy(centres), s.numpy(), _numpy(weight.to(dt)), phi.numpy(),
+            rbf_backward_kernel(fn.numpy(), kernel_array(centres), s.numpy(), kernel_array(weight.to(dt)), phi.numpy(),
                                 g.numpy(), thread_count(), grad_f.numpy(), grad_c.numpy(), grad_rho.numpy(),
                                 grad_w.numpy())
         return grad_f.to(ctx.in_dtype), grad_c, grad_rho, grad_w.to(weight.dtype), g.sum(0).to(weight.dtype)

@@ -35,7 +35,7 @@ from recon.data.frame_images import FrameImages
 from recon.data.n3dv import is_n3dv
 from recon.data.video_frames import claim_video_frames
 from recon.data.holdout import hold_out
-from recon.models.init_region import parse_init_box, random_init_region
+from recon.models.init_region import parse_init_box
 from recon.losses.image import masked_render, photometric_loss, quick_psnrs
 from recon.models.base import MODELS, SceneModel, model_class
 from recon.models.gaussians import LearningRates
