@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Neural-field decoders side by side (issue 54), printed as JSON: MLP + hash grid against Gaussian RBF + dense grid.
+"""Neural fields side by side (issue 54), printed as JSON: encodings (hash grid, dense grids, tri-plane) and decoders
+(MLP, Gaussian RBF layer), each pair with the defaults the CLI gives it.
 
 1. ``layer``: one decoder head at a NeRF step's sample count (``--samples``, default 65,536), forward and backward,
    median of ``--repeats`` interleaved runs (same load for all): the RBF layer through its three implementations
@@ -9,16 +10,18 @@
    the fused grid + RBF kernel against the unfused path (encoding kernel, then the matrix products), forward and
    backward CPU milliseconds (medians, interleaved), at the SDF fit's shape (16,384 points, 64 neurons, 1 output) and
    the NeRF density head's (--samples points, 256 neurons, 16 outputs).
-2. ``radiance`` (unless ``--no-radiance``): ``--method nerf`` on ``--data`` at ``--data-factor`` twice, hash + mlp
-   (the default field) and ``--field.encoding dense --field.decoder rbf``, their steps interleaved one by one (the
-   machine's load hits both alike) for ``--steps`` steps; then the test PSNR over every ``--test-every``-th test view
-   and the seconds of one test-view render. Parameters counted; times as the ratio rbf / mlp within the run.
-3. ``shapes`` (unless ``--no-shapes``): `splatforge sdf fit` on ``--mesh`` (default spot) with hash + mlp and
-   dense + rbf (the fused grid + RBF kernel on the CPU), each for every count of ``--sdf-steps``, all fits from one
+2. ``radiance`` (unless ``--no-radiance``): ``--method nerf`` on ``--data`` at ``--data-factor`` once per pair of
+   ``--radiance-fields`` (default hash + mlp, the nerf preset's field; dense + rbf; triplane + rbf), their steps
+   interleaved one by one (the machine's load hits all alike) for ``--steps`` steps; then the test PSNR over every
+   ``--test-every``-th test view and the seconds of one test-view render. Parameters counted; wall and CPU seconds of
+   training, and each field's CPU seconds and parameters as ratios to hash + mlp's within the run.
+3. ``shapes`` (unless ``--no-shapes``): `splatforge sdf fit` on ``--mesh`` (default spot) with each pair of
+   ``--fields`` (default all four: hash + mlp, dense + rbf (the fused grid + RBF kernel on the CPU), triplane + rbf,
+   triplane + mlp), each for every count of ``--sdf-steps``, all fits from one
    pool of samples (drawn once, its seconds reported apart); per fit: fitting seconds (wall and CPU), Chamfer distance
    in % of the bounding diagonal and normal consistency of the marching-cubes mesh at ``--sdf-resolution`` (256),
    the seconds of that extraction; then, per field, the fewest steps (and their seconds) that reach
-   ``--chamfer-bound`` (0.2 %), and the ratio rbf / mlp of those seconds.
+   ``--chamfer-bound`` (0.2 %), and each field's ratio of those CPU seconds to hash + mlp's.
 
 The machine (CPU count, torch threads, load average before and after) is in the output: timings on a shared
 machine are only comparable within one run.
@@ -48,6 +51,11 @@ from recon.nerf.rbf import RBFLayer, rbf_matmul, rbf_numba, rbf_reference  # noq
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 HEADS = {"density": (16, 16, 1), "color": (32, 3, 2)}  # name -> (inputs, outputs, MLP hidden layers)
+# encoding + decoder side by side (the sdf fit / --field defaults of each, as the CLI builds them)
+SHAPE_FIELDS = {"hash+mlp": dict(encoding="hash", decoder="mlp"), "dense+rbf": dict(encoding="dense", decoder="rbf"),
+                "triplane+rbf": dict(encoding="triplane", decoder="rbf"),
+                "triplane+mlp": dict(encoding="triplane", decoder="mlp")}
+RADIANCE_FIELDS = SHAPE_FIELDS
 
 
 def machine() -> dict:
@@ -140,18 +148,21 @@ def _trainer(data: Path, data_factor: int, steps: int, field):
     return Trainer(cfg, log=lambda s: None, writes_outputs=False)
 
 
-def bench_radiance(data: Path, data_factor: int, steps: int, test_every: int) -> dict:
+def bench_radiance(data: Path, data_factor: int, steps: int, test_every: int,
+                   names: list[str] = ("hash+mlp", "dense+rbf")) -> dict:
     """Two NeRF fields trained with interleaved steps, then evaluated (module docstring)."""
     from recon.nerf.config import FieldConfig
 
-    fields = {"hash+mlp": FieldConfig(), "dense+rbf": FieldConfig(encoding="dense", decoder="rbf")}
+    fields = {name: FieldConfig(**RADIANCE_FIELDS[name]) for name in names}
     trainers = {name: _trainer(data, data_factor, steps, f) for name, f in fields.items()}
     seconds = {name: 0.0 for name in fields}
+    cpu = {name: 0.0 for name in fields}
     for step in range(steps):
         for name, tr in trainers.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             tr.advance(step)
             seconds[name] += time.perf_counter() - t0
+            cpu[name] += time.process_time() - c0
     out = {}
     for name, tr in trainers.items():
         n_test = len(tr.scene.frames_test)
@@ -165,16 +176,22 @@ def bench_radiance(data: Path, data_factor: int, steps: int, test_every: int) ->
                 tr.model.render([cam])
             render_s = round(time.perf_counter() - t0, 3)
         out[name] = {"field": dataclasses.asdict(fields[name]), "parameters": parameter_count(tr.model.field),
-                     "train_seconds": round(seconds[name], 1), "test_psnr": round(test["psnr"], 3),
+                     "train_seconds": round(seconds[name], 1), "train_cpu_seconds": round(cpu[name], 1),
+                     "test_psnr": round(test["psnr"], 3),
                      "test_ssim": round(test["ssim"], 4), "test_views": f"{test['num_views']} of {n_test}",
                      "render_seconds_one_view": render_s}
-    out["time_ratio_rbf_over_mlp"] = round(seconds["dense+rbf"] / seconds["hash+mlp"], 3)
-    out["parameter_ratio_rbf_over_mlp"] = round(out["dense+rbf"]["parameters"] / out["hash+mlp"]["parameters"], 3)
+    if "hash+mlp" in out:  # every other field against the hash-grid NeRF
+        base = out["hash+mlp"]
+        for name in fields:
+            if name != "hash+mlp":
+                out[name]["cpu_time_ratio_over_hash_mlp"] = round(cpu[name] / max(cpu["hash+mlp"], 1e-9), 3)
+                out[name]["parameter_ratio_over_hash_mlp"] = round(out[name]["parameters"] / base["parameters"], 3)
     out["data"], out["data_factor"], out["steps"] = str(data), data_factor, steps
     return out
 
 
-def bench_shapes(mesh: Path, steps_list: list[int], resolution: int, bound: float) -> dict:
+def bench_shapes(mesh: Path, steps_list: list[int], resolution: int, bound: float,
+                 names: list[str] = tuple(SHAPE_FIELDS)) -> dict:
     """Both SDF fields at each step count on one pool of samples (module docstring)."""
     import numpy as np
 
@@ -187,7 +204,7 @@ def bench_shapes(mesh: Path, steps_list: list[int], resolution: int, bound: floa
                        np.random.default_rng(SDFConfig().seed))
     out = {"mesh": str(mesh), "resolution": resolution, "chamfer_bound_pct": bound,
            "sample_seconds": round(time.perf_counter() - t0, 1), "fits": []}
-    fields = {"hash+mlp": dict(encoding="hash", decoder="mlp"), "dense+rbf": dict(encoding="dense", decoder="rbf")}
+    fields = {name: SHAPE_FIELDS[name] for name in names}
     for steps in steps_list:
         for name, kw in fields.items():
             cfg = SDFConfig(steps=steps, resolution=resolution, **kw)
@@ -207,9 +224,12 @@ def bench_shapes(mesh: Path, steps_list: list[int], resolution: int, bound: floa
         first = min(ok, key=lambda f: f["steps"]) if ok else None
         out[f"{name}_reaches_bound"] = (None if first is None else
                                         {k: first[k] for k in ("steps", "fit_seconds", "fit_cpu_seconds")})
-    a, b = out["dense+rbf_reaches_bound"], out["hash+mlp_reaches_bound"]
-    out["cpu_time_ratio_rbf_over_mlp_to_bound"] = (round(a["fit_cpu_seconds"] / b["fit_cpu_seconds"], 2)
-                                                   if a and b else None)
+    b = out.get("hash+mlp_reaches_bound")
+    for name in fields:  # CPU seconds to the bound against hash + mlp's
+        a = out[f"{name}_reaches_bound"]
+        if name != "hash+mlp":
+            out[f"{name}_cpu_time_ratio_over_hash_mlp_to_bound"] = (
+                round(a["fit_cpu_seconds"] / b["fit_cpu_seconds"], 2) if a and b else None)
     return out
 
 
@@ -229,15 +249,21 @@ def main() -> None:
     ap.add_argument("--sdf-steps", type=int, nargs="+", default=[25, 50, 150, 300, 600])
     ap.add_argument("--sdf-resolution", type=int, default=256)
     ap.add_argument("--chamfer-bound", type=float, default=0.2, help="in %% of the bounding diagonal")
+    ap.add_argument("--fields", nargs="+", choices=list(SHAPE_FIELDS), default=list(SHAPE_FIELDS),
+                    help="encoding+decoder pairs of the shapes section")
+    ap.add_argument("--radiance-fields", nargs="+", choices=list(RADIANCE_FIELDS),
+                    default=["hash+mlp", "dense+rbf", "triplane+rbf"], help="pairs of the radiance section")
     args = ap.parse_args()
     report = {"machine": machine()}
     if not args.no_layer:
         report["layer"] = bench_layer(args.samples, args.neurons, args.repeats)
         report["grid_rbf"] = bench_grid_rbf(args.samples, args.repeats)
     if not args.no_shapes:
-        report["shapes"] = bench_shapes(args.mesh, args.sdf_steps, args.sdf_resolution, args.chamfer_bound)
+        report["shapes"] = bench_shapes(args.mesh, args.sdf_steps, args.sdf_resolution, args.chamfer_bound,
+                                        args.fields)
     if not args.no_radiance:
-        report["radiance"] = bench_radiance(args.data, args.data_factor, args.steps, args.test_every)
+        report["radiance"] = bench_radiance(args.data, args.data_factor, args.steps, args.test_every,
+                                            args.radiance_fields)
     report["machine"]["load_average_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))
 

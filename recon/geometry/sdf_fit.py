@@ -28,14 +28,14 @@ from typing import Callable, Literal
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from recon.nerf.config import FieldConfig
-from recon.nerf.field import mlp, parameter_count
+from recon.nerf.field import INIT_SAMPLES, GridField, mlp, parameter_count
 from recon.nerf.grid_rbf import grid_rbf_layer
-from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
-from recon.nerf.rbf import FEATURE_INIT, RBFLayer
-from recon.nerf.triplane import TriPlaneConfig, plane_layout, triplane_encode
+from recon.nerf.hash_encoding import HashGridConfig
+from recon.nerf.rbf import RBFLayer
+from recon.nerf.triplane import TriPlaneConfig
 
 from recon.core.errors import SplatforgeError
 from recon.core.open3d_import import open3d
@@ -97,30 +97,21 @@ class SDFConfig:
         return HashGridConfig(self.levels, self.features, self.log2_table, self.base_res, self.max_res)
 
 
-class SDFField(nn.Module):
-    """Grid encoding + decoder -> one signed distance (in mesh units: output x ``scale``) at unit-cube points."""
+class SDFField(GridField):
+    """Grid encoding (:class:`recon.nerf.field.GridField`, as the radiance and NeuS fields) + decoder -> one signed
+    distance (in mesh units: output x ``scale``) at unit-cube points."""
 
     def __init__(self, cfg: SDFConfig, scale: float, generator: torch.Generator | None = None):
         super().__init__()
         self.cfg, self.scale = cfg, float(scale)
         grid = cfg.grid()
-        res, offsets = plane_layout(grid) if cfg.encoding == "triplane" else level_layout(grid)
-        self.register_buffer("resolutions", res, persistent=False)
-        self.register_buffer("offsets", offsets, persistent=False)
-        init = FEATURE_INIT if cfg.decoder == "rbf" else 1e-4
-        self.table = nn.Parameter(init_table(offsets, grid.features, generator, scale=init))
+        self._init_grid(grid, cfg.decoder, generator)
         if cfg.decoder == "rbf":
             with torch.no_grad():
-                feats = self.encode(torch.rand(4096, 3, generator=generator))
+                feats = self.encode(torch.rand(INIT_SAMPLES, 3, generator=generator))
             self.decoder = RBFLayer(grid.output_dim, cfg.neurons, 1, generator, cfg.backend, feats)
         else:
             self.decoder = mlp(grid.output_dim, cfg.hidden, 1, 2)
-
-    def encode(self, u: Tensor) -> Tensor:
-        """[N, L F] grid features of unit-cube points ``u`` [N, 3]."""
-        if self.cfg.encoding == "triplane":
-            return triplane_encode(u, self.table, self.resolutions, self.offsets)
-        return hash_encode(u, self.table, self.resolutions, self.offsets, "auto")
 
     def forward(self, u: Tensor) -> Tensor:
         """[N] signed distance (mesh units) at unit-cube points ``u`` [N, 3] (the RBF decoder: encoding and layer as

@@ -1,6 +1,8 @@
-"""Neural implicit surface on the hash grid (NeuS / NeuS2): the "neus" method.
+"""Neural implicit surface (NeuS / NeuS2): the "neus" method.
 
-A :class:`NerfModel` whose field is a signed distance field (:class:`recon.nerf.neus_field.NeusField`)
+A :class:`NerfModel` whose field is a signed distance field (:class:`recon.nerf.neus_field.NeusField`; its grid
+and decoder are the nerf method's choices, ``--field.encoding hash|dense|triplane``, ``--field.decoder mlp|rbf``,
+the hash grid and MLPs by default)
 rendered with NeuS's unbiased opacity (:mod:`recon.nerf.neus`). Everything else is the nerf method's: the
 scene space (Blender scenes in their box, captures contracted: :func:`recon.models.nerf.scene_space`), rays
 drawn across all training images, ray marching through the occupancy grid, the compositing over the
@@ -17,7 +19,7 @@ What differs:
   :data:`FAST_WEIGHT` (:meth:`NeusModel._fast_sections`); training is unchanged;
 - loss: the nerf method's mean squared error plus ``--neus.eikonal-weight`` x the eikonal loss on the
   training samples' gradients (:meth:`NeusModel.loss_terms`);
-- progressive levels: ``--neus.start-levels`` hash levels at step 0, one more every ``--neus.level-every``
+- progressive levels: ``--neus.start-levels`` grid levels at step 0, one more every ``--neus.level-every``
   steps (:meth:`NeusModel.set_step`; the steps of a sequence's earlier frames count too:
   :attr:`NeusModel.level_offset`); the finite-difference step follows the finest active level;
 - the learned variance (sharpness) has its own Adam group at ``--nerf.lr x --neus.variance-lr-scale``;
@@ -37,11 +39,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from recon.core.errors import ConfigValueError
 from recon.models.base import register_model
 from recon.models.nerf import (ADAM_BETAS, ADAM_EPS, EARLY_STOP, NO_GRAD_SAMPLES, NerfModel, loaded_nerf_config,
                                scene_space)
 from recon.nerf.config import FieldConfig, NerfConfig, NeusConfig
+from recon.nerf.field import encoding_backend, field_grid_config
 from recon.nerf.neus import (eikonal_loss, neus_alpha, neus_alpha_from_slope, ray_neighbours, slope_cos,
                              step_alpha)
 from recon.nerf.neus_field import NeusField, unit_normals
@@ -54,7 +56,7 @@ FAST_WEIGHT = 1e-4  # rendering without gradients: sections of smaller (estimate
 
 @register_model("neus")
 class NeusModel(NerfModel):
-    """NeuS on the hash grid (method "neus"; see the module docstring). ``neus``: :class:`NeusConfig`."""
+    """NeuS (method "neus"; see the module docstring). ``neus``: :class:`NeusConfig`."""
 
     COUNT_NAME = "occupied grid cells"
     fast_render = True  # without gradients: one SDF evaluation per section, gradient/colour where it matters
@@ -69,11 +71,13 @@ class NeusModel(NerfModel):
         super().__init__(cfg, space, extent, generator, field_cfg)
 
     def _build_field(self, generator: torch.Generator | None) -> NeusField:
-        backend = self.cfg.backend if self.cfg.backend in ("numba", "torch") else "auto"
-        n = self.neus
-        return NeusField(self.cfg.hash_grid(), 2.0 if self.space.contracted else 1.0, n.geo_hidden,
+        """The SDF field on the grid ``--field.encoding`` asks for (:func:`recon.nerf.field.field_grid_config`, as
+        the nerf method's) with the ``--field.decoder`` heads."""
+        n, f = self.neus, self.field_cfg
+        return NeusField(field_grid_config(self.cfg, f), 2.0 if self.space.contracted else 1.0, n.geo_hidden,
                          self.cfg.geo_dim, self.cfg.hidden, self.cfg.color_layers, n.init_radius, n.init_variance,
-                         n.fd_cells, generator, backend, self.cfg.encoding_mlp)
+                         n.fd_cells, generator, encoding_backend(self.cfg), self.cfg.encoding_mlp, f.decoder,
+                         f.rbf_neurons, f.rbf_backend)
 
     def _make_optimizer(self) -> torch.optim.Adam:
         """Adam: the hash table (no weight decay), the MLPs (``nerf.weight_decay``), the variance (its own rate);
@@ -89,17 +93,11 @@ class NeusModel(NerfModel):
             fused=True)
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        """The nerf method's checks; the hash encoding and MLP decoder only (--field.* other than the default)."""
-        super().check_config(cfg)
-        if cfg.field != FieldConfig():
-            raise ConfigValueError("--field.*: --method neus has its own SDF field on the hash grid (the hash "
-                                   "encoding and MLPs); leave the --field options at their defaults")
-
-    @classmethod
     def initialize(cls, cfg, scene, generator: torch.Generator, log=print) -> "NeusModel":
         space = scene_space(cfg.nerf, scene, log)
-        return cls(cfg.nerf, space, scene.extent, generator, None, cfg.neus)
+        if cfg.field != FieldConfig():
+            log(f"neus: field encoding {cfg.field.encoding}, decoder {cfg.field.decoder}")
+        return cls(cfg.nerf, space, scene.extent, generator, cfg.field, cfg.neus)
 
     # ---------------------------------------------------------------------------- coordinates
 
@@ -221,7 +219,7 @@ class NeusModel(NerfModel):
         return {"eikonal": self.neus.eikonal_weight * eikonal_loss(grads)}
 
     def set_step(self, step: int, total_steps: int) -> None:
-        """The nerf schedule, and the active hash levels: ``start_levels + (level_offset + step) // level_every``."""
+        """The nerf schedule, and the active grid levels: ``start_levels + (level_offset + step) // level_every``."""
         super().set_step(step, total_steps)
         self.field.set_active_levels(self.neus.start_levels + (self.level_offset + step) // self.neus.level_every)
 
@@ -287,14 +285,14 @@ class NeusModel(NerfModel):
     # ---------------------------------------------------------------------------- IO
 
     def state_dict(self) -> dict:
-        """The nerf method's checkpoint plus the neus section, the active hash levels and the level offset."""
+        """The nerf method's checkpoint plus the neus section, the active grid levels and the level offset."""
         return {**super().state_dict(), "neus_config": asdict(self.neus), "active_levels": self.field.active_levels,
                 "level_offset": self.level_offset}
 
     @classmethod
     def _blank_from_state(cls, state: dict) -> "NeusModel":
         model = cls(loaded_nerf_config(state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
-                    neus_cfg=NeusConfig(**state["neus_config"]))
+                    field_cfg=FieldConfig(**state.get("field_config", {})), neus_cfg=NeusConfig(**state["neus_config"]))
         model.field.set_active_levels(int(state["active_levels"]))
         model.level_offset = int(state.get("level_offset", 0))  # checkpoints before sequences: 0
         return model

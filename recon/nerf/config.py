@@ -19,7 +19,8 @@ from recon.nerf.triplane import TriPlaneConfig
 @dataclass
 class FieldConfig:
     """The neural field's parts (``--field.encoding``, ``--field.decoder``), one choice for every neural method
-    (--method nerf today). Encodings: ``hash`` (instant-ngp's multiresolution hash grid, sized by the method's
+    (--method nerf and --method neus: recon/nerf/field.py, recon/nerf/neus_field.py). Encodings: ``hash``
+    (instant-ngp's multiresolution hash grid, sized by the method's
     --nerf.hash-* options) or ``dense`` (a few low-resolution dense grids, --field.dense-*: every level stored
     whole, no hashing) or ``triplane`` (three axis-aligned 2D feature planes per level, summed; --field.triplane-*;
     recon/nerf/triplane.py). Decoders: ``mlp`` (the method's MLPs, --nerf.hidden ...) or ``rbf`` (one layer of
@@ -128,7 +129,8 @@ class NerfConfig:
 
 @dataclass
 class NeusConfig:
-    """NeuS options (--method neus; the hash grid, sampling and optimiser come from the ``nerf`` section).
+    """NeuS options (--method neus; the hash grid, sampling and optimiser come from the ``nerf`` section, the
+    encoding and decoder from ``field``).
     Sources: NeuS (Wang et al. 2021), NeuS2 (Wang et al. 2023), instant-nsr-pl's neus configs."""
 
     eikonal_weight: float = 0.1
@@ -141,13 +143,13 @@ class NeusConfig:
     """the variance's learning rate is --nerf.lr x this (instant-nsr-pl: 0.1; the short CPU runs here need
     the sharpness to grow faster)"""
     start_levels: int = 4
-    """progressive training: hash levels active at step 0"""
+    """progressive training: grid levels (hash, dense or triplane) active at step 0"""
     level_every: int = 500
-    """progressive training: one more hash level every N steps (the default: all 16 levels by step 6,000)"""
+    """progressive training: one more grid level every N steps (the default: all 16 levels by step 6,000)"""
     fd_cells: float = 0.5
-    """finite-difference step of the SDF gradient, in cells of the finest active hash level"""
+    """finite-difference step of the SDF gradient, in cells of the finest active grid level"""
     geo_hidden: int = 64
-    """width of the geometry MLP's hidden layer (softplus, geometric initialisation)"""
+    """width of the geometry MLP's hidden layer (softplus, geometric initialisation; --field.decoder mlp)"""
     frame_steps: int = 300
     """dynamic data (frames with times): steps of each frame after the first, a fine-tune of the previous
     frame's field (NeuS2's incremental training); the first frame trains --steps (docs/nerf.md)"""

@@ -70,7 +70,39 @@ def random_directions(n: int, generator: torch.Generator | None = None) -> Tenso
     return v / v.norm(dim=1, keepdim=True).clamp(min=1e-12)
 
 
-class NerfField(nn.Module):
+def grid_layout(grid: HashGridConfig | TriPlaneConfig) -> tuple[Tensor, Tensor]:
+    """(resolutions int64 [L], offsets int64 [L + 1]) of a grid's flat ``table``: a tri-plane's planes
+    (:func:`recon.nerf.triplane.plane_layout`) or a hash / dense grid's levels (:func:`level_layout`)."""
+    return plane_layout(grid) if isinstance(grid, TriPlaneConfig) else level_layout(grid)
+
+
+class GridField(nn.Module):
+    """The encoding part every neural field shares (nerf's :class:`NerfField`, neus's
+    :class:`recon.nerf.neus_field.NeusField`, ``sdf fit``'s :class:`recon.geometry.sdf_fit.SDFField`): the grid
+    (``grid``: a hash / dense :class:`HashGridConfig` or a :class:`TriPlaneConfig`), its layout buffers
+    ``resolutions`` / ``offsets`` and its flat parameter ``table`` [P, F], uniform in [-1e-4, 1e-4] under an MLP
+    decoder and in [-FEATURE_INIT, FEATURE_INIT] under an RBF one (the neurons must tell places apart)."""
+
+    def _init_grid(self, grid: HashGridConfig | TriPlaneConfig, decoder: str,
+                   generator: torch.Generator | None = None, backend: str = "auto") -> None:
+        if decoder not in ("mlp", "rbf"):
+            raise ValueError(f"{type(self).__name__}: unknown decoder {decoder!r} (mlp, rbf)")
+        self.grid, self.backend, self.decoder_kind = grid, backend, decoder
+        self.triplane = isinstance(grid, TriPlaneConfig)
+        res, offsets = grid_layout(grid)
+        self.register_buffer("resolutions", res, persistent=False)
+        self.register_buffer("offsets", offsets, persistent=False)
+        scale = FEATURE_INIT if decoder == "rbf" else 1e-4
+        self.table = nn.Parameter(init_table(offsets, grid.features, generator, scale=scale))
+
+    def encode(self, u: Tensor) -> Tensor:
+        """[N, L F] grid features (hash / dense table or tri-plane) of unit-cube positions ``u`` [N, 3]."""
+        if self.triplane:
+            return triplane_encode(u, self.table, self.resolutions, self.offsets)
+        return hash_encode(u, self.table, self.resolutions, self.offsets, self.backend)
+
+
+class NerfField(GridField):
     """Grid encoding + density decoder + colour decoder (see the module docstring). ``grid``: a hash / dense
     layout (:class:`HashGridConfig`) or a tri-plane (:class:`TriPlaneConfig`; its planes are the rows of
     ``table``, :func:`recon.nerf.triplane.plane_layout`). ``backend`` picks the table encoding's implementation
@@ -82,21 +114,16 @@ class NerfField(nn.Module):
                  color_layers: int = 2, generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
                  rbf_neurons: int = 256, rbf_backend: str = "auto", encoding_mlp: str = "auto"):
         super().__init__()
-        self.grid, self.backend, self.decoder, self.encoding_mlp = grid, backend, decoder, encoding_mlp
-        self.triplane = isinstance(grid, TriPlaneConfig)
-        if self.triplane and encoding_mlp == "fused":
+        if isinstance(grid, TriPlaneConfig) and encoding_mlp == "fused":
             raise ValueError("--nerf.encoding-mlp fused: the fused kernel reads hash / dense tables, not the triplane "
                              "encoding; use auto or unfused")
-        res, offsets = plane_layout(grid) if self.triplane else level_layout(grid)
-        self.register_buffer("resolutions", res, persistent=False)
-        self.register_buffer("offsets", offsets, persistent=False)
+        self._init_grid(grid, decoder, generator, backend)
+        self.encoding_mlp = encoding_mlp
         color_in = geo_dim + (SH_DEGREE + 1) ** 2
         if decoder == "mlp":
-            self.table = nn.Parameter(init_table(offsets, grid.features, generator))
             self.density_mlp = mlp(grid.output_dim, hidden, geo_dim, 1)
             self.color_mlp = mlp(color_in, hidden, 3, color_layers)
-        elif decoder == "rbf":
-            self.table = nn.Parameter(init_table(offsets, grid.features, generator, scale=FEATURE_INIT))
+        else:
             with torch.no_grad():
                 feats = self.encode(torch.rand(INIT_SAMPLES, 3, generator=generator))
             self.density_mlp = RBFLayer(grid.output_dim, rbf_neurons, geo_dim, generator, rbf_backend, feats)
@@ -104,14 +131,6 @@ class NerfField(nn.Module):
                 geo = self.density_mlp(feats)
                 sh = sh_basis(SH_DEGREE, random_directions(INIT_SAMPLES, generator))
             self.color_mlp = RBFLayer(color_in, rbf_neurons, 3, generator, rbf_backend, torch.cat([geo, sh], 1))
-        else:
-            raise ValueError(f"NerfField: unknown decoder {decoder!r} (mlp, rbf)")
-
-    def encode(self, u: Tensor) -> Tensor:
-        """[N, L F] grid features (hash / dense table or tri-plane) of unit-cube positions ``u`` [N, 3]."""
-        if self.triplane:
-            return triplane_encode(u, self.table, self.resolutions, self.offsets)
-        return hash_encode(u, self.table, self.resolutions, self.offsets, self.backend)
 
     def density(self, u: Tensor) -> tuple[Tensor, Tensor]:
         """(sigma [N], geometry features [N, geo_dim]) at unit-cube positions ``u`` [N, 3]. The encoding and
@@ -121,7 +140,7 @@ class NerfField(nn.Module):
         table layout only, so a tri-plane always runs :meth:`encode` then the decoder."""
         if self.triplane:
             h = self.density_mlp(self.encode(u))
-        elif self.decoder == "rbf" and self.backend != "torch":
+        elif self.decoder_kind == "rbf" and self.backend != "torch":
             h = grid_rbf_layer(u, self.table, self.resolutions, self.offsets, self.density_mlp)
         elif use_fused(self.encoding_mlp, self.backend, u, None, self.table, self.density_mlp):
             h = encode_mlp_numba(u, None, self.table, self.resolutions, self.offsets, self.grid.levels,
@@ -136,15 +155,25 @@ class NerfField(nn.Module):
         return torch.sigmoid(self.color_mlp(torch.cat([geo, sh], dim=1)))
 
 
-def build_field(nerf_cfg, field_cfg: FieldConfig, generator: torch.Generator | None = None) -> NerfField:
-    """The field ``field_cfg`` asks for (encoding, decoder), sized by the method's ``nerf_cfg``
-    (:class:`recon.nerf.config.NerfConfig`: the hash grid, the MLPs' widths, the encoding's backend)."""
+def field_grid_config(nerf_cfg, field_cfg: FieldConfig) -> HashGridConfig | TriPlaneConfig:
+    """The grid ``--field.encoding`` asks for: the method's hash grid (``nerf_cfg``, --nerf.hash-*), the dense grids
+    (--field.dense-*) or the tri-plane (--field.triplane-*); ValueError for another name."""
     grids = {"hash": nerf_cfg.hash_grid, "dense": field_cfg.dense_grid, "triplane": field_cfg.triplane}
     if field_cfg.encoding not in grids:
         raise ValueError(f"--field.encoding {field_cfg.encoding!r}: unknown (hash, dense, triplane)")
-    grid = grids[field_cfg.encoding]()
-    backend = nerf_cfg.backend if nerf_cfg.backend in ("numba", "torch") else "auto"
-    return NerfField(grid, nerf_cfg.hidden, nerf_cfg.geo_dim, nerf_cfg.color_layers, generator, backend,
+    return grids[field_cfg.encoding]()
+
+
+def encoding_backend(nerf_cfg) -> str:
+    """The table encoding's backend of ``--nerf.backend`` (numba, torch; auto otherwise)."""
+    return nerf_cfg.backend if nerf_cfg.backend in ("numba", "torch") else "auto"
+
+
+def build_field(nerf_cfg, field_cfg: FieldConfig, generator: torch.Generator | None = None) -> NerfField:
+    """The field ``field_cfg`` asks for (encoding, decoder), sized by the method's ``nerf_cfg``
+    (:class:`recon.nerf.config.NerfConfig`: the hash grid, the MLPs' widths, the encoding's backend)."""
+    return NerfField(field_grid_config(nerf_cfg, field_cfg), nerf_cfg.hidden, nerf_cfg.geo_dim,
+                     nerf_cfg.color_layers, generator, encoding_backend(nerf_cfg),
                      decoder=field_cfg.decoder, rbf_neurons=field_cfg.rbf_neurons, rbf_backend=field_cfg.rbf_backend,
                      encoding_mlp=nerf_cfg.encoding_mlp)
 

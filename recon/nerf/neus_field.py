@@ -1,21 +1,41 @@
-"""The NeuS field: signed distance + colour on the hash encoding (NeuS2's layout, Wang et al. 2023).
+"""The NeuS field: signed distance + colour on a grid encoding (NeuS2's layout, Wang et al. 2023).
 
 Coordinates: the field takes *normalised* positions ``x`` [N, 3] in [-k, k]^3 (``k`` = 1 for a scene box,
-whose cube maps to [-1, 1]^3; ``k`` = 2 for a contracted capture, whose inner cube is [-1, 1]^3); the hash
-grid reads ``u = (x + k) / (2 k)`` in the unit cube (:mod:`recon.nerf.hash_encoding`). SDF values and
-gradients are in the same normalised units (world distance = sdf x the box's half size, or the radius).
+whose cube maps to [-1, 1]^3; ``k`` = 2 for a contracted capture, whose inner cube is [-1, 1]^3); the grid
+reads ``u = (x + k) / (2 k)`` in the unit cube. SDF values and gradients are in the same normalised units (world
+distance = sdf x the box's half size, or the radius).
 
-- hash features [N, L F] (levels beyond the active count masked to 0: progressive training, coarse to fine);
-- geometry MLP on [x, features]: one softplus (beta 100) hidden layer of ``geo_hidden`` units, with biases,
-  -> [sdf, ``geo_dim`` features]. Geometric initialisation (SAL, Atzmon and Lipman 2020; as NeuS / NeuS2):
-  first layer N(0, sqrt(2 / width)) on x and 0 on the features, last layer N(sqrt(pi / width), 1e-4) and
-  bias -r on the SDF output, so the initial SDF is close to ``|x| - r``;
-- colour MLP (``color_layers`` ReLU layers of ``hidden`` units, no biases) on [geometry features, degree-3
-  SH of the view direction, unit normal] -> sigmoid RGB (NeuS's "idr" colour input with SH directions);
+The encoding and the decoder are the radiance field's choices (``--field.encoding hash|dense|triplane``,
+``--field.decoder mlp|rbf``; the grid part is :class:`recon.nerf.field.GridField`, built by
+:func:`recon.nerf.field.field_grid_config` as nerf's; the default is the hash grid and MLPs, NeuS2's field):
+
+- grid features [N, L F] (levels beyond the active count masked to 0: progressive training, coarse to fine; the
+  hash and dense grids and the tri-plane all have levels);
+- ``--field.decoder mlp``: geometry MLP on [x, features]: one softplus (beta 100) hidden layer of ``geo_hidden``
+  units, with biases, -> [sdf, ``geo_dim`` features]. Geometric initialisation (SAL, Atzmon and Lipman 2020; as
+  NeuS / NeuS2): first layer N(0, sqrt(2 / width)) on x and 0 on the features, last layer N(sqrt(pi / width),
+  1e-4) and bias -r on the SDF output, so the initial SDF is close to ``|x| - r``. Colour MLP (``color_layers``
+  ReLU layers of ``hidden`` units, no biases) on [geometry features, degree-3 SH of the view direction, unit
+  normal] -> sigmoid RGB (NeuS's "idr" colour input with SH directions);
+- ``--field.decoder rbf``: one layer of ``--field.rbf-neurons`` Gaussian RBF neurons per head
+  (:class:`recon.nerf.rbf.RBFLayer`, centres by k-means of the features of random points, as nerf's RBF field).
+  Sphere initialisation: **the analytic sphere is the SDF's base**, ``sdf(x) = (|x| - r) + y_0(f(x))``, with the
+  read-out row of the SDF output and its bias starting at 0, so the initial SDF is exactly ``|x| - r``. Why not
+  fit the RBF layer to the sphere instead: the neurons live in feature space, not in x (a grid starting random
+  carries no position a Gaussian of the features could turn into |x|), and far from every neuron the layer is its
+  bias, a constant; with the base, far from the neurons the field stays the sphere's (outside reads positive, so
+  empty space grows no spurious surface, the concern of ``sdf fit``'s bias, recon/geometry/sdf_fit.py) and its
+  gradient is the sphere's unit normal, so the eikonal term starts at 0. The colour head takes the MLP head's
+  inputs; its centres come from k-means of [geometry features, SH of random directions, random unit normals];
 - ``variance``: the learned scalar of the sharpness ``s = exp(10 variance)`` (:func:`recon.nerf.neus.sharpness`).
 
+Fused CPU kernels where they apply: hash or dense + MLP, the encoding + geometry MLP kernel
+(:func:`recon.nerf.fused_encoding_mlp.encode_mlp_numba`, active levels included); hash or dense + RBF with every
+level active, the grid + RBF kernel (:func:`recon.nerf.grid_rbf.grid_rbf_layer`); a tri-plane (PyTorch) and an RBF
+head with masked levels run the encoding then the decoder.
+
 Gradients of the SDF are central differences (:func:`recon.nerf.neus.central_differences`) of step
-``fd_cells`` cells of the finest active level (:meth:`NeusField.fd_step`).
+``fd_cells`` cells of the finest active level (:meth:`NeusField.fd_step`), whatever the encoding and decoder.
 """
 
 from __future__ import annotations
@@ -26,10 +46,13 @@ import torch
 from torch import Tensor, nn
 
 from rasterizer.reference.sh import sh_basis
-from recon.nerf.field import SH_DEGREE, mlp
+from recon.nerf.field import INIT_SAMPLES, SH_DEGREE, GridField, mlp, random_directions
 from recon.nerf.fused_encoding_mlp import encode_mlp_numba, use_fused
-from recon.nerf.hash_encoding import HashGridConfig, hash_encode, init_table, level_layout
+from recon.nerf.grid_rbf import grid_rbf_layer
+from recon.nerf.hash_encoding import HashGridConfig
 from recon.nerf.neus import central_differences, sharpness
+from recon.nerf.rbf import RBFLayer
+from recon.nerf.triplane import TriPlaneConfig
 
 SOFTPLUS_BETA = 100.0
 
@@ -50,29 +73,54 @@ def geometry_mlp(grid_dim: int, hidden: int, geo_dim: int, radius: float,
     return nn.Sequential(first, nn.Softplus(beta=SOFTPLUS_BETA), last)
 
 
-class NeusField(nn.Module):
-    """Hash grid + geometry MLP + colour MLP + learned variance (see the module docstring). ``k``: half the
-    side of the normalised cube (1 box, 2 contracted); ``backend``: :func:`recon.nerf.hash_encoding.hash_encode`;
-    ``encoding_mlp``: the encoding + geometry MLP fused or not (:func:`recon.nerf.fused_encoding_mlp.use_fused`)."""
+def sphere_sdf(x: Tensor, radius: float) -> Tensor:
+    """[N] signed distance ``|x| - radius`` of points ``x`` [N, 3] to the sphere about the origin."""
+    return x.norm(dim=-1) - radius
 
-    def __init__(self, grid: HashGridConfig, k: float = 1.0, geo_hidden: int = 64, geo_dim: int = 15,
-                 hidden: int = 64, color_layers: int = 2, init_radius: float = 0.5, init_variance: float = 0.3,
-                 fd_cells: float = 0.5, generator: torch.Generator | None = None, backend: str = "auto",
-                 encoding_mlp: str = "auto"):
+
+def rbf_sphere_heads(field: "NeusField", neurons: int, geo_dim: int, backend: str,
+                     generator: torch.Generator | None) -> tuple[RBFLayer, RBFLayer]:
+    """(geometry head [L F] -> [1 + geo_dim], colour head [geo_dim + 16 + 3] -> [3]) of the RBF decoder (module
+    docstring): centres by k-means of the features of random points; the SDF output's read-out row and bias start
+    at 0, so the field starts as the analytic sphere base alone."""
+    with torch.no_grad():
+        feats = field.encode(torch.rand(INIT_SAMPLES, 3, generator=generator))
+    geo = RBFLayer(field.grid.output_dim, neurons, 1 + geo_dim, generator, backend, feats)
+    with torch.no_grad():
+        geo.weight[0].zero_()
+        geo.bias.zero_()
+        colour_in = torch.cat([geo(feats)[:, 1:], sh_basis(SH_DEGREE, random_directions(INIT_SAMPLES, generator)),
+                               random_directions(INIT_SAMPLES, generator)], 1)
+    return geo, RBFLayer(colour_in.shape[1], neurons, 3, generator, backend, colour_in)
+
+
+class NeusField(GridField):
+    """Grid encoding + geometry head + colour head + learned variance (see the module docstring). ``grid``: a
+    hash / dense :class:`HashGridConfig` or a :class:`TriPlaneConfig`; ``k``: half the side of the normalised cube
+    (1 box, 2 contracted); ``backend``: the table encoding's (:func:`recon.nerf.hash_encoding.hash_encode`);
+    ``encoding_mlp``: the encoding + geometry MLP fused or not (:func:`recon.nerf.fused_encoding_mlp.use_fused`);
+    ``decoder`` "mlp" or "rbf" (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`). The
+    heads keep the names ``geo_mlp`` / ``color_mlp`` whatever the decoder (checkpoint keys)."""
+
+    def __init__(self, grid: HashGridConfig | TriPlaneConfig, k: float = 1.0, geo_hidden: int = 64,
+                 geo_dim: int = 15, hidden: int = 64, color_layers: int = 2, init_radius: float = 0.5,
+                 init_variance: float = 0.3, fd_cells: float = 0.5, generator: torch.Generator | None = None,
+                 backend: str = "auto", encoding_mlp: str = "auto", decoder: str = "mlp", rbf_neurons: int = 256,
+                 rbf_backend: str = "auto"):
         super().__init__()
-        self.grid, self.k, self.backend, self.fd_cells = grid, float(k), backend, float(fd_cells)
+        self._init_grid(grid, decoder, generator, backend)
+        self.k, self.fd_cells, self.init_radius = float(k), float(fd_cells), float(init_radius)
         self.encoding_mlp = encoding_mlp
-        res, offsets = level_layout(grid)
-        self.register_buffer("resolutions", res, persistent=False)
-        self.register_buffer("offsets", offsets, persistent=False)
-        self.table = nn.Parameter(init_table(offsets, grid.features, generator))
-        self.geo_mlp = geometry_mlp(grid.output_dim, geo_hidden, geo_dim, init_radius, generator)
-        self.color_mlp = mlp(geo_dim + (SH_DEGREE + 1) ** 2 + 3, hidden, 3, color_layers)
-        self.variance = nn.Parameter(torch.tensor(float(init_variance)))
         self.active_levels = grid.levels
+        if decoder == "mlp":
+            self.geo_mlp = geometry_mlp(grid.output_dim, geo_hidden, geo_dim, init_radius, generator)
+            self.color_mlp = mlp(geo_dim + (SH_DEGREE + 1) ** 2 + 3, hidden, 3, color_layers)
+        else:
+            self.geo_mlp, self.color_mlp = rbf_sphere_heads(self, rbf_neurons, geo_dim, rbf_backend, generator)
+        self.variance = nn.Parameter(torch.tensor(float(init_variance)))
 
     def set_active_levels(self, n: int) -> None:
-        """Progressive training: only the ``n`` coarsest hash levels contribute (clamped to 1..L)."""
+        """Progressive training: only the ``n`` coarsest grid levels contribute (clamped to 1..L)."""
         self.active_levels = int(min(max(n, 1), self.grid.levels))
 
     def level_mask(self) -> Tensor:
@@ -96,13 +144,24 @@ class NeusField(nn.Module):
     def sdf(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """(sdf [N], geometry features [N, geo_dim]) at normalised positions ``x`` [N, 3]."""
         x = x.to(self.table.dtype)
-        if use_fused(self.encoding_mlp, self.backend, x, x, self.table, self.geo_mlp):
+        if self.decoder_kind == "rbf":
+            h = self._rbf_geometry(x)
+            return sphere_sdf(x, self.init_radius) + h[:, 0], h[:, 1:]
+        if not self.triplane and use_fused(self.encoding_mlp, self.backend, x, x, self.table, self.geo_mlp):
             h = encode_mlp_numba(self.to_unit(x), x, self.table, self.resolutions, self.offsets, self.active_levels,
                                  self.geo_mlp)
             return h[:, 0], h[:, 1:]
-        feats = hash_encode(self.to_unit(x), self.table, self.resolutions, self.offsets, self.backend)
+        feats = self.encode(self.to_unit(x))
         h = self.geo_mlp(torch.cat([x, feats.to(x.dtype) * self.level_mask()], dim=1))
         return h[:, 0], h[:, 1:]
+
+    def _rbf_geometry(self, x: Tensor) -> Tensor:
+        """[N, 1 + geo_dim] the RBF geometry head's outputs at normalised ``x`` [N, 3] (the sphere base not added):
+        the fused grid + RBF kernel when every level is active on a table grid, else encoding, mask, layer."""
+        u = self.to_unit(x)
+        if not self.triplane and self.backend != "torch" and self.active_levels == self.grid.levels:
+            return grid_rbf_layer(u, self.table, self.resolutions, self.offsets, self.geo_mlp)
+        return self.geo_mlp(self.encode(u).to(x.dtype) * self.level_mask())
 
     def sdf_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(sdf [N], features [N, geo_dim], gradient [N, 3]) at ``x`` [N, 3]: central differences of
