@@ -22,6 +22,11 @@
    in % of the bounding diagonal and normal consistency of the marching-cubes mesh at ``--sdf-resolution`` (256),
    the seconds of that extraction; then, per field, the fewest steps (and their seconds) that reach
    ``--chamfer-bound`` (0.2 %), and each field's ratio of those CPU seconds to hash + mlp's.
+4. ``images`` (unless ``--no-images``): each image of ``--images`` (default the shared Kodak 1-12) fitted with
+   ``--image-gaussians`` image Gaussians (`image fit`'s defaults: ``--image-steps`` 3,000) and then with a Gaussian RBF
+   field at the same parameter count (N (5 + C); `image fit --model rbf`'s defaults otherwise, ``--rbf-steps``), one
+   after the other per image; per image and on average: parameters, PSNR, CPU seconds of the fit; the target (issue
+   54): mean RBF PSNR within 1 dB of the Gaussians' (or better) in no more CPU time.
 
 The machine (CPU count, torch threads, load average before and after) is in the output: timings on a shared
 machine are only comparable within one run.
@@ -233,6 +238,40 @@ def bench_shapes(mesh: Path, steps_list: list[int], resolution: int, bound: floa
     return out
 
 
+def bench_images(folder: Path, gaussians: int, gauss_steps: int, rbf_steps: int | None, limit: int | None) -> dict:
+    """Image Gaussians against Gaussian RBF fields at equal parameters, image by image (module docstring)."""
+    from recon.image.fit import FitConfig, fit_image
+    from recon.image.io import read_image
+    from recon.image.rbf_fit import RBFFitConfig, fit_rbf_image
+
+    rows = []
+    for path in sorted(folder.glob("*.png"))[:limit]:
+        pixels = read_image(path).pixels
+        channels = pixels.shape[2]
+        row = {"image": path.name}
+        c0 = time.process_time()
+        g = fit_image(pixels, FitConfig(gaussians=gaussians, steps=gauss_steps))
+        row["gaussians"] = {"parameters": g.model.n * (5 + channels), "steps": gauss_steps,
+                            "psnr": round(g.psnr, 3), "fit_cpu_seconds": round(time.process_time() - c0, 1)}
+        cfg = RBFFitConfig(parameters=gaussians * (5 + channels))
+        cfg = dataclasses.replace(cfg, steps=rbf_steps) if rbf_steps else cfg
+        c0 = time.process_time()
+        r = fit_rbf_image(pixels, cfg)
+        row["rbf"] = {"parameters": r.model.parameters, "steps": cfg.steps, "psnr": round(r.psnr, 3),
+                      "fit_cpu_seconds": round(time.process_time() - c0, 1)}
+        rows.append(row)
+        print(json.dumps(row), file=_sys.stderr, flush=True)
+    mean = {m: {k: round(statistics.mean(r[m][k] for r in rows), 3) for k in ("psnr", "fit_cpu_seconds")}
+            for m in ("gaussians", "rbf")}
+    gap = mean["gaussians"]["psnr"] - mean["rbf"]["psnr"]
+    ratio = mean["rbf"]["fit_cpu_seconds"] / mean["gaussians"]["fit_cpu_seconds"]
+    rbf_cfg = dataclasses.asdict(RBFFitConfig(steps=rbf_steps) if rbf_steps else RBFFitConfig())
+    rbf_cfg.pop("parameters")
+    return {"folder": str(folder), "images": rows, "mean": mean, "rbf_config": rbf_cfg,
+            "psnr_gap_db": round(gap, 3), "cpu_time_ratio_rbf_over_gaussians": round(ratio, 3),
+            "target_met": bool(gap <= 1.0 and ratio <= 1.0)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=1 << 16)
@@ -253,6 +292,12 @@ def main() -> None:
                     help="encoding+decoder pairs of the shapes section")
     ap.add_argument("--radiance-fields", nargs="+", choices=list(RADIANCE_FIELDS),
                     default=["hash+mlp", "dense+rbf", "triplane+rbf"], help="pairs of the radiance section")
+    ap.add_argument("--no-images", action="store_true")
+    ap.add_argument("--images", type=Path, default=SHARED / "images2d" / "kodak12")
+    ap.add_argument("--image-limit", type=int, default=None, help="only the first N images")
+    ap.add_argument("--image-gaussians", type=int, default=25_000)
+    ap.add_argument("--image-steps", type=int, default=3000, help="the image Gaussians' steps")
+    ap.add_argument("--rbf-steps", type=int, default=None, help="the RBF fields' steps (default: image fit's)")
     args = ap.parse_args()
     report = {"machine": machine()}
     if not args.no_layer:
@@ -264,6 +309,9 @@ def main() -> None:
     if not args.no_radiance:
         report["radiance"] = bench_radiance(args.data, args.data_factor, args.steps, args.test_every,
                                             args.radiance_fields)
+    if not args.no_images:
+        report["images"] = bench_images(args.images, args.image_gaussians, args.image_steps, args.rbf_steps,
+                                        args.image_limit)
     report["machine"]["load_average_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))
 

@@ -11,7 +11,7 @@ from PIL import Image
 from recon.image.grbf import GrbfError, decode_grbf, encode_grbf, read_grbf
 from recon.image.io import read_image
 from recon.image.rbf_fit import RBFFitConfig, fit_rbf_image, rbf_layout
-from recon.image.rbf_image import bilinear, grid_parameters, render_rbf_image
+from recon.image.rbf_image import bilinear, bilinear_grid_sample, grid_parameters, render_rbf_image
 from tests.recon.image.test_image_cli import H, W, run, smooth_image
 
 CFG = RBFFitConfig(parameters=3000, levels=3, features=2, neurons=16, steps=150, batch=512)
@@ -43,6 +43,26 @@ def test_bilinear_hits_vertices_and_midpoints():
     u = torch.tensor([[0.0, 0.0], [1.0, 1.0], [1 / 3, 0.5], [0.5 / 3, 0.0]])
     v = bilinear(grid, u)[:, 0]
     assert torch.allclose(v, torch.tensor([0.0, 11.0, 5.0, 0.5]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_grid_sample_path_matches_the_reference(dtype):
+    """The fitter's interpolation (grid_sample) against the reference, values and gradient to the grid, on a
+    non-square grid, at vertices, edges, corners and outside [0, 1] (clamped)."""
+    gen = torch.Generator().manual_seed(3)
+    grid = torch.randn(6, 9, 3, generator=gen, dtype=dtype)  # ry = 5, rx = 8
+    u = torch.cat([torch.rand(500, 2, generator=gen, dtype=dtype),
+                   torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0], [0.25, 0.2], [-0.3, 0.5], [1.2, 1.7]], dtype=dtype)])
+    a = grid.clone().requires_grad_()
+    b = grid.clone().requires_grad_()
+    ref, fast = bilinear(a, u), bilinear_grid_sample(b, u)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert fast.shape == ref.shape == (506, 3) and fast.dtype == dtype
+    assert float((fast - ref).abs().max()) < tol
+    w = torch.randn(ref.shape, generator=gen, dtype=dtype)
+    (ref * w).sum().backward()
+    (fast * w).sum().backward()
+    assert float((a.grad - b.grad).abs().max()) < 10 * tol
 
 
 def test_fit_learns_the_image(fitted):
