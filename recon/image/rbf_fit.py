@@ -99,6 +99,13 @@ def init_model(target: Tensor, cfg: RBFFitConfig, layout: str, source: dict, gen
                     W, H, layout, source)
 
 
+def warmup_fraction(steps: int) -> float:
+    """The one-cycle schedule's warm-up share: 5 %, but at least two steps from 4 steps on (torch's OneCycleLR
+    divides by the warm-up's length in steps minus one, so a warm-up of exactly one step, 20 steps at 5 %, raised
+    ZeroDivisionError)."""
+    return max(0.05, 2.0 / steps) if steps >= 4 else 0.05
+
+
 def fit_rbf_image(target: Tensor, cfg: RBFFitConfig, *, layout: str | None = None, source: dict | None = None,
                   progress: Callable[[int, float], None] | None = None) -> RBFFitResult:
     """Fit ``target`` [H, W, C] in [0, 1] (module docstring). ``progress(step, psnr)`` every few steps."""
@@ -111,7 +118,7 @@ def fit_rbf_image(target: Tensor, cfg: RBFFitConfig, *, layout: str | None = Non
     opt = torch.optim.Adam([{"params": params[:L], "lr": cfg.lr_grid}, {"params": params[L:], "lr": cfg.lr_decoder}],
                            betas=(0.9, 0.99), eps=1e-15)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[cfg.lr_grid, cfg.lr_decoder], total_steps=cfg.steps,
-                                                pct_start=0.05)
+                                                pct_start=warmup_fraction(cfg.steps))
     pixels = target.reshape(-1, C)
     u_all = sample_points(W, H)
     history = []

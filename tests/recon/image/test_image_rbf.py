@@ -10,7 +10,7 @@ from PIL import Image
 
 from recon.image.grbf import GrbfError, decode_grbf, encode_grbf, read_grbf
 from recon.image.io import read_image
-from recon.image.rbf_fit import RBFFitConfig, fit_rbf_image, rbf_layout
+from recon.image.rbf_fit import RBFFitConfig, fit_rbf_image, rbf_layout, warmup_fraction
 from recon.image.rbf_image import bilinear, bilinear_grid_sample, grid_parameters, render_rbf_image
 from tests.recon.image.test_image_cli import H, W, run, smooth_image
 
@@ -73,6 +73,15 @@ def test_fit_learns_the_image(fitted):
     flat = 10 * np.log10(1 / float(((loaded.pixels - mean) ** 2).mean()))
     assert result.psnr > flat + 8.0
     assert result.history[-1][1] > result.history[0][1]
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 20, 40])
+def test_short_fits_have_a_schedule(steps):
+    """A fit of a few steps runs (20 steps at a 5 % warm-up raised ZeroDivisionError inside torch's OneCycleLR)."""
+    assert 0.05 <= warmup_fraction(steps) <= 0.5
+    cfg = RBFFitConfig(parameters=3000, levels=3, features=2, neurons=16, steps=steps, batch=64)
+    result = fit_rbf_image(torch.rand(H, W, 3, generator=torch.Generator().manual_seed(0)), cfg, layout="rgb")
+    assert np.isfinite(result.psnr)
 
 
 def test_file_round_trip_renders_bit_identically(fitted, tmp_path):
