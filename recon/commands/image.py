@@ -74,7 +74,7 @@ class FitArgs:
     """--model rbf: Gaussian RBF neurons."""
     max_memory_gb: float = 1.0
     """refuse an image whose fit is estimated (from its header, before decoding) to need more than this many GiB
-    (recon/image/fit_memory.py: about 72 bytes per pixel and channel plus 1 kB per Gaussian)."""
+    (recon/image/fit_memory.py: 88 bytes per pixel and channel plus 512 per Gaussian)."""
 
 
 @dataclass

@@ -7,23 +7,23 @@ what to do (:func:`check_fit_memory`), before anything is decoded.
 
 The estimate is linear in the image's values (W H C) and in the Gaussians: the decoded bytes and their float32
 copy, the target, each step's render, its loss terms and gradient, the MS-SSIM of the final render (all
-[H, W, C]); Adam's state and the tile lists per Gaussian. The constants were measured as the peak RSS above a
-tiny fit's (a forked `image fit --steps 2`, 1000x1000 to 3000x2000 RGB, 2,000 to 200,000 Gaussians; see
-docs/fuzzing.md) and rounded up.
+[H, W, C]); Adam's state and the tile lists per Gaussian. The constants were measured as the peak RSS of a forked
+`image fit --steps 2` above a 16x16 fit's (516 MB: the imports), on 1000x1000, 2000x1500 and 3000x2000 RGB with
+2,000 and 100,000 Gaussians (docs/fuzzing.md), and rounded up.
 """
 
 from __future__ import annotations
 
 from recon.core.errors import UsageError
 
-FIT_BYTES_PER_VALUE = 72
-"""peak bytes per image value (H W C) of a fit above a tiny fit's: measured 50-55 (RGB; decode, target, render,
-loss, gradient, MS-SSIM), rounded up."""
-FIT_BYTES_PER_GAUSSIAN = 1024
-"""peak bytes per Gaussian: parameters, gradients and Adam's moments (8 + C numbers each, x 4 copies), the
-rasterizer's per-Gaussian arrays and tile lists; measured about 700 (small Gaussians, 0.1 per pixel), rounded up."""
-FIT_BASE_BYTES = 160 << 20
-"""what a tiny fit takes above the imports: the Numba kernels, torch's allocator pools."""
+FIT_BYTES_PER_VALUE = 88
+"""peak bytes per image value (H W C): measured 84 between 2000x1500 (+725 MiB) and 3000x2000 (+1,444 MiB) RGB
+(decode, target, render, loss, gradient, the final MS-SSIM), rounded up."""
+FIT_BYTES_PER_GAUSSIAN = 512
+"""peak bytes per Gaussian: parameters, gradients and Adam's moments, the rasterizer's per-Gaussian arrays and
+tile lists; measured 340 (100,000 against 2,000 Gaussians on 1000x1000), rounded up."""
+FIT_BASE_BYTES = 32 << 20
+"""a margin for what does not grow with the image (kernels' buffers, torch's allocator pools)."""
 DEFAULT_FIT_MAX_MEMORY_GB = 1.0
 
 
