@@ -170,7 +170,7 @@ def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
     from recon.hybrid.assets import load_asset_path
     from recon.image.gimg import read_gimg
     from recon.image.io import read_image
-    from tests.corpus.fuzz_formats import formats
+    from tests.corpus.fuzz_formats import build_panoptic, formats, in_folder
     from tests.corpus.fuzz_formats_viewer import formats as viewer_formats
     from viewer.camera_path import load_camera_path
 
@@ -184,7 +184,8 @@ def readers() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
         "png": (good_png, read_image, ".png"),
         "camera-path": (good_camera_path, load_camera_path, ".json"),
         "keyframes": (good_keyframes, load_asset_path, ".json"),
-        "panoptic-npz": (good_npz, _read_in_folder("init_pt_cld.npz", load_points), ".npz"),
+        # in a copy of a small Panoptic folder, so the CLI tests can hand that folder to `train --data`
+        "panoptic-npz": (good_npz, in_folder("panoptic", build_panoptic, "init_pt_cld.npz", load_points), ".npz"),
         "transforms": (good_transforms, _read_in_folder("transforms.json", load_scene, _nerfstudio_folder),
                        ".json"),
         **formats(),  # COLMAP, checkpoints, run-folder metadata, blocks, sequences, meshes, N3DV, D-NeRF, Panoptic

@@ -380,6 +380,35 @@ def backward_kernel(means, conics, colors, boxes, v, ellipse, threads, g_means, 
             g_means[g, 1] = -2.0 * (b * s_x + c * s_y)
 
 
+MAX_TILE_ENTRIES = 1 << 25
+"""tile-list entries (int32 Gaussian ids: 128 MB) one forward pass of the no-grad render holds. The entries grow
+with the Gaussians' sizes, not their count (a Gaussian spanning a 4000-pixel-square image has 62,500), so a
+model of a million large Gaussians would need gigabytes of tile lists at once: above this the render is drawn
+in contiguous chunks of Gaussians (:func:`entry_chunks`), each binned and rendered alone, and summed."""
+
+
+def box_entries(boxes: np.ndarray) -> np.ndarray:
+    """Tile-list entries [N] int64 of each pixel box [N, 4] (x0, y0, x1, y1 inclusive): count_box_tiles,
+    vectorised (its rows of tiles times its windows per row; 0 for an empty box)."""
+    x0, y0, x1, y1 = (boxes[:, k].astype(np.int64) for k in range(4))
+    rows = y1 // TS - y0 // TS + 1
+    windows = (x1 - (x0 - x0 % ALIGN)) // TS + 1
+    return np.where((x1 < x0) | (y1 < y0), 0, rows * windows)
+
+
+def entry_chunks(entries: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Contiguous ranges [lo, hi) of Gaussians, in order and covering all of them, each holding at most
+    ``budget`` tile-list entries (a single Gaussian above it: a range of its own)."""
+    ends = np.cumsum(entries)
+    ranges, lo = [], 0
+    while lo < len(entries):
+        start = ends[lo - 1] if lo else 0
+        hi = max(lo + 1, int(np.searchsorted(ends, start + budget, side="right")))
+        ranges.append((lo, hi))
+        lo = hi
+    return ranges
+
+
 def binning_chunks(n: int) -> int:
     """Chunks of Gaussians for binning n of them: one (no parallel launch) below PARALLEL_BINNING, else one per
     thread."""

@@ -211,10 +211,30 @@ def _sum_no_grad_cpu(means, colors, cholesky, covars, opacities, width, height, 
     if prepared is None:
         return None
     means_px, covars_px, conics, colors_px, extents, boxes, counts = prepared
-    offsets, ids = CS.tile_lists(boxes, counts, -(-width // CS.TS))
-    out = CS.forward_render(means_px, conics, colors_px, boxes, offsets, ids, width, height, window is None)
+    if int(counts.sum()) <= CS.MAX_TILE_ENTRIES:
+        offsets, ids = CS.tile_lists(boxes, counts, -(-width // CS.TS))
+        out = CS.forward_render(means_px, conics, colors_px, boxes, offsets, ids, width, height, window is None)
+    else:
+        out = _forward_in_chunks(means_px, conics, colors_px, boxes, width, height, window is None)
     meta = ImageRenderMeta(*(torch.from_numpy(a) for a in (means_px, covars_px, conics, extents)), width, height)
     return ImageRender(torch.from_numpy(out), None, meta)
+
+
+def _forward_in_chunks(means_px, conics, colors_px, boxes, width, height, ellipse) -> np.ndarray:
+    """The forward render of Gaussians whose tile lists would hold more than cpu/image_sum.MAX_TILE_ENTRIES
+    entries: contiguous chunks of at most that many (image_sum.entry_chunks), each binned and rendered alone,
+    summed into one image (memory: two images and one chunk's lists; the sum per pixel is added in another
+    order than one pass's, so the values differ in the last bits)."""
+    from ..cpu import image_sum as CS
+
+    out = None
+    tiles_x, tiles_y = -(-width // CS.TS), -(-height // CS.TS)
+    for lo, hi in CS.entry_chunks(CS.box_entries(boxes), CS.MAX_TILE_ENTRIES):
+        offsets, ids = CS.bin_boxes(boxes[lo:hi], tiles_x, tiles_y, CS.binning_chunks(hi - lo))
+        part = CS.forward_render(means_px[lo:hi], conics[lo:hi], colors_px[lo:hi], boxes[lo:hi], offsets, ids,
+                                 width, height, ellipse)
+        out = part if out is None else np.add(out, part, out=out)
+    return out
 
 
 def _sum(name, means_px, conics, colors, extents, width, height, ellipse) -> Tensor:

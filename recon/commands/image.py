@@ -72,6 +72,9 @@ class FitArgs:
     """--model rbf: parameter budget (default: that of --gaussians N image Gaussians, N (5 + C))."""
     neurons: int = 64
     """--model rbf: Gaussian RBF neurons."""
+    max_memory_gb: float = 1.0
+    """refuse an image whose fit is estimated (from its header, before decoding) to need more than this many GiB
+    (recon/image/fit_memory.py: 88 bytes per pixel and channel plus 512 per Gaussian)."""
 
 
 @dataclass
@@ -88,8 +91,10 @@ class RenderArgs:
     """the PNG to write (16-bit when the model was fitted from a 16-bit image)."""
     antialias: bool = True
     """low-pass the Gaussians when rendering below the fitted size (--no-antialias: point sampling)."""
-    max_memory_gb: float = 4.0
-    """refuse outputs whose memory estimate (W H C x 4 bytes x 8) is above this many GiB."""
+    max_memory_gb: float = 1.0
+    """refuse renders whose memory estimate (recon/image/resample.py: W H C x 4 bytes x 3, plus 512 bytes per
+    Gaussian and 128 MB of tile lists), made from the file's header before its arrays are decoded, is above this
+    many GiB."""
     backend: Literal["auto", "reference", "cpu", "cuda"] = "auto"
     force: bool = False
 
@@ -157,6 +162,8 @@ def gaussian_count(args: FitArgs, width: int, height: int, channels: int) -> int
 
 
 def check_fit_args(args: FitArgs) -> None:
+    if not args.max_memory_gb > 0:
+        raise UsageError(f"--max-memory-gb {args.max_memory_gb}: must be > 0")
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps {args.steps}: must be >= 1")
     if args.gaussians is not None and args.bpp is not None:
@@ -176,6 +183,20 @@ def check_fit_args(args: FitArgs) -> None:
         raise UsageError("--params: the parameter budget of --model rbf; Gaussians are counted with --gaussians")
 
 
+def check_image_memory(args: FitArgs, path: Path) -> None:
+    """Refuse ``path`` before its pixels are decoded when its fit would need more than --max-memory-gb (the size
+    and channels from its header; recon/image/fit_memory.py). A file that is not a readable image is left to
+    read_image's own message."""
+    from recon.image.fit_memory import check_fit_memory
+    from recon.image.io import ImageFileError, read_image_header
+
+    try:
+        width, height, channels = read_image_header(path)
+    except ImageFileError:
+        return  # read_image says what is wrong with the file
+    check_fit_memory(path, width, height, channels, gaussian_count(args, width, height, channels), args.max_memory_gb)
+
+
 def model_suffix(args: FitArgs) -> str:
     return ".grbf" if args.model == "rbf" else ".gimg"
 
@@ -192,6 +213,7 @@ def fit_command(args: FitArgs) -> None:
     if not source.exists():
         raise FileNotFoundError(f"{source}: no such file or folder; give an image or a folder of images")
     check_output_file(args.out, args.force, suffixes=(model_suffix(args),))
+    check_image_memory(args, source)  # from the header, before decoding
     loaded = read_image(source)
     record = fit_one(args, loaded, Path(args.out))
     if args.model == "rbf":
@@ -328,12 +350,13 @@ def fit_folder(args: FitArgs) -> None:
     ensure_writable_folder(out)
     for name in [f"{s}{suffix}" for s in stems] + [REPORT_JSON, REPORT_CSV]:
         refuse_overwrite(out / name, args.force)  # before any fitting
-    loaded = [read_image(f) for f in files]  # every file checked before the first fit
-    for item in loaded:  # and every Gaussian count (--bpp too low for a small image)
-        gaussian_count(args, item.width, item.height, item.pixels.shape[2])
+    for f in files:  # every file's memory and Gaussian count (--bpp too low for a small image) from its header
+        check_image_memory(args, f)
+    for f in files:  # then every file decoded before the first fit, one at a time (not all held: memory)
+        read_image(f)
     records = []
-    for i, image_ in enumerate(loaded):
-        record = fit_one(args, image_, out / f"{files[i].stem}{suffix}", label=f"[{i + 1}/{len(files)}] {files[i].name}")
+    for i, f in enumerate(files):
+        record = fit_one(args, read_image(f), out / f"{f.stem}{suffix}", label=f"[{i + 1}/{len(files)}] {f.name}")
         records.append(record)
         size = f"{record.parameters:,} parameters" if args.model == "rbf" else f"{record.gaussians:,} Gaussians"
         print(f"{files[i].name}: PSNR {record.psnr:.2f} dB, MS-SSIM {record.ms_ssim:.4f}, {record.bpp:.3f} bpp, "
@@ -380,9 +403,23 @@ def render_at(model, out_width: int, out_height: int, antialias: bool = True, ba
     return render_image(model, out_width, out_height, prefilter_variance=variance, backend=backend)
 
 
-def render_command(args: RenderArgs) -> None:
-    from recon.image.io import write_png
+def check_render_memory(args: RenderArgs, fitted_width: int, fitted_height: int, channels: int,
+                        gaussians: int) -> tuple[int, int]:
+    """The output (width, height) of a model of that fitted size, channels and Gaussian count; UsageError naming
+    the model file when rendering it would need more than --max-memory-gb (recon/image/resample.py)."""
     from recon.image.resample import check_memory, output_size
+
+    width, height = output_size(fitted_width, fitted_height, args.scale, args.size)
+    try:
+        check_memory(width, height, channels, args.max_memory_gb, gaussians)
+    except UsageError as err:  # the size may be the file's own (no --scale/--size): name the file
+        raise UsageError(f"{args.model} (fitted at {fitted_width}x{fitted_height}): {err}") from None
+    return width, height
+
+
+def render_command(args: RenderArgs) -> None:
+    from recon.image.gimg import declared_size
+    from recon.image.io import write_png
     from recon.outputs.paths import check_output_file
 
     if not args.max_memory_gb > 0:
@@ -392,12 +429,11 @@ def render_command(args: RenderArgs) -> None:
     if args.scale is not None and not args.scale > 0:  # refused before the model is read
         raise UsageError(f"--scale {args.scale}: must be a positive number (e.g. 0.5 to halve, 3.5 to enlarge)")
     check_output_file(args.out, args.force, suffixes=(".png",))
+    declared = declared_size(args.model)  # a .gimg's header: sized before its arrays are decoded
+    if declared is not None:
+        check_render_memory(args, *declared)
     model = read_image_model(args.model)
-    width, height = output_size(model.width, model.height, args.scale, args.size)
-    try:
-        check_memory(width, height, model.channels, args.max_memory_gb)
-    except UsageError as err:  # the size may be the file's own (no --scale/--size): name the file
-        raise UsageError(f"{args.model} (fitted at {model.width}x{model.height}): {err}") from None
+    width, height = check_render_memory(args, model.width, model.height, model.channels, getattr(model, "n", 0))
     started = time.perf_counter()
     pixels = render_at(model, width, height, args.antialias, args.backend)
     seconds = time.perf_counter() - started

@@ -76,6 +76,26 @@ def read_gimg(path: str | Path) -> ImageGaussians:
     return decode_gimg(path.read_bytes(), str(path))
 
 
+def declared_size(path: str | Path) -> tuple[int, int, int, int] | None:
+    """(width, height, channels, n) that the .gimg file ``path`` declares in its header, read before its arrays
+    are decoded (`image render` sizes its memory by them); None when the file is not a .gimg whose header
+    reads (read_gimg then says what is wrong)."""
+    path = Path(path)
+    try:
+        require_regular_file(path, ".gimg file", with_path(GimgError))
+        with open(path, "rb") as fh:
+            head = fh.read(PREAMBLE.size)
+            if len(head) < PREAMBLE.size:
+                return None
+            header_bytes = PREAMBLE.unpack(head)[2]
+            head += fh.read(min(header_bytes, 1 << 20))  # the header, not the arrays (headers are a few hundred bytes)
+        header, _ = read_header(head, str(path))
+        size = tuple(int(header[k]) for k in ("width", "height", "channels", "n"))
+        return size if min(size) > 0 else None
+    except (GimgError, OSError, ValueError, TypeError, OverflowError):
+        return None
+
+
 def read_preamble(data: bytes, name: str, magic: bytes, kind: str, version_max: int, error, redo: str) -> int:
     """End offset of the JSON header of a file of this container (magic, uint16 version, uint32 header length,
     JSON header, payload: .gimg and .grbf); ``error`` (an exception class) for a bad magic, a future or impossible

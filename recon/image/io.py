@@ -29,8 +29,8 @@ from torch import Tensor
 
 from recon.core.atomic import atomic_write_bytes
 from recon.core.errors import UsageError
-from recon.core.limits import (MAX_IMAGE_PIXELS, PNG_SIGNATURE, check_png_crcs, open_image, require_regular_file,
-                               with_path)
+from recon.core.limits import (MAX_IMAGE_PIXELS, PNG_SIGNATURE, check_png_crcs, open_image, read_image_size,
+                               require_regular_file, with_path)
 
 from . import png16
 
@@ -81,6 +81,25 @@ def read_image(path: str | Path) -> LoadedImage:
     if header is not None and header[2] == 16:
         return _read_png16(path, data)
     return _read_with_pillow(path, data)
+
+
+def read_image_header(path: str | Path) -> tuple[int, int, int]:
+    """(width, height, channels) that :func:`read_image` will give for ``path``, from the file's header only
+    (nothing decoded): what `image fit` sizes its memory by before reading the pixels. Channels: 1 for grey
+    (also 1-bit and 16-bit grey), 4 for anything with transparency (and palette images, which may have it:
+    an upper bound), else 3. :class:`ImageFileError` naming the file for what :func:`read_image` would refuse
+    before decoding (not an image, a folder or special file, more than MAX_IMAGE_PIXELS pixels)."""
+    from PIL import Image
+
+    path = Path(path)
+    if path.is_dir():
+        raise ImageFileError(f"{path}: is a folder; give an image file (or use the folder form of the command)")
+    width, height = read_image_size(path, error=with_path(ImageFileError))
+    with Image.open(path) as image:  # the header only: read_image_size opened it the same way
+        mode = image.mode
+    if mode in ("1", "L", "I", "F") or mode.startswith("I;16"):
+        return width, height, 1
+    return width, height, 4 if mode in ("LA", "La", "PA", "P", "RGBA", "RGBa") else 3
 
 
 def _read_png16(path: Path, data: bytes) -> LoadedImage:
@@ -165,17 +184,34 @@ def image_files(folder: str | Path) -> list[Path]:
 # ------------------------------------------------------------------------------------------ writing
 
 
+SAMPLE_ROWS_VALUES = 1 << 20  # values converted to PNG samples at a time (float64 temporaries: 8 MB each)
+
+
+def png_samples(pixels: Tensor, dtype) -> np.ndarray:
+    """[H, W, C] samples of ``dtype`` (np.uint8 or np.uint16): round(clamp(v, 0, 1) x max) in float64, a block of
+    rows at a time, so the float64 temporaries stay small whatever the image's size (a render of tens of
+    megapixels would otherwise hold several float64 copies of itself)."""
+    top = float(np.iinfo(dtype).max)
+    values = pixels.detach().cpu()
+    height = values.shape[0]
+    out = np.empty(tuple(values.shape), dtype)
+    rows = max(1, SAMPLE_ROWS_VALUES // max(1, values[0].numel()))
+    for y in range(0, height, rows):
+        block = values[y:y + rows].to(torch.float64).clamp(0.0, 1.0).numpy()
+        out[y:y + rows] = np.rint(block * top)
+    return out
+
+
 def encode_png(pixels: Tensor, layout: str, bit_depth: int = 8) -> bytes:
     """PNG bytes of ``pixels`` [H, W, C] (values clamped to [0, 1], C matching ``layout``), 8-bit (Pillow)
     or 16-bit (png16) by ``bit_depth``."""
     if layout not in LAYOUT_CHANNELS or pixels.shape[-1] != LAYOUT_CHANNELS[layout]:
         raise ValueError(f"encode_png: layout {layout!r} with {pixels.shape[-1]} channels")
-    values = pixels.detach().to(torch.float64).clamp(0.0, 1.0).cpu().numpy()
     if bit_depth == 16:
-        return png16.encode_png16(np.rint(values * 65535.0).astype(np.uint16))
+        return png16.encode_png16(png_samples(pixels, np.uint16))
     from PIL import Image
 
-    array = np.rint(values * 255.0).astype(np.uint8)
+    array = png_samples(pixels, np.uint8)
     image = Image.fromarray(array[..., 0] if layout == "L" else array, PIL_MODE_OF_LAYOUT[layout])
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")

@@ -66,4 +66,4 @@ class ImageGaussians:
 def render_image(model: ImageGaussians, width: int | None = None, height: int | None = None, **kw) -> Tensor:
     """Render clamped to [0, 1] without gradients: what is written to an image file."""
     with torch.no_grad():
-        return model.render(width, height, **kw).clamp(0.0, 1.0)
+        return model.render(width, height, **kw).clamp_(0.0, 1.0)  # in place: no second image in memory

@@ -27,10 +27,16 @@ from torch import Tensor
 from recon.core.errors import UsageError
 from recon.losses.image import psnr  # noqa: F401  (re-exported: the PSNR image commands report)
 
-RENDER_MEMORY_FACTOR = 8
-"""peak bytes of `splatforge image render` per output value (H W C) over its 4 float32 bytes: the render,
-its clamped copy, the float64 copies made while converting to PNG samples and the PNG buffer (about 33
-bytes per value, rounded down to 8 x 4)."""
+RENDER_MEMORY_FACTOR = 3
+"""peak bytes of `splatforge image render` per output value (H W C) over its 4 float32 bytes: the render (and, for
+a render drawn in chunks of Gaussians, the chunk's; rasterizer/image/api.py), the 8- or 16-bit samples converted a
+block of rows at a time (io.png_samples) and the PNG encoder's buffers: measured about 10 bytes per value,
+rounded up to 3 x 4."""
+RENDER_BYTES_PER_GAUSSIAN = 512
+"""peak bytes per Gaussian of reading and rendering a model: the decoded arrays (float64 while dequantised), the
+rasterizer's per-Gaussian arrays (pixel means, covariances, conics, colours, extents, boxes); measured about
+300, rounded up. The tile lists are bounded on their own (rasterizer/cpu/image_sum.MAX_TILE_ENTRIES: 128 MB)."""
+RENDER_TILE_LIST_BYTES = 4 << 25  # MAX_TILE_ENTRIES int32 ids
 DEFAULT_MAX_MEMORY_GB = 4.0
 ANTIALIAS_GAIN = 1.2
 """measured factor on the derived box variance (1 - s^2) / 12 (best of 1.0 ... 1.4 in 5 of 6 cases: kodim05 and
@@ -72,18 +78,21 @@ def prefilter_variance(width: int, height: int, out_width: int, out_height: int,
     return gain * (1.0 - s * s) / 12.0 if s < 1.0 else 0.0
 
 
-def render_memory_bytes(out_width: int, out_height: int, channels: int) -> int:
-    """Estimated peak bytes of rendering and writing an out_width x out_height x channels image:
-    H W C x 4 bytes x :data:`RENDER_MEMORY_FACTOR`."""
-    return out_width * out_height * channels * 4 * RENDER_MEMORY_FACTOR
+def render_memory_bytes(out_width: int, out_height: int, channels: int, gaussians: int = 0) -> int:
+    """Estimated peak bytes of rendering and writing an out_width x out_height x channels image of a model of
+    ``gaussians`` Gaussians: H W C x 4 bytes x :data:`RENDER_MEMORY_FACTOR`, plus N x
+    :data:`RENDER_BYTES_PER_GAUSSIAN` and the tile lists' ceiling when N > 0."""
+    image = out_width * out_height * channels * 4 * RENDER_MEMORY_FACTOR
+    return image + (gaussians * RENDER_BYTES_PER_GAUSSIAN + RENDER_TILE_LIST_BYTES if gaussians > 0 else 0)
 
 
-def check_memory(out_width: int, out_height: int, channels: int, max_gb: float) -> None:
+def check_memory(out_width: int, out_height: int, channels: int, max_gb: float, gaussians: int = 0) -> None:
     """UsageError with the numbers when :func:`render_memory_bytes` exceeds ``max_gb`` GiB."""
-    need = render_memory_bytes(out_width, out_height, channels)
+    need = render_memory_bytes(out_width, out_height, channels, gaussians)
     if need > max_gb * 2**30:
+        model = f" and {gaussians:,} Gaussians x {RENDER_BYTES_PER_GAUSSIAN} bytes" if gaussians > 0 else ""
         raise UsageError(f"{out_width}x{out_height} x {channels} channels needs about {need / 2**30:.1f} GiB "
-                         f"({out_width}*{out_height}*{channels}*4 bytes x {RENDER_MEMORY_FACTOR}), over the "
+                         f"({out_width}*{out_height}*{channels}*4 bytes x {RENDER_MEMORY_FACTOR}{model}), over the "
                          f"--max-memory-gb {max_gb:g} limit; choose a smaller --scale/--size or raise the limit")
 
 

@@ -70,6 +70,40 @@ def render_splats(path: Path):
     return Run.open(_template("run", build_run)).load_model(path)
 
 
+def build_avatar_run(root: Path) -> None:
+    """The smallest valid ``--method meshgs`` run (seconds, not a real capture's minutes): the tiny avatar capture
+    of tests/recon/avatar/conftest.py (a rigged ellipsoid, 3 poses + 1 unseen, 9 views of 24 pixels) trained 2
+    CPU steps. Its checkpoint holds the avatar record (template, skin, poses) and the Gaussians' bindings."""
+    from recon.data.avatar_dataset import make_avatar_dataset
+    from recon.training.trainer import TrainConfig, Trainer
+    from tests.recon.avatar.conftest import make_tiny_mesh
+
+    base = root.parent
+    make_avatar_dataset(make_tiny_mesh(base / "blob.ply"), base / "capture", poses=3, unseen=1, views=9, size=24,
+                        samples=1, seed=0, per_side=1)
+    cfg = TrainConfig(data=base / "capture", out=root, method="meshgs", steps=2, sh_degree=1, progress=False)
+    Trainer(cfg, log=lambda s: None, device="cpu").run()
+
+
+def avatar_checkpoint_rel() -> str:
+    """The avatar run template's newest checkpoint, relative to the run folder."""
+    run = _template("avatar-run", build_avatar_run)
+    return str(max((run / "checkpoints").glob("ckpt_*.pt")).relative_to(run))
+
+
+def _avatar_checkpoint_reader() -> Callable[[Path], object]:
+    """``splatforge view RUN`` of the avatar run with the case as its newest checkpoint (viewer.scene.load_scene:
+    the avatar record checked, the Gaussians bound to its triangles, posed)."""
+    def place(path: Path) -> Path:
+        return in_folder("avatar-run", build_avatar_run, avatar_checkpoint_rel(), view).place(path)
+
+    def reader(path: Path):
+        return view(place(path))
+
+    reader.place = place
+    return reader
+
+
 # ----------------------------------------------------------------------------------------- datasets
 
 
@@ -198,6 +232,8 @@ def formats() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
     table["view-run-splats"] = (good_from("finished-run", build_finished_run, "splats.ply"),
                                 in_folder("finished-run", build_finished_run, "splats.ply", view), ".ply")
     table["render-splats"] = (fr.good_ply, render_splats, ".ply")
+    table["avatar-checkpoint"] = (lambda: (_template("avatar-run", build_avatar_run) / avatar_checkpoint_rel())
+                                  .read_bytes(), _avatar_checkpoint_reader(), ".pt")
     table["nerfstudio-mask"] = (good_from("ns-masks", build_masked_nerfstudio, "masks/f_0.png"),
                                 in_folder("ns-masks", build_masked_nerfstudio, "masks/f_0.png", read_masks), ".png")
     table["panoptic-seg"] = (good_from("panoptic-seg", build_segmented_panoptic, "seg/0/000001.png"),

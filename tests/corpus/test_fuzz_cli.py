@@ -60,6 +60,12 @@ def _train(target: Path, tmp: Path) -> list:
     return ["train", "--data", target, "--steps", "1", "--out", tmp / "trained"]
 
 
+def _resume(run: Path) -> list:
+    """``train`` of the fuzz template's run (procedural data, 10 steps done) extended to 11 steps: it resumes from the
+    run's newest checkpoint, reading it first."""
+    return ["train", "--data", "procedural", "--out", run, "--steps", "11", "--no-progress"]
+
+
 Argv = Callable[[Path, Path], list]
 # format -> (variant, command line for the case's file or folder); the variants are all_cases names
 CLI_CASES: dict[str, tuple[str, Argv]] = {
@@ -78,7 +84,7 @@ CLI_CASES: dict[str, tuple[str, Argv]] = {
     "dnerf-transforms": ("empty", _train),
     "panoptic-meta": ("empty", _train),
     "n3dv-poses": ("empty", _train),
-    "checkpoint": ("empty", _export),
+    "checkpoint": ("empty", _export),  # a finished run: export reads splats.ply; CLI_VARIANTS reach the checkpoint
     "config-yaml": ("truncate-100", lambda t, tmp: ["eval", "--run", t]),
     "history-json": ("empty", lambda t, tmp: ["compare", t]),
     "metrics-json": ("folder", lambda t, tmp: ["compare", t]),
@@ -97,6 +103,18 @@ CLI_CASES: dict[str, tuple[str, Argv]] = {
     "mesh-obj": ("empty", lambda t, tmp: _insert(_run_template(tmp), tmp, asset=t)),
     "nerfstudio-mask": ("empty", _train),
     "panoptic-seg": ("empty", lambda t, tmp: [*_train(t, tmp), "--data-factor", "2"]),  # read when downscaled
+
+
+    "panoptic-npz": ("empty", _train),
+}
+# more hostile variants of the files a run or dataset folder holds, each through the command a user would run on
+# that folder (the checkpoint: `train --out RUN` resumes from its newest checkpoint, while `export` / `eval` / `view`
+# of a 3dgs run read splats.ply and never reach it; init_pt_cld.npz: `train --data`)
+# (variants, command line, the file's name the line must hold: the reader reached, not an earlier check)
+CLI_VARIANTS: dict[str, tuple[tuple[str, ...], Argv, str]] = {
+    "checkpoint": (("empty", "truncate-100", "zeros-1mb", "folder", "dev-zero"), lambda t, tmp: _resume(t),
+                   "ckpt_00010.pt"),
+    "panoptic-npz": (("truncate-100", "zeros-1mb", "folder", "dev-zero"), _train, "init_pt_cld.npz"),
 }
 
 
@@ -108,6 +126,20 @@ def fuzz():
 @pytest.mark.parametrize("fmt", sorted(CLI_CASES))
 def test_hostile_case_exits_2_with_one_line_naming_the_file(fmt, fuzz, tmp_path, capsys):
     variant, argv = CLI_CASES[fmt]
+    _exits_2_naming_the_file(fuzz, fmt, variant, argv, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("fmt, variant", [(f, v) for f, (vs, _, _) in sorted(CLI_VARIANTS.items()) for v in vs])
+def test_more_hostile_run_and_dataset_files_through_the_cli(fmt, variant, fuzz, tmp_path, capsys):
+    _, argv, name = CLI_VARIANTS[fmt]
+    line = _exits_2_naming_the_file(fuzz, fmt, variant, argv, tmp_path, capsys, log_lines=True)
+    assert name in line, line
+
+
+def _exits_2_naming_the_file(fuzz, fmt: str, variant: str, argv: Argv, tmp_path: Path, capsys,
+                             log_lines: bool = False) -> str:
+    """The error line. ``log_lines``: the command may log before it (resuming: "damaged checkpoint ...; trying the
+    previous one"), but the last line is the one error line and nothing is a traceback."""
     good, read, suffix = fuzz.readers()[fmt]
     good_bytes = good()
     data = good_bytes[:int(variant.split("-")[1])] if variant.startswith("truncate-") else \
@@ -120,16 +152,22 @@ def test_hostile_case_exits_2_with_one_line_naming_the_file(fmt, fuzz, tmp_path,
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err, err
+    if log_lines:
+        lines = lines[-1:]
+        assert ": error: " in lines[0], err
     assert len(lines) == 1, err
     assert exc.value.code == 2, (exc.value.code, lines[0])
     assert case.name in lines[0] or target.name in lines[0] or str(target) in lines[0], lines[0]
+    return lines[0]
 
 
 def test_every_cli_case_is_a_fuzz_format(fuzz):
     formats = fuzz.readers()
-    for fmt, (variant, _) in CLI_CASES.items():
+    cases = [(f, v) for f, (v, _) in CLI_CASES.items()] + [(f, v) for f, (vs, _, _) in CLI_VARIANTS.items() for v in vs]
+    for fmt, variant in cases:
         assert fmt in formats, fmt
-        assert variant in ("empty", "folder", "fifo", "dev-zero") or variant.startswith("truncate-"), variant
+        assert variant in ("empty", "zeros-1mb", "folder", "fifo", "dev-zero") or variant.startswith("truncate-"), \
+            variant
 
 
 def test_a_folder_in_place_of_the_proxy_cache_is_one_line(tmp_path, capsys):

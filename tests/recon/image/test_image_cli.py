@@ -133,8 +133,10 @@ def test_scale_zero_or_negative_refused(fitted, tmp_path, capsys, scale):
 
 def test_output_over_memory_limit_refused(fitted, tmp_path, capsys):
     code, _, err = run(["image", "render", fitted[3], "--size", "100000x100000", "--out", tmp_path / "x.png"], capsys)
-    need = render_memory_bytes(100000, 100000, 3) / 2**30
-    assert code == 2 and f"needs about {need:.1f} GiB" in err and "--max-memory-gb 4" in err
+    from recon.image.gimg import read_gimg
+
+    need = render_memory_bytes(100000, 100000, 3, read_gimg(fitted[3]).n) / 2**30  # the model's Gaussians too
+    assert code == 2 and f"needs about {need:.1f} GiB" in err and "--max-memory-gb 1" in err
     assert str(fitted[3]) in err and len(err.strip().splitlines()) == 1  # names the model file
     code, _, err = run(["image", "render", fitted[3], "--size", "10x0", "--out", tmp_path / "x.png"], capsys)
     assert code == 2 and "WIDTHxHEIGHT" in err

@@ -1,0 +1,105 @@
+"""`image fit` and `image render` size their memory from the file's header before decoding (issue 52: a 96-megapixel
+PNG of a few MB reached 1.47 GB in `image fit`; a .gimg of a million Gaussians reached 1 GB in `image render`):
+over --max-memory-gb is one line naming the file, the estimate and the option, and nothing is decoded. PNG
+samples are converted a block of rows at a time (the same values as one whole-image conversion)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from recon.cli import main
+from recon.image.fit_memory import fit_memory_bytes
+
+
+def _run(argv, capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in argv])
+        raise SystemExit(0)
+    return exc.value.code, capsys.readouterr().err
+
+
+def _flat_png(path, width, height, mode="RGB"):
+    from PIL import Image
+
+    Image.new(mode, (width, height)).save(path)  # a few kB: flat colour compresses to almost nothing
+    return path
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("decoded: the memory check must come first")
+
+
+def test_fit_of_an_image_too_large_for_the_memory_limit_is_refused_before_decoding(tmp_path, capsys, monkeypatch):
+    path = _flat_png(tmp_path / "wide.png", 4000, 3000)
+    monkeypatch.setattr("recon.image.io.read_image", _never)
+    code, err = _run(["image", "fit", path, "--out", tmp_path / "m.gimg", "--steps", 1, "--gaussians", 100], capsys)
+    lines = err.strip().splitlines()
+    need = fit_memory_bytes(4000, 3000, 3, 100) / 2**30
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert f"wide.png: fitting this 4000x3000 image (3 channels, 100 Gaussians) needs about {need:.1f} GiB" in lines[0]
+    assert "--max-memory-gb 1 limit" in lines[0] and not (tmp_path / "m.gimg").exists()
+
+
+def test_a_folder_of_images_is_checked_image_by_image_from_the_headers(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _flat_png(folder / "a.png", 16, 16)
+    _flat_png(folder / "b.png", 3000, 3000, "L")  # grey: 1 channel
+    monkeypatch.setattr("recon.image.io.read_image", _never)
+    code, err = _run(["image", "fit", folder, "--out", tmp_path / "out", "--gaussians", 10,
+                      "--max-memory-gb", 0.5], capsys)
+    assert code == 2 and "b.png: fitting this 3000x3000 image (1 channels, 10 Gaussians)" in err, err
+    assert "--max-memory-gb 0.5 limit" in err
+
+
+def test_a_raised_limit_lets_the_same_image_through(tmp_path, capsys):
+    path = _flat_png(tmp_path / "small.png", 24, 16)
+    code, err = _run(["image", "fit", path, "--out", tmp_path / "m.gimg", "--steps", 1, "--gaussians", 10,
+                      "--no-progress", "--max-memory-gb", 0.2], capsys)
+    assert code == 0 and (tmp_path / "m.gimg").is_file(), err
+    code, err = _run(["image", "fit", path, "--out", tmp_path / "n.gimg", "--max-memory-gb", 0], capsys)
+    assert code == 2 and "--max-memory-gb 0.0: must be > 0" in err
+
+
+def _gimg(path, n, width, height):
+    from recon.image.gimg import encode_gimg
+    from recon.image.model import ImageGaussians
+
+    means = torch.zeros(n, 2)
+    chol = torch.tensor([2.0 / width, 0.0, 2.0 / height]).repeat(n, 1)
+    model = ImageGaussians(means, chol, torch.full((n, 3), 0.001), width, height, "RGB", {}, 1 / 12)
+    path.write_bytes(encode_gimg(model, "quantized"))  # identical Gaussians: zstd makes them a few kB
+    return path
+
+
+def test_render_of_a_model_with_too_many_gaussians_is_refused_from_its_header(tmp_path, capsys, monkeypatch):
+    from recon.image.resample import RENDER_BYTES_PER_GAUSSIAN
+
+    path = _gimg(tmp_path / "many.gimg", 2_000_000, 1000, 1000)
+    assert path.stat().st_size < 100_000
+    monkeypatch.setattr("recon.image.codec.decode_arrays", _never)
+    code, err = _run(["image", "render", path, "--out", tmp_path / "r.png"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert f"many.gimg (fitted at 1000x1000): 1000x1000 x 3 channels needs about" in lines[0]
+    assert f"2,000,000 Gaussians x {RENDER_BYTES_PER_GAUSSIAN} bytes" in lines[0] and "--max-memory-gb 1 limit" in lines[0]
+
+
+def test_render_of_a_small_model_at_its_size_still_works(tmp_path, capsys):
+    path = _gimg(tmp_path / "few.gimg", 20, 40, 30)
+    code, err = _run(["image", "render", path, "--out", tmp_path / "r.png"], capsys)
+    assert code == 0 and (tmp_path / "r.png").is_file(), err
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+def test_png_samples_by_blocks_of_rows_equal_the_whole_image_conversion(dtype, monkeypatch):
+    from recon.image import io
+
+    pixels = torch.rand(37, 23, 3, generator=torch.Generator().manual_seed(1)) * 1.4 - 0.2  # some outside [0, 1]
+    top = float(np.iinfo(dtype).max)
+    whole = np.rint(pixels.to(torch.float64).clamp(0.0, 1.0).numpy() * top).astype(dtype)
+    monkeypatch.setattr(io, "SAMPLE_ROWS_VALUES", 5 * 23 * 3)  # blocks of 5 rows: 8 blocks, the last short
+    assert np.array_equal(io.png_samples(pixels, dtype), whole)
