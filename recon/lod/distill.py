@@ -80,6 +80,19 @@ def cut_parts(h: Hierarchy, cut: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return cut[~merged], cut[merged]
 
 
+def visible_step(opt: torch.optim.Optimizer, params: dict[str, torch.Tensor], index: torch.Tensor) -> None:
+    """``opt.step()`` that moves only the rows ``index`` of each tensor of ``params`` (the nodes of this
+    step's cut): Adam's momentum would otherwise keep moving the nodes this view does not hold."""
+    hidden = torch.ones(len(params["means"]), dtype=torch.bool)
+    hidden[index] = False
+    with torch.no_grad():
+        kept = {k: v[hidden].clone() for k, v in params.items()}
+    opt.step()
+    with torch.no_grad():
+        for k, v in params.items():
+            v[hidden] = kept[k]
+
+
 def distill_cuts(h: Hierarchy, cameras: list[Camera], budget: int, config: DistillConfig | None = None,
                  progress=None) -> DistillResult:
     """Tune in place the merged nodes of ``h`` that the cuts at ``budget`` nodes from ``cameras`` use (module
@@ -127,7 +140,7 @@ def distill_cuts(h: Hierarchy, cameras: list[Camera], budget: int, config: Disti
             loss = photometric_loss(render_splats(cut_params(fixed, index), cam, sh_degree, aa, background), target)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            opt.step()
+            visible_step(opt, own, index)
             if progress is not None:
                 progress(step + 1, config.steps)
     after = mean_psnr()
