@@ -9,7 +9,9 @@ Gaussians (recon/lod/cut.py), each opacity rule of ``--rules`` (recon/lod/merge.
 ``--metrics`` (recon/lod/flat.py); PSNR against the test images, the cut's PSNR drop, CPU render times (median
 over the views, rasterizer cpu backend), and the cut selection time per camera. ``--finetune-steps N``: then
 the levels are fine-tuned (recon/lod/finetune.py, N steps a level, the run's training cameras) and measured
-again, with each level's PSNR against the full model before and after. ``--synthetic N``: N random small
+again, with each level's PSNR against the full model before and after. ``--distill-steps N``: then the merged nodes of the
+budget's cuts from the training cameras are tuned against the full model's renders (recon/lod/distill.py, a copy
+of the hierarchy per metric) and measured again. ``--synthetic N``: N random small
 Gaussians in a cube, cameras 1.5 cube sides away
 (the whole model in view): cut time at ``--budget`` (median of ``--repeat`` cameras, each after another
 camera's cut as a viewer's next frame is; wall and thread CPU time; also without a previous cut), whether the
