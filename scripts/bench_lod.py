@@ -9,7 +9,9 @@ Gaussians (recon/lod/cut.py), each opacity rule of ``--rules`` (recon/lod/merge.
 ``--metrics`` (recon/lod/flat.py); PSNR against the test images, the cut's PSNR drop, CPU render times (median
 over the views, rasterizer cpu backend), and the cut selection time per camera. ``--finetune-steps N``: then
 the levels are fine-tuned (recon/lod/finetune.py, N steps a level, the run's training cameras) and measured
-again, with each level's PSNR against the full model before and after. ``--synthetic N``: N random small
+again, with each level's PSNR against the full model before and after. ``--distill-steps N``: then the merged nodes of the
+budget's cuts from the training cameras are tuned against the full model's renders (recon/lod/distill.py, a copy
+of the hierarchy per metric) and measured again. ``--synthetic N``: N random small
 Gaussians in a cube, cameras 1.5 cube sides away
 (the whole model in view): cut time at ``--budget`` (median of ``--repeat`` cameras, each after another
 camera's cut as a viewer's next frame is; wall and thread CPU time; also without a previous cut), whether the
@@ -27,6 +29,7 @@ _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 import rasterizer  # noqa: E402,F401  (before torch: sets GOMP_SPINCOUNT, as the splatforge command does)
 
 import argparse  # noqa: E402
+import copy  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
@@ -42,6 +45,7 @@ import torch  # noqa: E402
 from rasterizer import Camera, rasterize_gaussians  # noqa: E402
 from recon.core.splat_data import SplatData, random_splats  # noqa: E402
 from recon.lod.cut import select_cut, select_cut_reference  # noqa: E402
+from recon.lod.distill import DistillConfig, distill_cuts  # noqa: E402
 from recon.lod.finetune import FinetuneConfig, finetune_levels  # noqa: E402
 from recon.lod.flat import flatten  # noqa: E402
 from recon.lod.hierarchy import build_hierarchy, cut_splats  # noqa: E402
@@ -127,6 +131,22 @@ def bench_run(args) -> dict:
                 result[key] = {**measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full_time),
                                "finetune_seconds": tune, "finetune_steps_per_level": args.finetune_steps,
                                "levels": [vars(lv) for lv in levels]}
+        if args.distill_steps:
+            cams = [f.camera for f in run.scene.frames_train]
+            for metric in args.metrics:  # each metric's cuts tuned on their own copy of the hierarchy
+                hd = copy.deepcopy(h)
+                start = time.perf_counter()
+                tuned = distill_cuts(hd, cams, budget, DistillConfig(
+                    steps=args.distill_steps, metric=metric, cameras=args.distill_cameras,
+                    lr_scale=args.distill_lr_scale, background=tuple(bg.tolist())),
+                    progress=lambda i, n: i % 50 == 0 and print(f"distill {rule} {metric}: {i}/{n}", file=_sys.stderr))
+                seconds = time.perf_counter() - start
+                key = f"cut_{rule}" + ("_finetuned" if args.finetune_steps else "") + "_distilled" + (
+                    "" if metric == "size" else f"_{metric}")
+                result[key] = {**measure_cuts(hd, data, frames, far, images, bg, budget, metric, full_psnr,
+                                              full_time),
+                               "distill_seconds": seconds, "distill": vars(tuned),
+                               "distill_steps": args.distill_steps, "distill_lr_scale": args.distill_lr_scale}
     return result
 
 
@@ -249,6 +269,13 @@ def main() -> None:
                    help="the projected radius (px) at which each level is tuned (recon/lod/finetune.py)")
     p.add_argument("--finetune-lr-scale", type=float, default=FinetuneConfig.lr_scale,
                    help="x the 3DGS learning rates for the fine-tuning")
+    p.add_argument("--distill-steps", type=int, default=0,
+                   help="--run: also tune the merged nodes of the budget's cuts from the training cameras against the "
+                        "full model's renders (recon/lod/distill.py), this many steps, and measure again")
+    p.add_argument("--distill-lr-scale", type=float, default=DistillConfig.lr_scale,
+                   help="x the 3DGS learning rates for the distillation")
+    p.add_argument("--distill-cameras", type=int, default=DistillConfig.cameras,
+                   help="training cameras the distillation uses (evenly spread)")
     p.add_argument("--repeat", type=int, default=21, help="cameras for the synthetic cut timing")
     p.add_argument("--no-export", action="store_true", help="--synthetic: skip the export timing")
     args = p.parse_args()

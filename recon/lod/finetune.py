@@ -175,22 +175,49 @@ def tune_level(h: Hierarchy, depth: int, targets: list[tuple[Camera, torch.Tenso
     return own_ids, before, after
 
 
-def refresh_radius(h: Hierarchy, ids: np.ndarray) -> None:
-    """Recompute the bounding spheres of interior nodes ``ids`` (their children's already final): the
-    larger of the Gaussian's own extent and ``max(|mu_c - mu| + r_c)`` over its children; drops the cut's
-    cached arrays."""
-    if len(ids) == 0:
-        return
-    ids = np.sort(ids)
+def ancestors(h: Hierarchy, ids: np.ndarray) -> np.ndarray:
+    """Sorted ids of the proper ancestors of the nodes ``ids`` (not in ``ids`` themselves)."""
+    mark = np.zeros(h.num_nodes, dtype=bool)
+    p = h.parent[np.asarray(ids, dtype=np.int64)]
+    while len(p := np.unique(p[p >= 0])):
+        p = p[~mark[p]]
+        mark[p] = True
+        p = h.parent[p]
+    mark[np.asarray(ids, dtype=np.int64)] = False
+    return np.flatnonzero(mark)
+
+
+def _children_reach(h: Hierarchy, ids: np.ndarray) -> np.ndarray:
+    """[len(ids)] float64 ``max(|mu_c - mu| + r_c)`` over the children of each interior node of ``ids``."""
     lo, hi = h.child_start[ids - h.num_leaves], h.child_start[ids - h.num_leaves + 1]
     counts = hi - lo
     kids = np.concatenate([h.children[a:b] for a, b in zip(lo, hi)])
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     gid = np.repeat(np.arange(len(ids)), counts)
     means = h.nodes.means.astype(np.float64)
-    r = bounding_radius(means[kids], h.radius[kids].astype(np.float64), means[ids], starts, gid)
-    own = leaf_radius(h.nodes.subset(ids)).astype(np.float64)
-    h.radius[ids] = np.maximum(r, own).astype(np.float32)
+    return bounding_radius(means[kids], h.radius[kids].astype(np.float64), means[ids], starts, gid)
+
+
+def refresh_radius(h: Hierarchy, ids: np.ndarray) -> None:
+    """Recompute the bounding spheres after the interior nodes ``ids`` (any depths) changed: each of them
+    gets the larger of its Gaussian's own extent and ``max(|mu_c - mu| + r_c)`` over its children; each of
+    their ancestors keeps its radius or grows to hold its children's spheres. Deepest first, so children are
+    final before their parents. Drops the cut's cached arrays."""
+    ids = np.unique(np.asarray(ids, dtype=np.int64))
+    if len(ids) == 0:
+        return
+    up = ancestors(h, ids)
+    changed = np.zeros(h.num_nodes, dtype=bool)
+    changed[ids] = True
+    todo = np.concatenate([ids, up])
+    for d in np.unique(h.depth[todo])[::-1]:
+        level = todo[h.depth[todo] == d]
+        r = _children_reach(h, level)
+        mine = changed[level]
+        own = leaf_radius(h.nodes.subset(level[mine])).astype(np.float64)
+        r[mine] = np.maximum(r[mine], own)
+        r[~mine] = np.maximum(r[~mine], h.radius[level[~mine]])
+        h.radius[level] = r.astype(np.float32)
     for key in ("_spheres", "_flat", "_cut_state"):
         h.__dict__.pop(key, None)
 

@@ -32,7 +32,9 @@ from numba import njit
 
 from .hierarchy import Hierarchy
 
-CUT_METRICS = ("size", "opacity")
+CUT_METRICS = ("size", "opacity", "error")
+SH_C0 = 0.28209479177387814  # colour = SH_C0 x band 0 (+ 0.5)
+ERROR_FLOOR = 0.02  # colour spread added to every node's, so a large node of one colour still splits
 
 
 @dataclass
@@ -93,18 +95,73 @@ def _monotone(weight, first, kids):
     return weight
 
 
+@njit(cache=True)
+def _colour_spread(child_start, children, num_leaves, weight, colour):
+    """[M] variance (summed over RGB) of the leaves' colours below each node about its mean, weighted by
+    ``weight`` (children before parents in id order; the law of total variance from the children's)."""
+    m = len(weight)
+    var = np.zeros(m)
+    mean = colour.copy()
+    wsum = weight.copy()
+    for n in range(num_leaves, m):
+        lo, hi = child_start[n - num_leaves], child_start[n - num_leaves + 1]
+        w = 0.0
+        mu = np.zeros(3)
+        for j in range(lo, hi):
+            c = children[j]
+            w += wsum[c]
+            for a in range(3):
+                mu[a] += wsum[c] * mean[c, a]
+        if w <= 0.0:
+            continue
+        v = 0.0
+        for a in range(3):
+            mu[a] /= w
+        for j in range(lo, hi):
+            c = children[j]
+            d = 0.0
+            for a in range(3):
+                d += (mean[c, a] - mu[a]) ** 2
+            v += wsum[c] * (var[c] + d)
+        var[n] = v / w
+        wsum[n] = w
+        for a in range(3):
+            mean[n, a] = mu[a]
+    return var
+
+
+def colour_spread(h: Hierarchy) -> np.ndarray:
+    """[M] float64 standard deviation of the base colours (SH band 0) of the leaves below each node, each leaf
+    weighted by opacity x area (the merge's weights, recon/lod/merge.py): what a merge averages away
+    (0 for a leaf)."""
+    leaves = np.arange(h.num_leaves)
+    s = np.exp(h.nodes.log_scales[leaves].astype(np.float64))
+    area = np.sqrt((s[:, 0] * s[:, 1]) ** 2 + (s[:, 1] * s[:, 2]) ** 2 + (s[:, 0] * s[:, 2]) ** 2)
+    weight = np.zeros(h.num_nodes)
+    weight[leaves] = area / (1.0 + np.exp(-h.nodes.logit_opacities[leaves].astype(np.float64)))
+    colour = np.zeros((h.num_nodes, 3))
+    colour[leaves] = SH_C0 * h.nodes.sh[leaves, 0].astype(np.float64)
+    return np.sqrt(_colour_spread(h.child_start, h.children, h.num_leaves, weight, colour))
+
+
 def split_weights(h: Hierarchy, metric: str) -> np.ndarray:
     """[M] float32 per-node split weight of the cut's error metric ``metric`` (node ids):
 
     * ``"size"``: 1 (split the node of largest projected size first);
     * ``"opacity"``: sqrt of the node's opacity (a faint merged Gaussian shows its error less, so the budget
-      goes to the nodes whose merge would show; docs/lod.md gives the measured effect).
+      goes to the nodes whose merge would show; docs/lod.md gives the measured effect);
+    * ``"error"``: a screen-space error: sqrt(opacity) x (the spread of the leaves' colours below the node,
+      :func:`colour_spread`, + ERROR_FLOOR): a node that averages away a detail splits before a larger one
+      of one colour (priority = projected size x this).
     """
     if metric == "size":
         return np.ones(h.num_nodes, dtype=np.float32)
     if metric == "opacity":
         a = 1.0 / (1.0 + np.exp(-h.nodes.logit_opacities.astype(np.float64)))
         return np.sqrt(a).astype(np.float32)
+    if metric == "error":
+        a = 1.0 / (1.0 + np.exp(-h.nodes.logit_opacities.astype(np.float64)))
+        return (np.sqrt(a) * (colour_spread(h) + ERROR_FLOOR)).astype(np.float32)
     raise ValueError(f"cut metric {metric!r}: choose one of {', '.join(CUT_METRICS)}")
 
 

@@ -142,7 +142,7 @@ def test_flat_tree_is_breadth_first_with_contiguous_children(model_and_tree):
     np.testing.assert_array_equal(flat.packed_int[:, 5], flat.first)
 
 
-@pytest.mark.parametrize("metric", ["size", "opacity"])
+@pytest.mark.parametrize("metric", ["size", "opacity", "error"])
 def test_fast_cut_equals_the_plain_reference(model_and_tree, metric):
     """The scan-select-emit cut gives exactly the heap's largest-first cut, for budgets that bind or not, a
     pixel limit, cameras near, far and inside the root's sphere, one after another (each call starts from the
@@ -172,3 +172,29 @@ def test_cut_with_a_stale_bound_and_a_bad_metric(model_and_tree):
         np.testing.assert_array_equal(np.sort(select_cut(h, cam, budget=300)), want)
     with pytest.raises(ValueError, match="cut metric"):
         select_cut(h, cam, budget=300, metric="nope")
+
+
+def test_colour_spread_is_the_weighted_spread_of_the_leaves_below():
+    from recon.lod.flat import SH_C0, colour_spread
+    from recon.lod.hierarchy import build_hierarchy
+
+    from .scenes import small_model
+
+    h = build_hierarchy(small_model(200, seed=7), depth=5)
+    spread = colour_spread(h)
+    s = np.exp(h.nodes.log_scales[: h.num_leaves].astype(np.float64))
+    w = np.sqrt((s[:, 0] * s[:, 1]) ** 2 + (s[:, 1] * s[:, 2]) ** 2 + (s[:, 0] * s[:, 2]) ** 2) / (
+        1 + np.exp(-h.nodes.logit_opacities[: h.num_leaves].astype(np.float64)))
+    c = SH_C0 * h.nodes.sh[: h.num_leaves, 0].astype(np.float64)
+    below = np.zeros((h.num_nodes, h.num_leaves), dtype=bool)  # below[n, l]: leaf l under node n
+    for leaf in range(h.num_leaves):
+        n = leaf
+        while n >= 0:
+            below[n, leaf] = True
+            n = h.parent[n]
+    for n in range(h.num_leaves, h.num_nodes):
+        m = below[n]
+        mean = (w[m, None] * c[m]).sum(0) / w[m].sum()
+        want = np.sqrt((w[m] * ((c[m] - mean) ** 2).sum(1)).sum() / w[m].sum())
+        assert spread[n] == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert (spread[: h.num_leaves] == 0).all() and spread[h.root] > 0.05
