@@ -12,6 +12,13 @@ the store) with an atomic ``compare_set`` on the lease, so exactly one worker wi
 its lease while it trains (:meth:`BlockQueue.renew`; False when it was taken over, and the owner must
 stop). Leases compare wall clocks of different machines: keep ``lease_seconds`` well above their skew.
 
+Renewal runs on a thread of the worker (:class:`LeaseKeeper`), every ``lease_seconds`` / 4 whatever the worker
+is doing (a training step, an evaluation, a checkpoint or splat write, rendering views), so that a lease
+expires only when the worker stops (dead, hung, cut off). A block whose renewal fails is *lost*: its worker
+stops it at its next check (:meth:`LeaseKeeper.is_lost`, a training step of block training, the pool's poll of
+mesh2splat) and publishes nothing for it (:meth:`LeaseKeeper.release` says False): the new owner's result is
+the one that counts.
+
 Under torchrun a worker that dies (SIGKILL) makes the agent stop and restart the whole group
 (``--max-restarts``); each restart round gets a fresh prefix (``TORCHELASTIC_RESTART_COUNT``) and the
 run folder says which blocks are finished (their metrics.json) and where the others stand (their
@@ -21,10 +28,11 @@ checkpoints). Leases cover the worker that stops renewing while the group lives.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Callable, Sequence
 
-from recon.core.errors import SplatforgeError
+from recon.core.errors import SplatforgeError, describe
 
 
 class LeaseLostError(SplatforgeError, RuntimeError):
@@ -115,3 +123,93 @@ class BlockQueue:
 
     def all_done(self) -> bool:
         return self.num_done() >= len(self.blocks)
+
+
+class LeaseKeeper:
+    """The leases of one worker's running blocks of ``queue``, renewed by a thread (:meth:`start`).
+
+    A block is *running* from :meth:`claim` to :meth:`release`. Every ``queue.lease_seconds`` / 4 the thread
+    renews the running blocks' leases; a block whose renewal fails (another worker took it over after its
+    lease expired) becomes *lost* (:meth:`is_lost`). An error of the thread (the store unreachable) is kept
+    in :attr:`error` and raised by :meth:`check`: the worker must stop, as its leases are no longer renewed.
+    The queue is used under a lock shared with the thread (a c10d store client is one connection)."""
+
+    def __init__(self, queue: BlockQueue):
+        self.queue = queue
+        self.running: set[int] = set()
+        self.lost: set[int] = set()
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def claim(self) -> int | None:
+        """:meth:`BlockQueue.claim`, the block (if any) running from now on."""
+        with self._lock:
+            block = self.queue.claim()
+            if block is not None:
+                self.running.add(block)
+        return block
+
+    def all_done(self) -> bool:
+        with self._lock:
+            return self.queue.all_done()
+
+    def renew(self) -> None:
+        """Renew the running blocks' leases; a block whose lease was taken over becomes lost."""
+        with self._lock:
+            for block in sorted(self.running):
+                if not self.queue.renew(block):
+                    self.running.discard(block)
+                    self.lost.add(block)
+
+    def is_lost(self, block: int) -> bool:
+        with self._lock:
+            return block in self.lost
+
+    def forget(self, block: int) -> None:
+        """``block`` was abandoned (stopped after its lease was lost, or failed): nothing will be published."""
+        with self._lock:
+            self.lost.discard(block)
+            self.running.discard(block)
+
+    def release(self, block: int) -> bool:
+        """``block``'s work ended: True when it is still this worker's (publish its result, then
+        :meth:`finish` it); False when it was lost (publish nothing: the new owner's result counts)."""
+        self.check()
+        with self._lock:
+            self.running.discard(block)
+            if block in self.lost:
+                self.lost.discard(block)
+                return False
+        return True
+
+    def finish(self, block: int) -> None:
+        """:meth:`BlockQueue.finish` (after :meth:`release` said True and the result was published)."""
+        with self._lock:
+            self.queue.finish(block)
+
+    def start(self, name: str = "leases") -> "LeaseKeeper":
+        """Start the renewal thread (:meth:`close` stops it)."""
+        def keep():
+            try:
+                while not self._stop.wait(self.queue.lease_seconds / 4):
+                    self.renew()
+            except BaseException as err:  # noqa: BLE001 - a store error: the worker stops (check raises it)
+                self.error = err
+
+        self._thread = threading.Thread(target=keep, name=name, daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the renewal thread (waits up to 10 s for a renewal in progress)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10.0)
+
+    def check(self) -> None:
+        """Raise what stopped the renewal thread (RuntimeError): the leases are no longer renewed and every
+        running block would go to other workers."""
+        if self.error is not None:
+            raise RuntimeError(f"renewing this worker's leases failed ({describe(self.error)})") from self.error

@@ -11,8 +11,10 @@
    and each block starts from that prior (:mod:`recon.distributed.prior`).
 4. Every rank takes blocks from the :class:`recon.core.lease_queue.BlockQueue` and trains each with
    :class:`recon.training.trainer.Trainer` (the block's scene handed in, its own folder ``OUT/blocks/block_NNN``
-   with checkpoints every ``--save-every`` steps, its own seed ``seed + 1000 x id``), renewing its lease
-   every step. Idle ranks wait on the store, re-taking expired leases, until all blocks are done.
+   with checkpoints every ``--save-every`` steps, its own seed ``seed + 1000 x id``); a thread renews its
+   lease (:class:`recon.core.lease_queue.LeaseKeeper`, through evaluations and saves too), and a block whose
+   lease was taken over stops at its next step and is not marked done. Idle ranks wait on the store,
+   re-taking expired leases, until all blocks are done.
 5. A barrier, then rank 0 merges (:mod:`recon.distributed.merge`).
 
 The block count and each block's training never depend on the worker count, and each worker runs with
@@ -39,7 +41,7 @@ import torch
 from recon.outputs import files as rf
 from recon.distributed.merge import block_dir, merge_run, run_finished
 from recon.distributed.partition import Partition, PartitionConfig, check_blocks, partition_scene, block_scene, write_partition
-from recon.core.lease_queue import BlockQueue, LeaseLostError
+from recon.core.lease_queue import BlockQueue, LeaseKeeper, LeaseLostError
 from recon.core.process_group import backend_for, barrier, free_port, init_group  # noqa: F401 (free_port: tests)
 from recon.core.errors import DamagedFileError, RunFolderError, RunLockedError, SplatforgeError, UsageError
 from recon.training.trainer import (ConfigMismatchError, TrainConfig, Trainer, TrainingHook, check_resumable,
@@ -170,21 +172,26 @@ def check_same_config(digest: list[int], rank: int, world: int, device: torch.de
 
 
 class LeaseHook(TrainingHook):
-    """Renews this worker's lease every step; stops the block (LeaseLostError) when it was taken over,
-    and at a step boundary after SIGTERM (torchrun stopping the group: the trainer saves a checkpoint)."""
+    """Stops the block (LeaseLostError) at its next step, or at the evaluation before its metrics.json is
+    written, once another worker took it over (the renewals are the :class:`recon.core.lease_queue.LeaseKeeper`
+    thread's, through evaluations and saves alike); raises the keeper's error when renewing failed; and stops
+    at a step boundary after SIGTERM (torchrun stopping the group: the trainer saves a checkpoint)."""
 
-    def __init__(self, queue: BlockQueue, block: int, stop_flag: dict):
-        self.queue, self.block, self.stop = queue, block, stop_flag
-        self.last = 0.0
+    def __init__(self, keeper: LeaseKeeper, block: int, stop_flag: dict):
+        self.keeper, self.block, self.stop = keeper, block, stop_flag
+
+    def check_lease(self) -> None:
+        self.keeper.check()
+        if self.keeper.is_lost(self.block):
+            raise LeaseLostError(f"block {self.block}: another worker took it over (lease expired)")
 
     def on_step(self, trainer, result) -> None:
         if self.stop.get("signal"):
             raise KeyboardInterrupt  # the trainer saves this step's checkpoint and re-raises
-        now = time.monotonic()
-        if now - self.last >= min(5.0, self.queue.lease_seconds / 4):
-            if not self.queue.renew(self.block):
-                raise LeaseLostError(f"block {self.block}: another worker took it over (lease expired)")
-            self.last = now
+        self.check_lease()
+
+    def on_evaluate(self, trainer, test) -> None:
+        self.check_lease()  # the final evaluation comes just before metrics.json (the block's result)
 
 
 class StopHook(TrainingHook):
@@ -411,22 +418,34 @@ class Job:
                                 weight=self.opts.consistency_weight, collective=collective)
 
     def train_blocks(self, queue: BlockQueue) -> None:
-        """Claim and train blocks until every block of the queue is done."""
-        while True:
-            block = queue.claim()
-            if block is None:
-                if queue.all_done():
-                    return
-                if self.stop.get("signal"):
-                    raise KeyboardInterrupt
-                time.sleep(self.opts.poll_seconds)
-                continue
-            try:
-                self.train_block(queue, block)
-            except LeaseLostError as err:
-                self.log(str(err))
-                continue
-            queue.finish(block)
+        """Claim and train blocks until every block of the queue is done; the leases of the block being
+        trained are renewed by a :class:`recon.core.lease_queue.LeaseKeeper` thread. A block lost to another
+        worker stops and is not marked done here (its new owner finishes it)."""
+        keeper = LeaseKeeper(queue).start("block-leases")
+        try:
+            while True:
+                block = keeper.claim()
+                if block is None:
+                    if keeper.all_done():
+                        return
+                    if self.stop.get("signal"):
+                        raise KeyboardInterrupt
+                    keeper.check()
+                    time.sleep(self.opts.poll_seconds)
+                    continue
+                try:
+                    self.train_block(keeper, block)
+                except LeaseLostError as err:
+                    self.log(str(err))
+                    keeper.forget(block)
+                    continue
+                if keeper.release(block):
+                    keeper.finish(block)
+                else:
+                    self.log(f"block {block}: another worker took it over (lease expired) as it finished; "
+                             f"its result is that worker's")
+        finally:
+            keeper.close()
 
     def train_rounds(self, pending: list[int]) -> None:
         """Momentum mode: lock-step rounds over the unfinished blocks with the shared appearance module
@@ -457,7 +476,8 @@ class Job:
                 self.shared.save(saved)
         self.appearance_digest = self.shared.digest()
 
-    def train_block(self, queue: BlockQueue | None, block_id: int, image_index: dict | None = None) -> None:
+    def train_block(self, keeper: LeaseKeeper | None, block_id: int, image_index: dict | None = None) -> None:
+        """Train block ``block_id`` into its folder; ``keeper`` holds its lease (None: momentum mode, no leases)."""
         block = next(b for b in self.part.blocks if b.id == block_id)
         cfg = block_config(self.cfg, self.out, block_id, self.opts.max_gaussians_per_block)
         scene = block_scene(self.part, self.scene, block)
@@ -465,7 +485,7 @@ class Job:
         self.log(f"block {block_id}: {len(scene.frames_train)} images, "
                  f"{0 if scene.points is None else len(scene.points):,} points")
         log = lambda line: self.log(f"block {block_id}: {line}")  # noqa: E731
-        model, hooks = None, [StopHook(self.stop) if queue is None else LeaseHook(queue, block_id, self.stop)]
+        model, hooks = None, [StopHook(self.stop) if keeper is None else LeaseHook(keeper, block_id, self.stop)]
         if self.prior is not None:  # refine the prior's Gaussians (recon/distributed/prior.py)
             from recon.distributed.prior import FrozenContext, block_start, refine_config
             from recon.models.base import model_class
@@ -474,7 +494,7 @@ class Job:
             start, trained = block_start(self.prior, self.part, block, self.opts.prior_context)
             hooks += [] if trained is None else [FrozenContext(trained)]
             model = model_class(cfg.method).from_splat_data(start, extent=scene.extent, lrs=cfg.lr)
-        if queue is None:  # momentum mode: lock-step, so an unfinished block starts over
+        if keeper is None:  # momentum mode: lock-step, so an unfinished block starts over
             from recon.distributed.momentum import MomentumTrainer
 
             trainer = MomentumTrainer(dataclasses.replace(cfg, overwrite=True), log=log, scene=scene, model=model,

@@ -27,14 +27,13 @@ import json
 import os
 import shutil
 import socket
-import threading
 import time
 from pathlib import Path
 
 import torch
 
 from recon.core.errors import UsageError, describe
-from recon.core.lease_queue import BlockQueue
+from recon.core.lease_queue import BlockQueue, LeaseKeeper
 from recon.core.process_group import barrier, init_group
 from recon.data.splat_index import append_row
 from recon.mesh2splat.batch import (POLL_SECONDS, BatchConfig, ObjectProgress, check_batch_config, convert_all,
@@ -85,80 +84,64 @@ class IndexWriter:
 class QueueFeed:
     """A feed (see :class:`recon.mesh2splat.batch.LocalFeed`) over the lease queue: objects ``todo`` by index.
 
-    Leases: every object handed out by :meth:`take` is *running* until :meth:`finish`; a keeper thread
-    (:meth:`keep_leases`) renews the running objects' leases every ``lease_seconds`` / 4 whatever the rank is
-    doing (rendering views in this process, a worker's long step), so a lease expires only when the rank
-    stops. An object whose renewal fails was taken over by another rank: it is *lost* (:meth:`is_lost`); the
-    pool kills its worker, the in-process conversion stops at its next training step (:class:`recon.mesh2splat.batch.FeedPoll`), and
-    :meth:`finish` drops its row: the new owner's row is the one that counts. :meth:`poll` lets rank 0's
-    ``writer`` drain the rows."""
+    Leases: the queue's :class:`recon.core.lease_queue.LeaseKeeper` (the one block training uses) holds the
+    objects handed out by :meth:`take` until :meth:`finish`; its thread (:meth:`keep_leases`) renews their
+    leases every ``lease_seconds`` / 4 whatever the rank is doing (rendering views in this process, a worker's
+    long step), so a lease expires only when the rank stops. An object whose renewal fails was taken over by
+    another rank: it is *lost* (:meth:`is_lost`); the pool kills its worker, the in-process conversion stops
+    at its next training step (:class:`recon.mesh2splat.batch.FeedPoll`), and :meth:`finish` drops its row:
+    the new owner's row is the one that counts. :meth:`poll` lets rank 0's ``writer`` drain the rows."""
 
     def __init__(self, queue: BlockQueue, todo: list[str], channel: RowChannel, writer: IndexWriter | None = None):
         self.queue, self.todo, self.channel, self.writer = queue, todo, channel, writer
+        self.keeper = LeaseKeeper(queue)
         self.index = {source: i for i, source in enumerate(todo)}
         self.next_claim = 0.0
-        self.running: set[str] = set()
-        self.lost: set[str] = set()
-        self._lock = threading.Lock()  # the queue's held leases and these sets, shared with the keeper thread
-        self._stop = threading.Event()
-        self.keeper_error: BaseException | None = None  # what stopped the keeper thread (re-raised by poll)
+
+    @property
+    def keeper_error(self) -> BaseException | None:
+        """What stopped the keeper thread (re-raised by :meth:`poll`)."""
+        return self.keeper.error
 
     def take(self) -> str | None:
         """The next object; once the queue has handed every object out, a claim (which then scans all the
         leases for an expired one) is tried at most every ``lease_seconds`` / 4, up to 5 s."""
         if time.monotonic() < self.next_claim:
             return None
-        with self._lock:
-            i = self.queue.claim()
-            if i is not None:
-                self.running.add(self.todo[i])
+        i = self.keeper.claim()
         if i is None:
             self.next_claim = time.monotonic() + min(5.0, self.queue.lease_seconds / 4)
             return None
         return self.todo[i]
 
     def more(self) -> bool:
-        return not self.queue.all_done()
+        return not self.keeper.all_done()
 
     def renew(self) -> None:
         """Renew the running objects' leases; an object whose lease was taken over becomes lost."""
-        with self._lock:
-            for source in sorted(self.running):
-                if not self.queue.renew(self.index[source]):
-                    self.running.discard(source)
-                    self.lost.add(source)
+        self.keeper.renew()
 
     def is_lost(self, source: str) -> bool:
-        with self._lock:
-            return source in self.lost
+        return self.keeper.is_lost(self.index[source])
 
     def forget(self, source: str) -> None:
         """``source`` was abandoned (its worker killed after the lease was lost): no row will come."""
-        with self._lock:
-            self.lost.discard(source)
-            self.running.discard(source)
+        self.keeper.forget(self.index[source])
 
     def keep_leases(self) -> "QueueFeed":
         """Start the keeper thread (:meth:`close` stops it)."""
-        def keep():
-            try:
-                while not self._stop.wait(self.queue.lease_seconds / 4):
-                    self.renew()
-            except BaseException as err:  # noqa: BLE001 - a store error: the rank stops (poll raises it)
-                self.keeper_error = err
-
-        threading.Thread(target=keep, name="mesh2splat-leases", daemon=True).start()
+        self.keeper.start("mesh2splat-leases")
         return self
 
     def close(self) -> None:
-        self._stop.set()
+        self.keeper.close()
 
     def check_keeper(self) -> None:
         """Raise what stopped the keeper thread: leases no longer renewed, every running object would go to other
         ranks (raised from :meth:`poll` and, before anything is published, :meth:`finish`)."""
-        if self.keeper_error is not None:
-            raise RuntimeError(f"mesh2splat: renewing this rank's leases failed ({describe(self.keeper_error)})") \
-                from self.keeper_error
+        if self.keeper.error is not None:
+            raise RuntimeError(f"mesh2splat: renewing this rank's leases failed ({describe(self.keeper.error)})") \
+                from self.keeper.error
 
     def poll(self, running: list[str]) -> None:
         """Drain rank 0's rows (see :meth:`check_keeper`)."""
@@ -170,14 +153,11 @@ class QueueFeed:
         """Publish ``row``, then mark its object done; False (nothing published) when the object was lost to
         another rank, which publishes its own row."""
         self.check_keeper()  # an object that failed because the keeper stopped is not recorded as failed
-        source = row["source"]
-        with self._lock:
-            self.running.discard(source)
-            if source in self.lost:
-                self.lost.discard(source)
-                return False
+        block = self.index[row["source"]]
+        if not self.keeper.release(block):
+            return False
         self.channel.publish(row)
-        self.queue.finish(self.index[source])
+        self.keeper.finish(block)
         return True
 
 
