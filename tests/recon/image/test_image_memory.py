@@ -84,7 +84,7 @@ def test_render_of_a_model_with_too_many_gaussians_is_refused_from_its_header(tm
     code, err = _run(["image", "render", path, "--out", tmp_path / "r.png"], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
-    assert f"many.gimg (fitted at 1000x1000): 1000x1000 x 3 channels needs about" in lines[0]
+    assert "many.gimg (fitted at 1000x1000): 1000x1000 x 3 channels needs about" in lines[0]
     assert f"2,000,000 Gaussians x {RENDER_BYTES_PER_GAUSSIAN} bytes" in lines[0] and "--max-memory-gb 1 limit" in lines[0]
 
 
