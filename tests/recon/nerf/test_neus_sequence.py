@@ -83,6 +83,9 @@ def test_each_frame_starts_from_the_previous_one(trained):
             assert torch.equal(p, previous["model"]["field"][name]), (k, name)
     final = NeusModel.from_state_dict(final_checkpoint(cfg.out, 2)["model"])
     assert final.level_offset == STEPS + FRAME_STEPS  # progressive levels count the earlier frames' steps
+    # later frames train at the full rate from their first step (no learning-rate warm-up); frame 0 warms up
+    assert final.cfg.lr_warmup_steps == 0 and cfg.nerf.lr_warmup_steps > 0
+    assert final_checkpoint(cfg.out, 0)["model"]["config"]["lr_warmup_steps"] == cfg.nerf.lr_warmup_steps
 
 
 def test_resume_continues_in_the_frame_it_stopped_at(trained, scene, tmp_path):
