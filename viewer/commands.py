@@ -33,7 +33,7 @@ class ViewConfig:
 
     path: Annotated[Path, _Positional] if _Positional else Path
     """splat file (.ply, .splat, .spz), a ply4d 4D model, or a training run folder (a 4dgs run shows its 4D
-    model with a time slider)"""
+    model with a time slider; a neus sequence run on dynamic data its frames, the nearest to the slider's time)"""
     host: str = "127.0.0.1"
     """address to listen on (0.0.0.0 exposes the viewer to the network)"""
     port: int = 8080

@@ -1,6 +1,7 @@
 """Loading what the viewer shows, validated before any server starts: a splat FILE or RUN_DIR as a
 :class:`viewer.splat_scene.SplatScene` (4D runs and ply4d files as :class:`viewer.spacetime.SpaceTimeScene`,
-meshgs (avatar) runs as :class:`viewer.avatar.AvatarScene`),
+meshgs (avatar) runs as :class:`viewer.avatar.AvatarScene`, frame-by-frame sequence runs as
+:class:`viewer.frame_sequence.FrameSequenceScene`),
 the run's training cameras and up direction, and meshes. The records themselves (and their arrays for viser)
 are :mod:`viewer.splat_scene`, which this module re-exports.
 """
@@ -79,7 +80,9 @@ def load_scene(path: str | os.PathLike, cameras: bool = True) -> SplatScene:
 
         return load_lod_scene(Path(path))
     four = spacetime_source(path)
-    if four is not None:
+    if sequence_run(path):
+        scene = _load_sequence(Path(path))
+    elif four is not None:
         scene = _load_4d(*four)
     elif avatar_run(path):
         scene = _load_avatar(Path(path))
@@ -143,6 +146,22 @@ def avatar_run(path: str | os.PathLike) -> bool:
         return is_avatar_run(Run.open(path))
     except (SplatforgeError, OSError, ValueError) as err:
         raise ViewerInputError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
+
+
+def sequence_run(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a frame-by-frame sequence run (``--method neus`` on dynamic data: RUN/frames/)."""
+    from recon.run.sequence import is_sequence_run
+
+    return is_sequence_run(path)
+
+
+def _load_sequence(run_dir: Path) -> SplatScene:
+    from viewer.frame_sequence import load_frame_sequence_scene
+
+    try:
+        return load_frame_sequence_scene(run_dir)
+    except (SplatforgeError, OSError, ValueError) as e:
+        raise ViewerInputError(str(e) if str(run_dir) in str(e) else f"{run_dir}: {e}") from e
 
 
 def _load_avatar(run_dir: Path) -> SplatScene:

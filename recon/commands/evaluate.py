@@ -14,7 +14,10 @@ def evaluate(run: Path | None = None, splats: Path | None = None, data: Path | N
              device: Literal["auto", "cpu", "cuda"] = "auto", split: Literal["test", "train"] = "test",
              every: int = 1) -> None:
     """Evaluate on the test views (or the training views: --split train); writes OUT/metrics.json and
-    OUT/renders/test_XXX.png (--split train: OUT/metrics_train.json and OUT/renders/train_XXX.png).
+    OUT/renders/test_XXX.png (--split train: OUT/metrics_train.json and OUT/renders/train_XXX.png). A
+    frame-by-frame sequence run (--method neus on dynamic data) is evaluated frame by frame: OUT/frame_NNNNN/
+    per frame and OUT/metrics.json with each frame's metrics and their mean
+    (:mod:`recon.commands.evaluate_sequence`).
 
     Args:
         run: a training run directory (its splats.ply and config.yaml give defaults for the others).
@@ -46,12 +49,17 @@ def _evaluate(run, splats, data, data_factor, out, device, split="test", every=1
     from recon.training.evaluation import evaluate_on_scene, split_frames
     from recon.outputs.paths import ensure_writable_folder
     from recon.run.folder import Run
+    from recon.run.sequence import is_sequence_run
     from recon.core.devices import resolve_device
 
     if run is None and splats is None:
         raise UsageError("give --run DIR or --splats FILE")
     if run is None and data is None:
         raise UsageError("no dataset: give --data DIR (or --run of a training run)")
+    if run is not None and splats is None and is_sequence_run(run):
+        from recon.commands.evaluate_sequence import evaluate_sequence
+
+        return evaluate_sequence(Path(run), data, data_factor, out, device, split, every)
     if run is not None:
         opened = Run.open(run, data=data, data_factor=data_factor)
     else:  # a bare splat file: a run-less "run" on --data, read as 3D Gaussians

@@ -155,6 +155,8 @@ class NeusConfig:
     frame's field (NeuS2's incremental training); the first frame trains --steps (docs/nerf.md)"""
     frame_mesh_resolution: int = 128
     """dynamic data: marching-cubes cells per axis of each frame's mesh (RUN/meshes/frame_NNNNN.ply)"""
+    frame_splats: bool = False
+    """dynamic data: also write each frame's baked splats.ply (the viewer bakes a frame when it first shows it)"""
 
 
 def _pos_int(v) -> bool:

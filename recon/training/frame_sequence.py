@@ -9,7 +9,8 @@ run folder, so checkpoints, resume, evaluation and outputs are the trainer's. Th
 
     RUN/config.yaml                      the command's configuration (resuming checks it, as for any run)
     RUN/frames/frame_00000/ ...          one complete run folder per time step (config.yaml, checkpoints/,
-                                         metrics.json, renders/, splats.ply), in time order
+                                         metrics.json, renders/; splats.ply with --neus.frame-splats), in
+                                         time order
     RUN/meshes/frame_00000.ply ...       each frame's zero-level-set mesh (--neus.frame-mesh-resolution)
     RUN/meshes/manifest.json             {"version", "fps", "format": "ply", "content": "mesh",
                                          "frames": [{"time", "file"}]}: the layout of recon.export.sequence
@@ -81,12 +82,15 @@ def mesh_file(out: Path, k: int) -> Path:
 
 def frame_config(cfg, k: int):
     """The TrainConfig of frame ``k``: its own folder, no live viewer per frame; frame 0 as ``cfg``; later frames
-    ``cfg.neus.frame_steps`` steps and no occupancy warm-up (the grid they start from is estimated: each update
-    re-estimates ``--occupancy.fraction`` of it, as after frame 0's warm-up)."""
+    ``cfg.neus.frame_steps`` steps, no occupancy warm-up (the grid they start from is estimated: each update
+    re-estimates ``--occupancy.fraction`` of it, as after frame 0's warm-up) and no learning-rate warm-up (the
+    Adam moments they start from are estimated; a 40-step frame warming up over ``--nerf.lr-warmup-steps`` 100
+    would never reach the full rate: it decays at 50, 75 and 90 % of the frame's steps)."""
     if k == 0:
         return dataclasses.replace(cfg, out=frame_folder(cfg.out, k), viewer=False)
     return dataclasses.replace(cfg, steps=cfg.neus.frame_steps, out=frame_folder(cfg.out, k), viewer=False,
-                               occupancy=dataclasses.replace(cfg.occupancy, warmup_steps=0))
+                               occupancy=dataclasses.replace(cfg.occupancy, warmup_steps=0),
+                               nerf=dataclasses.replace(cfg.nerf, lr_warmup_steps=0))
 
 
 def finished_metrics(folder: Path, steps: int) -> dict | None:
@@ -179,7 +183,9 @@ class FrameSequence:
         if k > 0:
             model = previous if previous is not None else self.final_model(k - 1)
             model.level_offset = self.cfg.steps + (k - 1) * self.cfg.neus.frame_steps
-        trainer = Trainer(fcfg, self.log, self.hooks, scene=frame_scene(self.scene, t, self.times), model=model)
+            model.cfg = fcfg.nerf  # no learning-rate warm-up (frame_config)
+        trainer = Trainer(fcfg, self.log, self.hooks, scene=frame_scene(self.scene, t, self.times), model=model,
+                          writes_splats=self.cfg.neus.frame_splats)
         trainer.run()
         return trainer.model
 

@@ -506,6 +506,7 @@ class Trainer:
     each one left None is made from ``cfg`` (the dataset of ``cfg.data``, ``cfg.method``'s initial model,
     ``cfg.device``, ``cfg.out``). ``writes_outputs=False`` makes a worker that trains but writes nothing:
     no lock, config.yaml, checkpoints, splats, renders, history or metrics (and no resume from ``out``).
+    ``writes_splats=False`` leaves out splats.ply only (a frame of a sequence: :mod:`recon.training.frame_sequence`).
     """
 
     cfg: TrainConfig
@@ -516,6 +517,7 @@ class Trainer:
     device: torch.device | str | None = None
     out: Path | str | None = None
     writes_outputs: bool = True
+    writes_splats: bool = True
     step: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -857,7 +859,7 @@ class Trainer:
         """Evaluate; write splats.ply (and splats4d.ply for a 4D method), renders/, history.json, loss.png and
         metrics.json (only the evaluation when not ``writes_outputs``). Returns the metrics."""
         self.images.close()  # the prefetch thread: no more training steps
-        if self.writes_outputs:
+        if self.writes_outputs and self.writes_splats:
             write_splats(self.out / rf.SPLATS_FILE, self.model.to_splat_data(), force=True)
             if hasattr(self.model, "to_spacetime_data"):  # a 4D method: its 4D model too
                 data4 = self.model.to_spacetime_data()

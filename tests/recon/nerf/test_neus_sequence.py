@@ -9,6 +9,7 @@ import dataclasses
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -82,6 +83,9 @@ def test_each_frame_starts_from_the_previous_one(trained):
             assert torch.equal(p, previous["model"]["field"][name]), (k, name)
     final = NeusModel.from_state_dict(final_checkpoint(cfg.out, 2)["model"])
     assert final.level_offset == STEPS + FRAME_STEPS  # progressive levels count the earlier frames' steps
+    # later frames train at the full rate from their first step (no learning-rate warm-up); frame 0 warms up
+    assert final.cfg.lr_warmup_steps == 0 and cfg.nerf.lr_warmup_steps > 0
+    assert final_checkpoint(cfg.out, 0)["model"]["config"]["lr_warmup_steps"] == cfg.nerf.lr_warmup_steps
 
 
 def test_resume_continues_in_the_frame_it_stopped_at(trained, scene, tmp_path):
@@ -139,3 +143,77 @@ def test_frame_steps_is_checked():
     cfg = tiny("unused", 1)
     with pytest.raises(ConfigValueError, match="--neus.frame-steps"):
         validate_config(dataclasses.replace(cfg, neus=NeusConfig(frame_steps=0)))
+
+
+# ------------------------------------------------------------------------ eval and view of the sequence folder
+
+
+@pytest.fixture
+def loads_scene(monkeypatch, scene):
+    """RUN/config.yaml names procedural-4d (30 times at 96 px): opening the run gives the tiny scene trained."""
+    from recon.run import folder
+
+    monkeypatch.setattr(folder, "load_training_scene", lambda cfg: scene)
+
+
+def test_eval_of_the_sequence_folder_scores_each_frame_on_its_views(trained, loads_scene, tmp_path):
+    """`splatforge eval RUN`: each frame's model on its own test views (the trainer's final evaluation, same
+    numbers), their mean; frame 0 has no test view (a line without scores)."""
+    from recon.commands.evaluate import evaluate
+
+    cfg, metrics, _, _ = trained
+    evaluate(run=cfg.out, out=tmp_path / "eval", device="cpu")
+    saved = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    frames = saved["frames"]
+    assert [f["frame"] for f in frames] == [0, 1, 2] and [f["num_views"] for f in frames] == [0, 1, 1]
+    assert frames[0]["psnr"] is None
+    for k in (1, 2):
+        assert frames[k]["psnr"] == pytest.approx(metrics["frames"][k]["psnr"], abs=1e-4), k
+        assert (tmp_path / "eval" / f"frame_{k:05d}" / "renders" / "test_000.png").is_file()
+    assert saved["test"]["psnr"] == pytest.approx((frames[1]["psnr"] + frames[2]["psnr"]) / 2)
+    assert saved["test"]["num_views"] == 2 and saved["test"]["num_frames"] == 2
+
+
+def test_eval_of_a_sequence_with_a_frame_missing(trained, loads_scene, tmp_path):
+    """A frame without a checkpoint: one line naming it, ``missing`` in the file, the mean over the others."""
+    from recon.commands.evaluate_sequence import evaluate_sequence
+
+    cfg, _, _, _ = trained
+    out = tmp_path / "run"
+    shutil.copytree(cfg.out, out)
+    shutil.rmtree(fs.frame_folder(out, 2) / "checkpoints")
+    lines = []
+    summary = evaluate_sequence(out, out=tmp_path / "eval", device="cpu", log=lines.append)
+    missing = [ln for ln in lines if "no checkpoint" in ln]
+    assert len(missing) == 1 and missing[0].startswith("frame 2 ") and "frame_00002" in missing[0], lines
+    frames = json.loads((tmp_path / "eval" / "metrics.json").read_text())["frames"]
+    assert frames[2] == {"frame": 2, "time": 1.0, "psnr": None, "ssim": None, "lpips": None, "num_views": 0,
+                         "missing": True}
+    assert summary["psnr"] == pytest.approx(frames[1]["psnr"]) and summary["num_frames"] == 1
+
+
+def test_view_of_the_sequence_folder_shows_the_frame_nearest_the_slider(trained, loads_scene, tmp_path):
+    """`splatforge view RUN`: a dynamic scene whose time slider shows the nearest frame's baked Gaussians (no
+    frame wrote splats.ply: each is baked from the frame's final checkpoint)."""
+    pytest.importorskip("viser")
+    from recon.models import NeusModel
+    from viewer.commands import ViewConfig, build_viewer
+    from viewer.frame_sequence import FrameSequenceScene
+
+    cfg, _, _, _ = trained
+    assert not any((fs.frame_folder(cfg.out, k) / "splats.ply").exists() for k in range(3))  # not asked for
+    baked = [NeusModel.from_state_dict(final_checkpoint(cfg.out, k)["model"]).to_splat_data().means
+             for k in range(3)]
+    assert not np.array_equal(baked[0], baked[2])
+    v = build_viewer(ViewConfig(path=cfg.out, port=0, output=tmp_path / "out", cameras=False), verbose=False)
+    assert isinstance(v.scene, FrameSequenceScene) and v.scene.dynamic and len(v.scene.frames) == 3
+    v.start()
+    try:
+        assert "time" in v.gui and v.gui["time"].label == "frame time"
+        np.testing.assert_array_equal(v.scene.splats.means, baked[0])
+        for t, k in ((0.3, 1), (0.74, 1), (0.76, 2), (0.0, 0)):
+            v.gui["time"].value = t  # what the browser's slider does
+            assert v.scene.frame == k, t
+            np.testing.assert_array_equal(v.scene.splats.means, baked[k])
+    finally:
+        v.stop()
