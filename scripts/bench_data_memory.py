@@ -5,7 +5,9 @@ One measurement (``measure``) runs ``python -m recon.cli train ARGS --out OUT`` 
 (a checkout of splatforge: its ``recon`` is imported, so a worktree at another commit measures that commit)
 through a small runner that records when the first training step ends; it prints JSON: the child's peak RSS
 (``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of that child alone), wall seconds, ``first_step_seconds``
-(process start to the end of step 1: imports, loading, filling the frame cache, model init, the step) and
+(process start to the end of step 1: imports, loading, filling the frame cache, model init, the step; with
+``first_step_cpu_seconds``, the CPU time the child used by then, all its threads: the wall time on a loaded
+machine is mostly waiting) and
 ``seconds_per_step`` / ``train_seconds`` from the run's metrics.json.
 
     python scripts/bench_data_memory.py --out /tmp/run -- --method 4dgs --data ../shared/data/d3dgs_classroom \\
@@ -58,7 +60,7 @@ def first(self, step):
     if not getattr(self, "_bench_seen", False):
         self._bench_seen = True
         with open(os.environ["BENCH_FIRST_STEP_FILE"], "w") as f:
-            json.dump({"first_step_seconds": time.time() - born}, f)
+            json.dump({"first_step_seconds": time.time() - born, "first_step_cpu_seconds": time.process_time()}, f)
     return out
 T.Trainer.advance = first
 if os.environ.get("BENCH_PRELOAD") == "1":
@@ -104,6 +106,7 @@ def measure(code: Path, out: Path, train_args: list[str], env: dict | None = Non
     return {"args": train_args, "env": {k: v for k, v in (env or {}).items()},
             "peak_rss_bytes": peak_kib * 1024, "peak_rss_gib": round(peak_kib / 2**20, 3),
             "wall_seconds": round(wall, 2), "first_step_seconds": first.get("first_step_seconds"),
+            "first_step_cpu_seconds": first.get("first_step_cpu_seconds"),
             "train_seconds": metrics.get("train_seconds"), "seconds_per_step": sps,
             "steps_per_second": round(1.0 / sps, 3) if sps else None}
 
@@ -246,6 +249,7 @@ def synthetic_suite(code: Path, out: Path, root: Path, args) -> dict:
         runs[name if seen[name] == 1 else f"{name}_{seen[name]}"] = measure(code, out / name, [*base, *extra], run_env)
     ref = runs["in_memory"]["steps_per_second"] if "in_memory" in runs else None
     summary = {name: {"peak_rss_gib": r["peak_rss_gib"], "first_step_seconds": round(r["first_step_seconds"], 2),
+                      "first_step_cpu_seconds": r["first_step_cpu_seconds"] and round(r["first_step_cpu_seconds"], 2),
                       "steps_per_second": r["steps_per_second"],
                       "steps_per_second_vs_in_memory": round(r["steps_per_second"] / ref, 3) if ref else None}
                for name, r in runs.items()}
