@@ -48,6 +48,7 @@ from recon.data.holdout import camera_name, parse_camera_names  # noqa: E402
 from recon.training.evaluation import evaluate_model  # noqa: E402
 from recon.training.trainer import TrainConfig, Trainer, background_color  # noqa: E402
 
+PROCEDURAL = ("procedural-4d",)  # --data names of generated 4D scenes (no folder)
 CLASSROOM = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "d3dgs_classroom"
 
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(CLASSROOM))
+    ap.add_argument("--data", default=str(CLASSROOM), help="a 4D dataset folder or procedural-4d")
     ap.add_argument("--data-factor", type=int, default=4)
     ap.add_argument("--steps", default="500,1000,2000", help="comma-separated step counts, one fresh run each")
     ap.add_argument("--test-every", type=int, default=10, help="hold out every camera's N-th time steps (0: none)")
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         import recon.data.panoptic as panoptic
 
         panoptic.pose_direction = lambda w2c: "world_to_cam"
-    if not Path(args.data).exists():
+    if not Path(args.data).exists() and args.data not in PROCEDURAL:
         raise SystemExit(f"--data {args.data}: no such dataset (the shared classroom capture is absent)")
     base = TrainConfig(data=Path(args.data), method="4dgs", data_factor=args.data_factor, test_every=args.test_every,
                        test_cameras=args.test_cameras, progress=False, device="cpu", save_every=0)

@@ -5,7 +5,9 @@ One measurement (``measure``) runs ``python -m recon.cli train ARGS --out OUT`` 
 (a checkout of splatforge: its ``recon`` is imported, so a worktree at another commit measures that commit)
 through a small runner that records when the first training step ends; it prints JSON: the child's peak RSS
 (``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of that child alone), wall seconds, ``first_step_seconds``
-(process start to the end of step 1: imports, loading, filling the frame cache, model init, the step) and
+(process start to the end of step 1: imports, loading, filling the frame cache, model init, the step; with
+``first_step_cpu_seconds``, the CPU time the child used by then, all its threads: the wall time on a loaded
+machine is mostly waiting) and
 ``seconds_per_step`` / ``train_seconds`` from the run's metrics.json.
 
     python scripts/bench_data_memory.py --out /tmp/run -- --method 4dgs --data ../shared/data/d3dgs_classroom \\
@@ -22,7 +24,9 @@ the frame cache in ``DIR.frame-cache`` (``$SPLATFORGE_CACHE``):
 - ``warm``: the same run again (cache complete: time to the first step);
 - ``warm_budget``: the same with ``--cache-bytes`` = ``--budget`` (a bounded LRU whatever the machine);
 - ``in_memory``: every training image decoded into memory before the first step (the pre-issue-55 path),
-  frame cache off: the steps/s reference.
+  frame cache off: the steps/s reference (it needs the whole decoded capture in memory).
+
+``--eval-views N`` limits the runs' final evaluation to the first N test views.
 
 ``--runs`` picks and orders them (default all four, as listed).
 
@@ -56,7 +60,7 @@ def first(self, step):
     if not getattr(self, "_bench_seen", False):
         self._bench_seen = True
         with open(os.environ["BENCH_FIRST_STEP_FILE"], "w") as f:
-            json.dump({"first_step_seconds": time.time() - born}, f)
+            json.dump({"first_step_seconds": time.time() - born, "first_step_cpu_seconds": time.process_time()}, f)
     return out
 T.Trainer.advance = first
 if os.environ.get("BENCH_PRELOAD") == "1":
@@ -64,6 +68,16 @@ if os.environ.get("BENCH_PRELOAD") == "1":
         init(self, *a, **k)
         self._bench_all = self.images.rgba  # all decoded, held for the whole run
     T.Trainer.__init__ = preload
+if os.environ.get("BENCH_EVAL_VIEWS"):
+    evaluate = T.Trainer.evaluate
+    def first_views(self, renders_dir):
+        keep, n = self.scene.frames_test, int(os.environ["BENCH_EVAL_VIEWS"])
+        self.scene.frames_test = keep[:n]  # the final evaluation of the first n test views only
+        try:
+            return evaluate(self, renders_dir)
+        finally:
+            self.scene.frames_test = keep
+    T.Trainer.evaluate = first_views
 from recon.cli import main
 main(sys.argv[1:])
 """
@@ -92,6 +106,7 @@ def measure(code: Path, out: Path, train_args: list[str], env: dict | None = Non
     return {"args": train_args, "env": {k: v for k, v in (env or {}).items()},
             "peak_rss_bytes": peak_kib * 1024, "peak_rss_gib": round(peak_kib / 2**20, 3),
             "wall_seconds": round(wall, 2), "first_step_seconds": first.get("first_step_seconds"),
+            "first_step_cpu_seconds": first.get("first_step_cpu_seconds"),
             "train_seconds": metrics.get("train_seconds"), "seconds_per_step": sps,
             "steps_per_second": round(1.0 / sps, 3) if sps else None}
 
@@ -127,6 +142,7 @@ class Pattern:
         self.width, self.height = width, height
         self.yy, self.xx = np.mgrid[0:height, 0:width].astype(np.float32)
         self.noise = self.rng.integers(0, 12, (height, width, 3), dtype=np.uint8)
+        self._base: dict = {}  # (camera, tint) -> its still pattern [H, W, 3] (computed once per camera)
 
     def frame(self, c: int, k: int, frames: int, tint) -> "np.ndarray":
         """uint8 [H, W, 3] of camera ``c`` at step ``k`` of ``frames``."""
@@ -136,8 +152,10 @@ class Pattern:
         t = k / max(1, frames - 1)
         cx, cy = w * (0.3 + 0.4 * t), h * (0.5 + 0.2 * math.sin(6 * t + c))
         blob = np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / (2 * (0.08 * w) ** 2))
-        base = 0.5 + 0.25 * np.sin(xx / w * 6 + c) * np.cos(yy / h * 4)
-        img = np.clip((base[..., None] * tint + blob[..., None] * np.array([0.9, 0.2, 0.1])) * 230, 0, 243)
+        key = (c, tuple(np.asarray(tint).tolist()))
+        if key not in self._base:
+            self._base = {key: (0.5 + 0.25 * np.sin(xx / w * 6 + c) * np.cos(yy / h * 4))[..., None] * tint}
+        img = np.clip((self._base[key] + blob[..., None] * np.array([0.9, 0.2, 0.1])) * 230, 0, 243)
         return img.astype(np.uint8) + self.noise
 
 
@@ -158,8 +176,8 @@ def write_synthetic_n3dv(root: Path, cameras: int, frames: int, width: int, heig
         pose = np.stack([down, right, -fwd, centre, [height, width, K[0][0]]], axis=1)
         rows.append(np.concatenate([pose.ravel(), [0.5, 20.0]]))
         tint = pattern.rng.uniform(0.6, 1.0, 3).astype(np.float32)
-        with iio2.get_writer(root / f"cam{c:02d}.mp4", fps=30, codec="libx264", quality=7,
-                             macro_block_size=2) as writer:
+        with iio2.get_writer(root / f"cam{c:02d}.mp4", fps=30, codec="libx264", quality=7, macro_block_size=2,
+                             ffmpeg_params=["-preset", "ultrafast"]) as writer:  # 6,000 frames: encode cheaply
             for k in range(frames):
                 writer.append_data(pattern.frame(c, k, frames, tint))
     np.save(root / "poses_bounds.npy", np.stack(rows))
@@ -220,6 +238,8 @@ def synthetic_suite(code: Path, out: Path, root: Path, args) -> dict:
     base = ["--method", "4dgs", "--data", str(root), "--steps", str(args.steps), "--device", args.device,
             "--no-progress", "--save-every", "0", "--init-num-random", str(args.init_num_random), *args.extra]
     env = {"SPLATFORGE_CACHE": str(cache)}
+    if args.eval_views is not None:
+        env["BENCH_EVAL_VIEWS"] = str(args.eval_views)
     recipes = {"cold": ([], env), "warm": ([], env), "warm_budget": (["--cache-bytes", str(args.budget)], env),
                "in_memory": (["--frame-cache", "off", "--cache-bytes", str(1 << 40)], {**env, "BENCH_PRELOAD": "1"})}
     runs, seen = {}, {}
@@ -229,6 +249,7 @@ def synthetic_suite(code: Path, out: Path, root: Path, args) -> dict:
         runs[name if seen[name] == 1 else f"{name}_{seen[name]}"] = measure(code, out / name, [*base, *extra], run_env)
     ref = runs["in_memory"]["steps_per_second"] if "in_memory" in runs else None
     summary = {name: {"peak_rss_gib": r["peak_rss_gib"], "first_step_seconds": round(r["first_step_seconds"], 2),
+                      "first_step_cpu_seconds": r["first_step_cpu_seconds"] and round(r["first_step_cpu_seconds"], 2),
                       "steps_per_second": r["steps_per_second"],
                       "steps_per_second_vs_in_memory": round(r["steps_per_second"] / ref, 3) if ref else None}
                for name, r in runs.items()}
@@ -252,6 +273,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--init-num-random", type=int, default=20_000)
     parser.add_argument("--budget", type=int, default=1 << 30, help="--cache-bytes of the warm_budget run")
+    parser.add_argument("--eval-views", type=int, default=None,
+                        help="--synthetic: the final evaluation renders only the first N test views (default all; "
+                             "the N3DV layout's cam00 has one per frame: 300 full-size renders would dominate)")
     parser.add_argument("--fresh-cache", action="store_true", help="delete the synthetic capture's frame cache first")
     parser.add_argument("--runs", default="cold,warm,warm_budget,in_memory",
                         help="--synthetic: which of the runs, in this order (e.g. warm,in_memory,warm,in_memory to "

@@ -70,8 +70,8 @@ def finalize_frames(
                 frame = downscale_frame(frame, data_factor, root, cache_root)
             except MissingImageError as e:
                 raise MissingImageError(f"{e} (listed in {listed_in})") from e
-        elif frame.mask_path is not None:  # its header now (a bomb or a wrong size), not when training draws it
-            check_mask_header(frame, listed_in)
+        else:  # the loss mask's and segmentation's headers now (a bomb or a wrong size), not when training draws them
+            check_channel_headers(frame, listed_in)
         return frame
 
     if (data_factor == 1 and all(d is None for _, d in raw)) or len(raw) < PROGRESS_MIN_FRAMES:
@@ -89,10 +89,14 @@ def finalize_frames(
         return _map_threads(one_shown, list(raw))
 
 
-def check_mask_header(frame: Frame, listed_in: Path | str) -> None:
-    """MissingImageError naming ``frame``'s loss mask (and ``listed_in``) unless its header declares an image
-    within the pixel limit and of the frame's size (read from the header only: no pixels decoded)."""
-    try:
-        check_image_size(frame.mask_path, image_size(frame.mask_path), frame.width, frame.height, "mask")
-    except MissingImageError as e:
-        raise MissingImageError(f"{e} (listed in {listed_in})") from e
+def check_channel_headers(frame: Frame, listed_in: Path | str) -> None:
+    """MissingImageError naming ``frame``'s loss mask or foreground segmentation (and ``listed_in``) unless each
+    it has declares, in its header, an image within the pixel limit and of the frame's size (read from the
+    header only: no pixels decoded; the pixels are decoded when training draws the frame)."""
+    for path, what in ((frame.mask_path, "mask"), (frame.segmentation_path, "segmentation")):
+        if path is None:
+            continue
+        try:
+            check_image_size(path, image_size(path), frame.width, frame.height, what)
+        except MissingImageError as e:
+            raise MissingImageError(f"{e} (listed in {listed_in})") from e

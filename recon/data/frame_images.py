@@ -146,7 +146,9 @@ class FrameImages:
     frame cache of image files (None: none; video frames use their own, ``Frame.frames_dir``).
     ``segmentations``: the frames' foreground segmentations are a training target (4dgs
     ``--spacetime.seg-weight``): decoded alongside each image (prefetched, cached on disk and in the LRU as
-    the loss masks are) and checked when the data is loaded (:meth:`fill_disk_cache`)."""
+    the loss masks are; with a disk cache decoded into it when the data is loaded, :meth:`fill_disk_cache`;
+    without one only when drawn, their headers checked by the loader as the loss masks' are,
+    :func:`recon.data.finalize.check_channel_headers`)."""
 
     def __init__(self, frames: Sequence[Frame], device: torch.device | str = "cpu", cache_bytes: int | None = None,
                  disk_cache: FrameCache | None = None, segmentations: bool = False):
@@ -295,13 +297,11 @@ class FrameImages:
         ``progress`` and there are at least PROGRESS_MIN_IMAGES of them. Every entry the images use is claimed
         (:meth:`recon.data.frame_cache.FrameCache.claim`: pruned last), video frames' too. Returns how many
         images were decoded (0 once the cache is complete: only the entries' names are checked, a damaged entry
-        is decoded again when read). Without a disk cache, the segmentations (when asked for) are decoded once
-        here all the same, so that a damaged file is refused now, not in the middle of the run."""
+        is decoded again when read). Without a disk cache nothing is decoded here: images, loss masks and
+        segmentations are decoded when drawn (the loader checked the masks' and segmentations' headers)."""
         claim_video_frames(self.frames)
         cache = self.disk_cache
         if cache is None:
-            if "seg" in self.channels:
-                self._check_segmentations(progress)
             return 0
 
         def missing_parts(frame: Frame) -> tuple[str, ...]:  # every part claimed, whether or not others are missing
@@ -387,17 +387,6 @@ class FrameImages:
         m = frame_channel_u8(frame, kind)
         self.disk_cache.store(path, kind, m)
         return m
-
-    def _check_segmentations(self, progress: bool) -> None:
-        """Decode every segmentation once (not kept; MissingImageError naming a damaged file), a progress bar
-        when there are many: without a disk cache, the check :meth:`fill_disk_cache` makes with one."""
-        indices = [i for i, f in enumerate(self.frames) if f.segmentation_path is not None]
-        if progress and len(indices) >= PROGRESS_MIN_IMAGES:
-            from rich.progress import track
-
-            indices = track(indices, description="checking the segmentations", transient=True)
-        for i in indices:
-            frame_channel_u8(self.frames[i], "seg")
 
     def mask_u8(self, i: int) -> Tensor | None:
         """uint8 [H, W] loss mask of image ``i`` (255 = use the pixel), or None when it has none."""

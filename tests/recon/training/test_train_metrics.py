@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from recon.data import load_scene
@@ -155,3 +157,22 @@ def test_prefetch_does_not_change_the_picks(tmp_path):
 
     with_prefetch, without = picks_of(True), picks_of(False)
     assert with_prefetch == without and len({i for i, _ in without}) > 1
+
+
+CLASSROOM = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "d3dgs_classroom"
+
+
+@pytest.mark.skipif(not CLASSROOM.is_dir(), reason="shared classroom capture (../shared/data/d3dgs_classroom) absent")
+def test_eval_of_a_classroom_training_view_equals_the_4d_steps_psnr(tmp_path):
+    """On the real classroom capture (4dgs, a view at its own time): ``eval`` of the view the step draws, with the
+    step's parameters, SH degree and background, gives the step's full-image PSNR (what the progress bar shows)."""
+    cfg = TrainConfig(data=CLASSROOM, out=tmp_path / "run", method="4dgs", progress=False, init_num_random=2000,
+                      background="white", frame_cache="off", test_every=10, save_every=0)
+    trainer = Trainer(cfg, log=quiet)
+    i = trainer.next_views()[0]
+    frame = trainer.scene.frames_train[i]
+    before = evaluate_model(trainer.model, [frame], FrameImages([frame]), named_background("white", trainer.scene),
+                            sh_degree=trainer.active_sh_degree(0))
+    result = trainer.advance(0)
+    assert abs(before["psnr"] - result.psnr) < 0.01, (before["psnr"], result.psnr)
+    assert abs(before["psnr"] - trainer.history.psnr[0]) < 0.01
