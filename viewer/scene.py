@@ -86,6 +86,8 @@ def load_scene(path: str | os.PathLike, cameras: bool = True) -> SplatScene:
         scene = _load_4d(*four)
     elif avatar_run(path):
         scene = _load_avatar(Path(path))
+    elif unbaked_sequence_frame(path):
+        scene = _load_sequence_frame(Path(path))
     else:
         scene = _load_3d(path)
     if scene.run_dir is not None and cameras:
@@ -153,6 +155,27 @@ def sequence_run(path: str | os.PathLike) -> bool:
     from recon.run.sequence import is_sequence_run
 
     return is_sequence_run(path)
+
+
+def unbaked_sequence_frame(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is one frame folder of a sequence run (RUN/frames/frame_NNNNN/) without a splats.ply (frames
+    write one only with ``--neus.frame-splats``)."""
+    from recon.outputs import files as rf
+    from recon.run.sequence import FRAMES_DIR
+
+    path = Path(path)
+    return (path.is_dir() and path.parent.name == FRAMES_DIR and sequence_run(path.parent.parent)
+            and not (path / rf.SPLATS_FILE).is_file())
+
+
+def _load_sequence_frame(frame_dir: Path) -> SplatScene:
+    """One frame of a sequence run, baked from its newest checkpoint (:func:`viewer.frame_sequence.frame_splats`)."""
+    from viewer.frame_sequence import frame_splats
+
+    try:
+        return SplatScene(frame_splats(frame_dir), frame_dir, frame_dir)
+    except (SplatforgeError, OSError, ValueError) as e:
+        raise ViewerInputError(str(e) if str(frame_dir) in str(e) else f"{frame_dir}: {e}") from e
 
 
 def _load_sequence(run_dir: Path) -> SplatScene:

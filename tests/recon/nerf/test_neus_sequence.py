@@ -217,3 +217,24 @@ def test_view_of_the_sequence_folder_shows_the_frame_nearest_the_slider(trained,
             np.testing.assert_array_equal(v.scene.splats.means, baked[k])
     finally:
         v.stop()
+
+
+def test_view_of_one_frame_folder_bakes_its_checkpoint(trained, loads_scene):
+    """`splatforge view RUN/frames/frame_00001` (no splats.ply written): the frame's final checkpoint baked; a frame
+    folder without a checkpoint is one line naming it."""
+    from recon.models import NeusModel
+    from viewer.scene import ViewerInputError, load_scene
+
+    cfg, _, _, _ = trained
+    frame = fs.frame_folder(cfg.out, 1)
+    scene = load_scene(frame, cameras=False)
+    baked = NeusModel.from_state_dict(final_checkpoint(cfg.out, 1)["model"]).to_splat_data().means
+    np.testing.assert_array_equal(scene.splats.means, baked)
+    assert scene.run_dir == frame
+    empty = cfg.out / "frames" / "frame_00009"
+    empty.mkdir()
+    try:
+        with pytest.raises(ViewerInputError, match="frame_00009"):
+            load_scene(empty, cameras=False)
+    finally:
+        empty.rmdir()
