@@ -88,9 +88,20 @@ def frame_config(cfg, k: int):
     would never reach the full rate: it decays at 50, 75 and 90 % of the frame's steps)."""
     if k == 0:
         return dataclasses.replace(cfg, out=frame_folder(cfg.out, k), viewer=False)
-    return dataclasses.replace(cfg, steps=cfg.neus.frame_steps, out=frame_folder(cfg.out, k), viewer=False,
+    folder = frame_folder(cfg.out, k)
+    return dataclasses.replace(cfg, steps=cfg.neus.frame_steps, out=folder, viewer=False,
                                occupancy=dataclasses.replace(cfg.occupancy, warmup_steps=0),
-                               nerf=dataclasses.replace(cfg.nerf, lr_warmup_steps=0))
+                               nerf=dataclasses.replace(cfg.nerf, lr_warmup_steps=started_warmup(folder, 0)))
+
+
+def started_warmup(folder: Path, default: int) -> int:
+    """The learning-rate warm-up a frame begun before 7 Dec 2026 started with (its config.yaml's
+    ``nerf.lr_warmup_steps``: it resumes as it began, instead of failing the resume check), else ``default``."""
+    path = folder / rf.CONFIG_FILE
+    if not path.is_file():
+        return default
+    saved = rf.flatten_config(rf.read_config_dict(path)).get("nerf.lr_warmup_steps", default)
+    return saved if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 else default
 
 
 def finished_metrics(folder: Path, steps: int) -> dict | None:

@@ -111,6 +111,23 @@ def test_resume_continues_in_the_frame_it_stopped_at(trained, scene, tmp_path):
     assert [f["steps"] for f in metrics["frames"]] == [STEPS, FRAME_STEPS, FRAME_STEPS]
 
 
+def test_a_frame_begun_with_a_warm_up_resumes_with_it(tmp_path):
+    """Frames begun before later frames dropped the learning-rate warm-up keep the one in their config.yaml (the
+    resume check would refuse the run otherwise); new frames get none; frame 0 keeps the run's."""
+    from recon.outputs import files as rf
+
+    cfg = tiny(tmp_path / "run", STEPS)
+    cfg = dataclasses.replace(cfg, neus=dataclasses.replace(cfg.neus, frame_steps=FRAME_STEPS))
+    assert cfg.nerf.lr_warmup_steps > 0
+    assert fs.frame_config(cfg, 0).nerf.lr_warmup_steps == cfg.nerf.lr_warmup_steps
+    assert fs.frame_config(cfg, 1).nerf.lr_warmup_steps == 0
+    old = dataclasses.replace(cfg, out=fs.frame_folder(cfg.out, 1), steps=FRAME_STEPS)
+    old.out.mkdir(parents=True)
+    rf.write_config(old.out, old)  # as a frame began by the older code wrote it
+    assert fs.frame_config(cfg, 1).nerf.lr_warmup_steps == cfg.nerf.lr_warmup_steps
+    assert fs.frame_config(cfg, 2).nerf.lr_warmup_steps == 0
+
+
 def test_frames_and_test_views_by_time(scene):
     times = fs.frame_times(scene)
     assert times == [0.0, 0.5, 1.0]
