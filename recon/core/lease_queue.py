@@ -132,10 +132,15 @@ class LeaseKeeper:
     renews the running blocks' leases; a block whose renewal fails (another worker took it over after its
     lease expired) becomes *lost* (:meth:`is_lost`). An error of the thread (the store unreachable) is kept
     in :attr:`error` and raised by :meth:`check`: the worker must stop, as its leases are no longer renewed.
-    The queue is used under a lock shared with the thread (a c10d store client is one connection)."""
+    With ``max_pause`` (seconds), a block whose work showed no progress (:meth:`beat`) for that long is no
+    longer renewed: a hung worker gives its block up when the lease expires (renewed again, or lost, when it
+    beats again). The queue is used under a lock shared with the thread (a c10d store client is one
+    connection)."""
 
-    def __init__(self, queue: BlockQueue):
+    def __init__(self, queue: BlockQueue, max_pause: float | None = None):
         self.queue = queue
+        self.max_pause = max_pause
+        self.beats: dict[int, float] = {}  # block -> the queue clock at its last progress
         self.running: set[int] = set()
         self.lost: set[int] = set()
         self.error: BaseException | None = None
@@ -149,16 +154,27 @@ class LeaseKeeper:
             block = self.queue.claim()
             if block is not None:
                 self.running.add(block)
+                self.beats[block] = self.queue.clock()
         return block
+
+    def beat(self, block: int) -> None:
+        """``block``'s work made progress (a training step, an evaluation): its lease is renewed for ``max_pause``
+        more seconds."""
+        with self._lock:
+            self.beats[block] = self.queue.clock()
 
     def all_done(self) -> bool:
         with self._lock:
             return self.queue.all_done()
 
     def renew(self) -> None:
-        """Renew the running blocks' leases; a block whose lease was taken over becomes lost."""
+        """Renew the running blocks' leases (not those paused over ``max_pause``); a block whose lease was taken
+        over becomes lost."""
         with self._lock:
+            now = self.queue.clock()
             for block in sorted(self.running):
+                if self.max_pause is not None and now - self.beats.get(block, now) > self.max_pause:
+                    continue  # hung: let the lease expire
                 if not self.queue.renew(block):
                     self.running.discard(block)
                     self.lost.add(block)
@@ -172,6 +188,7 @@ class LeaseKeeper:
         with self._lock:
             self.lost.discard(block)
             self.running.discard(block)
+            self.beats.pop(block, None)
 
     def release(self, block: int) -> bool:
         """``block``'s work ended: True when it is still this worker's (publish its result, then
@@ -179,6 +196,7 @@ class LeaseKeeper:
         self.check()
         with self._lock:
             self.running.discard(block)
+            self.beats.pop(block, None)
             if block in self.lost:
                 self.lost.discard(block)
                 return False

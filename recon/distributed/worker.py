@@ -65,6 +65,9 @@ class BlockOptions:
     """a block whose worker has not renewed its lease for this long is taken over"""
     timeout_seconds: float = 600.0
     """timeout of every collective and store wait"""
+    max_pause_seconds: float = 1800.0
+    """a block whose training made no progress (no step, no evaluation) for this long has its lease no longer
+    renewed: a hung worker gives the block up once the lease expires"""
     threads: int = 1
     """PyTorch and Numba threads per worker"""
     poll_seconds: float = 0.5
@@ -94,7 +97,7 @@ class BlockOptions:
 
 
 # flags that take one value each and belong to BlockOptions (the rest are TrainConfig's)
-BLOCK_FLAGS = ("--blocks", "--lease-seconds", "--timeout-seconds", "--threads", "--poll-seconds", "--finetune-steps",
+BLOCK_FLAGS = ("--blocks", "--lease-seconds", "--timeout-seconds", "--max-pause-seconds", "--threads", "--poll-seconds", "--finetune-steps",
                "--max-gaussians-per-block", "--prior-steps", "--prior-context",
                "--consistency", "--consistency-weight", "--momentum", "--appearance-lr",
                "--blocks-xy", "--overlap", "--max-images-per-block", "--max-points-per-block",
@@ -181,7 +184,9 @@ class LeaseHook(TrainingHook):
         self.keeper, self.block, self.stop = keeper, block, stop_flag
 
     def check_lease(self) -> None:
+        """Raise when the lease is lost (or renewing failed); else the block made progress (the keeper's beat)."""
         self.keeper.check()
+        self.keeper.beat(self.block)
         if self.keeper.is_lost(self.block):
             raise LeaseLostError(f"block {self.block}: another worker took it over (lease expired)")
 
@@ -240,8 +245,9 @@ class Job:
         if getattr(model_class(self.cfg.method), "SPLAT_FILE_IS_SLICE", False):
             raise UsageError(f"--method {self.cfg.method}: block training merges splat files, which hold only one "
                              f"time of this method; train it without --blocks")
-        if self.opts.threads < 1 or self.opts.lease_seconds <= 0 or self.opts.timeout_seconds <= 0:
-            raise UsageError("--threads must be >= 1, --lease-seconds and --timeout-seconds > 0")
+        if (self.opts.threads < 1 or self.opts.lease_seconds <= 0 or self.opts.timeout_seconds <= 0
+                or not self.opts.max_pause_seconds > 0):
+            raise UsageError("--threads must be >= 1, --lease-seconds, --timeout-seconds and --max-pause-seconds > 0")
         if self.opts.consistency == "momentum" and not 0 <= self.opts.momentum < 1:
             raise UsageError(f"--momentum {self.opts.momentum}: must be in [0, 1)")
         if not self.opts.appearance_lr > 0:
@@ -421,7 +427,7 @@ class Job:
         """Claim and train blocks until every block of the queue is done; the leases of the block being
         trained are renewed by a :class:`recon.core.lease_queue.LeaseKeeper` thread. A block lost to another
         worker stops and is not marked done here (its new owner finishes it)."""
-        keeper = LeaseKeeper(queue).start("block-leases")
+        keeper = LeaseKeeper(queue, self.opts.max_pause_seconds).start("block-leases")
         try:
             while True:
                 block = keeper.claim()

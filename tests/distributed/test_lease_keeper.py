@@ -90,3 +90,41 @@ def test_a_lost_block_is_not_marked_done_by_its_old_owner(when, tmp_path):
     job.train_blocks(mine)
     assert trained == [0] and mine.all_done()
     assert marked == [], "the old owner marked a block it lost as done"
+
+
+def test_a_hung_block_is_no_longer_renewed_and_goes_to_another_worker():
+    """With max_pause, a block whose work shows no progress (no step, no evaluation) for that long is not renewed:
+    its lease expires and another worker takes it; the hung worker, going on, finds it lost at its next renewal."""
+    store, clock = dist.HashStore(), Clock()
+    keeper = LeaseKeeper(BlockQueue(store, [0], "a", 10, clock), max_pause=100)
+    other = BlockQueue(store, [0], "b", 10, clock)
+    assert keeper.claim() == 0
+    hook = LeaseHook(keeper, 0, {})
+    for _ in range(30):  # training: a step every 5 s, renewals every 2.5 s, for 150 s (more than max_pause)
+        clock.now += 2.5
+        keeper.renew()
+        if _ % 2:
+            hook.on_step(None, None)
+        assert other.claim() is None
+    for _ in range(44):  # hung for 110 s: renewed until the pause passes max_pause (100 s), then not
+        clock.now += 2.5
+        keeper.renew()
+    assert other.claim() is None  # the last renewal (at 100 s) holds for 10 s more
+    clock.now += 5.1
+    assert other.claim() == 0  # expired: taken over
+    hook.on_step(None, None)  # the hung worker goes on: its next renewal finds the block taken
+    keeper.renew()
+    with pytest.raises(LeaseLostError, match="block 0"):
+        hook.on_step(None, None)
+
+
+def test_without_max_pause_a_silent_block_keeps_its_lease():
+    """mesh2splat's keeper (no max_pause) renews whatever the work does (its worker processes have time limits)."""
+    store, clock = dist.HashStore(), Clock()
+    keeper = LeaseKeeper(BlockQueue(store, [0], "a", 10, clock))
+    other = BlockQueue(store, [0], "b", 10, clock)
+    assert keeper.claim() == 0
+    for _ in range(200):
+        clock.now += 2.5
+        keeper.renew()
+        assert other.claim() is None
