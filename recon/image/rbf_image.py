@@ -118,17 +118,25 @@ class ImageRBF:
         width, height = width or self.width, height or self.height
         s = min(MAX_SUPERSAMPLE, max(1, math.ceil(max(self.width / width, self.height / height) - 1e-9)))
         s = s if antialias else 1
-        u = sample_points(width, height, s)
+        out = torch.empty(height, width, self.channels)
+        band = max(1, EVAL_CHUNK // (width * s * s))  # output rows per band: the samples held at once stay bounded
         with torch.no_grad():
-            out = torch.cat([self.evaluate(u[i:i + EVAL_CHUNK], backend) for i in range(0, u.shape[0], EVAL_CHUNK)])
-        return out.reshape(height, s, width, s, self.channels).mean(dim=(1, 3))
+            for r0 in range(0, height, band):
+                r1 = min(height, r0 + band)
+                u = sample_points(width, height, s, r0, r1)
+                values = torch.cat([self.evaluate(u[i:i + EVAL_CHUNK], backend)
+                                    for i in range(0, u.shape[0], EVAL_CHUNK)])
+                out[r0:r1] = values.reshape(r1 - r0, s, width, s, self.channels).mean(dim=(1, 3))
+        return out
 
 
-def sample_points(width: int, height: int, s: int = 1) -> Tensor:
-    """[H s W s, 2] u = (x, y) in [0, 1] of an s x s grid of points inside each pixel of a W x H image (s = 1:
-    the pixel centres), ordered row by row of the supersampled image."""
+def sample_points(width: int, height: int, s: int = 1, row_start: int = 0, row_end: int | None = None) -> Tensor:
+    """[(row_end - row_start) s W s, 2] u = (x, y) in [0, 1] of an s x s grid of points inside each pixel of rows
+    row_start .. row_end - 1 (default all) of a W x H image (s = 1: the pixel centres), ordered row by row of the
+    supersampled image."""
+    row_end = height if row_end is None else row_end
     xs = (torch.arange(width * s, dtype=torch.float32) + 0.5) / (width * s)
-    ys = (torch.arange(height * s, dtype=torch.float32) + 0.5) / (height * s)
+    ys = (torch.arange(row_start * s, row_end * s, dtype=torch.float32) + 0.5) / (height * s)
     yy, xx = torch.meshgrid(ys, xs, indexing="ij")
     return torch.stack([xx.reshape(-1), yy.reshape(-1)], dim=1)
 
@@ -136,4 +144,4 @@ def sample_points(width: int, height: int, s: int = 1) -> Tensor:
 def render_rbf_image(model: ImageRBF, width: int | None = None, height: int | None = None,
                      backend: str = "auto", antialias: bool = True) -> Tensor:
     """Render clamped to [0, 1]: what is written to an image file."""
-    return model.render(width, height, backend, antialias).clamp(0.0, 1.0)
+    return model.render(width, height, backend, antialias).clamp_(0.0, 1.0)

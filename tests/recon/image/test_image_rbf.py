@@ -84,6 +84,21 @@ def test_short_fits_have_a_schedule(steps):
     assert np.isfinite(result.psnr)
 
 
+@pytest.mark.parametrize("size,antialias", [((W, H), True), ((W // 3, H // 3), True), ((2 * W + 1, 2 * H - 1), True),
+                                             ((W // 3, H // 3), False)])
+def test_render_in_row_bands_equals_one_pass(fitted, monkeypatch, size, antialias):
+    """The render holds one band of output rows' samples at a time (memory bounded below the fitted size, where
+    up to 4 x 4 samples a pixel are taken): bands of 1-3 rows give the one-pass image exactly."""
+    import recon.image.rbf_image as RI
+
+    _, _, result = fitted
+    whole = result.model.render(*size, antialias=antialias)
+    monkeypatch.setattr(RI, "EVAL_CHUNK", 3 * size[0] * 16 - 1)  # a few rows a band, the last one shorter
+    banded = result.model.render(*size, antialias=antialias)
+    assert banded.shape == (size[1], size[0], 3)
+    assert torch.equal(banded, whole)
+
+
 def test_file_round_trip_renders_bit_identically(fitted, tmp_path):
     _, _, result = fitted
     data = encode_grbf(result.model)
