@@ -96,10 +96,11 @@ def read_image_header(path: str | Path) -> tuple[int, int, int]:
         raise ImageFileError(f"{path}: is a folder; give an image file (or use the folder form of the command)")
     width, height = read_image_size(path, error=with_path(ImageFileError))
     with Image.open(path) as image:  # the header only: read_image_size opened it the same way
-        mode = image.mode
+        mode, transparent = image.mode, "transparency" in image.info
     if mode in ("1", "L", "I", "F") or mode.startswith("I;16"):
         return width, height, 1
-    return width, height, 4 if mode in ("LA", "La", "PA", "P", "RGBA", "RGBa") else 3
+    # as _convert: a palette image is RGBA only with a transparent entry
+    return width, height, 4 if mode in ("LA", "La", "PA", "RGBA", "RGBa") or (mode == "P" and transparent) else 3
 
 
 def _read_png16(path: Path, data: bytes) -> LoadedImage:

@@ -103,3 +103,18 @@ def test_png_samples_by_blocks_of_rows_equal_the_whole_image_conversion(dtype, m
     whole = np.rint(pixels.to(torch.float64).clamp(0.0, 1.0).numpy() * top).astype(dtype)
     monkeypatch.setattr(io, "SAMPLE_ROWS_VALUES", 5 * 23 * 3)  # blocks of 5 rows: 8 blocks, the last short
     assert np.array_equal(io.png_samples(pixels, dtype), whole)
+
+
+@pytest.mark.parametrize("mode,transparent", [("P", False), ("P", True), ("LA", False), ("L", False), ("RGB", False),
+                                               ("RGBA", False), ("1", False)])
+def test_header_channels_are_the_decoded_channels(tmp_path, mode, transparent):
+    """The channel count read from the header (sizing the fit) is the one the decoded image has (a palette image is
+    RGB unless it has a transparent entry)."""
+    from PIL import Image
+
+    from recon.image.io import read_image, read_image_header
+
+    image = Image.new(mode, (5, 4))
+    kwargs = {"transparency": 0} if transparent else {}
+    image.save(tmp_path / "x.png", **kwargs)
+    assert read_image_header(tmp_path / "x.png")[2] == read_image(tmp_path / "x.png").pixels.shape[2]
