@@ -206,6 +206,9 @@ def refresh_radius(h: Hierarchy, ids: np.ndarray) -> None:
     ids = np.unique(np.asarray(ids, dtype=np.int64))
     if len(ids) == 0:
         return
+    if ids[0] < h.num_leaves or ids[-1] >= h.num_nodes:
+        raise ValueError(f"refresh_radius: node ids must be interior nodes ({h.num_leaves} .. {h.num_nodes - 1}); "
+                         f"got {ids[0]} .. {ids[-1]}")
     up = ancestors(h, ids)
     changed = np.zeros(h.num_nodes, dtype=bool)
     changed[ids] = True
