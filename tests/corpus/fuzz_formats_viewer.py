@@ -71,9 +71,10 @@ def render_splats(path: Path):
 
 
 def build_avatar_run(root: Path) -> None:
-    """The smallest valid ``--method meshgs`` run (2 steps of a tiny capture; the build, mostly kernel compiles, took about 400 s on the loaded 2-core VM): the tiny avatar capture
-    of tests/recon/avatar/conftest.py (a rigged ellipsoid, 3 poses + 1 unseen, 9 views of 24 pixels) trained 2
-    CPU steps. Its checkpoint holds the avatar record (template, skin, poses) and the Gaussians' bindings."""
+    """The smallest valid ``--method meshgs`` run: the tiny avatar capture of tests/recon/avatar/conftest.py (a
+    rigged ellipsoid, 3 poses + 1 unseen, 9 views of 24 pixels) trained 2 CPU steps (the build, mostly kernel
+    compiles, took about 400 s on the loaded 2-core VM). Its checkpoint holds the avatar record (template, skin,
+    poses) and the Gaussians' bindings."""
     from recon.data.avatar_dataset import make_avatar_dataset
     from recon.training.trainer import TrainConfig, Trainer
     from tests.recon.avatar.conftest import make_tiny_mesh
