@@ -32,7 +32,7 @@ from rasterizer import Camera
 from recon.losses.image import photometric_loss, psnr
 
 from .cut import select_cut
-from .finetune import PARAMS, _joined, _optimizer, _tensors, refresh_radius, render_splats, spread
+from .finetune import PARAMS, _joined, _optimizer, _tensors, render_splats, spread, write_back
 from .hierarchy import Hierarchy
 
 
@@ -147,13 +147,6 @@ def distill_cuts(h: Hierarchy, cameras: list[Camera], budget: int, config: Disti
     after = mean_psnr()
     kept = bool(len(own_ids)) and after > before
     if kept:
-        with torch.no_grad():
-            q = own["quats"] / own["quats"].norm(dim=1, keepdim=True).clamp_min(1e-12)
-            h.nodes.means[own_ids] = own["means"].numpy()
-            h.nodes.quats[own_ids] = q.numpy()
-            h.nodes.log_scales[own_ids] = own["log_scales"].numpy()
-            h.nodes.logit_opacities[own_ids] = own["logit_opacities"].numpy()
-            h.nodes.sh[own_ids] = torch.cat([own["sh0"], own["shN"]], dim=1).numpy()
-        refresh_radius(h, own_ids)
+        write_back(h, own_ids, own)
     return DistillResult(len(cams), int(budget), len(own_ids), float(np.mean([len(a) + len(b) for a, b in parts])),
                          before, after, kept)

@@ -164,15 +164,21 @@ def tune_level(h: Hierarchy, depth: int, targets: list[tuple[Camera, torch.Tenso
     after = mean_psnr()
     if not after > before:
         return own_ids, before, after
+    write_back(h, own_ids, own)
+    return own_ids, before, after
+
+
+def write_back(h: Hierarchy, ids: np.ndarray, own: dict[str, torch.Tensor]) -> None:
+    """Store the tuned tensors ``own`` (:func:`_tensors` of nodes ``ids``; quaternions normalised) into ``h``'s
+    nodes ``ids`` and refresh the bounding spheres (:func:`refresh_radius`)."""
     with torch.no_grad():
         q = own["quats"] / own["quats"].norm(dim=1, keepdim=True).clamp_min(1e-12)
-        h.nodes.means[own_ids] = own["means"].numpy()
-        h.nodes.quats[own_ids] = q.numpy()
-        h.nodes.log_scales[own_ids] = own["log_scales"].numpy()
-        h.nodes.logit_opacities[own_ids] = own["logit_opacities"].numpy()
-        h.nodes.sh[own_ids] = torch.cat([own["sh0"], own["shN"]], dim=1).numpy()
-    refresh_radius(h, own_ids)
-    return own_ids, before, after
+        h.nodes.means[ids] = own["means"].numpy()
+        h.nodes.quats[ids] = q.numpy()
+        h.nodes.log_scales[ids] = own["log_scales"].numpy()
+        h.nodes.logit_opacities[ids] = own["logit_opacities"].numpy()
+        h.nodes.sh[ids] = torch.cat([own["sh0"], own["shN"]], dim=1).numpy()
+    refresh_radius(h, ids)
 
 
 def ancestors(h: Hierarchy, ids: np.ndarray) -> np.ndarray:
