@@ -261,7 +261,7 @@ def main() -> None:
     p.add_argument("--synthetic", type=int, help="N random Gaussians: cut, build and export times")
     p.add_argument("--budget", type=float, default=0.1, help="cut budget as a fraction of the Gaussians")
     p.add_argument("--rules", nargs="+", default=["coverage", "mass"], help="opacity rules to compare")
-    p.add_argument("--metrics", nargs="+", default=["size"], help="cut metrics to compare (size, opacity)")
+    p.add_argument("--metrics", nargs="+", default=["size"], help="cut metrics to compare (size, opacity, error)")
     p.add_argument("--finetune-steps", type=int, default=0,
                    help="--run: also fine-tune the levels (recon/lod/finetune.py, the run's training cameras) and "
                         "measure again")

@@ -41,17 +41,22 @@ def lod_chunk_rel() -> str:
     return manifest["chunks"][0]["file"]
 
 
-def _lod_chunk_reader() -> Callable[[Path], object]:
-    """:func:`view_lod_all_chunks` with the case as the LOD template's first chunk (its name known once the
-    template is built)."""
+def _template_case_reader(template: str, build, rel: Callable[[], str], read) -> Callable[[Path], object]:
+    """``read`` of template ``template``'s folder (made by ``build``) with the case placed at ``rel()`` (a name
+    known once the template is built); ``reader.place`` places a case without reading it."""
     def place(path: Path) -> Path:
-        return in_folder("lod", build_lod, lod_chunk_rel(), view_lod_all_chunks).place(path)
+        return in_folder(template, build, rel(), read).place(path)
 
     def reader(path: Path):
-        return view_lod_all_chunks(place(path))
+        return read(place(path))
 
     reader.place = place
     return reader
+
+
+def _lod_chunk_reader() -> Callable[[Path], object]:
+    """:func:`view_lod_all_chunks` with the case as the LOD template's first chunk."""
+    return _template_case_reader("lod", build_lod, lod_chunk_rel, view_lod_all_chunks)
 
 
 def build_finished_run(root: Path) -> None:
@@ -95,14 +100,7 @@ def avatar_checkpoint_rel() -> str:
 def _avatar_checkpoint_reader() -> Callable[[Path], object]:
     """``splatforge view RUN`` of the avatar run with the case as its newest checkpoint (viewer.scene.load_scene:
     the avatar record checked, the Gaussians bound to its triangles, posed)."""
-    def place(path: Path) -> Path:
-        return in_folder("avatar-run", build_avatar_run, avatar_checkpoint_rel(), view).place(path)
-
-    def reader(path: Path):
-        return view(place(path))
-
-    reader.place = place
-    return reader
+    return _template_case_reader("avatar-run", build_avatar_run, avatar_checkpoint_rel, view)
 
 
 # ----------------------------------------------------------------------------------------- datasets
