@@ -47,7 +47,9 @@ from recon.core.splat_data import SplatData, random_splats  # noqa: E402
 from recon.lod.cut import select_cut, select_cut_reference  # noqa: E402
 from recon.lod.distill import DistillConfig, distill_cuts  # noqa: E402
 from recon.lod.finetune import FinetuneConfig, finetune_levels  # noqa: E402
-from recon.lod.flat import flatten  # noqa: E402
+from recon.commands.export import ExportConfig  # noqa: E402
+from recon.lod.flat import DEFAULT_METRIC, flatten  # noqa: E402
+from recon.lod.merge import DEFAULT_OPACITY_RULE  # noqa: E402
 from recon.lod.hierarchy import build_hierarchy, cut_splats  # noqa: E402
 
 
@@ -57,15 +59,33 @@ def machine() -> dict:
 
 
 def render(data: SplatData, camera: Camera, background: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """([H, W, 3] render, seconds) with the cpu backend."""
+    """([H, W, 3] render, wall seconds) with the cpu backend."""
+    img, wall, _ = timed_render(data, camera, background)
+    return img, wall
+
+
+def timed_render(data: SplatData, camera: Camera, background: torch.Tensor) -> tuple[torch.Tensor, float, float]:
+    """([H, W, 3] render, wall seconds, CPU seconds of the process) with the cpu backend."""
     t = data.to_torch()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     out = rasterize_gaussians(
         t["means"], t["quats"], torch.exp(t["log_scales"]), torch.sigmoid(t["logit_opacities"]), t["sh"],
         camera.world_to_cam[None].float(), camera.K[None].float(), camera.width, camera.height,
         sh_degree=data.sh_degree, backgrounds=background[None], backend="cpu",
         rasterize_mode="antialiased" if data.antialiased else "classic")
-    return out.render[0].clamp(0, 1), time.perf_counter() - start
+    return out.render[0].clamp(0, 1), time.perf_counter() - start, time.process_time() - cpu
+
+
+def render_times(data: SplatData, camera: Camera, background: torch.Tensor, repeats: int) -> tuple[torch.Tensor,
+                                                                                                    float, float]:
+    """(render, median wall seconds, median CPU seconds) of ``repeats`` renders after one warm-up render."""
+    img = render(data, camera, background)[0]
+    walls, cpus = [], []
+    for _ in range(repeats):
+        img, wall, cpu = timed_render(data, camera, background)
+        walls.append(wall)
+        cpus.append(cpu)
+    return img, statistics.median(walls), statistics.median(cpus)
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -102,21 +122,23 @@ def bench_run(args) -> dict:
               "test_views": len(frames), "far_views": len(far),
               "far_view_median_depth": float(np.median([depths[i] for i in far])),
               "near_view_median_depth": float(np.median([depths[i] for i in order[: len(order) // 2]]))}
-    full_psnr, full_time = [], []
+    full_psnr, full_wall, full_cpu, full_img = [], [], [], {}
     for i in far:
-        cam = frames[i].camera
-        render(data, cam, bg)  # warm caches
-        img, sec = render(data, cam, bg)
+        img, wall, cpu = render_times(data, frames[i].camera, bg, args.render_repeats)
         full_psnr.append(psnr(img, images.rgb(i, bg)))
-        full_time.append(sec)
-    result["full"] = {"psnr": statistics.mean(full_psnr), "render_seconds_median": statistics.median(full_time)}
+        full_wall.append(wall)
+        full_cpu.append(cpu)
+        full_img[i] = img
+    full = {"img": full_img, "repeats": args.render_repeats}
+    result["full"] = {"psnr": statistics.mean(full_psnr), "render_seconds_median": statistics.median(full_wall),
+                      "render_cpu_seconds_median": statistics.median(full_cpu)}
     for rule in args.rules:
         start = time.perf_counter()
         h = build_hierarchy(data, opacity_rule=rule)
         build = time.perf_counter() - start
         for metric in args.metrics:
             key = f"cut_{rule}" + ("" if metric == "size" else f"_{metric}")
-            result[key] = {**measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full_time),
+            result[key] = {**measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full),
                            "build_seconds": build, "hierarchy_nodes": h.num_nodes}
         if args.finetune_steps:
             cams = [f.camera for f in run.scene.frames_train]
@@ -128,7 +150,7 @@ def bench_run(args) -> dict:
             tune = time.perf_counter() - start
             for metric in args.metrics:
                 key = f"cut_{rule}_finetuned" + ("" if metric == "size" else f"_{metric}")
-                result[key] = {**measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full_time),
+                result[key] = {**measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full),
                                "finetune_seconds": tune, "finetune_steps_per_level": args.finetune_steps,
                                "levels": [vars(lv) for lv in levels]}
         if args.distill_steps:
@@ -144,16 +166,18 @@ def bench_run(args) -> dict:
                 key = f"cut_{rule}" + ("_finetuned" if args.finetune_steps else "") + "_distilled" + (
                     "" if metric == "size" else f"_{metric}")
                 result[key] = {**measure_cuts(hd, data, frames, far, images, bg, budget, metric, full_psnr,
-                                              full_time),
+                                              full),
                                "distill_seconds": seconds, "distill": vars(tuned),
                                "distill_steps": args.distill_steps, "distill_lr_scale": args.distill_lr_scale}
     return result
 
 
-def measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full_time) -> dict:
+def measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full) -> dict:
     """Test PSNR, PSNR against the full render, render and cut times of the cuts of ``h`` at ``budget`` over
-    the views ``far``."""
-    cut_psnr, cut_time, cut_sel, cut_n, vs_full = [], [], [], [], []
+    the views ``far``. Render times: each view's cut and full model rendered in turn (interleaved, so both see
+    the same load), ``full["repeats"]`` times each after a warm-up; the ratio is the median over the views of
+    (median cut time / median full time), CPU time of the process and wall time."""
+    cut_psnr, cut_time, cut_cpu, cut_sel, cut_n, vs_full, ratio_wall, ratio_cpu = [], [], [], [], [], [], [], []
     for i in far:
         cam = frames[i].camera
         select_cut(h, cam, budget=budget, metric=metric)
@@ -161,17 +185,30 @@ def measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, fu
         cut = select_cut(h, cam, budget=budget, metric=metric)
         cut_sel.append(time.perf_counter() - t0)
         model = cut_splats(h, cut)
-        render(model, cam, bg)
-        img, sec = render(model, cam, bg)
+        img = render(model, cam, bg)[0]
+        render(data, cam, bg)
+        times = {"cut": ([], []), "full": ([], [])}
+        for _ in range(full["repeats"]):
+            for name, what in (("full", data), ("cut", model)):
+                _, wall, cpu = timed_render(what, cam, bg)
+                times[name][0].append(wall)
+                times[name][1].append(cpu)
+        (cw, cc), (fw, fc) = ([statistics.median(x) for x in times[k]] for k in ("cut", "full"))
         cut_psnr.append(psnr(img, images.rgb(i, bg)))
-        vs_full.append(psnr(img, render(data, cam, bg)[0]))
-        cut_time.append(sec)
+        vs_full.append(psnr(img, full["img"][i]))
+        cut_time.append(cw)
+        cut_cpu.append(cc)
+        ratio_wall.append(cw / fw)
+        ratio_cpu.append(cc / fc)
         cut_n.append(len(cut))
     return {"metric": metric, "psnr": statistics.mean(cut_psnr),
             "psnr_drop": statistics.mean(full_psnr) - statistics.mean(cut_psnr),
             "psnr_vs_full_render": statistics.mean(vs_full), "gaussians_median": statistics.median(cut_n),
             "render_seconds_median": statistics.median(cut_time),
-            "render_time_ratio": statistics.median(cut_time) / statistics.median(full_time),
+            "render_cpu_seconds_median": statistics.median(cut_cpu),
+            "render_time_ratio": statistics.median(ratio_wall),
+            "render_cpu_time_ratio": statistics.median(ratio_cpu),
+            "render_cpu_time_ratio_per_view": [round(r, 4) for r in ratio_cpu],
             "cut_ms_median": 1000 * statistics.median(cut_sel)}
 
 
@@ -238,7 +275,7 @@ def bench_synthetic(args) -> dict:
     del h
     out_root = Path(tempfile.mkdtemp(prefix="bench_lod_"))
     try:  # the whole command: read the PLY, build, write the chunks and the manifest
-        from recon.commands.export import ExportConfig, run_export
+        from recon.commands.export import run_export
         from recon.export import write_splats
         from recon.lod.manifest import read_manifest
 
@@ -260,8 +297,12 @@ def main() -> None:
     p.add_argument("--run", type=Path, help="a finished 3dgs run folder whose dataset is here")
     p.add_argument("--synthetic", type=int, help="N random Gaussians: cut, build and export times")
     p.add_argument("--budget", type=float, default=0.1, help="cut budget as a fraction of the Gaussians")
-    p.add_argument("--rules", nargs="+", default=["coverage", "mass"], help="opacity rules to compare")
-    p.add_argument("--metrics", nargs="+", default=["size"], help="cut metrics to compare (size, opacity, error)")
+    p.add_argument("--rules", nargs="+", default=[DEFAULT_OPACITY_RULE],
+                   help="opacity rules to compare (coverage, mass; default: the export's)")
+    p.add_argument("--metrics", nargs="+", default=[DEFAULT_METRIC],
+                   help="cut metrics to compare (size, opacity, error; default: select_cut's)")
+    p.add_argument("--render-repeats", type=int, default=3,
+                   help="--run: renders timed per view and model (median; after one warm-up render)")
     p.add_argument("--finetune-steps", type=int, default=0,
                    help="--run: also fine-tune the levels (recon/lod/finetune.py, the run's training cameras) and "
                         "measure again")
@@ -269,7 +310,7 @@ def main() -> None:
                    help="the projected radius (px) at which each level is tuned (recon/lod/finetune.py)")
     p.add_argument("--finetune-lr-scale", type=float, default=FinetuneConfig.lr_scale,
                    help="x the 3DGS learning rates for the fine-tuning")
-    p.add_argument("--distill-steps", type=int, default=0,
+    p.add_argument("--distill-steps", type=int, default=ExportConfig.lod_distill_steps,
                    help="--run: also tune the merged nodes of the budget's cuts from the training cameras against the "
                         "full model's renders (recon/lod/distill.py), this many steps, and measure again")
     p.add_argument("--distill-lr-scale", type=float, default=DistillConfig.lr_scale,

@@ -95,14 +95,19 @@ class ExportConfig:
     floater_threshold: float = 0.005
     """Blending weight below which a Gaussian counts as a floater (0.005: lego loses 24% of its Gaussians at
     -0.02 dB; 0.05 removed 79% at -6.6 dB there, docs/export.md)."""
-    lod_opacity: Literal["coverage", "mass"] = "coverage"
-    """--format lod: the merged Gaussians' opacity rule (recon/lod/merge.py, docs/lod.md): coverage keeps a
-    Gaussian merged with its own copy unchanged; mass keeps more of the light of overlapping Gaussians (far test
-    views at a 10% budget: city -0.16 dB against coverage's -0.67 dB, colmap_bird -2.76 against -4.83)."""
+    lod_opacity: Literal["coverage", "mass"] = "mass"
+    """--format lod: the merged Gaussians' opacity rule (recon/lod/merge.py, docs/lod.md): mass keeps more of the
+    light of overlapping Gaussians (far test views at a 10% budget: city -0.16 dB against coverage's -0.67 dB,
+    colmap_bird -2.76 against -4.83); coverage keeps a Gaussian merged with its own copy unchanged."""
     lod_finetune_steps: int = 0
     """--format lod from a run folder: fine-tune each merged level this many Adam steps against renders of the
     full model from the run's training cameras (at most 8, at their own image scale; a level is kept only if it
     got closer to the full model: recon/lod/finetune.py, docs/lod.md); 0: the merges as built."""
+    lod_distill_steps: int = 480
+    """--format lod from a run folder: tune the merged Gaussians of the cuts at min(view budget, 10% of the
+    Gaussians) from up to 24 training cameras against the full model's renders, this many Adam steps
+    (recon/lod/distill.py, docs/lod.md; colmap_bird's far views at 10%: -1.53 -> -0.99 dB, ~5 min); 0: off.
+    Skipped for a model file (no cameras)."""
     lod_web: Literal["none", "streamed-sog"] = "none"
     """--format lod: also write the levels as PlayCanvas' Streamed SOG (lod-meta.json + SOG chunks, what SuperSplat
     and the PlayCanvas engine stream) into OUT/streamed-sog, encoded by splat-transform (needs node and

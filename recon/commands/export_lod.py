@@ -1,11 +1,15 @@
 """``splatforge export (RUN_DIR | FILE) --format lod --out DIR [--target quest3|phone|...] [--max-splats B]
-[--sh-degree D] [--lod-opacity coverage|mass] [--lod-finetune-steps N] [--lod-web none|streamed-sog] [--force]``: the model's LOD hierarchy (:mod:`recon.lod.hierarchy`) written as SPZ chunks by
-octree cell and level plus ``DIR/manifest.json`` (:mod:`recon.lod.export_lod`, layout in docs/lod.md).
+[--sh-degree D] [--lod-opacity mass|coverage] [--lod-finetune-steps N] [--lod-distill-steps N]
+[--lod-web none|streamed-sog] [--force]``: the model's LOD hierarchy (:mod:`recon.lod.hierarchy`) written as SPZ
+chunks by octree cell and level plus ``DIR/manifest.json`` (:mod:`recon.lod.export_lod`, layout in docs/lod.md).
 
 Here ``--max-splats`` (or the target's preset) is the view budget recorded in the manifest: how many Gaussians
 a viewer draws at once; ``--sh-degree`` (or the preset's) truncates the SH of every chunk. Every level is
 written; nothing is dropped. ``--lod-finetune-steps N`` (a run folder only: its training cameras) fine-tunes
 the merged levels first (:mod:`recon.lod.finetune`); the report gives each level's PSNR change.
+``--lod-distill-steps N`` (480 by default; a run folder: its training cameras; a model file skips it) then tunes
+the merged nodes of the budgeted cuts (:func:`distill_budget`) against the full model's renders
+(:mod:`recon.lod.distill`); the report gives the cuts' PSNR before and after.
 ``--lod-web streamed-sog`` also writes ``DIR/streamed-sog/`` (PlayCanvas' Streamed SOG, :mod:`recon.lod.streamed_sog`).
 """
 
@@ -42,6 +46,8 @@ def check_lod_flags(config) -> None:
     if config.lod_finetune_steps and not Path(config.input).is_dir():
         raise UsageError(f"--lod-finetune-steps: {config.input} is a file; fine-tuning renders from a run's "
                          f"training cameras, so give the run folder")
+    if config.lod_distill_steps < 0:
+        raise UsageError(f"--lod-distill-steps {config.lod_distill_steps}: give 0 (off) or a number of steps")
     if Path(config.out).suffix.lower() in (".ply", ".splat", ".spz", ".glb"):
         raise UsageError(f"--format lod writes a folder; --out {config.out} looks like a file name")
 
@@ -60,6 +66,30 @@ def finetune(h, run, config) -> list:
     with Progress(transient=True) as bar:
         task = bar.add_task("fine-tuning the levels", total=None)
         return finetune_levels(h, cams, cfg, progress=lambda i, n: bar.update(task, completed=i, total=n))
+
+
+DISTILL_FRACTION = 0.1  # the distillation's cuts hold at most this fraction of the Gaussians (docs/lod.md)
+
+
+def distill_budget(num_gaussians: int, view_budget: int) -> int:
+    """Gaussians in each cut the export's distillation tunes: min(view budget, DISTILL_FRACTION x the model)."""
+    return max(1, min(int(view_budget), int(round(DISTILL_FRACTION * num_gaussians))))
+
+
+def distill(h, run, config, budget: int):
+    """Tune ``h``'s merged nodes of the cuts at ``budget`` from the run's training cameras (recon/lod/distill.py),
+    with a progress bar unless quiet; the :class:`recon.lod.distill.DistillResult`."""
+    from rich.progress import Progress
+
+    from recon.lod.distill import DistillConfig, distill_cuts
+
+    cams = [f.camera for f in run.scene.frames_train] or [f.camera for f in run.scene.frames_test]
+    cfg = DistillConfig(steps=config.lod_distill_steps, background=tuple(run.background().float().tolist()))
+    if config.quiet:
+        return distill_cuts(h, cams, budget, cfg)
+    with Progress(transient=True) as bar:
+        task = bar.add_task("distilling the budgeted cuts", total=config.lod_distill_steps)
+        return distill_cuts(h, cams, budget, cfg, progress=lambda i, n: bar.update(task, completed=i))
 
 
 def run_lod_export(config) -> ExportReport:
@@ -81,9 +111,20 @@ def run_lod_export(config) -> ExportReport:
     start = time.perf_counter()
     h = build_hierarchy(clean, opacity_rule=config.lod_opacity)
     tuned = finetune(h, run, config) if config.lod_finetune_steps else []
-    manifest = write_lod(h, Path(config.out), sh_degree=sh_degree,
-                         view_budget=view_budget or DEFAULT_VIEW_BUDGET, target=config.target, force=config.force,
-                         progress=not config.quiet)
+    view_budget = view_budget or DEFAULT_VIEW_BUDGET
+    distilled, why_not = None, None
+    if config.lod_distill_steps and h.num_nodes > h.num_leaves:
+        why_not = "a model file has no training cameras (export the run folder to distill)"
+        if run is not None:
+            try:
+                run.scene  # the training cameras: the run's dataset must be here
+                why_not = None
+            except FileNotFoundError as e:
+                why_not = str(e)
+        if why_not is None:
+            distilled = distill(h, run, config, distill_budget(len(clean), view_budget))
+    manifest = write_lod(h, Path(config.out), sh_degree=sh_degree, view_budget=view_budget, target=config.target,
+                         force=config.force, progress=not config.quiet)
     seconds = time.perf_counter() - start
     total = sum(c.count for c in manifest.chunks)
     size = sum(c.bytes for c in manifest.chunks) + os.path.getsize(Path(config.out) / "manifest.json")
@@ -98,5 +139,12 @@ def run_lod_export(config) -> ExportReport:
                      "keep their merges): " + ", ".join(
                          f"d{t.depth} {t.psnr_before:.2f} -> {t.psnr_after:.2f} dB{'' if t.kept else ' (not kept)'}"
                          for t in tuned))
+    if distilled is not None:
+        notes.append(f"distilled the cuts of {distilled.budget:,} Gaussians from {distilled.cameras} training cameras "
+                     f"({config.lod_distill_steps} steps, {distilled.tuned:,} merged Gaussians): PSNR vs the full "
+                     f"model {distilled.psnr_before:.2f} -> {distilled.psnr_after:.2f} dB"
+                     + ("" if distilled.kept else " (not better: the merges as built are kept)"))
+    elif why_not:
+        notes.append(f"not distilled: {why_not}")
     return ExportReport(path=Path(config.out), format="lod", splats=total, bytes=size, sh_degree=manifest.sh_degree,
                         input_splats=len(data), dropped_nonfinite=dropped, target=config.target, notes=notes)

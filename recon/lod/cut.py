@@ -41,7 +41,7 @@ from numba import njit
 
 from rasterizer.camera import Camera
 
-from .flat import FlatTree, flatten
+from .flat import DEFAULT_METRIC, FlatTree, flatten
 from .hierarchy import Hierarchy
 
 NEAR = 0.01
@@ -50,6 +50,7 @@ HIST_OCTAVES = 48  # priorities above 2^48 x t (and inf) share the top bin
 CAP_FACTOR = 4  # the scan gives up past CAP_FACTOR x budget + CAP_SLACK nodes visited
 CAP_SLACK = 256
 START_MARGIN = 0.96  # the first t of a call: this x the previous call's boundary priority
+DIVIDE_MARGIN = 1e-9  # _scan divides only within this relative margin of a bound (float64 rounding: ~1e-16)
 
 
 @njit(cache=True, inline="always")
@@ -79,10 +80,16 @@ def _scan(rec, rec_int, view_planes, focal, pixels, t, cap, vis_pos, vis_parent,
     into ``cand_*`` (queue index, priority, kids - 1).
     Returns (visited, candidates, extra, below): visited is -1 past ``cap`` nodes; extra the cut's size minus
     1 (the sum of kids - 1 over the candidates); below the largest priority of a splittable node left whole
-    (0 if none)."""
+    (0 if none).
+
+    The priority ``focal r / (z - r) x w`` (:func:`_size` x weight) is computed exactly, as the reference
+    does, only for the nodes that split or may raise ``below``: the others (most of the nodes visited) are
+    told apart without dividing, ``focal r w <= t (z - r)`` with a relative margin of ``DIVIDE_MARGIN``
+    (far above the rounding of either side), and the exact test decides within the margin."""
     v = np.empty(24, dtype=np.float64)  # a private copy: the compiler may keep it in registers (no aliasing)
     for i in range(24):
         v[i] = view_planes[i]
+    low = 1.0 - DIVIDE_MARGIN
     vis_pos[0] = 0
     vis_parent[0] = -1
     n = 1
@@ -94,26 +101,51 @@ def _scan(rec, rec_int, view_planes, focal, pixels, t, cap, vis_pos, vis_parent,
         p = vis_pos[j]
         k = rec_int[p, 6]
         vis_pos[j] = rec_int[p, 7]
-        if k > 0:
-            s = _size(rec[p, 0], rec[p, 1], rec[p, 2], rec[p, 3], v, focal)
-            if s > pixels:
-                pr = s * rec[p, 4]
-                if pr > t:
-                    if n + k > cap:
-                        return -1, nc, extra, below
-                    cand_j[nc] = j
-                    cand_prio[nc] = pr
-                    cand_k[nc] = k - 1
-                    nc += 1
-                    extra += k - 1
-                    f = rec_int[p, 5]
-                    for i in range(k):
-                        vis_pos[n + i] = f + i
-                        vis_parent[n + i] = j
-                    n += k
-                elif pr > below:
-                    below = pr
         j += 1
+        if k == 0:
+            continue
+        x, y, z, r = rec[p, 0], rec[p, 1], rec[p, 2], rec[p, 3]
+        pz = v[8] * x + v[9] * y + v[10] * z + v[11]
+        if pz < NEAR - r:  # behind the near plane: size 0 (as _size)
+            continue
+        px = v[0] * x + v[1] * y + v[2] * z + v[3]
+        py = v[4] * x + v[5] * y + v[6] * z + v[7]
+        if (v[12] * px + v[13] * py + v[14] * pz < -r or v[15] * px + v[16] * py + v[17] * pz < -r
+                or v[18] * px + v[19] * py + v[20] * pz < -r or v[21] * px + v[22] * py + v[23] * pz < -r):
+            continue
+        w = rec[p, 4]
+        den = pz - r
+        if den <= NEAR:
+            pr = np.inf * w  # s = inf > pixels (nan when w = 0: never splits, as in _size x w)
+        else:
+            fr = focal * r
+            if fr <= pixels * den * low:  # s <= pixels for sure
+                continue
+            if fr * w <= t * den * low:  # priority <= t for sure: whole; exact only if it may raise `below`
+                if fr * w > below * den * low:
+                    s = fr / den
+                    if s > pixels and s * w > below:
+                        below = s * w
+                continue
+            s = fr / den
+            if s <= pixels:
+                continue
+            pr = s * w
+        if pr > t:
+            if n + k > cap:
+                return -1, nc, extra, below
+            cand_j[nc] = j - 1
+            cand_prio[nc] = pr
+            cand_k[nc] = k - 1
+            nc += 1
+            extra += k - 1
+            f = rec_int[p, 5]
+            for i in range(k):
+                vis_pos[n + i] = f + i
+                vis_parent[n + i] = j - 1
+            n += k
+        elif pr > below:
+            below = pr
     return n, nc, extra, below
 
 
@@ -234,7 +266,7 @@ def _state(h: Hierarchy) -> _CutState:
 
 
 def select_cut(h: Hierarchy, camera: Camera, budget: int | None = None, pixels: float | None = None,
-               metric: str = "size") -> np.ndarray:
+               metric: str = DEFAULT_METRIC) -> np.ndarray:
     """Node ids [n] int32 of the cut of ``h`` for ``camera`` (module docstring): nodes split largest priority
     first (``metric``: recon/lod/flat.py), while larger than ``pixels`` (None: no size limit) and while the cut
     stays within ``budget`` nodes (None: no count limit). With neither limit every node in the view frustum
@@ -301,7 +333,8 @@ def _root_priority(flat: FlatTree, cam: tuple, pix: float) -> float:
     return float(s * flat.weight[0]) if s > pix else 0.0
 
 
-def node_priorities(h: Hierarchy, camera: Camera, pixels: float | None = None, metric: str = "size") -> np.ndarray:
+def node_priorities(h: Hierarchy, camera: Camera, pixels: float | None = None,
+                    metric: str = DEFAULT_METRIC) -> np.ndarray:
     """[M] float64 split priority of every node id (-1: not splittable), computed in NumPy the way the kernel
     does (the reference's input)."""
     flat = flatten(h, metric)
@@ -327,7 +360,7 @@ def node_priorities(h: Hierarchy, camera: Camera, pixels: float | None = None, m
 
 
 def select_cut_reference(h: Hierarchy, camera: Camera, budget: int | None = None, pixels: float | None = None,
-                         metric: str = "size") -> np.ndarray:
+                         metric: str = DEFAULT_METRIC) -> np.ndarray:
     """The plain cut (module docstring) with a heap: pop the node of largest priority (ties: earlier in
     position); keep it if not splittable, stop at the first split that does not fit, else split. Python per
     node: for tests on small hierarchies."""

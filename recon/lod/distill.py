@@ -32,6 +32,7 @@ from rasterizer import Camera
 from recon.losses.image import photometric_loss, psnr
 
 from .cut import select_cut
+from .flat import DEFAULT_METRIC
 from .finetune import PARAMS, _joined, _optimizer, _tensors, render_splats, spread, write_back
 from .hierarchy import Hierarchy
 
@@ -42,8 +43,8 @@ class DistillConfig:
 
     steps: int = 480
     """Adam steps in all (one camera a step)"""
-    metric: str = "opacity"
-    """the cut metric (recon/lod/flat.py) whose cuts are tuned: the one a viewer of the export uses"""
+    metric: str = DEFAULT_METRIC
+    """the cut metric (recon/lod/flat.py) whose cuts are tuned (the cut's default, ``error``)"""
     cameras: int = 24
     """at most this many training cameras (evenly spread over the given ones)"""
     max_side: int = 256

@@ -35,7 +35,7 @@ import numpy as np
 
 from recon.core.splat_data import SplatData
 
-from .merge import Moments, merge_groups, moments_of, to_splats
+from .merge import DEFAULT_OPACITY_RULE, Moments, merge_groups, moments_of, to_splats
 
 DEFAULT_DEPTH = 16  # bits per axis of the Morton code; 2^16 cells across the model's bounding cube
 MAX_DEPTH = 21  # 3 x 21 bits fit a uint64
@@ -123,7 +123,7 @@ def _grow(arrays: dict, **new) -> None:
 
 
 def build_hierarchy(data: SplatData, depth: int = DEFAULT_DEPTH, progress=None,
-                    opacity_rule: str = "coverage") -> Hierarchy:
+                    opacity_rule: str = DEFAULT_OPACITY_RULE) -> Hierarchy:
     """Build the octree hierarchy of ``data`` (N >= 1 Gaussians, finite values) with ``depth`` bits per
     axis (1..21), merging by :func:`recon.lod.merge.merge_groups` with ``opacity_rule``. ``progress``:
     optional callable(level, depth) called after each level."""
