@@ -180,7 +180,7 @@ def test_export_command_from_a_run_folder(tmp_path):
 
     run = tiny_run(tmp_path)
     report = run_export(ExportConfig(input=run, out=tmp_path / "lod", format="lod", target="phone", quiet=True,
-                                     lod_opacity="mass"))
+                                     lod_opacity="mass", lod_distill_steps=0))
     m = read_manifest(tmp_path / "lod")
     assert m.opacity_rule == "mass"
     assert m.leaves == 400 and m.sh_degree == 0 and m.view_budget == 1_500_000  # the run's model has SH 0
@@ -196,7 +196,8 @@ def test_export_command_finetunes_levels_and_checks_lod_flags(tmp_path, monkeypa
     from tests.recon.tiny_runs import tiny_run
 
     run = tiny_run(tmp_path)
-    report = run_export(ExportConfig(input=run, out=tmp_path / "lod", format="lod", quiet=True, lod_finetune_steps=3))
+    report = run_export(ExportConfig(input=run, out=tmp_path / "lod", format="lod", quiet=True, lod_finetune_steps=3,
+                                     lod_distill_steps=0))
     assert any("fine-tuned levels" in note and "dB" in note for note in report.notes)
     assert read_manifest(tmp_path / "lod").leaves == 400
     model = tmp_path / "model.ply"
@@ -209,3 +210,34 @@ def test_export_command_finetunes_levels_and_checks_lod_flags(tmp_path, monkeypa
     with pytest.raises(UsageError, match="splat-transform"):
         run_export(ExportConfig(input=model, out=tmp_path / "lod3", format="lod", quiet=True, lod_web="streamed-sog"))
     assert not (tmp_path / "lod2").exists() and not (tmp_path / "lod3").exists()
+
+
+def test_export_command_distills_the_budgeted_cuts(tmp_path):
+    """--lod-distill-steps N (a run folder): the merged Gaussians the budgeted cuts use are tuned before they
+    are written (the coarser levels change, level 0, the model, does not); a model file has no cameras and is
+    written as built, with a note; a negative count is refused."""
+    from recon.commands.export import ExportConfig, run_export
+    from recon.commands.export_lod import distill_budget
+    from recon.core.errors import UsageError
+    from tests.recon.tiny_runs import tiny_run
+
+    run = tiny_run(tmp_path)
+    assert distill_budget(400, 1_500_000) == 40 and distill_budget(400, 25) == 25
+    plain = run_export(ExportConfig(input=run, out=tmp_path / "plain", format="lod", quiet=True, lod_distill_steps=0))
+    tuned = run_export(ExportConfig(input=run, out=tmp_path / "tuned", format="lod", quiet=True, lod_distill_steps=12))
+    assert not any("distilled" in note for note in plain.notes)
+    note = next(note for note in tuned.notes if note.startswith("distilled"))
+    assert "of 40 Gaussians" in note and "12 steps" in note and "not better" not in note
+    a, b = LodExport(tmp_path / "plain"), LodExport(tmp_path / "tuned")
+    assert [lv.count for lv in a.manifest.levels] == [lv.count for lv in b.manifest.levels]
+    np.testing.assert_array_equal(a.read_level(0).means, b.read_level(0).means)
+    changed = [lv for lv in range(1, len(a.manifest.levels))
+               if not np.array_equal(a.read_level(lv).sh, b.read_level(lv).sh)]
+    assert changed, "no merged level changed"
+    model = tmp_path / "model.ply"
+    write_splats(model, small_model(60))
+    report = run_export(ExportConfig(input=model, out=tmp_path / "file", format="lod", quiet=True))
+    assert any(note.startswith("not distilled: a model file") for note in report.notes)
+    with pytest.raises(UsageError, match="--lod-distill-steps -1"):
+        run_export(ExportConfig(input=run, out=tmp_path / "bad", format="lod", quiet=True, lod_distill_steps=-1))
+    assert not (tmp_path / "bad").exists()

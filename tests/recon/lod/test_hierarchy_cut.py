@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from recon.lod.cut import select_cut
+from recon.lod.flat import DEFAULT_METRIC
 from recon.lod.hierarchy import build_hierarchy, cut_splats
 from recon.lod.merge import merge_groups, moments_of
 
@@ -168,7 +169,7 @@ def test_cut_with_a_stale_bound_and_a_bad_metric(model_and_tree):
     want = select_cut_reference(h, cam, budget=300)
     for stale in (1e-9, 1e9):
         select_cut(h, cam, budget=300)
-        h._cut_state.last[("size", 300)] = stale
+        h._cut_state.last[(DEFAULT_METRIC, 300)] = stale  # the key the default cut reads
         np.testing.assert_array_equal(np.sort(select_cut(h, cam, budget=300)), want)
     with pytest.raises(ValueError, match="cut metric"):
         select_cut(h, cam, budget=300, metric="nope")
@@ -198,3 +199,21 @@ def test_colour_spread_is_the_weighted_spread_of_the_leaves_below():
         want = np.sqrt((w[m] * ((c[m] - mean) ** 2).sum(1)).sum() / w[m].sum())
         assert spread[n] == pytest.approx(want, rel=1e-9, abs=1e-12)
     assert (spread[: h.num_leaves] == 0).all() and spread[h.root] > 0.05
+
+
+def test_the_measured_best_settings_are_the_defaults(model_and_tree):
+    """docs/lod.md, Targets: the `mass` rule, the `error` metric and the distillation measured best on both
+    scenes, so they are what a user gets without flags: the hierarchy, select_cut, the distillation, the export
+    and bench_lod."""
+    from recon.commands.export import ExportConfig
+    from recon.lod.distill import DistillConfig
+
+    data, h = model_and_tree
+    assert h.opacity_rule == "mass" and build_hierarchy(data.subset(np.arange(50)), depth=4).opacity_rule == "mass"
+    cam = camera_at(1.2)
+    default = np.sort(select_cut(h, cam, budget=150))
+    np.testing.assert_array_equal(default, np.sort(select_cut(h, cam, budget=150, metric="error")))
+    assert not np.array_equal(default, np.sort(select_cut(h, cam, budget=150, metric="size")))
+    assert DistillConfig().metric == "error" and DistillConfig().steps > 0
+    assert ExportConfig(input="x", out="y").lod_opacity == "mass"
+    assert ExportConfig(input="x", out="y").lod_distill_steps == DistillConfig().steps
