@@ -277,17 +277,24 @@ def bench_synthetic(args) -> dict:
     try:  # the whole command: read the PLY, build, write the chunks and the manifest
         from recon.commands.export import run_export
         from recon.export import write_splats
+        from recon.lod.export_lod import LodExport
         from recon.lod.manifest import read_manifest
 
         write_splats(out_root / "model.ply", data)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run_export(ExportConfig(input=out_root / "model.ply", out=out_root / "lod", format="lod", quiet=True))
-        export = time.perf_counter() - t0
+        export, export_cpu = time.perf_counter() - t0, time.process_time() - c0
         manifest = read_manifest(out_root / "lod")
+        lod = LodExport(out_root / "lod")
+        lod.check_files()  # every chunk listed is there with its listed size (LodManifestError otherwise)
+        counts = [len(lod.read_chunk(i)) for i in range(len(manifest.chunks))]  # and holds its listed count
+        same = lod.manifest == manifest and counts == [c.count for c in manifest.chunks] and sum(
+            counts[i] for i in manifest.chunks_of_level(0)) == len(data)
         size = sum(c.bytes for c in manifest.chunks)
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
-    return {**result, "export_seconds": export, "export_levels": len(manifest.levels),
+    return {**result, "export_seconds": export, "export_cpu_seconds": export_cpu, "manifest_reads_back_equal": same,
+            "export_levels": len(manifest.levels),
             "export_chunks": len(manifest.chunks),
             "export_bytes": size}
 
