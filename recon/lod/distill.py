@@ -135,7 +135,7 @@ def distill_cuts(h: Hierarchy, cameras: list[Camera], budget: int, config: Disti
                                   for c, t, f, i in views]))
 
     before = mean_psnr()
-    if len(own_ids):
+    if len(own_ids) and np.isfinite(before):  # inf: every cut already renders as the full model (nothing to tune)
         opt = _optimizer(own, extent, config.lr_scale)
         for step in range(config.steps):
             cam, target, fixed, index = views[step % len(views)]

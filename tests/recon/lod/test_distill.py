@@ -32,20 +32,20 @@ def test_distillation_brings_the_cuts_closer_to_the_full_model():
     cams = _orbit(6)
     budget = 60
     full = [render(data, c) for c in cams]
-    before = [_mse(render(cut_splats(h, select_cut(h, c, budget=budget, metric="opacity")), c), f)
+    before = [_mse(render(cut_splats(h, select_cut(h, c, budget=budget)), c), f)
               for c, f in zip(cams, full)]
     leaves = h.nodes.means[: h.num_leaves].copy()
     result = distill_cuts(h, cams, budget, DistillConfig(steps=60, cameras=6, lr_scale=1.0))
     assert result.kept and result.tuned > 0 and result.psnr_after > result.psnr_before + 1.0, result
     # measured independently: the tuned hierarchy's own cuts (chosen again) render closer to the full model
-    after = [_mse(render(cut_splats(h, select_cut(h, c, budget=budget, metric="opacity")), c), f)
+    after = [_mse(render(cut_splats(h, select_cut(h, c, budget=budget)), c), f)
              for c, f in zip(cams, full)]
     assert np.mean(after) < 0.7 * np.mean(before), (before, after)
     np.testing.assert_array_equal(h.nodes.means[: h.num_leaves], leaves)  # the model is untouched
     assert _spheres_nested(h)
     cam = camera_at(3.0)
-    np.testing.assert_array_equal(np.sort(select_cut(h, cam, budget=50, metric="opacity")),
-                                  select_cut_reference(h, cam, budget=50, metric="opacity"))
+    np.testing.assert_array_equal(np.sort(select_cut(h, cam, budget=50)),
+                                  select_cut_reference(h, cam, budget=50))
 
 
 def test_refresh_radius_grows_the_ancestors_of_a_moved_node():
