@@ -5,19 +5,25 @@ dynamic scene like a 4D model (:mod:`viewer.spacetime`) or an avatar (:mod:`view
 slider and play button drive :meth:`FrameSequenceScene.set_time`, which shows the frame whose time is nearest
 (:func:`recon.training.frame_sequence.nearest_time`, the rule that gives test views to frames). A frame is shown
 as its baked Gaussians (the frame's splats.ply, else baked from its newest checkpoint when first shown: the
-field's occupied cells, :meth:`recon.models.nerf.NerfModel.to_splat_data`); frames without a checkpoint are
-left out (one line each when the scene opens). The "render" button renders the shown frame's Gaussians.
+field's occupied cells, :meth:`recon.models.nerf.NerfModel.to_splat_data`), and the last :data:`BAKED_FRAMES`
+frames shown are kept (least recently shown dropped first: a trained frame bakes to about a million
+Gaussians, so a long sequence cannot keep them all); frames without a checkpoint are left out (one line each when
+the scene opens). The frames' times come from the run's mesh manifest: the dataset is not loaded
+(:attr:`recon.run.sequence.SequenceRun.times`). The "render" button renders the shown frame's Gaussians.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from viewer.errors import ViewerInputError
 from viewer.splat_scene import SplatScene
+
+BAKED_FRAMES = 4  # baked frames kept (the most recently shown)
 
 
 @dataclass
@@ -30,7 +36,7 @@ class FrameSequenceScene(SplatScene):
     frame: int = 0
     time_label: str = "frame time"
     time_hint: str = ""
-    _baked: dict = field(default_factory=dict, repr=False)  # frame index -> SplatData
+    _baked: OrderedDict = field(default_factory=OrderedDict, repr=False)  # frame index -> SplatData, oldest first
     _lock: Any = field(default_factory=threading.Lock, repr=False)
 
     def frame_at(self, t: float) -> int:
@@ -41,10 +47,25 @@ class FrameSequenceScene(SplatScene):
         return times.index(nearest_time(t, times))
 
     def splats_of(self, i: int):
-        """The baked Gaussians of ``frames[i]`` (read or baked once, then kept)."""
-        if i not in self._baked:
-            self._baked[i] = frame_splats(self.frames[i][1])
-        return self._baked[i]
+        """The baked Gaussians of ``frames[i]``: kept from an earlier call among the last :data:`BAKED_FRAMES`,
+        else read or baked (:func:`frame_splats`) and kept (:meth:`keep`)."""
+        with self._lock:
+            splats = self._baked.get(i)
+            if splats is not None:
+                self._baked.move_to_end(i)
+                return splats
+        splats = frame_splats(self.frames[i][1])
+        self.keep(i, splats)
+        return splats
+
+    def keep(self, i: int, splats) -> None:
+        """Keep ``splats`` as frame ``i``'s, the most recently shown; the least recently shown beyond
+        :data:`BAKED_FRAMES` are dropped."""
+        with self._lock:
+            self._baked[i] = splats
+            self._baked.move_to_end(i)
+            while len(self._baked) > BAKED_FRAMES:
+                self._baked.popitem(last=False)
 
     def set_time(self, t: float) -> bool:
         """Show the frame nearest normalised time ``t`` (clamped into [0, 1]); True when the frame changed."""
@@ -94,5 +115,5 @@ def load_frame_sequence_scene(run_dir: Path, verbose: bool = True) -> FrameSeque
             f"{' ...' if len(frames) > 6 else ''}; the frame nearest the slider's time is shown")
     scene = FrameSequenceScene(frame_splats(frames[0][1]), Path(run_dir), Path(run_dir), dynamic=True,
                                frames=frames, time_hint=hint)
-    scene._baked[0] = scene.splats
+    scene.keep(0, scene.splats)
     return scene

@@ -52,6 +52,7 @@ from recon.nerf.space import FieldSpace, to_unit
 
 FD_CHUNK = NO_GRAD_SAMPLES // 7  # samples per no-gradient evaluation (7 field points each)
 FAST_WEIGHT = 1e-4  # rendering without gradients: sections of smaller (estimated) weight are dropped
+ONE_PASS_SAMPLES = FD_CHUNK  # training batches of at most this many sections take one pass (render_rays)
 
 
 @register_model("neus")
@@ -170,6 +171,13 @@ class NeusModel(NerfModel):
                  for s in range(0, ray.shape[0], FD_CHUNK)]
         return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
 
+    @staticmethod
+    def _alive(alpha: Tensor, ray: Tensor, n_rays: int) -> Tensor:
+        """[S] bool: the sections in front of transmittance :data:`EARLY_STOP` on their rays (opacities
+        ``alpha`` [S] of sections sorted by ray, ``ray`` [S]; nerfacc's early stop)."""
+        with torch.no_grad():
+            return alpha_weights(alpha, ray, n_rays)[1] > EARLY_STOP
+
     def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None,
                     t_min: Tensor | None = None, t_max: Tensor | None = None) -> dict:
         """As :meth:`NerfModel.render_rays` with NeuS's opacity (module docstring); with gradients enabled,
@@ -186,15 +194,13 @@ class NeusModel(NerfModel):
             ray, t0, t1, alpha, feats, grad = self._fast_sections(o, d, ray, t0, t1, R)
             rgb = self.field.color(feats, d[ray].float(), unit_normals(grad))
         elif samples:
-            with torch.no_grad():
-                alpha, feats, grad = self._sections_no_grad(o, d, ray, t0, t1)
-                _, trans = alpha_weights(alpha, ray, R)
-                alive = trans > EARLY_STOP
-            ray, t0, t1 = ray[alive], t0[alive], t1[alive]
-            if grad_on:
+            one_pass = grad_on and samples <= ONE_PASS_SAMPLES  # evaluated once, with gradients, then cut
+            with torch.set_grad_enabled(one_pass):
+                alpha, feats, grad = (self._sections if one_pass else self._sections_no_grad)(o, d, ray, t0, t1)
+            alive = self._alive(alpha.detach(), ray, R)
+            ray, t0, t1, alpha, feats, grad = (a[alive] for a in (ray, t0, t1, alpha, feats, grad))
+            if grad_on and not one_pass:  # too many samples to hold their graph: the alive ones again, with it
                 alpha, feats, grad = self._sections(o, d, ray, t0, t1)
-            else:
-                alpha, feats, grad = alpha[alive], feats[alive], grad[alive]
             rgb = self.field.color(feats, d[ray].float(), unit_normals(grad))
         else:
             alpha = torch.zeros(0, device=dev, requires_grad=grad_on)

@@ -222,6 +222,17 @@ def _mlp_backward_kernel(feats, w1t, b1, w2, w1f, act, beta, grad_h, threads, gr
         gb2 += part_b2[k]
 
 
+def rows_with_cotangents(us: Tensor, feats: Tensor, grad_h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(positions [M, 3], features [M, D], cotangents [M, O]) of the M rows of ``grad_h`` [N, O] that are not all
+    zero (the inputs themselves when none is): a zero row adds exactly 0 to every gradient, and a caller that
+    keeps a subset of the outputs (NeuS's early stop: :meth:`recon.models.neus.NeusModel.render_rays`) leaves
+    many such rows; the backward kernels then skip them."""
+    live = grad_h.ne(0).any(dim=1)
+    if bool(live.all()):
+        return us, feats, grad_h
+    return us[live], feats[live], grad_h[live]
+
+
 def _bias(layer: nn.Linear) -> Tensor:
     return layer.bias if layer.bias is not None else torch.zeros(layer.out_features, dtype=layer.weight.dtype)
 
@@ -246,6 +257,7 @@ class _EncodeMLPNumba(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_h):
         us, feats, w1, b1, w2, resolutions, offsets = ctx.saved_tensors
+        us, feats, grad_h = rows_with_cotangents(us, feats, grad_h)
         active, F = ctx.active, ctx.table_shape[1]
         res, off = kernel_array(resolutions.long()), kernel_array(offsets.long())
         D, H, O = w1.shape[1], w1.shape[0], w2.shape[0]

@@ -3,7 +3,7 @@
 The folder :class:`recon.training.frame_sequence.FrameSequence` writes (RUN/config.yaml, RUN/frames/frame_NNNNN/,
 RUN/meshes/) is what ``splatforge eval RUN`` and ``splatforge view RUN`` are given. :class:`SequenceRun` opens
 it as :class:`recon.run.folder.Run` opens a single run: RUN's config.yaml names the dataset (loaded once, on
-first use); each frame is a :class:`Run` of its own folder whose scene is the frame's part of the dataset
+first use: the frames' times come from RUN/meshes/manifest.json, so ``view`` never loads it); each frame is a :class:`Run` of its own folder whose scene is the frame's part of the dataset
 (:func:`recon.training.frame_sequence.frame_scene`: its training views, the test views nearest its time), so
 a frame evaluates and renders as the trainer saw it.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from recon.outputs import files as rf
 from recon.run.folder import Run
-from recon.training.frame_sequence import FRAMES_DIR, frame_folder, frame_scene, frame_times
+from recon.training.frame_sequence import FRAMES_DIR, frame_folder, frame_scene, frame_times, manifest_times
 
 
 def is_sequence_run(path: str | Path) -> bool:
@@ -49,7 +49,10 @@ class SequenceRun:
 
     @property
     def times(self) -> list[float]:
-        """The frames' times, in order (frame k trains on the views at ``times[k]``)."""
+        """The frames' times, in order (frame k trains on the views at ``times[k]``): RUN/meshes/manifest.json's
+        (:func:`recon.training.frame_sequence.manifest_times`), the dataset's only where the manifest has none."""
+        if self._times is None:
+            self._times = manifest_times(self.dir)
         if self._times is None:
             self._times = frame_times(self.scene)
         return self._times

@@ -13,7 +13,9 @@ run folder, so checkpoints, resume, evaluation and outputs are the trainer's. Th
                                          time order
     RUN/meshes/frame_00000.ply ...       each frame's zero-level-set mesh (--neus.frame-mesh-resolution)
     RUN/meshes/manifest.json             {"version", "fps", "format": "ply", "content": "mesh",
-                                         "frames": [{"time", "file"}]}: the layout of recon.export.sequence
+                                         "frames": [{"time", "file"}]}: the layout of recon.export.sequence,
+                                         plus "sequence_times": every frame's time, trained or not (what
+                                         `view` / `eval` of RUN read instead of loading the dataset)
     RUN/metrics.json                     per-frame PSNR / views / steps / seconds, and their summary
 
 A frame's views: the training frames at its time; its test views: the test frames whose nearest training time
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 
@@ -114,12 +117,41 @@ def finished_metrics(folder: Path, steps: int) -> dict | None:
 
 
 def write_mesh_manifest(out: Path, times: list[float], done: int) -> None:
-    """RUN/meshes/manifest.json listing the meshes of frames 0..done-1 (atomically); times in [0, 1] are the
-    dataset's normalised times, so fps is the frame count (the sequence plays in one second)."""
+    """RUN/meshes/manifest.json listing the meshes of frames 0..done-1 (atomically) and, under
+    ``sequence_times``, every frame's time ``times``; times in [0, 1] are the dataset's normalised times, so fps
+    is the frame count (the sequence plays in one second)."""
     frames = [{"time": times[k], "file": mesh_file(out, k).name} for k in range(done)]
-    obj = {"version": 1, "fps": float(max(len(times) - 1, 1)), "format": "ply", "content": "mesh", "frames": frames}
-    atomic_write_bytes(Path(out) / MESHES_DIR / MANIFEST_FILE, (json.dumps(obj, indent=1) + "\n").encode(),
-                       force=True)
+    obj = {"version": 1, "fps": float(max(len(times) - 1, 1)), "format": "ply", "content": "mesh", "frames": frames,
+           "sequence_times": [float(t) for t in times]}
+    atomic_write_bytes(manifest_file(out), (json.dumps(obj, indent=1) + "\n").encode(), force=True)
+
+
+def manifest_file(out: Path) -> Path:
+    """RUN/meshes/manifest.json."""
+    return Path(out) / MESHES_DIR / MANIFEST_FILE
+
+
+def manifest_times(out: Path) -> list[float] | None:
+    """Every frame's time as RUN/meshes/manifest.json's ``sequence_times`` records it (:func:`write_mesh_manifest`),
+    or None when the file or the key is absent (a sequence before its first frame finished, or written before
+    7 Dec 2026). DamagedFileError naming the file when it is not JSON or the times are not increasing numbers."""
+    from recon.core.errors import DamagedFileError
+    from recon.core.limits import load_json
+
+    path = manifest_file(out)
+    if not path.is_file():
+        return None
+    hint = "delete it and rerun `splatforge train` with the same options to write it again"
+    obj = load_json(path, "mesh manifest", lambda p, problem: DamagedFileError(f"{p}: {problem}; {hint}"))
+    times = obj.get("sequence_times") if isinstance(obj, dict) else None
+    if times is None:
+        return None
+    ok = (isinstance(times, list) and times
+          and all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) for t in times)
+          and all(a < b for a, b in zip(times, times[1:])))
+    if not ok:
+        raise DamagedFileError(f"{path}: sequence_times is not a non-empty list of increasing finite numbers; {hint}")
+    return [float(t) for t in times]
 
 
 class FrameSequence:

@@ -67,6 +67,22 @@ def test_fused_matches_reference_forward_and_every_gradient(kind, dtype, tol):
         assert (z * 100.0 > 20.0).any() and (z * 100.0 < 20.0).any()
 
 
+@pytest.mark.parametrize("kind", ["nerf", "neus"])
+def test_rows_without_cotangents_are_skipped_exactly(kind):
+    """A cotangent with most rows zero (NeuS's early stop cuts its outputs after the forward): the backward
+    skips those rows and every gradient still matches the reference's; all rows zero: zero gradients."""
+    u, extra, table, res, offsets, active, net = problem(kind, torch.float64, n=301)
+    upstream = torch.randn(u.shape[0], 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    upstream[torch.rand(u.shape[0], generator=torch.Generator().manual_seed(4)) < 0.7] = 0.0
+    upstream[5, 1:] = 0.0  # a row with one nonzero entry is kept
+    _, ref_g = grads(encode_mlp_reference, u, extra, table, res, offsets, active, net, upstream)
+    _, out_g = grads(encode_mlp_numba, u, extra, table, res, offsets, active, net, upstream)
+    for a, b in zip(out_g, ref_g):
+        assert (a - b).abs().max() <= 1e-10 * b.abs().max().clamp(min=1e-12)
+    _, zero_g = grads(encode_mlp_numba, u, extra, table, res, offsets, active, net, torch.zeros_like(upstream))
+    assert all(g.abs().max() == 0.0 for g in zero_g)
+
+
 def test_thread_counts_agree():
     """Each thread takes its own samples; the weight sums are reduced in thread order."""
     u, extra, table, res, offsets, active, net = problem("neus", torch.float64, n=517)

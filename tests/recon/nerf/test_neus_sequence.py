@@ -59,7 +59,7 @@ def test_three_frames_three_meshes(trained):
     cfg, metrics, _, _ = trained
     manifest = json.loads((cfg.out / "meshes" / "manifest.json").read_text())
     assert [f["file"] for f in manifest["frames"]] == [f"frame_{k:05d}.ply" for k in range(3)]
-    assert [f["time"] for f in manifest["frames"]] == [0.0, 0.5, 1.0]
+    assert [f["time"] for f in manifest["frames"]] == [0.0, 0.5, 1.0] == manifest["sequence_times"]
     for k in range(3):
         mesh = trimesh.load(cfg.out / "meshes" / f"frame_{k:05d}.ply", process=False)
         assert len(mesh.faces) > 50
@@ -255,3 +255,70 @@ def test_view_of_one_frame_folder_bakes_its_checkpoint(trained, loads_scene):
             load_scene(empty, cameras=False)
     finally:
         empty.rmdir()
+
+
+def test_view_of_a_sequence_whose_dataset_is_gone(trained, tmp_path):
+    """`splatforge view RUN` takes the frames' times from RUN/meshes/manifest.json: it opens and moves through
+    the frames when RUN's config.yaml names a dataset folder that is not there (nothing loads it)."""
+    from recon.run.sequence import SequenceRun
+    from viewer.frame_sequence import load_frame_sequence_scene
+
+    cfg, _, _, _ = trained
+    out = tmp_path / "run"
+    shutil.copytree(cfg.out, out)
+    config = out / "config.yaml"
+    config.write_text(config.read_text().replace("data: procedural-4d", f"data: {tmp_path / 'gone'}"))
+    with pytest.raises(FileNotFoundError, match="gone"):
+        SequenceRun.open(out).scene  # the dataset really is unreachable
+    scene = load_frame_sequence_scene(out, verbose=False)
+    assert [t for t, _ in scene.frames] == [0.0, 0.5, 1.0]
+    scene.set_time(0.9)
+    assert scene.frame == 2 and len(scene.splats.means) > 0
+
+
+def test_sequence_times_fall_back_to_the_dataset_and_a_damaged_manifest_is_named(trained, loads_scene, tmp_path):
+    """A manifest without ``sequence_times`` (written before it existed): the times come from the dataset; times
+    that are not increasing numbers: DamagedFileError naming the manifest."""
+    from recon.core.errors import DamagedFileError
+    from recon.run.sequence import SequenceRun
+
+    cfg, _, _, _ = trained
+    out = tmp_path / "run"
+    shutil.copytree(cfg.out, out)
+    path = out / "meshes" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    del manifest["sequence_times"]
+    path.write_text(json.dumps(manifest))
+    seq = SequenceRun.open(out)
+    assert seq.times == [0.0, 0.5, 1.0] and seq.run._scene is not None  # loaded to learn them
+    path.write_text(json.dumps({**manifest, "sequence_times": [0.0, 1.0, 0.5]}))
+    with pytest.raises(DamagedFileError, match="manifest.json: sequence_times"):
+        SequenceRun.open(out).times
+
+
+def test_viewer_keeps_only_the_last_few_baked_frames(monkeypatch):
+    """FrameSequenceScene keeps the BAKED_FRAMES most recently shown frames: moving through a long sequence
+    holds no more; a kept frame is not baked again, a dropped one is."""
+    from viewer import frame_sequence as vfs
+
+    baked = []
+
+    def bake(folder):
+        baked.append(folder)
+        return f"splats of {folder}"
+
+    monkeypatch.setattr(vfs, "frame_splats", bake)
+    n = 3 * vfs.BAKED_FRAMES
+    frames = [(k / (n - 1), f"frame_{k}") for k in range(n)]
+    scene = vfs.FrameSequenceScene(bake("frame_0"), "run", "run", dynamic=True, frames=frames)
+    scene.keep(0, scene.splats)
+    for t, folder in frames:
+        scene.set_time(t)
+        assert scene.splats == f"splats of {folder}" and len(scene._baked) <= vfs.BAKED_FRAMES
+    assert baked == [f for _, f in frames]  # each baked once (frame 0 when the scene opened)
+    last = list(range(n - vfs.BAKED_FRAMES, n))
+    assert list(scene._baked) == last
+    scene.set_time(frames[last[0]][0])  # still kept: not baked again, now the most recent
+    assert len(baked) == n and list(scene._baked) == last[1:] + last[:1]
+    scene.set_time(0.0)  # dropped long ago: baked again
+    assert baked[-1] == "frame_0" and len(baked) == n + 1 and len(scene._baked) == vfs.BAKED_FRAMES
