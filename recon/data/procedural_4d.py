@@ -8,10 +8,12 @@ striped green sphere, blue box), made to move: over normalised time t in [0, 1]
 - the striped green sphere spins about the vertical axis (its longitude stripes turn) and hops;
 - the blue box turns a quarter turn about the vertical axis and slides along z.
 
-Fixed cameras (a synchronised rig): ``n_train`` train cameras alternating between 15 and 35 degrees
-elevation around the scene and one test camera at 25 degrees between two of them, each filming
-``n_times`` time steps t_k = k / (n_times - 1). Train frames are every (train camera, time); test frames
-are the test camera at every ``test_time_stride``-th time step. Frames carry ``time``; the scene carries
+Fixed cameras (a synchronised rig), ``rig="ring"``: ``n_train`` train cameras alternating between 15 and 35
+degrees elevation around the scene and one test camera at 25 degrees between two of them; ``rig="dome"`` (a
+proxy of a CMU Panoptic dome's layout, issue 55: 27 train + 4 test cameras by default): train cameras on
+three rings at 10, 30 and 50 degrees elevation, and ``n_test`` test cameras at 20 and 40 degrees between
+them. Each camera films ``n_times`` time steps t_k = k / (n_times - 1). Train frames are every (train camera,
+time); test frames are the test cameras at every ``test_time_stride``-th time step. Frames carry ``time``; the scene carries
 ``points`` with ``point_times`` (ground-truth centres at a random time each, jittered) for
 initialisation. Rendered with our rasterizer; world frame as the static scene (up = -y).
 """
@@ -114,9 +116,36 @@ def rig_cameras(n_train: int, width: int, height: int, radius: float, fov: float
     return train, test
 
 
+DOME_ELEVATIONS = (10.0, 30.0, 50.0)  # degrees: the dome rig's train rings (bottom to top)
+DOME_TEST_ELEVATIONS = (20.0, 40.0)  # degrees: its test cameras alternate between these
+
+
+def dome_cameras(n_train: int, n_test: int, width: int, height: int, radius: float, fov: float
+                 ) -> tuple[list[Camera], list[Camera]]:
+    """(train cameras, test cameras) on a dome around LOOK_AT, all looking at it: ``n_train`` spread over the
+    rings of DOME_ELEVATIONS (as evenly as the count allows; each ring's azimuths offset by a third of its
+    spacing from the ring below, so the rings interleave), ``n_test`` at alternating DOME_TEST_ELEVATIONS,
+    evenly spaced in azimuth starting half a train spacing off the first train camera (between train views)."""
+    if n_train < 1 or n_test < 0:
+        raise UsageError(f"procedural-4d dome: needs n_train >= 1 and n_test >= 0 (got {n_train}, {n_test})")
+    rings = len(DOME_ELEVATIONS)
+    train = []
+    for r, elevation in enumerate(DOME_ELEVATIONS):
+        n = n_train // rings + (1 if r < n_train % rings else 0)
+        if n:
+            train += orbit_cameras(n, radius, width, height, fov, LOOK_AT, elevation=math.radians(elevation),
+                                   start_azimuth=2 * math.pi * r / (rings * n))
+    spacing = 2 * math.pi * rings / n_train
+    test = [orbit_cameras(1, radius, width, height, fov, LOOK_AT,
+                          elevation=math.radians(DOME_TEST_ELEVATIONS[j % len(DOME_TEST_ELEVATIONS)]),
+                          start_azimuth=spacing / 2 + 2 * math.pi * j / n_test)[0] for j in range(n_test)]
+    return train, test
+
+
 def procedural_4d_scene(width: int = 96, height: int = 96, n_train: int = 8, n_times: int = 30,
                         test_time_stride: int = 3, radius: float = 3.0, fov_deg: float = 50.0,
-                        n_points: int = 2000, seed: int = 0, data_factor: int = 1) -> Scene:
+                        n_points: int = 2000, seed: int = 0, data_factor: int = 1, rig: str = "ring",
+                        n_test: int = 4) -> Scene:
     """The dynamic demo scene as a :class:`Scene` with in-memory frames carrying ``time``.
 
     Args:
@@ -127,8 +156,10 @@ def procedural_4d_scene(width: int = 96, height: int = 96, n_train: int = 8, n_t
         radius, fov_deg: camera distance from LOOK_AT and horizontal field of view.
         n_points: initial points: ground-truth centres at a random time each (jittered by 2 cm), with
             their colours and times.
+        rig: "ring" (one test camera) or "dome" (``n_test`` test cameras; the module docstring).
     Returns:
-        Scene with train frames ordered camera-major (``cam{c:02d}_t{k:03d}``), test frames, ``points``
+        Scene with train frames ordered camera-major (``cam{c:02d}_t{k:03d}``), test frames (``test_t{k:03d}``;
+        dome: ``test{j}_t{k:03d}``), ``points``
         [P, 3] float32, ``point_colors`` [P, 3] uint8, ``point_times`` [P] float32 in [0, 1], white
         background, ``source_format`` "procedural-4d".
     """
@@ -137,8 +168,15 @@ def procedural_4d_scene(width: int = 96, height: int = 96, n_train: int = 8, n_t
     if n_times < 2 or n_train < 1 or test_time_stride < 1:
         raise UsageError(f"procedural-4d: needs n_times >= 2, n_train >= 1, test_time_stride >= 1 "
                          f"(got {n_times}, {n_train}, {test_time_stride})")
+    if rig not in ("ring", "dome"):
+        raise UsageError(f"procedural-4d: rig {rig!r}: must be ring or dome")
     W, H = max(1, width // data_factor), max(1, height // data_factor)
-    train_cams, test_cam = rig_cameras(n_train, W, H, radius, math.radians(fov_deg))
+    if rig == "dome":
+        train_cams, test_cams = dome_cameras(n_train, n_test, W, H, radius, math.radians(fov_deg))
+        test_names = [f"test{j}" for j in range(len(test_cams))]
+    else:
+        train_cams, test_cam = rig_cameras(n_train, W, H, radius, math.radians(fov_deg))
+        test_cams, test_names = [test_cam], ["test"]
     times = [k / (n_times - 1) for k in range(n_times)]
     test_steps = list(range(1, n_times, test_time_stride))
     objects, floor = moving_objects(), ground()
@@ -147,13 +185,15 @@ def procedural_4d_scene(width: int = 96, height: int = 96, n_train: int = 8, n_t
     for k, t in enumerate(times):
         s = surfels_at(t, objects, floor)
         with_test = k in test_steps
-        images = render_surfels(s, train_cams + ([test_cam] if with_test else []))
+        images = render_surfels(s, train_cams + (test_cams if with_test else []))
         for c, cam in enumerate(train_cams):
             name = f"cam{c:02d}_t{k:03d}"
             train.append(InMemoryFrame(name, Path(f"<{NAME}>/{name}.png"), cam, time=t, rgba=images[c]))
         if with_test:
-            name = f"test_t{k:03d}"
-            test.append(InMemoryFrame(name, Path(f"<{NAME}>/{name}.png"), test_cam, time=t, rgba=images[-1]))
+            for j, (cam, cam_name) in enumerate(zip(test_cams, test_names)):
+                name = f"{cam_name}_t{k:03d}"
+                test.append(InMemoryFrame(name, Path(f"<{NAME}>/{name}.png"), cam, time=t,
+                                          rgba=images[len(train_cams) + j]))
     train.sort(key=lambda f: f.name)
     points, colors, point_times = initial_points(objects, floor, n_points, seed)
     return Scene(frames_train=train, frames_test=test, points=points, point_colors=colors, background=WHITE,

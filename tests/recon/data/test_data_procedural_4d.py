@@ -60,3 +60,45 @@ def test_data_factor_and_bad_arguments():
         procedural_4d_scene(data_factor=0)
     with pytest.raises(UsageError, match="n_times"):
         procedural_4d_scene(n_times=1)
+
+
+def camera_centre(frame) -> np.ndarray:
+    """World position of a frame's camera (OpenCV world-to-camera [R | t]: centre = -R^T t)."""
+    w2c = frame.camera.world_to_cam.numpy().astype(np.float64)
+    return -w2c[:3, :3].T @ w2c[:3, 3]
+
+
+def test_dome_rig_places_panoptic_layout_cameras_between_each_other():
+    from recon.data.procedural_4d import DOME_ELEVATIONS, DOME_TEST_ELEVATIONS
+    from recon.data.procedural_scene import LOOK_AT
+
+    scene = procedural_4d_scene(width=32, height=18, n_train=27, n_test=4, n_times=3, test_time_stride=1,
+                                rig="dome", n_points=50)
+    train = [f for f in scene.frames_train if f.time == 0.0]
+    test = [f for f in scene.frames_test if f.time == 0.5]
+    assert len(train) == 27 and len(test) == 4 and len(scene.frames_test) == 4 * 2  # test at t = 0.5 and 1.0
+    assert train[0].rgba.shape == (18, 32, 4) and [f.name for f in test] == [f"test{j}_t001" for j in range(4)]
+    look_at = np.asarray(LOOK_AT)
+    centres = {f.name: camera_centre(f) for f in train + test}
+    rel = {n: c - look_at for n, c in centres.items()}
+    # elevation above the look-at point (up = -y): the train cameras fill the three rings, 9 each
+    elevation = {n: np.degrees(np.arcsin(-r[1] / np.linalg.norm(r))) for n, r in rel.items()}
+    rings = np.round([elevation[f.name] for f in train]).astype(int)
+    assert sorted(set(rings)) == [round(e) for e in DOME_ELEVATIONS]
+    assert all((rings == round(e)).sum() == 9 for e in DOME_ELEVATIONS)
+    assert sorted({round(elevation[f.name]) for f in test}) == [round(e) for e in DOME_TEST_ELEVATIONS]
+    # every camera at the same distance, looking at the scene's centre
+    for f in train + test:
+        np.testing.assert_allclose(np.linalg.norm(rel[f.name]), 3.0, atol=1e-4)
+        axis = f.camera.world_to_cam.numpy()[2, :3]
+        np.testing.assert_allclose(axis, -rel[f.name] / np.linalg.norm(rel[f.name]), atol=1e-4)
+    # no two cameras in the same place: a test camera is a new view, at least 0.25 m from any train camera
+    names = list(centres)
+    gaps = [np.linalg.norm(centres[a] - centres[b]) for i, a in enumerate(names) for b in names[i + 1:]]
+    assert min(gaps) > 0.25
+    # the objects move in the test views too (test0 at t = 0.5 and at t = 1)
+    first, last = scene.frames_test[0], scene.frames_test[4]
+    assert first.name == "test0_t001" and last.name == "test0_t002"
+    assert np.abs(first.rgba.astype(float) - last.rgba.astype(float)).max() > 30
+    with pytest.raises(UsageError, match="rig"):
+        procedural_4d_scene(rig="sphere")
