@@ -96,6 +96,9 @@ def summary(rows: list[dict], wall: float, workers: int, converted: int) -> dict
         "objects": len(rows), "done": len(done), "failed": {r["source"]: r["reason"] for r in rows if r["status"] != "done"},
         "median_test_psnr_db": median(psnr), "median_train_psnr_db": median([r["train_psnr"] for r in done]),
         "median_seconds_per_object": median(secs), "median_chamfer_pct": median(chamfer),
+        "median_cpu_seconds_per_object": median([r["cpu_seconds"] for r in done if r.get("cpu_seconds") is not None]),
+        "per_object": {r["source"]: {k: r.get(k) for k in ("test_psnr", "chamfer_pct", "seconds", "cpu_seconds", "gaussians")}
+                       for r in sorted(done, key=lambda r: r["source"])},
         "median_gaussians": median([r["gaussians"] for r in done]),
         "median_stage_seconds": stage_medians(done),
         "share_psnr_ok": share(psnr, lambda v: v >= TARGETS["test_psnr_db"]),
@@ -118,7 +121,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--method", default="3dgs", choices=("3dgs", "2dgs"))
     for f in dataclasses.fields(ObjectPreset):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+        kind = float if f.default is None else type(f.default)  # the Optional fields (means_lr) are floats
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default)
     args = parser.parse_args(argv)
     preset = ObjectPreset(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ObjectPreset)})
     meshes = args.out / "meshes"

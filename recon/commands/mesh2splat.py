@@ -43,6 +43,8 @@ class Mesh2SplatConfig:
     init_points: int = _PRESET.init_points
     """initial Gaussians sampled on the surface"""
     max_gaussians: int = _PRESET.max_gaussians
+    means_lr: Optional[float] = _PRESET.means_lr
+    """means learning rate (x scene extent); default: the method's (recon.mesh2splat.preset.MEANS_LR)"""
     workers: int = 1
     """worker processes converting objects in parallel (long-lived, one object at a time each); 0: in this
     process, without the limits below"""
@@ -76,7 +78,7 @@ def batch_config(cfg: Mesh2SplatConfig):
 
     preset = ObjectPreset(views=cfg.views, test_views=cfg.test_views, size=cfg.size, steps=cfg.steps,
                           sh_degree=cfg.sh_degree, init_points=cfg.init_points, max_gaussians=cfg.max_gaussians,
-                          seed=cfg.seed)
+                          means_lr=cfg.means_lr, seed=cfg.seed)
     return BatchConfig(mesh_dir=cfg.mesh_dir, out=cfg.out, method=cfg.method, preset=preset, workers=cfg.workers,
                        threads=cfg.threads, time_limit=cfg.time_limit, memory_limit_gb=cfg.memory_limit_gb,
                        device=cfg.device, progress=cfg.progress, limit=cfg.limit)

@@ -5,7 +5,8 @@ Fields of a row (docs/mesh2splat.md): ``source`` (path relative to the mesh fold
 splats' path relative to OUT, None when failed), ``label``, ``status`` ("done" / "failed"), ``reason``
 (why it failed, else None), ``mesh_to_world`` (4x4, row-major: world = M [x, y, z, 1]), ``gaussians``,
 ``train_psnr``, ``test_psnr`` (held-out views), ``chamfer_pct`` (mean distance of the Gaussian centres to
-the surface, % of the bounding-box diagonal), ``seconds``, ``method``, ``steps``, ``views``, ``size``.
+the surface, % of the bounding-box diagonal), ``seconds`` (wall), ``cpu_seconds`` (the converting process's CPU
+time), ``method``, ``steps``, ``views``, ``size``.
 
 Rows are appended whole (one ``write`` of the line, then fsync), so a batch killed while writing leaves at
 most a partial last line, which :func:`read_index` drops: that object is converted again on resume.

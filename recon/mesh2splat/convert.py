@@ -75,7 +75,7 @@ def base_row(source: str, preset: ObjectPreset, method: str) -> dict:
     """The row fields known before converting (results None, status "failed" until it succeeds)."""
     return {"source": source, "output": None, "label": label_of(source), "status": "failed", "reason": None,
             "mesh_to_world": None, "gaussians": None, "train_psnr": None, "test_psnr": None,
-            "chamfer_pct": None, "seconds": None, "method": method, "steps": preset.steps,
+            "chamfer_pct": None, "seconds": None, "cpu_seconds": None, "method": method, "steps": preset.steps,
             "views": preset.views, "size": preset.size, "stage_seconds": {}}
 
 
@@ -128,7 +128,7 @@ def convert_object(mesh_dir: Path, out: Path, source: str, preset: ObjectPreset,
                    device: str = "auto", hooks=()) -> dict:
     """Convert ``mesh_dir/source`` into ``OUT/<source>.ply``; returns its index row. Its work folder
     (``OUT/.work/<source>``) is cleared first (a half-done earlier attempt restarts) and removed after."""
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     row = base_row(source, preset, method)
     clock = StageClock()
     work = work_folder(out, source)
@@ -160,5 +160,6 @@ def convert_object(mesh_dir: Path, out: Path, source: str, preset: ObjectPreset,
     finally:
         shutil.rmtree(work, ignore_errors=True)
     row["seconds"] = round(time.perf_counter() - t0, 2)
+    row["cpu_seconds"] = round(time.process_time() - cpu0, 2)  # all of this process's threads
     row["stage_seconds"] = clock.seconds
     return row

@@ -37,6 +37,9 @@ class ObjectPreset:
     """initial Gaussians, sampled uniformly on the surface with their shaded colours"""
     max_gaussians: int = 8000
     """Gaussian count: MCMC's cap (3dgs), where ADC stops growing (2dgs)"""
+    means_lr: float | None = None
+    """means learning rate (x scene extent, decayed over the run as the trainer's ``--lr.means``); None: the
+    method's (:func:`means_lr_for`)"""
     seed: int = 0
 
 
@@ -44,6 +47,15 @@ def strategy_for(method: str) -> str:
     """MCMC for 3dgs (a fixed Gaussian count: the time per object is predictable, and its opacity and scale
     regularisers keep the centres on the surface); ADC for 2dgs (which refuses MCMC)."""
     return "mcmc" if method == "3dgs" else "adc"
+
+
+MEANS_LR = {"3dgs": 1.6e-4, "2dgs": 1.6e-4}
+"""the means learning rate per method when the preset names none (docs/mesh2splat.md: how each was chosen)"""
+
+
+def means_lr_for(preset: ObjectPreset, method: str) -> float:
+    """The means learning rate an object trains with: the preset's, else the method's :data:`MEANS_LR`."""
+    return preset.means_lr if preset.means_lr is not None else MEANS_LR[method]
 
 
 def object_train_config(preset: ObjectPreset, method: str, data: Path, out: Path,
@@ -54,4 +66,5 @@ def object_train_config(preset: ObjectPreset, method: str, data: Path, out: Path
     return dataclasses.replace(
         TrainConfig(), data=Path(data), out=Path(out), method=method, steps=preset.steps, strategy=strategy_for(method),
         sh_degree=preset.sh_degree, init_type="sfm", seed=preset.seed, max_gaussians=preset.max_gaussians,
-        save_every=0, keep_checkpoints=1, progress=False, device=device, frame_cache="off")
+        save_every=0, keep_checkpoints=1, progress=False, device=device, frame_cache="off",
+        lr=dataclasses.replace(TrainConfig().lr, means=means_lr_for(preset, method)))
