@@ -25,6 +25,7 @@ F32 = 4
 I64 = 8
 EXP_FLOPS = 24  # vecmath.exp_f32: 2 clamps, round (3), 2 FMA reduction (4), 5 FMA polynomial (10), 4 + 1 assembly
 TS = 16  # tile size
+SW = 8  # strip width (compositing.SW)
 
 
 class Work(NamedTuple):
@@ -163,22 +164,30 @@ def pack(calls) -> Work:
     return _sum(calls, one)
 
 
+def span(h, m, lo, hi):
+    """Pixels [first, last) in [lo, hi) whose centres lie within h of m (compositing.gaussian_rows, vectorised)."""
+    with np.errstate(invalid="ignore"):
+        flo = np.ceil(m - h - 0.5)
+        fhi = np.floor(m + h - 0.5) + 1.0
+    first = np.clip(np.nan_to_num(flo, nan=0, posinf=1e9, neginf=-1e9), lo, hi)
+    last = np.clip(np.nan_to_num(fhi, nan=0, posinf=1e9, neginf=-1e9), lo, hi)
+    return first, np.where(h < 0, first, np.maximum(last, first))
+
+
 def pixels_visited(offsets, rows, TW, TH, W, H) -> float:
-    """Pixels the compositing loops evaluate: per intersection, 16 x the tile rows within its extent
-    (compositing.gaussian_rows)."""
+    """Pixels the compositing loops evaluate: per intersection, the tile rows within its extent
+    (compositing.gaussian_rows) times 8 per strip of 8 columns its column extent reaches
+    (compositing.gaussian_strips; rows [M, 2] without column extents: 16 per row)."""
     n_tiles = offsets.shape[0] - 1
     tile = np.repeat(np.arange(n_tiles), np.diff(offsets))
-    ty = (tile % (TW * TH)) // TW
-    y0 = ty * TS
-    y1 = np.minimum(y0 + TS, H)
-    h, my = rows[:, 0], rows[:, 1]
-    with np.errstate(invalid="ignore"):
-        flo = np.ceil(my - h - 0.5)
-        fhi = np.floor(my + h - 0.5) + 1.0
-    ylo = np.clip(np.nan_to_num(flo, nan=0, posinf=1e9, neginf=-1e9), y0, y1)
-    yhi = np.clip(np.nan_to_num(fhi, nan=0, posinf=1e9, neginf=-1e9), y0, y1)
-    rowsn = np.where(h < 0, 0, np.maximum(yhi - ylo, 0))
-    return float(rowsn.sum()) * TS
+    r = tile % (TW * TH)
+    y0, x0 = (r // TW) * TS, (r % TW) * TS
+    ylo, yhi = span(rows[:, 0], rows[:, 1], y0, np.minimum(y0 + TS, H))
+    if rows.shape[1] < 4:
+        return float((yhi - ylo).sum()) * TS
+    xlo, xhi = span(rows[:, 2], rows[:, 3], x0, np.minimum(x0 + TS, W))
+    strips = np.where(xhi > xlo, (xhi - 1 - x0) // SW - (xlo - x0) // SW + 1, 0)
+    return float(((yhi - ylo) * strips).sum()) * SW
 
 
 COMPOSITE_FWD_FLOPS = 14 + EXP_FLOPS + 10  # per pixel visited (forward_pixels): d 2, sigma 9, max 1, op vis 1,

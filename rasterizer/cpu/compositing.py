@@ -3,9 +3,10 @@
 Same numerics as ``rasterizer/reference/composite.py`` (the specification). Work is organised per
 16x16 tile (tiles run in parallel) and, inside a tile, per Gaussian (front to back forward, back to
 front backward), over the block of tile rows its alpha >= 1/255 ellipse sigma <= ln(255 opacity)
-crosses. Every pixel of those rows is evaluated directly (sigma, alpha, the skip tests) by flat,
-branch-free loops that LLVM vectorises (8 float32 pixels at a time with AVX2, 16 with AVX-512, which
-the AMD EPYC development VM gets); skipped rows hold only pixels the specification skips too (the
+crosses, in each of the tile's two 8-column strips the ellipse reaches (see TS, SW below). Every pixel
+of those rows is evaluated directly (sigma, alpha, the skip tests) by flat, branch-free loops that LLVM
+vectorises (8 float32 pixels at a time with AVX2, 16 with AVX-512); skipped rows and strips hold only
+pixels the specification skips too (the
 backward also leaves out rows whose pixels all stopped in front of the Gaussian), so results equal
 its per-pixel loop (float64 tests: 1e-9).
 
@@ -27,6 +28,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .binning import SPAN_MARGIN
 from .schedule import dealt_block, dealt_iterations
 from .vecmath import FASTMATH, U, exp_kernel, like, prefetch, prefetch_span, radd, select
 
@@ -66,11 +68,12 @@ def intersection_values(k, g, packed, means2d, conics, opac, colors):
 
 @njit(cache=True, parallel=True)
 def pack_intersections(means2d, conics, opac, colors, row_half, ids):
-    """packed [M, PACKED] (storage dtype; colour channels the render lacks are 0) and rows [M, 2]
-    float64 (row half extent, mean y: what gaussian_rows takes) of Gaussian ids[k] for every k."""
+    """packed [M, PACKED] (storage dtype; colour channels the render lacks are 0) and rows [M, 4]
+    float64 (row half extent, mean y, column half extent, mean x: what gaussian_rows takes for the rows
+    and for the columns) of Gaussian ids[k] for every k."""
     M = ids.shape[0]
     packed = np.empty((M, PACKED), means2d.dtype)
-    rows = np.empty((M, 2), np.float64)
+    rows = np.empty((M, 4), np.float64)
     D = colors.shape[1]
     for k in prange(M):
         if k + AHEAD < M:  # random rows: prefetched (see AHEAD)
@@ -86,7 +89,20 @@ def pack_intersections(means2d, conics, opac, colors, row_half, ids):
                                                                                            opac, colors)
         rows[k, 0] = row_half[g]
         rows[k, 1] = np.float64(means2d[g, 1])
+        rows[k, 2] = column_half_extent(row_half[g], np.float64(conics[g, 0]), np.float64(conics[g, 2]))
+        rows[k, 3] = np.float64(means2d[g, 0])
     return packed, rows
+
+
+@njit(cache=True, inline="always")
+def column_half_extent(row_half, a, c):
+    """Half width in pixels (+ SPAN_MARGIN) of the alpha >= 1/255 ellipse of a Gaussian with conic (a, ., c)
+    and row half extent ``row_half`` (binning.row_half_extent: sqrt(2 level a / det) + SPAN_MARGIN; the
+    ellipse's half width is sqrt(2 level c / det), the same with c for a), float64; -1 and inf pass
+    through (no columns, every column)."""
+    if row_half < 0.0 or not math.isfinite(row_half):
+        return row_half
+    return (row_half - SPAN_MARGIN) * math.sqrt(c / a) + SPAN_MARGIN
 
 
 @njit(cache=True, inline="always")
@@ -115,13 +131,18 @@ def tile_box(t, TW, TT, ts, W, H):
     return c, x0, y0, min(x0 + ts, W), min(y0 + ts, H)
 
 
-# The compositing kernels work on one 16x16 tile at a time and, per Gaussian, on the contiguous block
-# of pixels p = ly * TS + lx of the rows its ellipse crosses: one flat, branch-free loop (selects, no
-# ifs) that LLVM vectorises. Per-tile state lives in ONE flat array in the input dtype at the constant
+# The compositing kernels work on one 16x16 tile at a time, held as two strips of 8 columns (SW), strip
+# by strip, row by row: pixel (lx, ly) is p = (lx // SW) * STRIP + ly * SW + lx % SW (tile_pixel). Per
+# Gaussian they run, in each strip its ellipse reaches (columns: column_half_extent), over the contiguous
+# block of pixels of the rows it crosses: one flat, branch-free loop (selects, no ifs) that LLVM
+# vectorises (one 8-pixel strip row is one AVX2 vector of float32). A Gaussian that reaches only one
+# strip costs half a tile row per row (colmap_bird f2: most of them). Per-tile state lives in ONE flat array in the input dtype at the constant
 # offsets below, so LLVM can prove that the loops' loads and stores do not overlap. Pixels outside the
 # image (edge tiles) are marked done from the start.
 TS = 16
 NPIX = TS * TS
+SW = 8  # strip width in pixels
+STRIP = TS * SW  # pixels per strip
 LIVE_CHECK = 4  # forward: test for "every pixel done" every LIVE_CHECK Gaussians
 
 # forward state
@@ -150,12 +171,35 @@ FASTMATH_SUMS = FASTMATH | {"reassoc"}  # for loops without exp: lets LLVM vecto
 
 
 @njit(cache=True, inline="always")
-def init_tile_pixels(st, T0, CX, CY, x0, y0):
-    """T = 1 and pixel-centre coordinates for one tile of state ``st`` (offsets T0, CX, CY)."""
-    for p in range(NPIX):
-        st[T0 + p] = 1.0
-        st[CX + p] = x0 + p % TS + 0.5
-        st[CY + p] = y0 + p // TS + 0.5
+def tile_pixel(lx, ly, sw):
+    """Index in the tile state of pixel (lx, ly) for strips of width ``sw`` (SW: the 3D kernels; TS: one
+    strip, the row-major layout p = ly * TS + lx of the surfel kernels)."""
+    return (lx // sw) * (TS * sw) + ly * sw + lx % sw
+
+
+@njit(cache=True, inline="always")
+def init_tile_pixels(st, T0, CX, CY, x0, y0, sw=TS):
+    """T = 1 and pixel-centre coordinates for one tile of state ``st`` (offsets T0, CX, CY), in the
+    layout of strips of width ``sw`` (tile_pixel)."""
+    for ly in range(TS):
+        for lx in range(TS):
+            p = tile_pixel(lx, ly, sw)
+            st[T0 + p] = 1.0
+            st[CX + p] = x0 + lx + 0.5
+            st[CY + p] = y0 + ly + 0.5
+
+
+@njit(cache=True)
+def gaussian_strips(rows, k, x0, x1):
+    """Strips (first, last + 1) of the tile with columns [x0, x1) that intersection k's ellipse reaches
+    (its columns: gaussian_rows of the column half extent rows[k, 2] about the mean x rows[k, 3]); with
+    ``rows`` None, every strip of the tile."""
+    if rows is None:
+        return 0, (x1 - x0 - 1) // SW + 1
+    xlo, xhi = gaussian_rows(rows[k, 2], rows[k, 3], x0, x1)
+    if xlo >= xhi:
+        return 0, 0
+    return (xlo - x0) // SW, (xhi - 1 - x0) // SW + 1
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
@@ -250,7 +294,7 @@ def load_tile_limits(limits, c, x0, y0, x1, y1):
     lim = np.full(NPIX, NO_LIMIT, np.float32)
     for y in range(y0, y1):
         for x in range(x0, x1):
-            lim[(y - y0) * TS + x - x0] = limits[c, y, x]
+            lim[tile_pixel(x - x0, y - y0, SW)] = limits[c, y, x]
     return lim
 
 
@@ -293,12 +337,12 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
     c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
     st = np.zeros(F_ACC + max(D, 3) * NPIX, colors.dtype)  # >= 3 channels: forward_pixels adds to three
     last = np.full(NPIX, -1, np.int32)
-    init_tile_pixels(st, F_T, F_CX, F_CY, x0, y0)
+    init_tile_pixels(st, F_T, F_CX, F_CY, x0, y0, SW)
     done = like(2.0, st[0])
     st[F_THR:F_THR + NPIX] = done
     for ly in range(y1 - y0):
         for lx in range(x1 - x0):
-            st[F_THR + ly * TS + lx] = ALPHA_THRESHOLD
+            st[F_THR + tile_pixel(lx, ly, SW)] = ALPHA_THRESHOLD
     if limits is not None:  # None: a separate compilation with the depth cuts pruned
         lim = load_tile_limits(limits, c, x0, y0, x1, y1)
         next_cut = lim.min()
@@ -314,14 +358,16 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
             ylo, yhi = gaussian_rows(row_half[g], np.float64(means2d[g, 1]), y0, y1)
         if ylo >= yhi:
             continue
-        lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
+        s0, s1 = gaussian_strips(rows, k, x0, x1)
         mx, my, a, b, cc, op, c0, c1, c2 = intersection_values(k, g, packed, means2d, conics, opac, colors)
-        forward_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2)
-        if D > 3:
-            accumulate_pixels(st, lo, hi, colors, g)
+        for s in range(s0, s1):
+            lo, hi = s * STRIP + (ylo - y0) * SW, s * STRIP + (yhi - y0) * SW
+            forward_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2)
+            if D > 3:
+                accumulate_pixels(st, lo, hi, colors, g)
     for y in range(y0, y1):
         for x in range(x0, x1):
-            p = (y - y0) * TS + (x - x0)
+            p = tile_pixel(x - x0, y - y0, SW)
             for ch in range(D):
                 render[c, y, x, ch] = st[F_ACC + ch * NPIX + p]
             alpha_out[c, y, x, 0] = 1.0 - st[F_T + p]
@@ -346,7 +392,7 @@ def extra_channel_setup_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
 @njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
 def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
     """Channels ch >= 3 of Gaussian k (after extra_channel_setup_pixels; per channel, pixels [lo, hi)):
-    g_colors[k, ch] = sum alpha T_i v_render; adds the colour part of d loss / d alpha,
+    g_colors[k, ch] += sum alpha T_i v_render (zeros before the first strip); adds the colour part of d loss / d alpha,
     (c T_i - S / (1 - alpha)) v_render, to B_XVAL; updates the colour behind S += c alpha T_i. Pixels
     where k was not blended contribute 0 (temporaries 0)."""
     for ch in range(3, D):
@@ -360,7 +406,7 @@ def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
             gsum += fac * v
             st[U(B_XVAL) + p] += (col * st[U(B_TI) + p] - st[s + p] * st[U(B_RA) + p]) * v
             st[s + p] += col * fac
-        g_colors[k, ch] = gsum
+        g_colors[k, ch] += gsum
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
@@ -458,11 +504,11 @@ def backward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, T_final, 
     st = np.zeros(B_VR + (Dp + max(D - 3, 0)) * NPIX, colors.dtype)  # v_render, S, B_XVAL 0 outside the image
     last = np.full(NPIX, -1, np.int32)
     row_last = np.full(TS, -1, np.int64)  # per tile row: the largest last blended index of its pixels
-    init_tile_pixels(st, B_T, B_CX, B_CY, x0, y0)
+    init_tile_pixels(st, B_T, B_CX, B_CY, x0, y0, SW)
     k_end = offsets[t]
     for y in range(y0, y1):
         for x in range(x0, x1):
-            p = (y - y0) * TS + (x - x0)
+            p = tile_pixel(x - x0, y - y0, SW)
             st[B_T + p] = T_final[c, y, x]
             st[B_TFVA + p] = T_final[c, y, x] * v_alpha[c, y, x, 0]
             last[p] = last_ids[c, y, x]
@@ -479,24 +525,33 @@ def backward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, T_final, 
             yhi -= 1
         if ylo >= yhi:
             continue
-        lo, hi = (ylo - y0) * TS, (yhi - y0) * TS
+        s0, s1 = gaussian_strips(rows, k, x0, x1)
         mx, my = packed[k, P_MX], packed[k, P_MY]
         a, b, cc, op = packed[k, P_A], packed[k, P_B], packed[k, P_C], packed[k, P_OP]
-        if D > 3:
-            extra_channel_setup_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
-            backward_color_pixels(st, lo, hi, colors, ids[k], D, g_colors, k)
-        sx, sy, sxx, sxy, syy, gop, s0, s1, s2 = backward_pixels(
-            st, last, lo, hi, k, mx, my, a, b, cc, op, packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2])
+        zero = like(0.0, op)
+        sx = sy = sxx = sxy = syy = gop = r0 = r1 = r2 = absx = absy = zero
+        for s in range(s0, s1):  # sums over the strips the ellipse reaches
+            lo, hi = s * STRIP + (ylo - y0) * SW, s * STRIP + (yhi - y0) * SW
+            if D > 3:
+                extra_channel_setup_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
+                backward_color_pixels(st, lo, hi, colors, ids[k], D, g_colors, k)
+            px, py, pxx, pxy, pyy, pop, p0, p1, p2 = backward_pixels(
+                st, last, lo, hi, k, mx, my, a, b, cc, op, packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2])
+            sx, sy, sxx, sxy, syy, gop = sx + px, sy + py, sxx + pxx, sxy + pxy, syy + pyy, gop + pop
+            r0, r1, r2 = r0 + p0, r1 + p1, r2 + p2
+            if with_abs:
+                ax, ay = abs_gradient_pixels(st, lo, hi, mx, my, a, b, cc)
+                absx, absy = absx + ax, absy + ay
         g_conics[k, 0], g_conics[k, 1], g_conics[k, 2], g_means2d[k, 0], g_means2d[k, 1] = conic_gradients(
             sx, sy, sxx, sxy, syy, a, b, cc)
         if with_abs:
-            g_abs[k, 0], g_abs[k, 1] = abs_gradient_pixels(st, lo, hi, mx, my, a, b, cc)
+            g_abs[k, 0], g_abs[k, 1] = absx, absy
         g_opac[k] = gop
-        g_colors[k, 0] = s0
+        g_colors[k, 0] = r0
         if D > 1:
-            g_colors[k, 1] = s1
+            g_colors[k, 1] = r1
         if D > 2:
-            g_colors[k, 2] = s2
+            g_colors[k, 2] = r2
 
 
 @njit(cache=True, parallel=True)
