@@ -385,8 +385,9 @@ MAX_TILE_ENTRIES = 1 << 23
 with the Gaussians' sizes, not their count (a Gaussian spanning a 4000-pixel-square image has 62,500), so a
 model of a million large Gaussians would need gigabytes of tile lists at once: above this the render is drawn
 in contiguous chunks of Gaussians (:func:`entry_chunks`), each binned and rendered alone, and summed. (2^25
-entries, 128 MB, peaked at 1,044 MB RSS on a million Gaussians of sigma 40 px at 1000x1000, 221M entries; 2^23
-at MEASURED_AFTER MB, and the render took no longer: scripts/bench_image_memory.py, docs/fuzzing.md.)"""
+entries, 128 MB, with two chunks' lists alive at once, peaked at 1,012-1,044 MB RSS on a million Gaussians of
+sigma 40 px at 1000x1000, 221M entries; 2^23, each chunk's lists freed first: 575 MB, 126 s CPU:
+scripts/bench_image_memory.py, docs/fuzzing.md.)"""
 
 
 @njit(cache=True)

@@ -31,8 +31,8 @@ FIT_BYTES_PER_GAUSSIAN = 512
 tile lists; measured 340 (100,000 against 2,000 Gaussians on 1000x1000), rounded up."""
 FIT_PROCESS_BYTES = 640 << 20
 """the process before any image: the imports (torch, Numba, Pillow), the compiled kernels and torch's allocator
-pools; the peak RSS of `image fit` of a 16x16 image with 16 Gaussians, 2 steps: measured MEASURED_BASE MB,
-rounded up."""
+pools; the peak RSS of `image fit` of a 16x16 image with 16 Gaussians, 2 steps: measured 504 MB (and 516 MB in
+an earlier session), rounded up for other machines' libraries."""
 FIT_MEMORY_FRACTION = 0.8
 """of the memory available when the command starts: the default limit's working part."""
 FIT_MEMORY_CAP = 16 << 30
