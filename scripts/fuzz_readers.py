@@ -18,7 +18,10 @@ returned a load that is not: values changed beyond what the mutation touched, Na
 ``unclear`` (a user error whose message spans lines or does not name the file), ``traceback`` (any other
 exception: a bug), ``crash`` (the worker died), ``hang`` (still reading after :data:`CASE_TIMEOUT` seconds: a
 FIFO opened, ``/dev/zero`` read). The table per format: cases, clear errors, loads, wrong, unclear, tracebacks,
-crashes, hangs, peak MB (tracemalloc, numpy included) and the first few failures. ``tests/corpus/test_fuzz_subset.py`` runs a fast subset in CI.
+crashes, hangs, peak MB (tracemalloc, numpy included), the workers' peak RSS (getrusage) and how far it rose above
+the worker's RSS after its setup (``max_rss_added_mb``: a bound on any one case's memory, as the cases run one
+after another in the worker), the cases refused with the out-of-memory line (an input needing more than
+``--limit-mb``) and the first few failures. ``tests/corpus/test_fuzz_subset.py`` runs a fast subset in CI.
 """
 
 from __future__ import annotations
@@ -375,13 +378,23 @@ def worker(fmt: str, start: int, limit_mb: int, max_cases: int | None, replay: P
         good()  # builds the format's template folder now, not inside the first case's time limit
         cases = replay_cases(replay)[fmt][:max_cases]
         reference = {"canon": None, "allow_nonfinite": fmt in _nonfinite_allowed()}
+    base = peak_rss_mb()
     _cap_memory(limit_mb)
     for i in range(start, len(cases)):
         name, data = cases[i]
         with tempfile.TemporaryDirectory() as tmp:
             path = write_case(Path(tmp), suffix, name, data)
             result = run_case(read, path, CASE_TIMEOUT, reference, name)
-        print(json.dumps({"index": i, "name": name, **result}), flush=True)
+        rss = peak_rss_mb()
+        print(json.dumps({"index": i, "name": name, **result, "rss_mb": rss, "rss_added_mb": round(rss - base, 1)}),
+              flush=True)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MB, getrusage: every case it ran, the imports included)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _nonfinite_allowed() -> dict:
@@ -450,6 +463,8 @@ def summarise(fmt: str, results: list[dict], replayed: bool = False) -> dict:
     count = lambda o: sum(r["outcome"] == o for r in results)  # noqa: E731
     good = next((r for r in results if r["name"] == "good"), None)
     peaks = [r["peak_mb"] for r in results if r.get("peak_mb") is not None]
+    rss = [r["rss_mb"] for r in results if r.get("rss_mb") is not None]
+    added = [r["rss_added_mb"] for r in results if r.get("rss_added_mb") is not None]
     bad, seen = [], set()
     for r in results:  # one example per distinct failure (outcome and the message's last line)
         lines = (r["message"] or "").strip().splitlines()
@@ -462,6 +477,8 @@ def summarise(fmt: str, results: list[dict], replayed: bool = False) -> dict:
             "good_file_loads": None if replayed else bool(good and good["outcome"] == "load"),
             "unclear": count("unclear"),
             "tracebacks": count("traceback"), "crashes": count("crash"), "hangs": count("hang"), "peak_mb": max(peaks, default=0.0),
+            "peak_rss_mb": max(rss, default=0.0), "max_rss_added_mb": max(added, default=0.0),
+            "out_of_memory": sum("out of memory" in (r["message"] or "") for r in results),
             "examples": [{k: r[k] for k in ("name", "outcome", "message")} for r in bad[:8]]}
 
 

@@ -380,20 +380,27 @@ def backward_kernel(means, conics, colors, boxes, v, ellipse, threads, g_means, 
             g_means[g, 1] = -2.0 * (b * s_x + c * s_y)
 
 
-MAX_TILE_ENTRIES = 1 << 25
-"""tile-list entries (int32 Gaussian ids: 128 MB) one forward pass of the no-grad render holds. The entries grow
+MAX_TILE_ENTRIES = 1 << 23
+"""tile-list entries (int32 Gaussian ids: 32 MB) one forward pass of the no-grad render holds. The entries grow
 with the Gaussians' sizes, not their count (a Gaussian spanning a 4000-pixel-square image has 62,500), so a
 model of a million large Gaussians would need gigabytes of tile lists at once: above this the render is drawn
-in contiguous chunks of Gaussians (:func:`entry_chunks`), each binned and rendered alone, and summed."""
+in contiguous chunks of Gaussians (:func:`entry_chunks`), each binned and rendered alone, and summed. (2^25
+entries, 128 MB, with two chunks' lists alive at once, peaked at 1,012-1,044 MB RSS on a million Gaussians of
+sigma 40 px at 1000x1000, 221M entries; 2^23, each chunk's lists freed first: 575 MB, 126 s CPU:
+scripts/bench_image_memory.py, docs/fuzzing.md.)"""
 
 
+@njit(cache=True)
 def box_entries(boxes: np.ndarray) -> np.ndarray:
-    """Tile-list entries [N] int64 of each pixel box [N, 4] (x0, y0, x1, y1 inclusive): count_box_tiles,
-    vectorised (its rows of tiles times its windows per row; 0 for an empty box)."""
-    x0, y0, x1, y1 = (boxes[:, k].astype(np.int64) for k in range(4))
-    rows = y1 // TS - y0 // TS + 1
-    windows = (x1 - (x0 - x0 % ALIGN)) // TS + 1
-    return np.where((x1 < x0) | (y1 < y0), 0, rows * windows)
+    """Tile-list entries [N] int64 of each pixel box [N, 4] (x0, y0, x1, y1 inclusive): what count_box_tiles
+    counts (its rows of tiles times its windows per row; 0 for an empty box), without temporaries of N."""
+    N = boxes.shape[0]
+    out = np.zeros(N, np.int64)
+    for g in range(N):
+        x0, y0, x1, y1 = boxes[g, 0], boxes[g, 1], boxes[g, 2], boxes[g, 3]
+        if x1 >= x0 and y1 >= y0:
+            out[g] = (y1 // TS - y0 // TS + 1) * ((x1 - first_window(x0)) // TS + 1)
+    return out
 
 
 def entry_chunks(entries: np.ndarray, budget: int) -> list[tuple[int, int]]:

@@ -223,8 +223,8 @@ def _sum_no_grad_cpu(means, colors, cholesky, covars, opacities, width, height, 
 def _forward_in_chunks(means_px, conics, colors_px, boxes, width, height, ellipse) -> np.ndarray:
     """The forward render of Gaussians whose tile lists would hold more than cpu/image_sum.MAX_TILE_ENTRIES
     entries: contiguous chunks of at most that many (image_sum.entry_chunks), each binned and rendered alone,
-    summed into one image (memory: two images and one chunk's lists; the sum per pixel is added in another
-    order than one pass's, so the values differ in the last bits)."""
+    summed into one image (memory: two images and one chunk's lists, each chunk's freed before the next is
+    binned; the sum per pixel is added in another order than one pass's, so the values differ in the last bits)."""
     from ..cpu import image_sum as CS
 
     out = None
@@ -233,7 +233,9 @@ def _forward_in_chunks(means_px, conics, colors_px, boxes, width, height, ellips
         offsets, ids = CS.bin_boxes(boxes[lo:hi], tiles_x, tiles_y, CS.binning_chunks(hi - lo))
         part = CS.forward_render(means_px[lo:hi], conics[lo:hi], colors_px[lo:hi], boxes[lo:hi], offsets, ids,
                                  width, height, ellipse)
+        del offsets, ids  # not held while the next chunk's lists are made (two chunks' lists at once before)
         out = part if out is None else np.add(out, part, out=out)
+        del part
     return out
 
 

@@ -72,9 +72,11 @@ class FitArgs:
     """--model rbf: parameter budget (default: that of --gaussians N image Gaussians, N (5 + C))."""
     neurons: int = 64
     """--model rbf: Gaussian RBF neurons."""
-    max_memory_gb: float = 1.0
+    max_memory_gb: Optional[float] = None
     """refuse an image whose fit is estimated (from its header, before decoding) to need more than this many GiB
-    (recon/image/fit_memory.py: 88 bytes per pixel and channel plus 512 per Gaussian)."""
+    of the process's peak memory (recon/image/fit_memory.py: 640 MB for the program, 88 bytes per pixel and
+    channel, 512 per Gaussian). Default: 80% of the memory available when the command starts, at most 16 GiB,
+    plus the program's 640 MB."""
 
 
 @dataclass
@@ -162,7 +164,7 @@ def gaussian_count(args: FitArgs, width: int, height: int, channels: int) -> int
 
 
 def check_fit_args(args: FitArgs) -> None:
-    if not args.max_memory_gb > 0:
+    if args.max_memory_gb is not None and not args.max_memory_gb > 0:
         raise UsageError(f"--max-memory-gb {args.max_memory_gb}: must be > 0")
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps {args.steps}: must be >= 1")

@@ -113,7 +113,7 @@ def encode_arrays(means: Tensor, cholesky: Tensor, colors: Tensor, encoding: str
     return entries, zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(planes)
 
 
-def decode_arrays(header: dict, payload: bytes) -> tuple[Tensor, Tensor, Tensor]:
+def decode_arrays(header: dict, payload: bytes | memoryview) -> tuple[Tensor, Tensor, Tensor]:
     """(means [N, 2], cholesky [N, 3], colors [N, C]) float32 from a payload; ValueError (with the reason)
     when the payload does not hold what the header says."""
     n, channels, encoding = int(header["n"]), int(header["channels"]), header["encoding"]
@@ -121,9 +121,8 @@ def decode_arrays(header: dict, payload: bytes) -> tuple[Tensor, Tensor, Tensor]
         floats = np.frombuffer(payload, "<f4")
         if floats.size != n * (5 + channels):
             raise ValueError(f"the arrays hold {floats.size} numbers, {n * (5 + channels)} expected")
-        m, l, c = np.split(floats.astype(np.float32), [2 * n, 5 * n])
-        return (torch.from_numpy(m.reshape(n, 2).copy()), torch.from_numpy(l.reshape(n, 3).copy()),
-                torch.from_numpy(c.reshape(n, channels).copy()))
+        m, l, c = np.split(floats, [2 * n, 5 * n])  # views of the payload, each copied once (native float32)
+        return tuple(torch.from_numpy(a.reshape(n, k).astype(np.float32)) for a, k in ((m, 2), (l, 3), (c, channels)))
     if encoding != "quantized":
         raise ValueError(f"unknown encoding {encoding!r} (this splatforge knows {', '.join(ENCODINGS)})")
     import zstandard

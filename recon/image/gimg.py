@@ -149,7 +149,7 @@ def decode_gimg(data: bytes, name: str = "<bytes>") -> ImageGaussians:
         raise GimgError(f"{name}: {len(data) - expected} unexpected bytes after the arrays (damaged or not a "
                         f".gimg file); write it again with `splatforge image fit`")
     try:
-        means, cholesky, colors = codec.decode_arrays(header, data[start:expected])
+        means, cholesky, colors = codec.decode_arrays(header, memoryview(data)[start:expected])  # not a copy
     except (ValueError, KeyError, TypeError) as err:
         raise GimgError(f"{name}: damaged arrays ({err}); write it again with `splatforge image fit`") from None
     for field, array in (("means", means), ("cholesky", cholesky), ("colors", colors)):

@@ -35,8 +35,8 @@ rounded up to 3 x 4."""
 RENDER_BYTES_PER_GAUSSIAN = 512
 """peak bytes per Gaussian of reading and rendering a model: the decoded arrays (float64 while dequantised), the
 rasterizer's per-Gaussian arrays (pixel means, covariances, conics, colours, extents, boxes); measured about
-300, rounded up. The tile lists are bounded on their own (rasterizer/cpu/image_sum.MAX_TILE_ENTRIES: 128 MB)."""
-RENDER_TILE_LIST_BYTES = 4 << 25  # MAX_TILE_ENTRIES int32 ids
+300, rounded up. The tile lists are bounded on their own (rasterizer/cpu/image_sum.MAX_TILE_ENTRIES: 32 MB)."""
+RENDER_TILE_LIST_BYTES = 4 << 23  # MAX_TILE_ENTRIES int32 ids
 DEFAULT_MAX_MEMORY_GB = 4.0
 ANTIALIAS_GAIN = 1.2
 """measured factor on the derived box variance (1 - s^2) / 12 (best of 1.0 ... 1.4 in 5 of 6 cases: kodim05 and

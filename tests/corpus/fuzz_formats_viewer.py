@@ -1,7 +1,8 @@
 """Fuzz formats for the readers ``tests/corpus/fuzz_formats.py`` does not reach: the viewer's loaders (what
 ``splatforge view FILE`` reads: PLY, SPZ, .splat, GLB, ply4d, an LOD export's manifest and chunks, a finished
 run folder's splats.ply), ``render`` / ``eval --splats FILE`` (a splat file read into a run's model), dataset
-masks (nerfstudio ``mask_path``, Panoptic ``seg/``) and the on-disk frame cache's ``.npy`` entries.
+masks (nerfstudio ``mask_path``, Panoptic ``seg/``), the on-disk frame cache's ``.npy`` entries and the downscale
+cache (a dataset's own ``images_2`` file; the cache's key files).
 
 Each format is ``(good bytes, reader of a path, suffix)`` like the others; a file that lives in a folder is put
 into a copy of a small template folder (:func:`tests.corpus.fuzz_formats.in_folder`).
@@ -156,6 +157,38 @@ def read_segmentations(folder: Path):
     return [load_segmentation(f) for f in scene.frames_train + scene.frames_test]
 
 
+def build_downscaled_nerfstudio(root: Path) -> None:
+    """The two-view nerfstudio folder with the dataset's own half-size images (``images_2/f_<i>.png``, no cache
+    key: used as they are by ``--data-factor 2``) and, from a first load at factor 2, the downscale cache's key
+    files in ``root/cache`` (the copy of the folder moves the source, so they no longer match: remade)."""
+    from PIL import Image
+
+    from tests.corpus.bad_files import nerfstudio_dataset
+
+    nerfstudio_dataset(lambda m: None)(root.parent).rename(root)
+    for i in range(2):
+        (root / "images_2").mkdir(exist_ok=True)
+        Image.open(root / "images" / f"f_{i}.png").resize((W // 2, H // 2), Image.BOX).save(
+            root / "images_2" / f"f_{i}.png")
+    (root / "images_2" / "f_1.png").unlink()  # made by the downscale cache, with its key, at the first load
+    read_downscaled(root)
+
+
+def read_downscaled(folder: Path):
+    """The dataset loaded at ``--data-factor 2`` (derived images cached in ``folder/cache``) and every frame's image
+    decoded: the dataset's own ``images_2`` file and the cache's made one. Returns the decoded images."""
+    from recon.data import load_scene
+    from recon.data.frame_images import frame_rgba
+
+    scene = load_scene(folder, data_factor=2, cache_dir=folder / "cache")
+    return [frame_rgba(f) for f in scene.frames_train + scene.frames_test]
+
+
+def downscale_key_rel() -> str:
+    """The downscale cache's key file of the template's second image (``cache/images_2/.f_1.png.source.json``)."""
+    return "cache/images_2/.f_1.png.source.json"
+
+
 # -------------------------------------------------------------------------------------- frame cache
 
 _SOURCE: list[Path] = []
@@ -239,4 +272,10 @@ def formats() -> dict[str, tuple[Callable[[], bytes], Callable[[Path], object], 
                              in_folder("panoptic-seg", build_segmented_panoptic, "seg/0/000001.png",
                                        read_segmentations), ".png")
     table["frame-cache-entry"] = (good_cache_entry, read_cache_entry, ".npy")
+    table["downscale-image"] = (good_from("ns-downscaled", build_downscaled_nerfstudio, "images_2/f_0.png"),
+                                in_folder("ns-downscaled", build_downscaled_nerfstudio, "images_2/f_0.png",
+                                          read_downscaled), ".png")
+    table["downscale-cache-key"] = (good_from("ns-downscaled", build_downscaled_nerfstudio, downscale_key_rel()),
+                                    in_folder("ns-downscaled", build_downscaled_nerfstudio, downscale_key_rel(),
+                                              read_downscaled), ".json")
     return table

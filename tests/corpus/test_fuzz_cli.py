@@ -103,6 +103,7 @@ CLI_CASES: dict[str, tuple[str, Argv]] = {
     "mesh-obj": ("empty", lambda t, tmp: _insert(_run_template(tmp), tmp, asset=t)),
     "nerfstudio-mask": ("empty", _train),
     "panoptic-seg": ("empty", lambda t, tmp: [*_train(t, tmp), "--data-factor", "2"]),  # read when downscaled
+    "downscale-image": ("empty", lambda t, tmp: [*_train(t, tmp), "--data-factor", "2"]),  # the dataset's images_2
 
 
     "panoptic-npz": ("empty", _train),

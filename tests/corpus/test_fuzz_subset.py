@@ -20,9 +20,11 @@ FOLDER_FORMATS = ["colmap-cameras.bin", "colmap-images.bin", "colmap-points3D.tx
                   "history-json", "metrics-json", "blocks-json", "sequence-manifest", "mesh-obj", "mesh-ply",
                   "mesh-glb", "mesh-obj-sdf", "dnerf-transforms", "panoptic-meta", "n3dv-poses", "transforms",
                   "lod-manifest"]
-# tests/corpus/fuzz_formats_viewer.py: the viewer's loaders, render --splats, dataset masks, the frame cache
+# tests/corpus/fuzz_formats_viewer.py: the viewer's loaders, render --splats, dataset masks, the frame cache, the
+# downscale cache (a dataset's own images_2 file, the cache's key files)
 VIEWER_FORMATS = ["view-ply", "view-spz", "view-splat", "view-ply4d", "view-lod-manifest", "view-lod-chunk",
-                  "view-run-splats", "render-splats", "nerfstudio-mask", "panoptic-seg", "frame-cache-entry"]
+                  "view-run-splats", "render-splats", "nerfstudio-mask", "panoptic-seg", "frame-cache-entry",
+                  "downscale-image", "downscale-cache-key"]
 FOLDER_SAMPLE = 16
 CASE_TIMEOUT = 60  # seconds: a reader still running then (a FIFO opened) fails the test instead of hanging it
 

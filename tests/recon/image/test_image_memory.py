@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from recon.cli import main
+from recon.core.errors import UsageError
 from recon.image.fit_memory import fit_memory_bytes
 
 
@@ -35,12 +36,55 @@ def _never(*args, **kwargs):
 def test_fit_of_an_image_too_large_for_the_memory_limit_is_refused_before_decoding(tmp_path, capsys, monkeypatch):
     path = _flat_png(tmp_path / "wide.png", 4000, 3000)
     monkeypatch.setattr("recon.image.io.read_image", _never)
-    code, err = _run(["image", "fit", path, "--out", tmp_path / "m.gimg", "--steps", 1, "--gaussians", 100], capsys)
+    code, err = _run(["image", "fit", path, "--out", tmp_path / "m.gimg", "--steps", 1, "--gaussians", 100,
+                      "--max-memory-gb", 1], capsys)
     lines = err.strip().splitlines()
     need = fit_memory_bytes(4000, 3000, 3, 100) / 2**30
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
     assert f"wide.png: fitting this 4000x3000 image (3 channels, 100 Gaussians) needs about {need:.1f} GiB" in lines[0]
     assert "--max-memory-gb 1 limit" in lines[0] and not (tmp_path / "m.gimg").exists()
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("available_gib, fits", [(64, True), (4.6, True), (3.5, False), (None, False)])
+def test_the_default_limit_follows_the_available_memory(available_gib, fits, tmp_path, capsys, monkeypatch):
+    """No --max-memory-gb: 80% of the memory available (at most 16 GiB) plus the program's own; a 12-megapixel
+    photo (4000x3000 RGB, 25,000 Gaussians: about 3.6 GiB with the program) fits where that much is free and is
+    refused, naming the default and the option, where it is not (2 GiB assumed when it cannot be read)."""
+    from recon.image.fit_memory import FIT_PROCESS_BYTES, default_fit_max_memory_gb
+
+    available = None if available_gib is None else int(available_gib * GIB)
+    monkeypatch.setattr("recon.data.frame_images.available_memory_bytes", lambda: available)
+    assert default_fit_max_memory_gb() == pytest.approx(
+        (FIT_PROCESS_BYTES + min(int((available or 2.5 * GIB) * 0.8), 16 * GIB)) / GIB)
+    path = _flat_png(tmp_path / "photo.png", 4000, 3000)
+    decoded = []
+
+    def reached(p):
+        decoded.append(p)
+        raise UsageError("past the memory check")
+
+    monkeypatch.setattr("recon.image.io.read_image", reached)
+    code, err = _run(["image", "fit", path, "--out", tmp_path / "m.gimg", "--steps", 1], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    if fits:  # past the memory check: the (patched) decode is reached
+        assert decoded == [path] and "past the memory check" in err
+    else:
+        assert not decoded and "photo.png: fitting this 4000x3000 image (3 channels, 25,000 Gaussians) needs about" \
+            in err and "over the default limit of" in err and "raise --max-memory-gb to at least" in err, err
+
+
+def test_a_96_megapixel_png_is_refused_by_default_on_any_machine(tmp_path, capsys, monkeypatch):
+    """The outside corpus's 12000x8000 flat PNG (300 kB): 24 GiB estimated, over the default's 16 GiB cap even with
+    a terabyte available."""
+    monkeypatch.setattr("recon.data.frame_images.available_memory_bytes", lambda: 1 << 40)
+    path = _flat_png(tmp_path / "huge.png", 12000, 8000)
+    monkeypatch.setattr("recon.image.io.read_image", _never)
+    code, err = _run(["image", "fit", path, "--out", tmp_path / "m.gimg"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "huge.png: fitting this 12000x8000 image" in err, err
+    assert "over the default limit of 16.6 GiB" in err, err
 
 
 def test_a_folder_of_images_is_checked_image_by_image_from_the_headers(tmp_path, capsys, monkeypatch):
@@ -50,15 +94,15 @@ def test_a_folder_of_images_is_checked_image_by_image_from_the_headers(tmp_path,
     _flat_png(folder / "b.png", 3000, 3000, "L")  # grey: 1 channel
     monkeypatch.setattr("recon.image.io.read_image", _never)
     code, err = _run(["image", "fit", folder, "--out", tmp_path / "out", "--gaussians", 10,
-                      "--max-memory-gb", 0.5], capsys)
+                      "--max-memory-gb", 1], capsys)  # a.png: the program's 0.62 GiB; b.png 0.74 GiB more
     assert code == 2 and "b.png: fitting this 3000x3000 image (1 channels, 10 Gaussians)" in err, err
-    assert "--max-memory-gb 0.5 limit" in err
+    assert "--max-memory-gb 1 limit" in err
 
 
 def test_a_raised_limit_lets_the_same_image_through(tmp_path, capsys):
     path = _flat_png(tmp_path / "small.png", 24, 16)
     code, err = _run(["image", "fit", path, "--out", tmp_path / "m.gimg", "--steps", 1, "--gaussians", 10,
-                      "--no-progress", "--max-memory-gb", 0.2], capsys)
+                      "--no-progress", "--max-memory-gb", 0.7], capsys)  # over the program's 0.62 GiB
     assert code == 0 and (tmp_path / "m.gimg").is_file(), err
     code, err = _run(["image", "fit", path, "--out", tmp_path / "n.gimg", "--max-memory-gb", 0], capsys)
     assert code == 2 and "--max-memory-gb 0.0: must be > 0" in err
