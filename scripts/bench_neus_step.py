@@ -16,7 +16,6 @@ from two worktrees on the same RUN, alternately, to compare code (the steps draw
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform

@@ -3,7 +3,6 @@ object trains with the means learning rate of its method (or the preset's own), 
 it. Toy sizes (16 px, 3 steps)."""
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
