@@ -15,6 +15,8 @@
    interleaved one by one (the machine's load hits all alike) for ``--steps`` steps; then the test PSNR over every
    ``--test-every``-th test view and the seconds of one test-view render. Parameters counted; wall and CPU seconds of
    training, and each field's CPU seconds and parameters as ratios to hash + mlp's within the run.
+   ``--radiance-curve N``: also that test PSNR every N steps against the training CPU seconds so far (``curve``;
+   each point printed to stderr as it comes), to compare the fields per CPU second when a run is cut short.
 3. ``shapes`` (unless ``--no-shapes``): `splatforge sdf fit` on ``--mesh`` (default spot) with each pair of
    ``--fields`` (default all four: hash + mlp, dense + rbf (the fused grid + RBF kernel on the CPU), triplane + rbf,
    triplane + mlp), each for every count of ``--sdf-steps``, all fits from one
@@ -154,24 +156,35 @@ def _trainer(data: Path, data_factor: int, steps: int, field):
 
 
 def bench_radiance(data: Path, data_factor: int, steps: int, test_every: int,
-                   names: list[str] = ("hash+mlp", "dense+rbf")) -> dict:
-    """Two NeRF fields trained with interleaved steps, then evaluated (module docstring)."""
+                   names: list[str] = ("hash+mlp", "dense+rbf"), curve_every: int | None = None) -> dict:
+    """Two NeRF fields trained with interleaved steps, then evaluated (module docstring); ``curve_every``: also
+    the test PSNR every that many steps against the training CPU seconds so far (``curve``, printed to stderr as
+    it runs; the evaluations' own seconds are not counted)."""
     from recon.nerf.config import FieldConfig
 
     fields = {name: FieldConfig(**RADIANCE_FIELDS[name]) for name in names}
     trainers = {name: _trainer(data, data_factor, steps, f) for name, f in fields.items()}
+    n_test = {name: len(tr.scene.frames_test) for name, tr in trainers.items()}
+    for tr in trainers.values():
+        tr.scene.frames_test = tr.scene.frames_test[::test_every]
     seconds = {name: 0.0 for name in fields}
     cpu = {name: 0.0 for name in fields}
+    curve = {name: [] for name in fields}
     for step in range(steps):
         for name, tr in trainers.items():
             t0, c0 = time.perf_counter(), time.process_time()
             tr.advance(step)
             seconds[name] += time.perf_counter() - t0
             cpu[name] += time.process_time() - c0
+        if curve_every and (step + 1) % curve_every == 0 and step + 1 < steps:
+            for name, tr in trainers.items():
+                point = {"step": step + 1, "train_cpu_seconds": round(cpu[name], 1),
+                         "test_psnr": round(tr.evaluate(None)["psnr"], 3)}
+                curve[name].append(point)
+                print(json.dumps({"radiance": name, **point, "load_average": os.getloadavg()[0]}),
+                      file=_sys.stderr, flush=True)
     out = {}
     for name, tr in trainers.items():
-        n_test = len(tr.scene.frames_test)
-        tr.scene.frames_test = tr.scene.frames_test[::test_every]
         test = tr.evaluate(None)
         cam = tr.scene.frames_test[0].camera if hasattr(tr.scene.frames_test[0], "camera") else None
         render_s = None
@@ -183,8 +196,11 @@ def bench_radiance(data: Path, data_factor: int, steps: int, test_every: int,
         out[name] = {"field": dataclasses.asdict(fields[name]), "parameters": parameter_count(tr.model.field),
                      "train_seconds": round(seconds[name], 1), "train_cpu_seconds": round(cpu[name], 1),
                      "test_psnr": round(test["psnr"], 3),
-                     "test_ssim": round(test["ssim"], 4), "test_views": f"{test['num_views']} of {n_test}",
+                     "test_ssim": round(test["ssim"], 4), "test_views": f"{test['num_views']} of {n_test[name]}",
                      "render_seconds_one_view": render_s}
+        if curve_every:
+            out[name]["curve"] = curve[name] + [{"step": steps, "train_cpu_seconds": round(cpu[name], 1),
+                                                 "test_psnr": round(test["psnr"], 3)}]
     if "hash+mlp" in out:  # every other field against the hash-grid NeRF
         base = out["hash+mlp"]
         for name in fields:
@@ -281,6 +297,8 @@ def main() -> None:
     ap.add_argument("--data-factor", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--test-every", type=int, default=10, help="evaluate every Nth test view")
+    ap.add_argument("--radiance-curve", type=int, default=None, metavar="N",
+                    help="radiance: also evaluate every N steps (test PSNR against training CPU seconds)")
     ap.add_argument("--no-radiance", action="store_true")
     ap.add_argument("--no-layer", action="store_true")
     ap.add_argument("--no-shapes", action="store_true")
@@ -308,7 +326,7 @@ def main() -> None:
                                         args.fields)
     if not args.no_radiance:
         report["radiance"] = bench_radiance(args.data, args.data_factor, args.steps, args.test_every,
-                                            args.radiance_fields)
+                                            args.radiance_fields, args.radiance_curve)
     if not args.no_images:
         report["images"] = bench_images(args.images, args.image_gaussians, args.image_steps, args.rbf_steps,
                                         args.image_limit)

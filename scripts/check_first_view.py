@@ -12,6 +12,8 @@ a rotated copy (means and rotations; SH cut to degree 0, as they are not rotated
 lego) into a temporary folder and checks that; ``--expect-up`` (the up of the file as given, before
 ``--rotate``; rotated with it) adds ``upright``: whether the chosen up is within 30 degrees of it. ``--browser``
 serves the file to headless Chromium and adds the browser's coverage and its PSNR against the rasterizer.
+FILE may be a run folder; for a NeRF / NeuS run (baked splats: the viewer shows the field itself) the output adds
+the field's first frame (:func:`field_first_frame`: its decoder, coverage, contrast) and ``--png`` saves that frame.
 """
 
 from __future__ import annotations
@@ -123,6 +125,27 @@ def browser_check(viewer, width: int, height: int, timeout: float = 240.0) -> di
         viewer.stop()
 
 
+def field_first_frame(viewer, camera) -> tuple[dict, np.ndarray] | None:
+    """For a run whose splats are a baked stand-in (NeRF, NeuS: the viewer starts in server hybrid mode and shows the
+    field itself), the field's render of ``camera`` as the viewer's first frame builds it (its ``make_renderer``, then
+    :func:`viewer.hybrid.hybrid_image`): ({"field": the density decoder's class, "field_coverage": the fraction of
+    pixels that differ from the white background by more than 8 of 255, "field_std": the image's standard
+    deviation in 0..255}, the image float [H, W, 3] in 0..1); None for any other file."""
+    from viewer.hybrid import hybrid_image
+
+    assets = viewer.assets
+    if assets is None or not assets.start_hybrid:
+        return None
+    renderer = assets.make_renderer()
+    rgb, _ = hybrid_image(renderer.render(camera, time=None, shadows=False))
+    field = renderer.model.field
+    decoder = getattr(field, "density_mlp", None)
+    info = {"field": type(field).__name__, "field_decoder": type(decoder).__name__,
+            "field_coverage": round(float((np.abs(rgb.astype(np.int16) - 255).max(-1) > 8).mean()), 4),
+            "field_std": round(float(rgb.std()), 2)}
+    return info, rgb.astype(np.float64) / 255.0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("file", type=Path)
@@ -161,10 +184,13 @@ def main(argv=None) -> int:
         if args.expect_up:
             truth = rotation @ parse_up(args.expect_up)
             result["upright"] = bool(view.up @ truth >= math.cos(math.radians(30)))
+        field = field_first_frame(v, cam)
+        if field is not None:
+            result.update(field[0])
         if args.png:
             from PIL import Image
 
-            img = v.scene.render_image(cam, (1.0, 1.0, 1.0), "cpu")
+            img = field[1] if field is not None else v.scene.render_image(cam, (1.0, 1.0, 1.0), "cpu")
             Image.fromarray((img * 255 + 0.5).astype(np.uint8)).save(args.png)
             result["png"] = str(args.png)
         if args.browser:

@@ -1,8 +1,13 @@
 """`splatforge view` on a NeRF run whose field is the Gaussian RBF decoder on dense grids (issue 54): the viewer
 opens it like any NeRF run (server frames of the field itself, the baked splats hidden) and its first frame is the
-field's own render of the camera."""
+field's own render of the camera; ``scripts/check_first_view.py`` on the run folder reports that field's first
+frame (its decoder, coverage) and saves it."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,18 +18,28 @@ pytest.importorskip("viser")
 from viewer.commands import ViewConfig, build_viewer  # noqa: E402
 from viewer.hybrid import hybrid_image  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-def test_rbf_nerf_run_first_frame_is_the_field(tmp_path):
+
+@pytest.fixture(scope="module")
+def rbf_run(tmp_path_factory):
+    """(run folder, trainer) of a 20-step dense + rbf NeRF run on the tiny procedural scene."""
     pytest.importorskip("open3d")
-    from recon.nerf.rbf import RBFLayer
     from recon.training.trainer import Trainer
     from tests.recon.nerf.test_field_choice import RBF
     from tests.recon.nerf.test_nerf_train import tiny
     from tests.recon.tiny_runs import quiet
 
-    run = tmp_path / "rbf"
+    run = tmp_path_factory.mktemp("rbf")
     trainer = Trainer(tiny(run, 20, field=RBF), log=quiet)
     trainer.run()
+    return run, trainer
+
+
+def test_rbf_nerf_run_first_frame_is_the_field(rbf_run, tmp_path):
+    from recon.nerf.rbf import RBFLayer
+
+    run, trainer = rbf_run
     v = build_viewer(ViewConfig(path=run, port=0, cameras=False, output=tmp_path / "out", hybrid_size=64),
                      verbose=False)
     assert v.assets is not None and v.assets.assets == [] and v.assets.start_hybrid  # as any NeRF run
@@ -38,3 +53,20 @@ def test_rbf_nerf_run_first_frame_is_the_field(tmp_path):
     assert rgb.std() > 5  # an image, not a blank
     want = (expect[0].clamp(0, 1) * 255 + 0.5).to(torch.uint8).numpy().astype(np.int16)
     assert np.median(np.abs(rgb.astype(np.int16) - want)) <= 2
+
+
+def test_check_first_view_renders_the_rbf_field(rbf_run, tmp_path, capsys):
+    """The scripted first-view check on the run folder: the picture it saves is the field's render (the RBF
+    decoder's), not the baked splats'."""
+    from PIL import Image
+
+    import check_first_view
+
+    run, _ = rbf_run
+    png = tmp_path / "first.png"
+    assert check_first_view.main([str(run), "--png", str(png), "--width", "64", "--height", "48"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["field"] == "NerfField" and result["field_decoder"] == "RBFLayer"
+    assert result["field_std"] > 5 and 0 < result["field_coverage"] <= 1
+    img = np.asarray(Image.open(png)).astype(np.float64)
+    assert img.shape == (48, 64, 3) and abs(img.std() - result["field_std"]) < 1.0  # the field's frame was saved
