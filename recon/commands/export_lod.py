@@ -15,11 +15,12 @@ the merged nodes of the budgeted cuts (:func:`distill_budget`) against the full 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
 
-from recon.core.errors import UsageError
+from recon.core.errors import SplatforgeError, UsageError
 from recon.export import SplatFileError
 from recon.export.budget import DEVICE_BUDGETS, resolve_budget
 from recon.export.glb import read_any
@@ -119,7 +120,7 @@ def run_lod_export(config) -> ExportReport:
             try:
                 run.scene  # the training cameras: the run's dataset must be here
                 why_not = None
-            except FileNotFoundError as e:
+            except (FileNotFoundError, SplatforgeError) as e:  # gone or damaged: the levels are written as built
                 why_not = str(e)
         if why_not is None:
             distilled = distill(h, run, config, distill_budget(len(clean), view_budget))
@@ -143,7 +144,9 @@ def run_lod_export(config) -> ExportReport:
         notes.append(f"distilled the cuts of {distilled.budget:,} Gaussians from {distilled.cameras} training cameras "
                      f"({config.lod_distill_steps} steps, {distilled.tuned:,} merged Gaussians): PSNR vs the full "
                      f"model {distilled.psnr_before:.2f} -> {distilled.psnr_after:.2f} dB"
-                     + ("" if distilled.kept else " (not better: the merges as built are kept)"))
+                     + ("" if distilled.kept else " (not better: the merges as built are kept)")
+                     if math.isfinite(distilled.psnr_before) else
+                     f"not distilled: the cuts of {distilled.budget:,} Gaussians already render as the full model")
     elif why_not:
         notes.append(f"not distilled: {why_not}")
     return ExportReport(path=Path(config.out), format="lod", splats=total, bytes=size, sh_degree=manifest.sh_degree,

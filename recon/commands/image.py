@@ -95,7 +95,7 @@ class RenderArgs:
     """low-pass the Gaussians when rendering below the fitted size (--no-antialias: point sampling)."""
     max_memory_gb: float = 1.0
     """refuse renders whose memory estimate (recon/image/resample.py: W H C x 4 bytes x 3, plus 512 bytes per
-    Gaussian and 128 MB of tile lists), made from the file's header before its arrays are decoded, is above this
+    Gaussian and 32 MB of tile lists), made from the file's header before its arrays are decoded, is above this
     many GiB."""
     backend: Literal["auto", "reference", "cpu", "cuda"] = "auto"
     force: bool = False

@@ -241,3 +241,22 @@ def test_export_command_distills_the_budgeted_cuts(tmp_path):
     with pytest.raises(UsageError, match="--lod-distill-steps -1"):
         run_export(ExportConfig(input=run, out=tmp_path / "bad", format="lod", quiet=True, lod_distill_steps=-1))
     assert not (tmp_path / "bad").exists()
+
+
+def test_export_of_a_run_whose_dataset_is_damaged_is_written_undistilled(tmp_path):
+    """A LOD export never needed the dataset before distillation: a run whose dataset folder is there but cannot be
+    read (a damaged transforms.json) is still exported, as built, with the reader's message in a note."""
+    from recon.commands.export import ExportConfig, run_export
+    from recon.outputs import files as rf
+    from recon.training.trainer import TrainConfig
+    from tests.recon.tiny_runs import tiny_run
+
+    run = tiny_run(tmp_path)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "transforms.json").write_text("{ not json")
+    rf.write_config(run, TrainConfig(out=run, data=broken, data_factor=4, progress=False))
+    report = run_export(ExportConfig(input=run, out=tmp_path / "lod", format="lod", quiet=True, lod_distill_steps=5))
+    assert read_manifest(tmp_path / "lod").leaves == 400
+    note = next(note for note in report.notes if note.startswith("not distilled"))
+    assert "transforms.json" in note

@@ -27,6 +27,7 @@ def test_one_pass_equals_two_passes(monkeypatch):
     model = sphere_model(0.1)
     o, d = camera_rays(8)
     rgb1, grad1, samples1, params1 = training_render(model, o, d)
+    assert samples1 <= neus.ONE_PASS_SAMPLES  # the first render took the one-pass branch
     monkeypatch.setattr(neus, "ONE_PASS_SAMPLES", 0)  # every batch takes the two passes
     rgb2, grad2, samples2, params2 = training_render(model, o, d)
     assert samples1 == samples2 and 0 < grad1.shape[0] < samples1  # the early stop cut sections
