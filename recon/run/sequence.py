@@ -3,7 +3,8 @@
 The folder :class:`recon.training.frame_sequence.FrameSequence` writes (RUN/config.yaml, RUN/frames/frame_NNNNN/,
 RUN/meshes/) is what ``splatforge eval RUN`` and ``splatforge view RUN`` are given. :class:`SequenceRun` opens
 it as :class:`recon.run.folder.Run` opens a single run: RUN's config.yaml names the dataset (loaded once, on
-first use: the frames' times come from RUN/meshes/manifest.json, so ``view`` never loads it); each frame is a :class:`Run` of its own folder whose scene is the frame's part of the dataset
+first use: the frames' times come from RUN/meshes/manifest.json, so ``view`` never loads it); each frame is a
+:class:`Run` of its own folder whose scene is the frame's part of the dataset
 (:func:`recon.training.frame_sequence.frame_scene`: its training views, the test views nearest its time), so
 a frame evaluates and renders as the trainer saw it.
 """
