@@ -54,27 +54,17 @@ DIVIDE_MARGIN = 1e-9  # _scan divides only within this relative margin of a boun
 
 
 @njit(cache=True, inline="always")
-def _visible_depth(x, y, z, r, v):
-    """Camera depth of the centre of the sphere (x, y, z, r), or -inf when the sphere lies behind the near plane
-    or outside a frustum plane. ``v`` [24]: :func:`camera_terms`' rows of the world-to-camera matrix (3 x 4),
-    then the 4 frustum planes (3 each)."""
+def _size(x, y, z, r, v, focal):
+    """Projected size in pixels of the sphere (x, y, z, r) (0 outside the frustum; inf when it reaches the
+    near plane). ``v`` [24]: :func:`camera_terms`' rows of the world-to-camera matrix (3 x 4), then the 4
+    frustum planes (3 each)."""
     pz = v[8] * x + v[9] * y + v[10] * z + v[11]
     if pz < NEAR - r:
-        return -np.inf
+        return 0.0
     px = v[0] * x + v[1] * y + v[2] * z + v[3]
     py = v[4] * x + v[5] * y + v[6] * z + v[7]
     if (v[12] * px + v[13] * py + v[14] * pz < -r or v[15] * px + v[16] * py + v[17] * pz < -r
             or v[18] * px + v[19] * py + v[20] * pz < -r or v[21] * px + v[22] * py + v[23] * pz < -r):
-        return -np.inf
-    return pz
-
-
-@njit(cache=True, inline="always")
-def _size(x, y, z, r, v, focal):
-    """Projected size in pixels of the sphere (x, y, z, r) (0 outside the frustum; inf when it reaches the
-    near plane); ``v`` as :func:`_visible_depth`'s."""
-    pz = _visible_depth(x, y, z, r, v)
-    if pz == -np.inf:
         return 0.0
     if pz - r <= NEAR:
         return np.inf
@@ -115,8 +105,15 @@ def _scan(rec, rec_int, view_planes, focal, pixels, t, cap, vis_pos, vis_parent,
         if k == 0:
             continue
         x, y, z, r = rec[p, 0], rec[p, 1], rec[p, 2], rec[p, 3]
-        pz = _visible_depth(x, y, z, r, v)
-        if pz == -np.inf:  # outside the frustum: size 0 (as _size)
+        # _size's culling, written out here on purpose: calling a shared helper that returns the depth (-inf when
+        # culled) made the 2M-Gaussian cut 1.4x slower (3.7-3.8 -> 5.3-5.5 ms CPU, 2 interleaved pairs, 7 Dec 2026)
+        pz = v[8] * x + v[9] * y + v[10] * z + v[11]
+        if pz < NEAR - r:  # behind the near plane: size 0 (as _size)
+            continue
+        px = v[0] * x + v[1] * y + v[2] * z + v[3]
+        py = v[4] * x + v[5] * y + v[6] * z + v[7]
+        if (v[12] * px + v[13] * py + v[14] * pz < -r or v[15] * px + v[16] * py + v[17] * pz < -r
+                or v[18] * px + v[19] * py + v[20] * pz < -r or v[21] * px + v[22] * py + v[23] * pz < -r):
             continue
         w = rec[p, 4]
         den = pz - r
