@@ -49,7 +49,7 @@ import tyro  # noqa: E402
 
 from bench_rasterizer import machine  # noqa: E402
 from recon.data.frame_images import FrameImages  # noqa: E402
-from recon.data.holdout import camera_name, parse_camera_names  # noqa: E402
+from recon.data.holdout import camera_name  # noqa: E402
 from recon.training.evaluation import evaluate_model  # noqa: E402
 from recon.training.trainer import TrainConfig, Trainer, background_color  # noqa: E402
 
@@ -57,16 +57,30 @@ PROCEDURAL = ("procedural-4d",)  # --data names of generated 4D scenes (no folde
 CLASSROOM = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "d3dgs_classroom"
 
 
-def group_scores(per_view: list[dict], names: set[str]) -> dict:
-    """Mean PSNR / SSIM and count of the evaluated views whose camera is (not) in ``names``:
-    {"held_out_times": ..., "held_out_cameras": ...} (None where a group is empty)."""
+def pose_key(frame) -> tuple:
+    """A frame's camera pose as a hashable key (its world-to-camera matrix rounded to 1e-6)."""
+    return tuple(round(float(v), 6) for v in frame.camera.world_to_cam.reshape(-1))
+
+
+def unseen_camera_views(frames_test: list, frames_train: list) -> set[str]:
+    """Names of the test frames whose camera pose no training frame has: views from held-out cameras, whatever
+    the format names its cameras (a Panoptic ``--test-cameras`` split, the dome proxy's test cameras); the others
+    are training cameras at held-out times."""
+    seen = {pose_key(f) for f in frames_train}
+    return {f.name for f in frames_test if pose_key(f) not in seen}
+
+
+def group_scores(per_view: list[dict], unseen: set[str]) -> dict:
+    """Mean PSNR / SSIM and count of the evaluated views from cameras in / not in training (``unseen``: the names
+    of the views from held-out cameras): {"held_out_times": ..., "held_out_cameras": ...} (None where a group is
+    empty)."""
     def score(views):
         if not views:
             return None
         return {"psnr": round(float(np.mean([v["psnr"] for v in views])), 3),
                 "ssim": round(float(np.mean([v["ssim"] for v in views])), 4), "views": len(views)}
-    cams = [v for v in per_view if Path(v["name"]).parent.name in names]
-    times = [v for v in per_view if Path(v["name"]).parent.name not in names]
+    cams = [v for v in per_view if v["name"] in unseen]
+    times = [v for v in per_view if v["name"] not in unseen]
     return {"held_out_times": score(times), "held_out_cameras": score(cams)}
 
 
@@ -99,11 +113,12 @@ def run_once(cfg: TrainConfig, train_every: int, window: int, renders: Path | No
     recent = [p for p in trainer.history.psnr[-window:] if p is not None]
     return {"steps": cfg.steps, "held_out": {"psnr": round(held["psnr"], 3), "ssim": round(held["ssim"], 4),
                                              "views": held["num_views"]},
-            **group_scores(held["per_view"], set(parse_camera_names(cfg.test_cameras))),
+            **group_scores(held["per_view"], unseen_camera_views(scene.frames_test, scene.frames_train)),
             "train_eval_psnr": round(train["psnr"], 3), "train_eval_views": train["num_views"],
             "progress_psnr": round(float(np.mean(recent)), 3) if recent else None,
             "train_seconds": round(seconds, 3), "num_gaussians": len(model),
             "cameras": sorted({camera_name(f) for f in scene.frames_train}),
+            "train_cameras": len({pose_key(f) for f in scene.frames_train}),
             "train_frames": len(scene.frames_train)}
 
 
