@@ -25,6 +25,7 @@ import multiprocessing
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,15 +240,43 @@ def memory_note(cfg: BatchConfig) -> str:
 def warm_up(cfg: BatchConfig) -> None:
     """Convert a toy object (a procedural box at 16 pixels, 3 steps) in a scratch folder and forget it: the
     libraries a conversion loads lazily (open3d, trimesh, image codecs), the Numba kernels and the threads
-    are then in place before the first object, so neither its time nor its memory limit pays for them."""
+    are then in place before the first object, so neither its time nor its memory limit pays for them.
+    One process of this machine warms up at a time (:func:`warm_up_lock`): with a cold kernel cache the
+    first compiles the kernels into it (minutes of CPU) and the others then load them (seconds) instead of
+    compiling the same kernels at once."""
     import tempfile
 
     from recon.data.procedural_meshes import make_mesh
 
     toy = ObjectPreset(views=2, test_views=1, size=16, samples=1, steps=3, init_points=64, max_gaussians=64)
-    with tempfile.TemporaryDirectory(prefix="mesh2splat_warmup_") as tmp:
+    with warm_up_lock(), tempfile.TemporaryDirectory(prefix="mesh2splat_warmup_") as tmp:
         make_mesh("box", 0).export(Path(tmp) / "box.ply")
         convert_object(Path(tmp), Path(tmp) / "out", "box.ply", toy, cfg.method, cfg.device)
+
+
+@contextmanager
+def warm_up_lock():
+    """Hold an exclusive lock (flock) on ``mesh2splat-warm-up.lock`` in Numba's kernel cache folder (the
+    keyed folder of :mod:`rasterizer.kernel_cache`; the temporary folder when there is none) while the body
+    runs: the processes sharing that cache warm up one after another. The lock goes with its process (a
+    killed worker releases it); where no lock file can be made the body runs unlocked."""
+    import fcntl
+    import tempfile
+
+    from rasterizer.kernel_cache import key_numba_cache
+
+    folder = key_numba_cache() or Path(tempfile.gettempdir())
+    try:
+        handle = open(Path(folder) / "mesh2splat-warm-up.lock", "a")
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def worker_main(conn, cfg: BatchConfig, parent: int) -> None:

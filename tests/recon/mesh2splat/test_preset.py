@@ -55,3 +55,32 @@ def test_an_object_trains_with_its_methods_means_learning_rate(tmp_path, method,
     assert row["status"] == "done", row["reason"]
     assert hook.rate == pytest.approx(expected, rel=1e-6)
     assert row["cpu_seconds"] > 0
+
+
+class GaussianCount:
+    """Training hook: the Gaussian count when training starts."""
+
+    def on_train_start(self, trainer) -> None:
+        self.start = len(trainer.model)
+
+    def on_step(self, trainer, result) -> None:
+        pass
+
+    def on_train_end(self, trainer) -> None:
+        pass
+
+
+def test_the_3dgs_preset_trains_a_fixed_count_from_its_surface_samples(tmp_path):
+    """An object starts from ``init_points`` surface samples and ends within ``max_gaussians``; the default
+    preset holds the count fixed (init = cap: the time per object is predictable, docs/mesh2splat.md)."""
+    default = ObjectPreset()
+    assert default.init_points == default.max_gaussians
+    meshes = tmp_path / "meshes"
+    meshes.mkdir()
+    make_mesh("torus", 0, coloured=True).export(meshes / "a.ply")
+    hook = GaussianCount()
+    preset = dataclasses.replace(TINY, init_points=48, max_gaussians=64, steps=5)
+    row = convert_object(meshes, tmp_path / "out", "a.ply", preset, "3dgs", "cpu", hooks=[hook])
+    assert row["status"] == "done", row["reason"]
+    assert hook.start == 48
+    assert 48 <= row["gaussians"] <= 64
