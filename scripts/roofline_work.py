@@ -236,38 +236,26 @@ def gradient_sums(calls) -> Work:
 
 
 # ---------------------------------------------------------------------------- SSIM (11 taps)
-def _planes(x) -> float:
+def _values(x) -> float:
+    """Values (pixels x channels) of a kernel's [C, H, W * D] image rows."""
     return float(x.size)
 
 
-def ssim_horizontal(calls) -> Work:
+def ssim_forward(calls) -> Work:
     def one(a, out):
-        n = _planes(a[0])
-        return Work(n * (3 + 5 * 22), n * (2 + 5) * F32, "per pixel and channel: 3 products + 5 maps x 11 FMA; "
-                    "bytes: x, y in, 5 maps out")
+        n = _values(a[0])
+        return Work(n * (3 + 5 * 22 + 5 * 22 + 30), n * (2 + 3) * F32,
+                    "per pixel and channel: 3 products + 5 maps x 11 FMA horizontal + 5 x 11 vertical + SSIM and "
+                    "its 3 partials 30; bytes: x, y in, 3 partials out (the blurred rows stay in cache)")
     return _sum(calls, one)
 
 
-def ssim_vertical(calls) -> Work:
+def ssim_backward(calls) -> Work:
     def one(a, out):
-        n = _planes(a[0]) / 5
-        return Work(n * (5 * 22 + 30), n * (5 + 3) * F32, "per pixel and channel: 5 maps x 11 FMA + SSIM and its "
-                    "3 partials 30; bytes: 5 maps in, 3 partials out")
-    return _sum(calls, one)
-
-
-def ssim_partials_horizontal(calls) -> Work:
-    def one(a, out):
-        n = _planes(a[0]) / 3
-        return Work(n * 3 * 22, n * (3 + 3) * F32, "per pixel and channel: 3 maps x 11 FMA; bytes: 3 in, 3 out")
-    return _sum(calls, one)
-
-
-def ssim_gradient_rows(calls) -> Work:
-    def one(a, out):
-        n = _planes(a[1])
-        return Work(n * (3 * 22 + 5), n * (3 + 2 + 1) * F32, "per pixel and channel: 3 maps x 11 FMA + chain 5; "
-                    "bytes: 3 maps, x, y in, gradient out")
+        n = _values(a[1])
+        return Work(n * (3 * 22 * 2 + 5), n * (3 + 2 + 1) * F32,
+                    "per pixel and channel: 3 maps x 11 FMA horizontal + 3 x 11 vertical + chain 5; bytes: 3 "
+                    "partials, x, y in, gradient out")
     return _sum(calls, one)
 
 

@@ -1,11 +1,18 @@
-"""Fused SSIM on the CPU: Numba kernels for the forward pass and a hand-written backward.
+"""Fused SSIM on the CPU: one Numba kernel for the forward pass, one for its hand-written backward.
 
 Same numerics as :func:`recon.losses.image.ssim` (the specification, plain PyTorch): an 11 x 11 Gaussian
 window (sigma 1.5) applied with zero padding ("same" size), C1 = 0.01^2, C2 = 0.03^2, the mean of the
 SSIM map over pixels and channels. The 2-D window is the outer product of a 1-D one, so every blur is a
 horizontal then a vertical 11-tap pass (exact, zero padding included), about 5x less arithmetic than
-the reference's 2-D depthwise convolutions, and the five blurred statistics never leave the row that
-uses them.
+the reference's 2-D depthwise convolutions.
+
+Layout: images stay channels-last, a row being W pixels x D channels interleaved ([C, H, W * D]); the
+horizontal pass steps its taps by D values, so one tap is one contiguous (vectorised) pass over the whole
+row, all channels at once, and no plane is ever copied out. Each kernel walks a band of image rows; the
+horizontal pass of every row it needs is computed once into a ring of 2r + 1 rows (r = window // 2), from
+which the vertical pass of the band's rows reads: the blurred statistics never leave L1/L2 (the four
+kernels before wrote 5 + 3 full maps out and read them back). The forward writes the SSIM map's partial
+derivatives (3 maps) for the backward and the map's per-row sums.
 
 Backward (the gradient reaches the first image only; the second is the target). With
 mu_x = blur(x), e_xx = blur(x^2), e_xy = blur(x y) and S the SSIM map,
@@ -16,9 +23,6 @@ mu_x = blur(x), e_xx = blur(x^2), e_xy = blur(x y) and S the SSIM map,
 A2 = 2 s_xy + C2, B1 = mu_x^2 + mu_y^2 + C1, B2 = s_xx + s_yy + C2 (s = e - mu mu):
 dS/de_xx = -S / B2, dS/de_xy = 2 A1 / (B1 B2),
 dS/dmu_x = [2 mu_y (A2 - A1) - 2 S mu_x (B2 - B1)] / (B1 B2).
-
-Images are planes [P, H, W] inside (P = cameras x channels); the torch entry point takes the channels-
-last layout of the losses module.
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ from numba import njit, prange
 from torch import Tensor
 
 from rasterizer.cpu import KERNEL_LOCK
-from rasterizer.cpu.vecmath import like
+from rasterizer.cpu.schedule import thread_count
+from rasterizer.cpu.vecmath import U, like
 
 C1 = 0.01**2
 C2 = 0.03**2
+N_STATS = 5  # blurred x, y, x^2, y^2, x y
+N_PARTIALS = 3  # dS/dmu_x, dS/de_xx, dS/de_xy
 
 
 def gaussian_taps(size: int, sigma: float, dtype) -> np.ndarray:
@@ -45,121 +52,145 @@ def gaussian_taps(size: int, sigma: float, dtype) -> np.ndarray:
 
 
 @njit(cache=True, inline="always", fastmath=True)
-def blur_row(src, out, g, r, W):
-    """out[x] = sum_k g[k] src[x + k] for x in [0, W): src is a row zero-padded by r on each side."""
-    for x in range(W):
-        out[x] = 0.0
-    for k in range(2 * r + 1):
+def blur_row(src, out, g, step):
+    """out[j] = sum_k g[k] src[j + k step] for j in [0, len(out)): ``src`` is a channels-last row zero-padded
+    by r pixels (r ``step`` values, step = D channels) on each side, so tap k moves by whole pixels."""
+    n = out.shape[0]
+    for j in range(n):
+        out[j] = 0.0
+    for k in range(g.shape[0]):
         gk = g[k]
-        for x in range(W):
-            out[x] += gk * src[x + k]
-
-
-@njit(cache=True, parallel=True, fastmath=True)
-def horizontal_stats(x, y, g, hor):
-    """Horizontal pass of the five statistics: hor[s, p, row] = blur_x of x, y, x^2, y^2, x y.
-
-    x, y [P, H, W]; g [2r + 1]; hor [5, P, H, W] (written)."""
-    P, H, W = x.shape
-    r = g.shape[0] // 2
-    for i in prange(P * H):
-        p, row = i // H, i % H
-        pad = np.zeros((5, W + 2 * r), x.dtype)
-        for j in range(W):
-            a, b = x[p, row, j], y[p, row, j]
-            pad[0, j + r] = a
-            pad[1, j + r] = b
-            pad[2, j + r] = a * a
-            pad[3, j + r] = b * b
-            pad[4, j + r] = a * b
-        for s in range(5):
-            blur_row(pad[s], hor[s, p, row], g, r, W)
+        off = U(k * step)  # unsigned: no wraparound test per access (vectorised)
+        for j in range(U(n)):
+            out[j] += gk * src[off + j]
 
 
 @njit(cache=True, inline="always", fastmath=True)
-def vertical_sum(hor, s, p, row, g, r, H, W, out):
-    """out[x] = sum_k g[k] hor[s, p, row + k - r, x] over rows inside the image (zero padding)."""
-    for x in range(W):
-        out[x] = 0.0
-    for k in range(2 * r + 1):
+def vertical_row(ring, s, row, g, H, out):
+    """out[j] = sum_k g[k] hor[row + k - r][j] over rows inside the image (zero padding), the horizontal
+    rows of statistic s read from the ring (row y in slot y % (2r + 1))."""
+    r = g.shape[0] // 2
+    taps = g.shape[0]
+    for j in range(out.shape[0]):
+        out[j] = 0.0
+    for k in range(taps):
         yy = row + k - r
         if 0 <= yy < H:
             gk = g[k]
-            for x in range(W):
-                out[x] += gk * hor[s, p, yy, x]
+            src = ring[s, yy % taps]
+            for j in range(out.shape[0]):
+                out[j] += gk * src[j]
+
+
+@njit(cache=True, inline="always")
+def band(i, bands, H):
+    """(camera, first row, last row + 1) of band i when each camera's H rows are cut into ``bands`` bands."""
+    c, b = i // bands, i % bands
+    rows = (H + bands - 1) // bands
+    return c, b * rows, min(H, (b + 1) * rows)
 
 
 @njit(cache=True, fastmath=True)
-def vertical_block(hor, count, p, row, g):
-    """[count, W]: the vertical pass of maps hor[0:count, p] at image row ``row`` (see vertical_sum)."""
-    H, W = hor.shape[2], hor.shape[3]
-    st = np.empty((count, W), hor.dtype)
-    for s in range(count):
-        vertical_sum(hor, s, p, row, g, g.shape[0] // 2, H, W, st[s])
-    return st
+def horizontal_stats_row(x, y, c, row, g, D, pad, ring):
+    """Horizontal pass of the five statistics of image row ``row`` into its ring slot: blur_x of x, y,
+    x^2, y^2, x y (pad [5, n + 2 r D] scratch, its margins zero)."""
+    n = x.shape[2]
+    o = (g.shape[0] // 2) * D
+    for j in range(n):
+        a, b = x[c, row, j], y[c, row, j]
+        pad[0, o + j] = a
+        pad[1, o + j] = b
+        pad[2, o + j] = a * a
+        pad[3, o + j] = b * b
+        pad[4, o + j] = a * b
+    slot = row % g.shape[0]
+    for s in range(N_STATS):
+        blur_row(pad[s], ring[s, slot], g, D)
 
 
 @njit(cache=True, parallel=True, fastmath=True)
-def ssim_rows(hor, g, partials, row_sums):
-    """Vertical pass, the SSIM map and its partial derivatives, one image row at a time.
+def ssim_forward_kernel(x, y, g, D, bands, partials, row_sums):
+    """The SSIM map of x against y in one pass: per band of rows, the horizontal pass of each needed row
+    once (ring of 2r + 1 rows), the vertical pass, the map, its partial derivatives and row sums.
 
-    hor [5, P, H, W] from horizontal_stats; writes partials [3, P, H, W] (dS/dmu_x, dS/de_xx,
-    dS/de_xy) and row_sums [P * H] (sum of S over the row)."""
-    _, P, H, W = hor.shape
-    for i in prange(P * H):
-        p, row = i // H, i % H
-        st = vertical_block(hor, 5, p, row, g)
-        ref = st[0, 0]  # constants in the storage dtype: float32 stays float32 (vectorised)
-        c1, c2, two = like(C1, ref), like(C2, ref), like(2.0, ref)
-        total = 0.0
-        for x in range(W):
-            mx, my = st[0, x], st[1, x]
-            sxx = st[2, x] - mx * mx
-            syy = st[3, x] - my * my
-            sxy = st[4, x] - mx * my
-            a1 = two * mx * my + c1
-            a2 = two * sxy + c2
-            b1 = mx * mx + my * my + c1
-            b2 = sxx + syy + c2
-            inv = like(1.0, ref) / (b1 * b2)
-            S = a1 * a2 * inv
-            total += S
-            partials[0, p, row, x] = (two * my * (a2 - a1) - two * S * mx * (b2 - b1)) * inv
-            partials[1, p, row, x] = -S / b2
-            partials[2, p, row, x] = two * a1 * inv
-        row_sums[i] = total
+    x, y [C, H, W * D] channels-last rows; g [2r + 1]; ``bands`` bands of rows per camera (the parallel
+    work; results do not depend on it). Writes partials [3, C, H, W * D] (dS/dmu_x, dS/de_xx, dS/de_xy)
+    and row_sums [C * H] float64 (sum of S over the row's pixels and channels)."""
+    C, H, n = x.shape
+    taps = g.shape[0]
+    r = taps // 2
+    for i in prange(C * bands):
+        c, y0, y1 = band(i, bands, H)
+        pad = np.zeros((N_STATS, n + 2 * r * D), x.dtype)
+        ring = np.zeros((N_STATS, taps, n), x.dtype)  # zeros: a row never computed reads as 0, never stale
+        st = np.empty((N_STATS, n), x.dtype)
+        ref = x[0, 0, 0]  # constants in the storage dtype: float32 stays float32 (vectorised)
+        c1, c2, two, one = like(C1, ref), like(C2, ref), like(2.0, ref), like(1.0, ref)
+        ready = max(y0 - r, 0)  # next horizontal row to compute
+        for row in range(y0, y1):
+            while ready <= min(row + r, H - 1):
+                horizontal_stats_row(x, y, c, ready, g, D, pad, ring)
+                ready += 1
+            for s in range(N_STATS):
+                vertical_row(ring, s, row, g, H, st[s])
+            total = 0.0
+            for j in range(n):
+                mx, my = st[0, j], st[1, j]
+                sxx = st[2, j] - mx * mx
+                syy = st[3, j] - my * my
+                sxy = st[4, j] - mx * my
+                a1 = two * mx * my + c1
+                a2 = two * sxy + c2
+                b1 = mx * mx + my * my + c1
+                b2 = sxx + syy + c2
+                inv = one / (b1 * b2)
+                S = a1 * a2 * inv
+                total += S
+                partials[0, c, row, j] = (two * my * (a2 - a1) - two * S * mx * (b2 - b1)) * inv
+                partials[1, c, row, j] = -S / b2
+                partials[2, c, row, j] = two * a1 * inv
+            row_sums[c * H + row] = total
 
 
 @njit(cache=True, parallel=True, fastmath=True)
-def horizontal_partials(partials, g, hor):
-    """Horizontal pass of the backward: hor[s] = blur_x(partials[s]) for the 3 partial maps."""
-    _, P, H, W = partials.shape
-    r = g.shape[0] // 2
-    for i in prange(P * H):
-        p, row = i // H, i % H
-        pad = np.zeros(W + 2 * r, partials.dtype)
-        for s in range(3):
-            for j in range(W):
-                pad[j + r] = partials[s, p, row, j]
-            blur_row(pad, hor[s, p, row], g, r, W)
+def ssim_backward_kernel(partials, x, y, g, D, bands, scale, grad):
+    """d (scale * sum S) / d x in one pass: per band of rows, the horizontal pass of the 3 partial maps of
+    each needed row once (ring), their vertical pass and the chain rule grad = scale (b0 + 2 x b1 + y b2),
+    b = blur(partials). Shapes as ssim_forward_kernel; grad [C, H, W * D] (written)."""
+    _, C, H, n = partials.shape
+    taps = g.shape[0]
+    r = taps // 2
+    o = r * D
+    for i in prange(C * bands):
+        c, y0, y1 = band(i, bands, H)
+        pad = np.zeros(n + 2 * o, partials.dtype)
+        ring = np.zeros((N_PARTIALS, taps, n), partials.dtype)
+        st = np.empty((N_PARTIALS, n), partials.dtype)
+        two = like(2.0, scale)
+        ready = max(y0 - r, 0)
+        for row in range(y0, y1):
+            while ready <= min(row + r, H - 1):
+                for s in range(N_PARTIALS):
+                    for j in range(n):
+                        pad[o + j] = partials[s, c, ready, j]
+                    blur_row(pad, ring[s, ready % taps], g, D)
+                ready += 1
+            for s in range(N_PARTIALS):
+                vertical_row(ring, s, row, g, H, st[s])
+            for j in range(n):
+                grad[c, row, j] = scale * (st[0, j] + two * x[c, row, j] * st[1, j] + y[c, row, j] * st[2, j])
 
 
-@njit(cache=True, parallel=True, fastmath=True)
-def gradient_rows(hor, x, y, g, scale, grad):
-    """Vertical pass of the backward and the chain rule: grad = scale (b0 + 2 x b1 + y b2) with
-    b = blur(partials); grad [P, H, W] (written)."""
-    _, P, H, W = hor.shape
-    for i in prange(P * H):
-        p, row = i // H, i % H
-        st = vertical_block(hor, 3, p, row, g)
-        for j in range(W):
-            grad[p, row, j] = scale * (st[0, j] + 2.0 * x[p, row, j] * st[1, j] + y[p, row, j] * st[2, j])
-
-
-def _planes(img: Tensor) -> np.ndarray:
-    """[C, H, W, D] tensor -> [C * D, H, W] contiguous numpy planes."""
+def _rows(img: Tensor) -> np.ndarray:
+    """[C, H, W, D] tensor -> [C, H, W * D] numpy rows (a view; a copy only when ``img`` is not contiguous)."""
     C, H, W, D = img.shape
-    return np.ascontiguousarray(img.detach().permute(0, 3, 1, 2).reshape(C * D, H, W).numpy())
+    return img.detach().contiguous().reshape(C, H, W * D).numpy()
+
+
+def row_bands(H: int) -> int:
+    """Bands of rows per camera for the kernels' parallel loop: one per thread (each band recomputes the
+    horizontal pass of 2r rows beyond its ends, so no more than needed), at most one per 16 rows."""
+    return max(1, min(thread_count(), H // 16))
 
 
 class FusedSSIM(torch.autograd.Function):
@@ -167,30 +198,26 @@ class FusedSSIM(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, window: int, sigma: float) -> Tensor:
-        x, y = _planes(a), _planes(b)
+        x, y = _rows(a), _rows(b)
         g = gaussian_taps(window, sigma, x.dtype)
-        P, H, W = x.shape
-        hor = np.empty((5, P, H, W), x.dtype)
-        partials = np.empty((3, P, H, W), x.dtype)
-        row_sums = np.empty(P * H, np.float64)
+        C, H, n = x.shape
+        D = a.shape[3]
+        bands = row_bands(H)
+        partials = np.empty((N_PARTIALS, C, H, n), x.dtype)
+        row_sums = np.empty(C * H, np.float64)
         with KERNEL_LOCK:
-            horizontal_stats(x, y, g, hor)
-            ssim_rows(hor, g, partials, row_sums)
-        ctx.state = (x, y, g, partials, a.shape)
+            ssim_forward_kernel(x, y, g, D, bands, partials, row_sums)
+        ctx.state = (x, y, g, partials, a.shape, bands)
         return a.new_tensor(float(row_sums.sum()) / x.size)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        x, y, g, partials, shape = ctx.state
-        C, H, W, D = shape
-        hor = np.empty_like(partials)
+        x, y, g, partials, shape, bands = ctx.state
         grad = np.empty_like(x)
         scale = x.dtype.type(float(grad_out) / x.size)
         with KERNEL_LOCK:
-            horizontal_partials(partials, g, hor)
-            gradient_rows(hor, x, y, g, scale, grad)
-        out = torch.from_numpy(grad).reshape(C, D, H, W).permute(0, 2, 3, 1)
-        return out, None, None, None
+            ssim_backward_kernel(partials, x, y, g, shape[3], bands, scale, grad)
+        return torch.from_numpy(grad).reshape(shape), None, None, None
 
 
 def fused_ssim(a: Tensor, b: Tensor, window: int = 11, sigma: float = 1.5) -> Tensor:

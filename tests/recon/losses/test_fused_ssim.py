@@ -74,3 +74,28 @@ def test_waits_for_the_rasterizers_public_kernel_lock():
         assert not done.wait(0.5), "fused_ssim ran while KERNEL_LOCK was held"
     worker.join(30)
     assert done.is_set()
+
+
+def test_row_bands_do_not_change_results():
+    """The kernels cut each camera's rows into bands (one per thread), each recomputing the horizontal pass of
+    the rows around its ends: any band count gives the same map partials, row sums and gradient."""
+    import numpy as np
+
+    from recon.losses.ssim import N_PARTIALS, gaussian_taps, ssim_backward_kernel, ssim_forward_kernel
+
+    a, b = _pair((2, 50, 9, 3), torch.float64, seed=5)
+    C, H, W, D = a.shape
+    x, y = a.reshape(C, H, W * D).numpy(), b.reshape(C, H, W * D).numpy()
+    g = gaussian_taps(11, 1.5, np.float64)
+    results = []
+    for bands in (1, 2, 3):
+        partials = np.empty((N_PARTIALS, C, H, W * D))
+        sums = np.empty(C * H)
+        grad = np.empty_like(x)
+        ssim_forward_kernel(x, y, g, D, bands, partials, sums)
+        ssim_backward_kernel(partials, x, y, g, D, bands, 0.5, grad)
+        results.append((partials, sums, grad))
+    for partials, sums, grad in results[1:]:
+        np.testing.assert_allclose(partials, results[0][0], rtol=0, atol=1e-13)
+        np.testing.assert_allclose(sums, results[0][1], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(grad, results[0][2], rtol=0, atol=1e-13)
