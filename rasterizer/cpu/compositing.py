@@ -3,7 +3,9 @@
 Same numerics as ``rasterizer/reference/composite.py`` (the specification). Work is organised per
 16x16 tile (tiles run in parallel) and, inside a tile, per Gaussian (front to back forward, back to
 front backward), over the block of tile rows its alpha >= 1/255 ellipse sigma <= ln(255 opacity)
-crosses, in each of the tile's two 8-column strips the ellipse reaches (see TS, SW below). Every pixel
+crosses, in each of the tile's two 8-column strips the ellipse reaches (see TS, SW below); the forward
+clips those rows further, per strip, to the rows the ellipse reaches within the strip's columns (band_rows,
+for Gaussians over 3+ rows) and to the strip's rows that still hold a live pixel (live_rows). Every pixel
 of those rows is evaluated directly (sigma, alpha, the skip tests) by flat, branch-free loops that LLVM
 vectorises (8 float32 pixels at a time with AVX2, 16 with AVX-512); skipped rows and strips hold only
 pixels the specification skips too (the
@@ -282,6 +284,72 @@ def count_done(st, done_threshold):
     return n
 
 
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
+def live_rows(st, done, live):
+    """Per strip s of the tile, the rows holding a pixel not done (threshold below ``done``; pixels outside
+    the image count as done): live[2 s], live[2 s + 1] = first, last + 1 (0, 0 when none). Returns whether any
+    pixel of the tile is live."""
+    anyl = False
+    for s in range(2):
+        first, end = TS, 0
+        for ly in range(TS):
+            base = F_THR + s * STRIP + ly * SW
+            n = 0.0
+            for j in range(SW):
+                n += st[base + j]
+            if n < SW * done:  # a threshold below done
+                first = min(first, ly)
+                end = ly + 1
+        if end == 0:
+            first = 0
+        live[2 * s], live[2 * s + 1] = first, end
+        anyl = anyl or end > 0
+    return anyl
+
+
+BAND_MIN_ROWS = 3  # forward_tile clips the rows of a Gaussian crossing at least this many to each strip's band
+BAND_LEVEL_SLACK = 1e-5  # band_rows widens the alpha >= 1/255 ellipse to sigma <= level (1 + this)
+
+
+@njit(cache=True, inline="always")
+def band_shape(h, a, b, c):
+    """(r, cw, ut, sdet) of a Gaussian's alpha >= 1/255 ellipse 0.5 (a dx^2 + c dy^2) + b dx dy <= level (float64
+    conic; h its row half extent, binning.row_half_extent, finite), widened by BAND_LEVEL_SLACK: r its vertical
+    and cw its horizontal half extent, ut the dx of its highest point (dy = r), sdet = sqrt(a c - b^2)."""
+    r = (h - SPAN_MARGIN) * math.sqrt(1.0 + BAND_LEVEL_SLACK)
+    return r, r * math.sqrt(c / a), -b * r / a, math.sqrt(max(a * c - b * b, 0.0))
+
+
+@njit(cache=True, inline="always")
+def band_top(u, cw, sdet, b, c):
+    """Largest dy of the ellipse (band_shape) at dx = u, |u| <= cw: (-b u + sdet sqrt(cw^2 - u^2)) / c."""
+    return (-b * u + sdet * math.sqrt(max(cw * cw - u * u, 0.0))) / c
+
+
+@njit(cache=True, inline="always")
+def band_rows(r, cw, ut, sdet, mx, my, b, c, bx0, y0, y1):
+    """Rows [ylo, yhi) of the tile's rows [y0, y1) in which the ellipse of band_shape (r, cw, ut, sdet; mean mx,
+    my; conic b, c), widened by SPAN_MARGIN, reaches a pixel centre of the columns [bx0, bx0 + SW): the ellipse
+    cut by a vertical band, whose extreme rows are its own (r at ut) when the band holds ut, else at the band's
+    edge nearest to ut (the ellipse's upper edge is concave)."""
+    lo, hi = max(bx0 + 0.5 - mx, -cw), min(bx0 + SW - 0.5 - mx, cw)  # dx over the band's pixel centres
+    if lo > hi:
+        return y0, y0
+    top = r if lo <= ut <= hi else band_top(min(max(ut, lo), hi), cw, sdet, b, c)
+    bottom = -r if lo <= -ut <= hi else -band_top(min(max(ut, -hi), -lo), cw, sdet, b, c)
+    return gaussian_rows_between(my + bottom - SPAN_MARGIN, my + top + SPAN_MARGIN, y0, y1)
+
+
+@njit(cache=True, inline="always")
+def gaussian_rows_between(ylo_f, yhi_f, y0, y1):
+    """Rows [ylo, yhi) within [y0, y1) whose centres y + 0.5 lie in [ylo_f, yhi_f]."""
+    flo = math.ceil(ylo_f - 0.5)
+    fhi = math.floor(yhi_f - 0.5) + 1.0
+    ylo = y0 if flo < y0 else (y1 if flo > y1 else int(flo))
+    yhi = y1 if fhi > y1 else (y0 if fhi < y0 else int(fhi))
+    return ylo, yhi
+
+
 # "No limit" in the depth-limit arrays: the largest float32, as the kernels are compiled without infinities
 # (FASTMATH's ninf); the caller clamps the limits to +-NO_LIMIT (no finite float32 depth reaches it).
 NO_LIMIT = np.float32(np.finfo(np.float32).max)
@@ -346,8 +414,11 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
     if limits is not None:  # None: a separate compilation with the depth cuts pruned
         lim = load_tile_limits(limits, c, x0, y0, x1, y1)
         next_cut = lim.min()
+    live = np.empty(4, np.int64)  # per strip s: its live rows lie in [live[2 s], live[2 s + 1]) (live_rows)
+    for s in range(2):
+        live[2 * s], live[2 * s + 1] = 0, y1 - y0
     for k in range(offsets[t], offsets[t + 1]):
-        if (k - offsets[t]) % LIVE_CHECK == LIVE_CHECK - 1 and count_done(st, done) == NPIX:
+        if (k - offsets[t]) % LIVE_CHECK == LIVE_CHECK - 1 and not live_rows(st, done, live):
             break
         g = ids[k]
         if limits is not None and depths32[g] >= next_cut:  # cut the pixels whose limit it reaches
@@ -360,8 +431,19 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
             continue
         s0, s1 = gaussian_strips(rows, k, x0, x1)
         mx, my, a, b, cc, op, c0, c1, c2 = intersection_values(k, g, packed, means2d, conics, opac, colors)
+        h = rows[k, 0] if packed is not None else row_half[g]
+        banded = yhi - ylo >= BAND_MIN_ROWS and math.isfinite(h)
+        if banded:
+            fa, fb, fc = np.float64(a), np.float64(b), np.float64(cc)
+            r, cw, ut, sdet = band_shape(h, fa, fb, fc)
         for s in range(s0, s1):
-            lo, hi = s * STRIP + (ylo - y0) * SW, s * STRIP + (yhi - y0) * SW
+            rlo, rhi = max(ylo, y0 + live[2 * s]), min(yhi, y0 + live[2 * s + 1])
+            if banded and rlo < rhi:
+                blo, bhi = band_rows(r, cw, ut, sdet, np.float64(mx), np.float64(my), fb, fc, x0 + s * SW, y0, y1)
+                rlo, rhi = max(rlo, blo), min(rhi, bhi)
+            if rlo >= rhi:
+                continue
+            lo, hi = s * STRIP + (rlo - y0) * SW, s * STRIP + (rhi - y0) * SW
             forward_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2)
             if D > 3:
                 accumulate_pixels(st, lo, hi, colors, g)
