@@ -3,6 +3,7 @@
 
     OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python scripts/bench_neus_sequence.py [--frames 4] [--steps 400]
         [--frame-steps 60] [--size 96] [--target-samples 16384] [--hash-log2-table 17] [--out DIR] [--device cpu]
+        [--gradient tetrahedral|central]
 
 The first ``--frames`` time steps of ``procedural-4d`` (8 training cameras filming every time, the test camera
 every time step: ``test_time_stride`` 1) at ``--size`` px train as ``splatforge train --method neus --data
@@ -59,6 +60,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=96)
     ap.add_argument("--target-samples", type=int, default=1 << 14)
     ap.add_argument("--hash-log2-table", type=int, default=17)
+    ap.add_argument("--gradient", default="tetrahedral", choices=("central", "tetrahedral"),
+                    help="--neus.gradient (the SDF gradient scheme)")
     ap.add_argument("--out", type=Path, default=Path("bench_neus_sequence"))
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
@@ -73,7 +76,8 @@ def main() -> None:
     shutil.rmtree(run, ignore_errors=True)
     nerf = NerfConfig(target_samples=args.target_samples, hash_log2_table=args.hash_log2_table)
     # all hash levels active by half of the first frame (as bench_geometry's neus column)
-    neus = NeusConfig(level_every=max(1, args.steps // 24), frame_steps=args.frame_steps)
+    neus = NeusConfig(level_every=max(1, args.steps // 24), frame_steps=args.frame_steps,
+                      gradient=args.gradient)
     cfg = TrainConfig(data=Path("procedural-4d"), out=run, method="neus", strategy="occupancy", steps=args.steps,
                       save_every=0, progress=False, device=args.device, nerf=nerf, neus=neus)
     times = frame_times(scene)
@@ -98,7 +102,7 @@ def main() -> None:
                     "numba_threads": os.environ.get("NUMBA_NUM_THREADS"), "load_before": load_before,
                     "load_after": load_after},
         "config": {k: getattr(args, k) for k in ("frames", "steps", "frame_steps", "size", "target_samples",
-                                                  "hash_log2_table")},
+                                                  "hash_log2_table", "gradient")},
         "frames": frames,
         "later_frames_train_seconds_max": max(later) if later else None,
         "later_frames_wall_seconds_max": max(walls[1:]) if len(walls) > 1 else None,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """One later frame's NeuS training steps (issue 50): CPU and wall seconds per step, printed as JSON.
 
-    OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python scripts/bench_neus_step.py RUN [--steps 7] [--frame-steps 40]
+    OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python scripts/bench_neus_step.py RUN [--steps 7] [--frame-steps 40] [--gradient tetrahedral|central]
 
 ``RUN`` is a ``scripts/bench_neus_sequence.py`` run folder (``--out DIR``: DIR/run) whose frame 0 has finished,
 trained with that script's defaults for ``--size`` 96, ``--target-samples`` and ``--hash-log2-table`` and the
@@ -38,6 +38,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=96)
     ap.add_argument("--target-samples", type=int, default=1 << 14)
     ap.add_argument("--hash-log2-table", type=int, default=17)
+    ap.add_argument("--gradient", default="tetrahedral", choices=("central", "tetrahedral"),
+                    help="--neus.gradient (the SDF gradient scheme)")
     args = ap.parse_args()
 
     from bench_neus_sequence import first_frames
@@ -55,6 +57,7 @@ def main() -> None:
     model = FrameSequence(cfg, scene, log=lambda *_: None).final_model(0)
     fcfg = frame_config(cfg, 1)
     model.level_offset, model.cfg = args.frame0_steps, fcfg.nerf
+    model.neus.gradient = model.field.gradient = args.gradient  # the scheme of the timed steps (frame 0's may differ)
     torch.manual_seed(0)
     trainer = Trainer(fcfg, lambda *_: None, [], scene=frame_scene(scene, times[1], times), model=model)
     cpu, wall = [], []
@@ -69,7 +72,7 @@ def main() -> None:
                     "numba_threads": os.environ.get("NUMBA_NUM_THREADS"), "load": os.getloadavg()},
         "timed_steps": len(cpu), "cpu_seconds_per_step_median": round(statistics.median(cpu), 3),
         "wall_seconds_per_step_median": round(statistics.median(wall), 3),
-        "cpu_seconds_per_step": [round(c, 3) for c in cpu], "last_loss": result.loss,
+        "cpu_seconds_per_step": [round(c, 3) for c in cpu], "last_loss": result.loss, "gradient": args.gradient,
     }, indent=1))
 
 

@@ -10,8 +10,8 @@ trainer's background, the learning-rate schedule, checkpoints, render / eval / v
 
 What differs:
 
-- samples: per section [t0, t1] the SDF, its features and central-difference gradient at the midpoint
-  (7 field evaluations), then ``alpha = neus_alpha(...)`` and ``w_i = alpha_i prod_{j<i}(1 - alpha_j)``
+- samples: per section [t0, t1] the SDF, its features and finite-difference gradient at the midpoint
+  (``--neus.gradient``: tetrahedral, 4 field evaluations; central, 7), then ``alpha = neus_alpha(...)`` and ``w_i = alpha_i prod_{j<i}(1 - alpha_j)``
   (:func:`recon.nerf.rendering.alpha_weights`); the colour net sees the unit normal;
 - rendering without gradients (:attr:`NeusModel.fast_render`): alpha from the SDF alone (1 evaluation per
   section, the cosine from the neighbouring sections' SDFs: :func:`recon.nerf.neus.slope_cos`), then the
@@ -44,15 +44,16 @@ from recon.models.nerf import (ADAM_BETAS, ADAM_EPS, EARLY_STOP, NO_GRAD_SAMPLES
                                scene_space)
 from recon.nerf.config import FieldConfig, NerfConfig, NeusConfig
 from recon.nerf.field import encoding_backend, field_grid_config
-from recon.nerf.neus import (eikonal_loss, neus_alpha, neus_alpha_from_slope, ray_neighbours, slope_cos,
-                             step_alpha)
+from recon.nerf.neus import (FIELD_POINTS, eikonal_loss, neus_alpha, neus_alpha_from_slope, ray_neighbours,
+                             slope_cos, step_alpha)
 from recon.nerf.neus_field import NeusField, unit_normals
 from recon.nerf.rendering import alpha_weights, composite, median_depth
 from recon.nerf.space import FieldSpace, to_unit
 
-FD_CHUNK = NO_GRAD_SAMPLES // 7  # samples per no-gradient evaluation (7 field points each)
+FD_CHUNK = NO_GRAD_SAMPLES // 7  # samples per no-gradient evaluation (up to 7 field points each)
 FAST_WEIGHT = 1e-4  # rendering without gradients: sections of smaller (estimated) weight are dropped
-ONE_PASS_SAMPLES = FD_CHUNK  # training batches of at most this many sections take one pass (render_rays)
+ONE_PASS_POINTS = NO_GRAD_SAMPLES  # training batches of at most this many field points (sections x the gradient
+# scheme's points per section) take one pass (render_rays); larger ones would not hold their graph
 
 
 @register_model("neus")
@@ -78,7 +79,7 @@ class NeusModel(NerfModel):
         return NeusField(field_grid_config(self.cfg, f), 2.0 if self.space.contracted else 1.0, n.geo_hidden,
                          self.cfg.geo_dim, self.cfg.hidden, self.cfg.color_layers, n.init_radius, n.init_variance,
                          n.fd_cells, generator, encoding_backend(self.cfg), self.cfg.encoding_mlp, f.decoder,
-                         f.rbf_neurons, f.rbf_backend)
+                         f.rbf_neurons, f.rbf_backend, n.gradient)
 
     def _make_optimizer(self) -> torch.optim.Adam:
         """Adam: the hash table (no weight decay), the MLPs (``nerf.weight_decay``), the variance (its own rate);
@@ -194,7 +195,7 @@ class NeusModel(NerfModel):
             ray, t0, t1, alpha, feats, grad = self._fast_sections(o, d, ray, t0, t1, R)
             rgb = self.field.color(feats, d[ray].float(), unit_normals(grad))
         elif samples:
-            one_pass = grad_on and samples <= ONE_PASS_SAMPLES  # evaluated once, with gradients, then cut
+            one_pass = grad_on and samples * FIELD_POINTS[self.field.gradient] <= ONE_PASS_POINTS  # once, then cut
             with torch.set_grad_enabled(one_pass):
                 alpha, feats, grad = (self._sections if one_pass else self._sections_no_grad)(o, d, ray, t0, t1)
             alive = self._alive(alpha.detach(), ray, R)
@@ -298,7 +299,8 @@ class NeusModel(NerfModel):
     @classmethod
     def _blank_from_state(cls, state: dict) -> "NeusModel":
         model = cls(loaded_nerf_config(state["config"]), FieldSpace.from_dict(state["space"]), state["extent"],
-                    field_cfg=FieldConfig(**state.get("field_config", {})), neus_cfg=NeusConfig(**state["neus_config"]))
+                    field_cfg=FieldConfig(**state.get("field_config", {})),
+                    neus_cfg=NeusConfig(**{"gradient": "central", **state["neus_config"]}))  # older: central
         model.field.set_active_levels(int(state["active_levels"]))
         model.level_offset = int(state.get("level_offset", 0))  # checkpoints before sequences: 0
         return model

@@ -148,6 +148,9 @@ class NeusConfig:
     """progressive training: one more grid level every N steps (the default: all 16 levels by step 6,000)"""
     fd_cells: float = 0.5
     """finite-difference step of the SDF gradient, in cells of the finest active grid level"""
+    gradient: Literal["central", "tetrahedral"] = "tetrahedral"
+    """SDF gradient scheme: tetrahedral differences (4 field evaluations per sample; Instant-NSR) or central
+    differences (7); docs/nerf.md"""
     geo_hidden: int = 64
     """width of the geometry MLP's hidden layer (softplus, geometric initialisation; --field.decoder mlp)"""
     frame_steps: int = 300

@@ -34,8 +34,10 @@ Fused CPU kernels where they apply: hash or dense + MLP, the encoding + geometry
 level active, the grid + RBF kernel (:func:`recon.nerf.grid_rbf.grid_rbf_layer`); a tri-plane (PyTorch) and an RBF
 head with masked levels run the encoding then the decoder.
 
-Gradients of the SDF are central differences (:func:`recon.nerf.neus.central_differences`) of step
-``fd_cells`` cells of the finest active level (:meth:`NeusField.fd_step`), whatever the encoding and decoder.
+Gradients of the SDF are finite differences of step ``fd_cells`` cells of the finest active level
+(:meth:`NeusField.fd_step`), whatever the encoding and decoder: ``gradient`` "tetrahedral" (4 field evaluations
+per point: :func:`recon.nerf.neus.tetrahedral_differences`) or "central" (7:
+:func:`recon.nerf.neus.central_differences`).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from recon.nerf.field import INIT_SAMPLES, SH_DEGREE, GridField, mlp, random_dir
 from recon.nerf.fused_encoding_mlp import encode_mlp_numba, use_fused
 from recon.nerf.grid_rbf import grid_rbf_layer
 from recon.nerf.hash_encoding import HashGridConfig
-from recon.nerf.neus import central_differences, sharpness
+from recon.nerf.neus import GRADIENTS, sharpness
 from recon.nerf.rbf import RBFLayer
 from recon.nerf.triplane import TriPlaneConfig
 
@@ -99,15 +101,19 @@ class NeusField(GridField):
     hash / dense :class:`HashGridConfig` or a :class:`TriPlaneConfig`; ``k``: half the side of the normalised cube
     (1 box, 2 contracted); ``backend``: the table encoding's (:func:`recon.nerf.hash_encoding.hash_encode`);
     ``encoding_mlp``: the encoding + geometry MLP fused or not (:func:`recon.nerf.fused_encoding_mlp.use_fused`);
-    ``decoder`` "mlp" or "rbf" (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`). The
+    ``decoder`` "mlp" or "rbf" (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`);
+    ``gradient`` the finite-difference scheme (:data:`recon.nerf.neus.GRADIENTS`). The
     heads keep the names ``geo_mlp`` / ``color_mlp`` whatever the decoder (checkpoint keys)."""
 
     def __init__(self, grid: HashGridConfig | TriPlaneConfig, k: float = 1.0, geo_hidden: int = 64,
                  geo_dim: int = 15, hidden: int = 64, color_layers: int = 2, init_radius: float = 0.5,
                  init_variance: float = 0.3, fd_cells: float = 0.5, generator: torch.Generator | None = None,
                  backend: str = "auto", encoding_mlp: str = "auto", decoder: str = "mlp", rbf_neurons: int = 256,
-                 rbf_backend: str = "auto"):
+                 rbf_backend: str = "auto", gradient: str = "central"):
         super().__init__()
+        if gradient not in GRADIENTS:
+            raise ValueError(f"NeusField: unknown gradient {gradient!r} ({', '.join(GRADIENTS)})")
+        self.gradient = gradient
         self._init_grid(grid, decoder, generator, backend)
         self.k, self.fd_cells, self.init_radius = float(k), float(fd_cells), float(init_radius)
         self.encoding_mlp = encoding_mlp
@@ -129,7 +135,7 @@ class NeusField(GridField):
         return (levels < self.active_levels).to(self.table.dtype)
 
     def fd_step(self) -> float:
-        """Central-difference step in normalised units: ``fd_cells`` cells of the finest active level."""
+        """Finite-difference step in normalised units: ``fd_cells`` cells of the finest active level."""
         r = float(self.resolutions[self.active_levels - 1])
         return self.fd_cells * 2.0 * self.k / r
 
@@ -164,9 +170,9 @@ class NeusField(GridField):
         return self.geo_mlp(self.encode(u).to(x.dtype) * self.level_mask())
 
     def sdf_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(sdf [N], features [N, geo_dim], gradient [N, 3]) at ``x`` [N, 3]: central differences of
-        :meth:`fd_step`."""
-        return central_differences(self.sdf, x.to(self.table.dtype), self.fd_step())
+        """(sdf [N], features [N, geo_dim], gradient [N, 3]) at ``x`` [N, 3]: the ``gradient`` scheme's finite
+        differences of step :meth:`fd_step`."""
+        return GRADIENTS[self.gradient](self.sdf, x.to(self.table.dtype), self.fd_step())
 
     def color(self, feats: Tensor, dirs: Tensor, normals: Tensor) -> Tensor:
         """[N, 3] RGB in (0, 1) from geometry features [N, geo_dim], unit view directions and unit normals [N, 3]."""
