@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=96)
     ap.add_argument("--target-samples", type=int, default=1 << 14)
     ap.add_argument("--hash-log2-table", type=int, default=17)
-    ap.add_argument("--gradient", default="tetrahedral", choices=("central", "tetrahedral"),
+    ap.add_argument("--gradient", default="central", choices=("central", "tetrahedral"),
                     help="--neus.gradient (the SDF gradient scheme)")
     args = ap.parse_args()
 

@@ -50,7 +50,7 @@ def test_fast_render_matches_the_exact_render(bumps):
     section), 32 x 32 rays: measured PSNR between the two 78.7 dB (bumps 0) / 72.8 dB (bumps 0.1), largest
     per-pixel difference 0.0010 / 0.0024, opacities 0.0019 / 0.0049; bounds 60 dB, 0.01, 0.02. (A field far from
     a distance field, bumps 0.3, gives 45 dB: there the along-ray slope and the smoothed gradient differ.) Central
-    differences here: with the tetrahedral default the bumpy field gives 47.9 dB, its first-order gradient error
+    differences here: with tetrahedral differences the bumpy field gives 47.9 dB, its first-order gradient error
     at this test field's coarse finest level (docs/nerf.md)."""
     model = sphere_model(bumps, "central")
     o, d = camera_rays(32)
