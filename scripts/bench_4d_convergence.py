@@ -65,7 +65,8 @@ def pose_key(frame) -> tuple:
 def unseen_camera_views(frames_test: list, frames_train: list) -> set[str]:
     """Names of the test frames whose camera pose no training frame has: views from held-out cameras, whatever
     the format names its cameras (a Panoptic ``--test-cameras`` split, the dome proxy's test cameras); the others
-    are training cameras at held-out times."""
+    are training cameras at held-out times. (On data whose cameras move, monocular video, every held-out view
+    counts as a held-out camera: this benchmark is for fixed multi-camera rigs.)"""
     seen = {pose_key(f) for f in frames_train}
     return {f.name for f in frames_test if pose_key(f) not in seen}
 

@@ -322,7 +322,8 @@ def band_shape(h, a, b, c):
 
 @njit(cache=True, inline="always")
 def band_top(u, cw, sdet, b, c):
-    """Largest dy of the ellipse (band_shape) at dx = u, |u| <= cw: (-b u + sdet sqrt(cw^2 - u^2)) / c."""
+    """Largest dy of the ellipse (band_shape) at dx = u: (-b u + sdet sqrt(cw^2 - u^2)) / c for |u| <= cw; for
+    |u| a rounding margin beyond cw the square root is taken as 0 (the ellipse's extreme column point)."""
     return (-b * u + sdet * math.sqrt(max(cw * cw - u * u, 0.0))) / c
 
 
@@ -332,7 +333,9 @@ def band_rows(r, cw, ut, sdet, mx, my, b, c, bx0, y0, y1):
     my; conic b, c), widened by SPAN_MARGIN, reaches a pixel centre of the columns [bx0, bx0 + SW): the ellipse
     cut by a vertical band, whose extreme rows are its own (r at ut) when the band holds ut, else at the band's
     edge nearest to ut (the ellipse's upper edge is concave)."""
-    lo, hi = max(bx0 + 0.5 - mx, -cw), min(bx0 + SW - 0.5 - mx, cw)  # dx over the band's pixel centres
+    # dx over the band's pixel centres, within the ellipse's columns widened by SPAN_MARGIN (band_top clamps
+    # the square root at |u| > cw: there the ellipse's extreme column point)
+    lo, hi = max(bx0 + 0.5 - mx, -cw - SPAN_MARGIN), min(bx0 + SW - 0.5 - mx, cw + SPAN_MARGIN)
     if lo > hi:
         return y0, y0
     top = r if lo <= ut <= hi else band_top(min(max(ut, lo), hi), cw, sdet, b, c)

@@ -207,11 +207,13 @@ class FusedSSIM(torch.autograd.Function):
         row_sums = np.empty(C * H, np.float64)
         with KERNEL_LOCK:
             ssim_forward_kernel(x, y, g, D, bands, partials, row_sums)
+        ctx.save_for_backward(a, b)  # only for autograd's in-place check: x, y may be views of a, b
         ctx.state = (x, y, g, partials, a.shape, bands)
         return a.new_tensor(float(row_sums.sum()) / x.size)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
+        ctx.saved_tensors  # raises if a or b was modified in place since the forward (x, y would have changed)
         x, y, g, partials, shape, bands = ctx.state
         grad = np.empty_like(x)
         scale = x.dtype.type(float(grad_out) / x.size)

@@ -255,24 +255,29 @@ def warm_up(cfg: BatchConfig) -> None:
 
 
 @contextmanager
-def warm_up_lock():
-    """Hold an exclusive lock (flock) on ``mesh2splat-warm-up.lock`` in Numba's kernel cache folder (the
-    keyed folder of :mod:`rasterizer.kernel_cache`; the temporary folder when there is none) while the body
-    runs: the processes sharing that cache warm up one after another. The lock goes with its process (a
-    killed worker releases it); where no lock file can be made the body runs unlocked."""
+def warm_up_lock(folder: Path | None = None):
+    """Hold an exclusive lock (flock) on ``mesh2splat-warm-up.lock`` in ``folder`` (default: Numba's kernel
+    cache folder, the keyed folder of :mod:`rasterizer.kernel_cache`; the temporary folder when there is none)
+    while the body runs: the processes sharing that cache warm up one after another. The lock goes with its
+    process (a killed worker releases it); where no lock file can be made, or the file system takes no locks
+    (flock's ENOLCK / EOPNOTSUPP on some network and FUSE mounts), the body runs unlocked."""
     import fcntl
     import tempfile
 
     from rasterizer.kernel_cache import key_numba_cache
 
-    folder = key_numba_cache() or Path(tempfile.gettempdir())
+    folder = folder or key_numba_cache() or Path(tempfile.gettempdir())
     try:
         handle = open(Path(folder) / "mesh2splat-warm-up.lock", "a")
     except OSError:
         yield
         return
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:  # no locks on this file system: warm up unlocked (as recon.outputs.files.RunLock does)
+            yield
+            return
         try:
             yield
         finally:

@@ -31,7 +31,7 @@ with no Hessian; for a twice-differentiable field the result tends to autograd's
 autograd). With a trilinear hash grid, ``h`` of half a cell of the finest active level averages the
 piecewise-linear field across cells (a smoothing NeuS2 also relies on).
 
-Tetrahedral differences (``--neus.gradient tetrahedral``, the default: :func:`tetrahedral_differences`;
+Tetrahedral differences (``--neus.gradient tetrahedral``, opt-in; central is the default: :func:`tetrahedral_differences`;
 Instant-NSR, Zhao et al. 2022): four points ``x + h v_i`` at alternate corners of the cube [-1, 1]^3,
 ``v`` in {(1,-1,-1), (-1,-1,1), (-1,1,-1), (1,1,1)}, with ``sum_i v_i = 0`` and ``sum_i v_i v_i^T = 4 I``. The
 Taylor expansion ``f(x + h v) = f + h g.v + h^2/2 v^T H v + O(h^3)`` summed with weights ``v_i / (4 h)`` gives

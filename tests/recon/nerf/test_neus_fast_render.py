@@ -27,7 +27,7 @@ def camera_rays(side: int, dist: float = 2.5) -> tuple[torch.Tensor, torch.Tenso
     return origins.clone(), d / d.norm(dim=1, keepdim=True)
 
 
-def sphere_model(bumps: float, gradient: str = "tetrahedral") -> NeusModel:
+def sphere_model(bumps: float, gradient: str = "central") -> NeusModel:
     """A sphere-initialised neus model in the box [-1, 1]^3 (sharpness 64); ``bumps`` > 0: hash table uniform in
     [-bumps, bumps] and the geometry MLP reading it with weights N(0, bumps^2) (a bumpy SDF, varied colour)."""
     g = torch.Generator().manual_seed(0)

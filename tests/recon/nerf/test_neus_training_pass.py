@@ -4,6 +4,7 @@ ones, then those again with gradients), which remain the path of batches too lar
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from recon.models import neus
@@ -24,8 +25,9 @@ def training_render(model, o, d):
             {n: p.grad.clone() for n, p in model.params.items() if p.grad is not None})
 
 
-def test_one_pass_equals_two_passes(monkeypatch):
-    model = sphere_model(0.1)
+@pytest.mark.parametrize("gradient", ["central", "tetrahedral"])
+def test_one_pass_equals_two_passes(monkeypatch, gradient):
+    model = sphere_model(0.1, gradient)
     o, d = camera_rays(8)
     rgb1, grad1, samples1, params1 = training_render(model, o, d)
     assert samples1 * FIELD_POINTS[model.field.gradient] <= neus.ONE_PASS_POINTS  # the one-pass branch
