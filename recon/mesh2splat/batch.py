@@ -24,6 +24,7 @@ import dataclasses
 import multiprocessing
 import os
 import shutil
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from recon.core.lease_queue import LeaseLostError
 from recon.mesh2splat.convert import base_row, convert_object, work_folder
 from recon.data.splat_index import append_row, latest_rows, read_index
 from recon.mesh2splat.preset import ObjectPreset
-from recon.mesh2splat.sources import WORK_DIR, find_meshes, output_path
+from recon.mesh2splat.sources import MESH_SUFFIXES, WORK_DIR, find_meshes, output_path, unread_meshes
 from recon.outputs.files import RunLock
 
 POLL_SECONDS = 0.2
@@ -94,12 +95,19 @@ def check_batch_config(cfg: BatchConfig) -> None:
                          f"--init-points {p.init_points}: need at least 1 view each, 8 pixels, 1 step, 1 point")
 
 
-def run_batch(cfg: BatchConfig, log=print) -> dict:
+def run_batch(cfg: BatchConfig, log=None) -> dict:
     """Convert the pending objects of ``cfg``, appending their rows to ``OUT/index.jsonl``; returns
-    {"objects", "converted", "done", "failed", "skipped", "seconds"} of this call."""
+    {"objects", "converted", "done", "failed", "skipped", "seconds", "not_read"} of this call ("not_read":
+    {suffix: count} of the files in mesh formats the batch does not convert, e.g. STL; also logged)."""
     check_batch_config(cfg)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    log = log or (lambda line: print(line, file=sys.stderr))  # stdout carries the command's JSON summary
+    not_read = unread_meshes(cfg.mesh_dir, cfg.out)
+    if not_read:
+        listed = ", ".join(f"{n} {suffix}" for suffix, n in not_read.items())
+        log(f"mesh2splat: not converting {listed} file(s) under {cfg.mesh_dir}: mesh2splat reads "
+            f"{', '.join(MESH_SUFFIXES)}; convert them first (e.g. trimesh.load(path).export('mesh.ply'))")
     with RunLock(out):  # one batch writes OUT at a time (RunLockedError names the other); a killed one's is taken over
         shutil.rmtree(out / WORK_DIR, ignore_errors=True)  # half-done objects of a killed batch restart
         sources, todo = pending(cfg)
@@ -112,7 +120,7 @@ def run_batch(cfg: BatchConfig, log=print) -> dict:
                 bar.advance(row)
         shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     return {"objects": len(sources), "converted": len(todo), **counts, "skipped": len(sources) - len(todo),
-            "seconds": round(time.perf_counter() - t0, 2)}
+            "seconds": round(time.perf_counter() - t0, 2), "not_read": not_read}
 
 
 class LocalFeed:

@@ -205,3 +205,19 @@ def test_limit_object_memory_is_relative_to_the_process_and_lifted_after():
     assert resource.getrlimit(resource.RLIMIT_AS) == (before[1], before[1])
     assert memory_failure("internal error: RuntimeError: DefaultCPUAllocator: can't allocate memory: ...")
     assert not memory_failure("bad/empty.obj: empty mesh") and not memory_failure(None)
+
+
+def test_mesh_files_of_formats_not_read_are_named_not_passed_over(tmp_path, capsys):
+    """An STL (or glTF, FBX...) under MESH_DIR is not converted; the batch says so (stderr and "not_read"),
+    instead of converting fewer objects than the folder holds without a word."""
+    meshes, out = tmp_path / "meshes", tmp_path / "out"
+    (meshes / "parts").mkdir(parents=True)
+    make_mesh("box", 0).export(meshes / "parts" / "a.stl")
+    make_mesh("box", 1).export(meshes / "parts" / "b.STL")
+    (meshes / ".hidden").mkdir()
+    (meshes / ".hidden" / "c.stl").write_bytes(b"solid x\nendsolid x\n")
+    (meshes / "scene.gltf").write_text("{}")
+    result = run_batch(BatchConfig(mesh_dir=meshes, out=out, preset=TINY, workers=0, progress=False))
+    assert result["objects"] == 0 and result["not_read"] == {".gltf": 1, ".stl": 2}
+    err = capsys.readouterr().err
+    assert "not converting 1 .gltf, 2 .stl file(s)" in err and ".obj" in err
