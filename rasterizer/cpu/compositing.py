@@ -108,6 +108,16 @@ def column_half_extent(row_half, a, c):
 
 
 @njit(cache=True, inline="always")
+def gaussian_rows_between(ylo_f, yhi_f, y0, y1):
+    """Rows [ylo, yhi) within [y0, y1) whose centres y + 0.5 lie in [ylo_f, yhi_f]."""
+    flo = math.ceil(ylo_f - 0.5)
+    fhi = math.floor(yhi_f - 0.5) + 1.0
+    ylo = y0 if flo < y0 else (y1 if flo > y1 else int(flo))
+    yhi = y1 if fhi > y1 else (y0 if fhi < y0 else int(fhi))
+    return ylo, yhi
+
+
+@njit(cache=True, inline="always")
 def gaussian_rows(h, my, y0, y1):
     """Rows [ylo, yhi) of the tile (y0 <= ylo, yhi <= y1) where a Gaussian with mean y ``my`` and row
     half extent ``h`` (row_half_extent) can pass alpha >= 1/255: those whose centres lie within h of
@@ -115,11 +125,7 @@ def gaussian_rows(h, my, y0, y1):
     dtype."""
     if h < 0.0:
         return y0, y0
-    flo = math.ceil(my - h - 0.5)
-    fhi = math.floor(my + h - 0.5) + 1.0
-    ylo = y0 if flo < y0 else (y1 if flo > y1 else int(flo))
-    yhi = y1 if fhi > y1 else (y0 if fhi < y0 else int(fhi))
-    return ylo, yhi
+    return gaussian_rows_between(my - h, my + h, y0, y1)
 
 
 @njit(cache=True, inline="always")
@@ -341,16 +347,6 @@ def band_rows(r, cw, ut, sdet, mx, my, b, c, bx0, y0, y1):
     top = r if lo <= ut <= hi else band_top(min(max(ut, lo), hi), cw, sdet, b, c)
     bottom = -r if lo <= -ut <= hi else -band_top(min(max(ut, -hi), -lo), cw, sdet, b, c)
     return gaussian_rows_between(my + bottom - SPAN_MARGIN, my + top + SPAN_MARGIN, y0, y1)
-
-
-@njit(cache=True, inline="always")
-def gaussian_rows_between(ylo_f, yhi_f, y0, y1):
-    """Rows [ylo, yhi) within [y0, y1) whose centres y + 0.5 lie in [ylo_f, yhi_f]."""
-    flo = math.ceil(ylo_f - 0.5)
-    fhi = math.floor(yhi_f - 0.5) + 1.0
-    ylo = y0 if flo < y0 else (y1 if flo > y1 else int(flo))
-    yhi = y1 if fhi > y1 else (y0 if fhi < y0 else int(fhi))
-    return ylo, yhi
 
 
 # "No limit" in the depth-limit arrays: the largest float32, as the kernels are compiled without infinities

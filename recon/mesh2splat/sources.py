@@ -15,37 +15,37 @@ OTHER_MESH_SUFFIXES = (".stl", ".gltf", ".fbx", ".dae", ".3ds", ".blend", ".usd"
 WORK_DIR = ".work"  # OUT/.work/<source>/: an object's rendered views and training run while it is converted
 
 
+def folder_files(root: Path, out: Path | None = None):
+    """(relative POSIX path, suffix in lower case) of every file under ``root``, hidden folders and the files
+    under ``out`` (when it lies inside ``root``) skipped: what :func:`find_meshes` and :func:`unread_meshes`
+    look through."""
+    root = Path(root)
+    out_resolved = Path(out).resolve() if out is not None else None
+    for path in root.rglob("*"):
+        rel = path.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        suffix = path.suffix.lower()
+        if suffix not in MESH_SUFFIXES and suffix not in OTHER_MESH_SUFFIXES:
+            continue  # before resolving: most files of a folder are not meshes
+        if out_resolved is not None and out_resolved in path.resolve().parents:
+            continue
+        if path.is_file():
+            yield rel.as_posix(), suffix
+
+
 def find_meshes(root: Path, out: Path | None = None) -> list[str]:
     """Sorted relative POSIX paths of the files under ``root`` ending in :data:`MESH_SUFFIXES` (any case);
     files under ``out`` (when it lies inside ``root``) and hidden folders are skipped."""
-    root = Path(root)
-    out_resolved = Path(out).resolve() if out is not None else None
-    found = []
-    for path in root.rglob("*"):
-        rel = path.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts) or path.suffix.lower() not in MESH_SUFFIXES:
-            continue
-        if out_resolved is not None and out_resolved in path.resolve().parents:
-            continue
-        if path.is_file():
-            found.append(rel.as_posix())
-    return sorted(found)
+    return sorted(rel for rel, suffix in folder_files(root, out) if suffix in MESH_SUFFIXES)
 
 
 def unread_meshes(root: Path, out: Path | None = None) -> dict[str, int]:
-    """{suffix: count} of the files under ``root`` (hidden folders and ``out`` skipped, as :func:`find_meshes`)
-    in a mesh format of :data:`OTHER_MESH_SUFFIXES`, which the batch does not convert."""
-    root = Path(root)
-    out_resolved = Path(out).resolve() if out is not None else None
+    """{suffix: count} of the files under ``root`` (skipped as by :func:`find_meshes`) in a mesh format of
+    :data:`OTHER_MESH_SUFFIXES`, which the batch does not convert."""
     counts: dict[str, int] = {}
-    for path in root.rglob("*"):
-        rel = path.relative_to(root)
-        suffix = path.suffix.lower()
-        if suffix not in OTHER_MESH_SUFFIXES or any(part.startswith(".") for part in rel.parts):
-            continue
-        if out_resolved is not None and out_resolved in path.resolve().parents:
-            continue
-        if path.is_file():
+    for _, suffix in folder_files(root, out):
+        if suffix in OTHER_MESH_SUFFIXES:
             counts[suffix] = counts.get(suffix, 0) + 1
     return dict(sorted(counts.items()))
 
