@@ -7,7 +7,8 @@ With ``--run`` (a finished 3dgs run whose dataset is here): the far half of the 
 of the Gaussian centres each view sees) is rendered with the whole model and with the cut at ``--budget`` x N
 Gaussians (recon/lod/cut.py), each opacity rule of ``--rules`` (recon/lod/merge.py) and cut metric of
 ``--metrics`` (recon/lod/flat.py); PSNR against the test images, the cut's PSNR drop, CPU render times (median
-over the views, rasterizer cpu backend), and the cut selection time per camera. ``--finetune-steps N``: then
+over the views, rasterizer cpu backend), and the cut selection time per camera. ``--spreads T ...``: merge spread factors
+(recon/lod/merge.py). ``--finetune-steps N``: then
 the levels are fine-tuned (recon/lod/finetune.py, N steps a level, the run's training cameras) and measured
 again, with each level's PSNR against the full model before and after. ``--distill-steps N``: then the merged nodes of the
 budget's cuts from the training cameras are tuned against the full model's renders (recon/lod/distill.py, a copy
@@ -49,7 +50,7 @@ from recon.lod.distill import DistillConfig, distill_cuts  # noqa: E402
 from recon.lod.finetune import FinetuneConfig, finetune_levels  # noqa: E402
 from recon.commands.export import ExportConfig  # noqa: E402
 from recon.lod.flat import DEFAULT_METRIC, flatten  # noqa: E402
-from recon.lod.merge import DEFAULT_OPACITY_RULE  # noqa: E402
+from recon.lod.merge import DEFAULT_OPACITY_RULE, DEFAULT_SPREAD  # noqa: E402
 from recon.lod.hierarchy import build_hierarchy, cut_splats  # noqa: E402
 
 
@@ -132,10 +133,12 @@ def bench_run(args) -> dict:
     full = {"img": full_img, "repeats": args.render_repeats}
     result["full"] = {"psnr": statistics.mean(full_psnr), "render_seconds_median": statistics.median(full_wall),
                       "render_cpu_seconds_median": statistics.median(full_cpu)}
-    for rule in args.rules:
+    for rule, spread in [(r, t) for r in args.rules for t in args.spreads]:
         start = time.perf_counter()
-        h = build_hierarchy(data, opacity_rule=rule)
+        h = build_hierarchy(data, opacity_rule=rule, spread=spread)
         build = time.perf_counter() - start
+        if spread != 1.0:
+            rule = f"{rule}_spread{spread:g}"  # the keys below name the merge spread t when it is not 1
         for metric in args.metrics:
             key = f"cut_{rule}" + ("" if metric == "size" else f"_{metric}")
             result[key] = {**measure_cuts(h, data, frames, far, images, bg, budget, metric, full_psnr, full),
@@ -306,6 +309,9 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=0.1, help="cut budget as a fraction of the Gaussians")
     p.add_argument("--rules", nargs="+", default=[DEFAULT_OPACITY_RULE],
                    help="opacity rules to compare (coverage, mass; default: the export's)")
+    p.add_argument("--spreads", nargs="+", type=float, default=[DEFAULT_SPREAD],
+                   help="merge spread factors t to compare (recon/lod/merge.py: merged Gaussians drawn with covariance "
+                        "S_in + t S_out; default: the hierarchy's)")
     p.add_argument("--metrics", nargs="+", default=[DEFAULT_METRIC],
                    help="cut metrics to compare (size, opacity, error; default: select_cut's)")
     p.add_argument("--render-repeats", type=int, default=3,

@@ -32,11 +32,13 @@ from numba import njit
 
 from .hierarchy import Hierarchy
 
-CUT_METRICS = ("size", "opacity", "error")
+CUT_METRICS = ("size", "opacity", "error", "error_area")
 DEFAULT_METRIC = "error"  # select_cut's, the distillation's and the LOD export's: the far test views of both
 # scenes lose least with it at a 10 % budget (docs/lod.md, Targets)
 SH_C0 = 0.28209479177387814  # colour = SH_C0 x band 0 (+ 0.5)
 ERROR_FLOOR = 0.02  # colour spread added to every node's, so a large node of one colour still splits
+LOG_ALPHA_FLOOR = 0.5  # footprint_area: ln(255 a) raised to this, so a faint merge still has an area
+GROWTH_CLAMP = 8.0  # area_growth is kept inside [1 / this, this]
 
 
 @dataclass
@@ -146,6 +148,29 @@ def colour_spread(h: Hierarchy) -> np.ndarray:
     return np.sqrt(_colour_spread(h.child_start, h.children, h.num_leaves, weight, colour))
 
 
+def footprint_area(h: Hierarchy) -> np.ndarray:
+    """[M] float64 world-space stand-in for the area where each node, as drawn, reaches alpha >= 1/255 (the pixels
+    the rasterizer evaluates): A(S) ln(255 a), A the merge's area proxy (recon/lod/merge.py) and a the opacity;
+    the alpha >= 1/255 ellipse of a flat Gaussian of standard deviations s1, s2 has area 2 pi s1 s2 ln(255 a).
+    ln(255 a) is floored at LOG_ALPHA_FLOOR."""
+    s = np.exp(h.nodes.log_scales.astype(np.float64))
+    area = np.sqrt((s[:, 0] * s[:, 1]) ** 2 + (s[:, 1] * s[:, 2]) ** 2 + (s[:, 0] * s[:, 2]) ** 2)
+    a = 1.0 / (1.0 + np.exp(-h.nodes.logit_opacities.astype(np.float64)))
+    return area * np.maximum(np.log(255.0 * a), LOG_ALPHA_FLOOR)
+
+
+def area_growth(h: Hierarchy) -> np.ndarray:
+    """[M] float64 sum of the children's :func:`footprint_area` over the node's own (1 for a leaf): how much the
+    pixel work grows when the node splits (below 1: the merge's moment-matched tail covers more than its
+    children do), kept inside [1 / GROWTH_CLAMP, GROWTH_CLAMP]."""
+    area = footprint_area(h)
+    out = np.ones(h.num_nodes)
+    kids = np.add.reduceat(area[h.children], h.child_start[:-1]) if len(h.children) else np.zeros(0)
+    own = area[h.num_leaves:]
+    out[h.num_leaves:] = np.clip(kids / np.maximum(own, 1e-300), 1.0 / GROWTH_CLAMP, GROWTH_CLAMP)
+    return out
+
+
 def split_weights(h: Hierarchy, metric: str) -> np.ndarray:
     """[M] float32 per-node split weight of the cut's error metric ``metric`` (node ids):
 
@@ -154,16 +179,22 @@ def split_weights(h: Hierarchy, metric: str) -> np.ndarray:
       goes to the nodes whose merge would show; docs/lod.md gives the measured effect);
     * ``"error"``: a screen-space error: sqrt(opacity) x (the spread of the leaves' colours below the node,
       :func:`colour_spread`, + ERROR_FLOOR): a node that averages away a detail splits before a larger one
-      of one colour (priority = projected size x this).
+      of one colour (priority = projected size x this);
+    * ``"error_area"``: the ``"error"`` weight over :func:`area_growth`: screen error per pixel area the split
+      adds, so at the same budget the cut spends its splits where they add the least pixel work (and first
+      where splitting takes pixel work away: a merge whose tail covers more than its children do).
     """
     if metric == "size":
         return np.ones(h.num_nodes, dtype=np.float32)
     if metric == "opacity":
         a = 1.0 / (1.0 + np.exp(-h.nodes.logit_opacities.astype(np.float64)))
         return np.sqrt(a).astype(np.float32)
-    if metric == "error":
+    if metric in ("error", "error_area"):
         a = 1.0 / (1.0 + np.exp(-h.nodes.logit_opacities.astype(np.float64)))
-        return (np.sqrt(a) * (colour_spread(h) + ERROR_FLOOR)).astype(np.float32)
+        weight = np.sqrt(a) * (colour_spread(h) + ERROR_FLOOR)
+        if metric == "error_area":
+            weight = weight / area_growth(h)
+        return weight.astype(np.float32)
     raise ValueError(f"cut metric {metric!r}: choose one of {', '.join(CUT_METRICS)}")
 
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from recon.core.splat_data import SplatData
 
-from .merge import DEFAULT_OPACITY_RULE, Moments, merge_groups, moments_of, to_splats
+from .merge import DEFAULT_OPACITY_RULE, DEFAULT_SPREAD, Moments, merge_groups, moments_of, to_splats
 
 DEFAULT_DEPTH = 16  # bits per axis of the Morton code; 2^16 cells across the model's bounding cube
 MAX_DEPTH = 21  # 3 x 21 bits fit a uint64
@@ -59,6 +59,7 @@ class Hierarchy:
     origin: np.ndarray  # [3] min corner of the octree's cube (world)
     size: float  # side of the cube (world)
     opacity_rule: str = "coverage"
+    spread: float = 1.0  # t of the merged Gaussians drawn (recon/lod/merge.py): covariance S_in + t S_out
 
     @property
     def num_nodes(self) -> int:
@@ -123,10 +124,11 @@ def _grow(arrays: dict, **new) -> None:
 
 
 def build_hierarchy(data: SplatData, depth: int = DEFAULT_DEPTH, progress=None,
-                    opacity_rule: str = DEFAULT_OPACITY_RULE) -> Hierarchy:
+                    opacity_rule: str = DEFAULT_OPACITY_RULE, spread: float = DEFAULT_SPREAD) -> Hierarchy:
     """Build the octree hierarchy of ``data`` (N >= 1 Gaussians, finite values) with ``depth`` bits per
-    axis (1..21), merging by :func:`recon.lod.merge.merge_groups` with ``opacity_rule``. ``progress``:
-    optional callable(level, depth) called after each level."""
+    axis (1..21), merging by :func:`recon.lod.merge.merge_groups` with ``opacity_rule``; each merged node is
+    drawn with the spread factor ``spread`` (covariance S_in + t S_out, recon/lod/merge.py) while coarser
+    merges read the moments matched. ``progress``: optional callable(level, depth) called after each level."""
     if len(data) == 0:
         raise ValueError("build_hierarchy: the model has no Gaussians")
     if not 1 <= depth <= MAX_DEPTH:
@@ -138,7 +140,8 @@ def build_hierarchy(data: SplatData, depth: int = DEFAULT_DEPTH, progress=None,
     mom = moments_of(data)
     cur = np.arange(n, dtype=np.int64)  # current node ids, in Morton order
     cur_code = code
-    node_mom = [mom]  # per block of node ids: leaves, then each level's merges
+    node_mom = [mom]  # per block of node ids: leaves, then each level's merges (the moments matched)
+    drawn = [mom]  # the same blocks as drawn (spread t < 1: narrower merges)
     radius = [leaf_radius(data)]
     node_depth = [np.full(n, depth + 1, dtype=np.int8)]
     node_code = [code]
@@ -158,7 +161,7 @@ def build_hierarchy(data: SplatData, depth: int = DEFAULT_DEPTH, progress=None,
             sub_starts = np.concatenate([[0], np.cumsum(sub_counts)[:-1]])
             children_mom = Moments(all_means[sub], _rows(node_mom, n, sub, "covs"),
                                    _rows(node_mom, n, sub, "opacities"), _rows(node_mom, n, sub, "sh"))
-            merged = merge_groups(children_mom, sub_starts, opacity_rule)
+            merged, shown = merge_groups(children_mom, sub_starts, opacity_rule, spread)
             gid = np.repeat(np.arange(len(sub_counts)), sub_counts)
             r = bounding_radius(children_mom.means, all_radius[sub], merged.means, sub_starts, gid)
             ids = np.arange(next_id, next_id + len(sub_counts))
@@ -166,6 +169,7 @@ def build_hierarchy(data: SplatData, depth: int = DEFAULT_DEPTH, progress=None,
             child_lists.append(sub.astype(np.int32))
             child_counts.append(sub_counts)
             node_mom.append(merged)
+            drawn.append(merged if spread == 1.0 else shown)
             radius.append(r.astype(np.float32))
             node_depth.append(np.full(len(ids), depth - level, dtype=np.int8))
             node_code.append(cur_code[starts[multi]])
@@ -179,14 +183,15 @@ def build_hierarchy(data: SplatData, depth: int = DEFAULT_DEPTH, progress=None,
         if progress is not None:
             progress(level, depth)
     total = next_id
-    merged_all = _concat_moments(node_mom)
+    merged_all = _concat_moments(drawn)
     nodes = _nodes_splats(data, merged_all, n)
     counts = np.concatenate(child_counts) if child_counts else np.zeros(0, np.int64)
     return Hierarchy(
         nodes=nodes, radius=np.concatenate(radius), parent=parent[:total], depth=np.concatenate(node_depth),
         code=np.concatenate(node_code), child_start=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         children=np.concatenate(child_lists) if child_lists else np.zeros(0, np.int32), num_leaves=n,
-        leaf_ids=order.astype(np.int64), octree_depth=depth, origin=origin, size=size, opacity_rule=opacity_rule)
+        leaf_ids=order.astype(np.int64), octree_depth=depth, origin=origin, size=size, opacity_rule=opacity_rule,
+        spread=spread)
 
 
 def _rows(blocks: list[Moments], n: int, ids: np.ndarray, field: str) -> np.ndarray:

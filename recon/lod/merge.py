@@ -7,16 +7,23 @@ coefficients c_i [K, 3] (any degree, linear in colour), the merged Gaussian is:
   = s1^2 s2^2 + s1^2 s3^2 + s2^2 s3^2 for standard deviations s): a direction-free stand-in for the area a
   Gaussian covers on screen (``s1 s2`` for a flat disc);
 * weights ``w_i = a_i A(S_i)``: what each child contributes to the picture seen from afar;
-* mean ``mu = sum w_i mu_i / W`` and covariance ``S = sum w_i (S_i + (mu_i - mu)(mu_i - mu)^T) / W``
-  (W = sum w_i): the first two moments of the weighted mixture, matched exactly;
+* mean ``mu = sum w_i mu_i / W`` and covariance ``S = S_in + S_out`` (W = sum w_i), ``S_in = sum w_i S_i / W``
+  the children's own spread and ``S_out = sum w_i (mu_i - mu)(mu_i - mu)^T / W`` the spread of their means:
+  the first two moments of the weighted mixture, matched exactly. That is what the hierarchy merges further
+  up (the moments of a node's leaves, whatever the level); the Gaussian *drawn* for the node, with a spread
+  factor t < 1 (``spread``), is ``S_t = S_in + t S_out``: narrower where the children lie apart, its opacity
+  raised by the opacity rule below so the coverage ``a A`` stays that of the children. Children lying apart
+  are several flat-topped blobs, and a Gaussian with their second moments reaches far past them with a faint
+  tail (the alpha >= 1/255 ellipse of a moment-matched merge is where the cut's pixel work goes, docs/lod.md);
+  t trims that tail. Identical children (S_out = 0) and a group of one are unaffected;
 * SH ``c = sum w_i c_i / W``: colours are linear in the coefficients, so the merged colour in every view
   direction is the weighted mean of the children's;
-* opacity ``a = min(1, sum w_i / max(A(S), sum A(S_i)))``: the children's coverage ``sum a_i A_i`` spread
+* opacity ``a = min(1, sum w_i / max(A(S_t), sum A(S_i)))``: the children's coverage ``sum a_i A_i`` spread
   over the larger of the merged footprint and the children's footprints together. Children far apart (the
   merged footprint covers the gaps) keep their total coverage; children lying on top of each other keep
   their area-weighted mean opacity (they are not stacked), so merging a Gaussian with itself, or with an
   identical copy, gives back the same Gaussian, and a group of one is its own merge. The alternative rule
-  ``"mass"`` divides by the merged footprint alone, ``a = min(1, sum w_i / A(S))``: the children's coverage
+  ``"mass"`` divides by the merged footprint alone, ``a = min(1, sum w_i / A(S_t))``: the children's coverage
   is kept whenever it fits under opacity 1, but a Gaussian merged with a copy of itself comes back with
   twice the opacity (clamped at 1). Which one the hierarchy uses is its ``opacity_rule``; docs/lod.md gives
   the measured difference.
@@ -104,16 +111,22 @@ def group_ids(starts: np.ndarray, n: int) -> np.ndarray:
 
 
 OPACITY_RULES = ("coverage", "mass")
+DEFAULT_SPREAD = 1.0  # t of the drawn covariance S_in + t S_out (module docstring); 1: the moments matched
 DEFAULT_OPACITY_RULE = "mass"  # the hierarchy's and the LOD export's default: far test views at a 10 % budget lose
 # less with it (docs/lod.md, Targets); "coverage" keeps a Gaussian merged with its own copy unchanged
 
 
-def merge_groups(m: Moments, starts: np.ndarray, opacity_rule: str = "coverage") -> Moments:
+def merge_groups(m: Moments, starts: np.ndarray, opacity_rule: str = "coverage",
+                 spread: float | None = None) -> Moments | tuple[Moments, Moments]:
     """Merge each contiguous group of ``m`` (beginning at ``starts``) into one Gaussian by the rule of the
     module docstring (``opacity_rule`` "mass": the footprint is the merged one alone). Returns
-    :class:`Moments` with one row per group."""
+    :class:`Moments` with one row per group: the moments matched (covariance S, opacity for S). With
+    ``spread`` t (0 < t <= 1) returns (matched, drawn): the drawn Gaussians have covariance S_in + t S_out and
+    the opacity of the rule for that footprint; the matched ones are what a coarser merge reads."""
     if opacity_rule not in OPACITY_RULES:
         raise ValueError(f"opacity rule {opacity_rule!r}: choose one of {', '.join(OPACITY_RULES)}")
+    if spread is not None and not 0.0 < spread <= 1.0:
+        raise ValueError(f"merge spread {spread!r}: must lie in (0, 1]")
     n = len(m)
     gid = group_ids(starts, n)
     areas = area_proxy(m.covs)
@@ -126,18 +139,34 @@ def merge_groups(m: Moments, starts: np.ndarray, opacity_rule: str = "coverage")
     wn = w / W[gid]
     mean = np.add.reduceat(wn[:, None] * m.means, starts)
     d = m.means - mean[gid]
-    spread = np.stack([d[:, i] * d[:, j] for i, j in SYM6], axis=1)
-    cov = np.add.reduceat(wn[:, None] * (m.covs + spread), starts)
+    within = np.add.reduceat(wn[:, None] * m.covs, starts)
+    between = np.add.reduceat(wn[:, None] * np.stack([d[:, i] * d[:, j] for i, j in SYM6], axis=1), starts)
     sh = np.empty((len(starts),) + m.sh.shape[1:], dtype=np.float32)
     for k in range(m.sh.shape[1]):  # one coefficient at a time: no float64 copy of all SH
         sh[:, k] = np.add.reduceat(wn[:, None] * m.sh[:, k], starts)
     coverage = np.add.reduceat(m.opacities * areas, starts)
+    mean_opacity = np.add.reduceat(m.opacities, starts) / np.diff(np.append(starts, n))
+    child_area = np.add.reduceat(areas, starts) if opacity_rule == "coverage" else None
+    cov = within + between
+    matched = Moments(mean, cov, rule_opacity(coverage, cov, child_area, mean_opacity), sh)
+    if spread is None:
+        return matched
+    cov_t = within + spread * between
+    return matched, Moments(mean, cov_t, rule_opacity(coverage, cov_t, child_area, mean_opacity), sh)
+
+
+def rule_opacity(coverage: np.ndarray, cov: np.ndarray, child_area: np.ndarray | None,
+                 mean_opacity: np.ndarray) -> np.ndarray:
+    """[G] opacity of merged Gaussians of covariances ``cov`` [G, 6] carrying the children's ``coverage``
+    sum a_i A_i [G]: coverage / footprint, the footprint A(cov) (rule "mass", ``child_area`` None) or
+    max(A(cov), sum A_i) (rule "coverage", ``child_area`` = sum A_i); ``mean_opacity`` where the footprint is
+    0. Kept inside (MIN_OPACITY, 1 - MIN_OPACITY)."""
     footprint = area_proxy(cov)
-    if opacity_rule == "coverage":
-        footprint = np.maximum(footprint, np.add.reduceat(areas, starts))
+    if child_area is not None:
+        footprint = np.maximum(footprint, child_area)
     opacity = np.divide(coverage, footprint, out=np.zeros_like(coverage), where=footprint > 0)
-    opacity = np.where(footprint > 0, opacity, np.add.reduceat(m.opacities, starts) / np.diff(np.append(starts, n)))
-    return Moments(mean, cov, np.clip(opacity, MIN_OPACITY, 1.0 - MIN_OPACITY), sh)
+    opacity = np.where(footprint > 0, opacity, mean_opacity)
+    return np.clip(opacity, MIN_OPACITY, 1.0 - MIN_OPACITY)
 
 
 def rotmats_to_quats(R: np.ndarray) -> np.ndarray:

@@ -143,7 +143,7 @@ def test_flat_tree_is_breadth_first_with_contiguous_children(model_and_tree):
     np.testing.assert_array_equal(flat.packed_int[:, 5], flat.first)
 
 
-@pytest.mark.parametrize("metric", ["size", "opacity", "error"])
+@pytest.mark.parametrize("metric", ["size", "opacity", "error", "error_area"])
 def test_fast_cut_equals_the_plain_reference(model_and_tree, metric):
     """The scan-select-emit cut gives exactly the heap's largest-first cut, for budgets that bind or not, a
     pixel limit, cameras near, far and inside the root's sphere, one after another (each call starts from the
@@ -217,3 +217,29 @@ def test_the_measured_best_settings_are_the_defaults(model_and_tree):
     assert DistillConfig().metric == "error" and DistillConfig().steps > 0
     assert ExportConfig(input="x", out="y").lod_opacity == "mass"
     assert ExportConfig(input="x", out="y").lod_distill_steps == DistillConfig().steps
+
+
+def test_area_growth_is_the_childrens_alpha_area_over_the_nodes():
+    """The `error_area` metric's divisor: sum over the children of A(S) ln(255 a) over the node's own (recon/lod/
+    flat.py). Two discs far apart: their merge's moment-matched tail covers more than they do (growth < 1, the
+    split takes pixel work away); a disc and its copy: the merge is the same disc at twice the opacity (mass rule),
+    so splitting it adds a second layer (growth > 1). `error_area` weighs a node as `error` over its growth."""
+    from recon.lod.flat import area_growth, footprint_area, split_weights
+
+    pair = small_model(2, seed=1)
+    pair.logit_opacities[:] = -1.0
+    apart = pair.copy()
+    apart.means[:] = [[-0.5, 0, 0], [0.5, 0, 0]]
+    stacked = pair.subset([0, 0])
+    for data, low, high in ((apart, 0.0, 0.6), (stacked, 1.3, 2.0)):
+        h = build_hierarchy(data, depth=4)
+        area = footprint_area(h)
+        a = 1 / (1 + np.exp(-h.nodes.logit_opacities.astype(np.float64)))
+        s = np.exp(h.nodes.log_scales.astype(np.float64))
+        want = np.sqrt((s[:, 0] * s[:, 1]) ** 2 + (s[:, 1] * s[:, 2]) ** 2 + (s[:, 0] * s[:, 2]) ** 2) * np.log(255 * a)
+        np.testing.assert_allclose(area, want, rtol=1e-12)
+        growth = area_growth(h)
+        assert growth[h.root] == pytest.approx(area[:2].sum() / area[h.root], rel=1e-12)
+        assert low < growth[h.root] < high and (growth[:2] == 1).all()
+        np.testing.assert_allclose(split_weights(h, "error_area"),
+                                   (split_weights(h, "error") / growth).astype(np.float32), rtol=1e-6)

@@ -5,7 +5,7 @@ import pytest
 
 from recon.core.splat_data import SplatData
 from recon.lod.merge import (area_proxy, covariances, merge_groups, merge_splats, moments_of, rotmats_to_quats,
-                             quats_scales_of, unpack_sym)
+                             quats_scales_of, to_splats, unpack_sym)
 from rasterizer.quaternions import quat_to_rotmat_np
 
 from .scenes import camera_at, opacities, render, small_model
@@ -115,3 +115,68 @@ def test_mass_rule_keeps_coverage_and_unknown_rule_is_refused():
     np.testing.assert_allclose(merged.opacities[0], expect, rtol=1e-12)
     with pytest.raises(ValueError, match="opacity rule"):
         merge_groups(m, np.array([0]), "max")
+
+
+def test_spread_draws_the_merge_narrower_and_keeps_its_coverage():
+    """Spread t: the drawn covariance is S_in + t S_out (the children's own spread plus t x the spread of their
+    means), its opacity the rule's for that footprint (mass: the coverage sum a_i A_i kept); the moments matched
+    (what coarser merges read) are those without t; identical children and a group of one are unaffected."""
+    data = small_model(3, seed=11)
+    data.means[:] = [[-0.3, 0.0, 0.1], [0.25, 0.1, 0.0], [0.0, -0.2, 0.05]]
+    data.logit_opacities[:] = -2.5  # faint: no opacity reaches 1, so the coverage is kept exactly
+    m = moments_of(data)
+    t = 0.4
+    matched, drawn = merge_groups(m, np.array([0]), "mass", spread=t)
+    plain = merge_groups(m, np.array([0]), "mass")
+    np.testing.assert_allclose(matched.covs, plain.covs, rtol=1e-12)
+    np.testing.assert_allclose(matched.opacities, plain.opacities, rtol=1e-12)
+    w = m.opacities * area_proxy(m.covs)
+    wn = w / w.sum()
+    d = m.means - drawn.means[0]
+    s_in = (wn[:, None, None] * unpack_sym(m.covs)).sum(0)
+    s_out = (wn[:, None, None] * d[:, :, None] * d[:, None, :]).sum(0)
+    np.testing.assert_allclose(unpack_sym(drawn.covs)[0], s_in + t * s_out, rtol=1e-10, atol=1e-15)
+    np.testing.assert_allclose(drawn.means, plain.means, rtol=1e-12)
+    np.testing.assert_allclose(drawn.opacities[0] * area_proxy(drawn.covs)[0], w.sum(), rtol=1e-10)
+    assert area_proxy(drawn.covs)[0] < 0.8 * area_proxy(plain.covs)[0]
+    one = small_model(5, seed=3).subset([2])
+    _same_gaussian(to_splats(merge_groups(moments_of(one.subset([0, 0])), np.array([0]), spread=t)[1]), one)
+    _, alone = merge_groups(m, np.arange(3), "mass", spread=t)
+    np.testing.assert_allclose(alone.covs, m.covs, rtol=1e-12, atol=1e-18)
+    np.testing.assert_allclose(alone.opacities, m.opacities, rtol=1e-12)
+    with pytest.raises(ValueError, match="spread"):
+        merge_groups(m, np.array([0]), "mass", spread=0.0)
+
+
+def test_a_spread_hierarchy_merges_the_moments_matched_not_the_drawn():
+    """With t < 1 each node is drawn as the t-merge of its children's *matched* moments (those of all the leaves
+    below it, merged in one group), not of its children as drawn: t trims once, it does not compound up the
+    levels. Faint Gaussians (mass rule, no opacity at 1): the matched moments are exactly the leaves' mixture."""
+    from recon.lod.hierarchy import build_hierarchy
+
+    data = small_model(120, seed=9)
+    data.logit_opacities[:] = -3.0
+    t = 0.3
+    h = build_hierarchy(data, depth=4, spread=t)
+    assert h.spread == t
+    leaves = moments_of(h.nodes.subset(np.arange(h.num_leaves)))
+
+    def leaves_below(n):
+        if n < h.num_leaves:
+            return [n]
+        k = n - h.num_leaves
+        return [leaf for c in h.children[h.child_start[k]:h.child_start[k + 1]] for leaf in leaves_below(c)]
+
+    checked = 0
+    for n in range(h.num_leaves, h.num_nodes):
+        kids = h.children[h.child_start[n - h.num_leaves]:h.child_start[n - h.num_leaves + 1]]
+        if all(c < h.num_leaves for c in kids):
+            continue  # children all leaves: nothing to compound
+        groups = [leaves_below(c) for c in kids]
+        matched = merge_groups(leaves.take(np.concatenate(groups)), np.cumsum([0] + [len(g) for g in groups[:-1]]),
+                               "mass")
+        want = merge_groups(matched, np.array([0]), "mass", spread=t)[1]
+        np.testing.assert_allclose(covariances(h.nodes.subset([n]))[0], want.covs[0], rtol=2e-4, atol=1e-8)
+        np.testing.assert_allclose(opacities(h.nodes)[n], want.opacities[0], rtol=1e-4)
+        checked += 1
+    assert checked >= 3
