@@ -202,19 +202,20 @@ def test_colour_spread_is_the_weighted_spread_of_the_leaves_below():
 
 
 def test_the_measured_best_settings_are_the_defaults(model_and_tree):
-    """docs/lod.md, Targets: the `mass` rule, the `error` metric and the distillation measured best on both
-    scenes, so they are what a user gets without flags: the hierarchy, select_cut, the distillation, the export
-    and bench_lod."""
+    """docs/lod.md, Targets: the `mass` rule, the merge spread 0.3, the `error_area` metric and the distillation
+    measured best on both scenes, so they are what a user gets without flags: the hierarchy, select_cut, the
+    distillation, the export and bench_lod."""
     from recon.commands.export import ExportConfig
     from recon.lod.distill import DistillConfig
 
     data, h = model_and_tree
     assert h.opacity_rule == "mass" and build_hierarchy(data.subset(np.arange(50)), depth=4).opacity_rule == "mass"
+    assert h.spread == 0.3
     cam = camera_at(1.2)
     default = np.sort(select_cut(h, cam, budget=150))
-    np.testing.assert_array_equal(default, np.sort(select_cut(h, cam, budget=150, metric="error")))
+    np.testing.assert_array_equal(default, np.sort(select_cut(h, cam, budget=150, metric="error_area")))
     assert not np.array_equal(default, np.sort(select_cut(h, cam, budget=150, metric="size")))
-    assert DistillConfig().metric == "error" and DistillConfig().steps > 0
+    assert DistillConfig().metric == "error_area" and DistillConfig().steps > 0
     assert ExportConfig(input="x", out="y").lod_opacity == "mass"
     assert ExportConfig(input="x", out="y").lod_distill_steps == DistillConfig().steps
 
