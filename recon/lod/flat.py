@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from recon.core.splat_data import sigmoid
+
 from .hierarchy import Hierarchy
 
 CUT_METRICS = ("size", "opacity", "error", "error_area")
@@ -134,13 +136,19 @@ def _colour_spread(child_start, children, num_leaves, weight, colour):
     return var
 
 
+def scale_area(log_scales: np.ndarray) -> np.ndarray:
+    """[N] float64 the merge's area proxy A (recon/lod/merge.py: sqrt of the second invariant of the covariance)
+    from log standard deviations [N, 3]: sqrt((s1 s2)^2 + (s2 s3)^2 + (s1 s3)^2)."""
+    s = np.exp(log_scales.astype(np.float64))
+    return np.sqrt((s[:, 0] * s[:, 1]) ** 2 + (s[:, 1] * s[:, 2]) ** 2 + (s[:, 0] * s[:, 2]) ** 2)
+
+
 def colour_spread(h: Hierarchy) -> np.ndarray:
     """[M] float64 standard deviation of the base colours (SH band 0) of the leaves below each node, each leaf
     weighted by opacity x area (the merge's weights, recon/lod/merge.py): what a merge averages away
     (0 for a leaf)."""
     leaves = np.arange(h.num_leaves)
-    s = np.exp(h.nodes.log_scales[leaves].astype(np.float64))
-    area = np.sqrt((s[:, 0] * s[:, 1]) ** 2 + (s[:, 1] * s[:, 2]) ** 2 + (s[:, 0] * s[:, 2]) ** 2)
+    area = scale_area(h.nodes.log_scales[leaves])
     weight = np.zeros(h.num_nodes)
     weight[leaves] = area / (1.0 + np.exp(-h.nodes.logit_opacities[leaves].astype(np.float64)))
     colour = np.zeros((h.num_nodes, 3))
@@ -153,10 +161,8 @@ def footprint_area(h: Hierarchy) -> np.ndarray:
     the rasterizer evaluates): A(S) ln(255 a), A the merge's area proxy (recon/lod/merge.py) and a the opacity;
     the alpha >= 1/255 ellipse of a flat Gaussian of standard deviations s1, s2 has area 2 pi s1 s2 ln(255 a).
     ln(255 a) is floored at LOG_ALPHA_FLOOR."""
-    s = np.exp(h.nodes.log_scales.astype(np.float64))
-    area = np.sqrt((s[:, 0] * s[:, 1]) ** 2 + (s[:, 1] * s[:, 2]) ** 2 + (s[:, 0] * s[:, 2]) ** 2)
-    a = 1.0 / (1.0 + np.exp(-h.nodes.logit_opacities.astype(np.float64)))
-    return area * np.maximum(np.log(255.0 * a), LOG_ALPHA_FLOOR)
+    a = sigmoid(h.nodes.logit_opacities.astype(np.float64))
+    return scale_area(h.nodes.log_scales) * np.maximum(np.log(255.0 * a), LOG_ALPHA_FLOOR)
 
 
 def area_growth(h: Hierarchy) -> np.ndarray:

@@ -41,13 +41,16 @@ def test_structure(model_and_tree):
     assert (h.child_counts()[h.num_leaves:] >= 2).all()  # no single-child chains
     np.testing.assert_array_equal(np.sort(h.leaf_ids), np.arange(len(data)))
     np.testing.assert_array_equal(h.nodes.means[: h.num_leaves], data.means[h.leaf_ids])
-    # every interior node is the merge of its children; children's spheres lie inside the parent's
-    mom = moments_of(h.nodes)
+    # with spread 1 every interior node is the merge of its children (a spread t < 1 draws the nodes narrower:
+    # test_merge.py); children's spheres lie inside the parent's
+    h1 = build_hierarchy(data, depth=8, spread=1.0)
+    mom = moments_of(h1.nodes)
     for node in range(h.num_leaves, h.num_nodes, 37):
         kids = h.children[h.child_start[node - h.num_leaves]:h.child_start[node - h.num_leaves + 1]]
-        merged = merge_groups(mom.take(kids), np.array([0]))
-        np.testing.assert_allclose(h.nodes.means[node], merged.means[0], rtol=1e-5, atol=1e-6)
+        merged = merge_groups(mom.take(kids), np.array([0]), h1.opacity_rule)
+        np.testing.assert_allclose(h1.nodes.means[node], merged.means[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(mom.covs[node], merged.covs[0], rtol=1e-3, atol=1e-9)
+        np.testing.assert_allclose(mom.opacities[node], merged.opacities[0], rtol=1e-4)
         gap = np.linalg.norm(h.nodes.means[kids] - h.nodes.means[node], axis=1) + h.radius[kids]
         assert (gap <= h.radius[node] * (1 + 1e-5)).all()
         assert (h.depth[kids] > h.depth[node]).all()
@@ -233,7 +236,7 @@ def test_area_growth_is_the_childrens_alpha_area_over_the_nodes():
     apart.means[:] = [[-0.5, 0, 0], [0.5, 0, 0]]
     stacked = pair.subset([0, 0])
     for data, low, high in ((apart, 0.0, 0.6), (stacked, 1.3, 2.0)):
-        h = build_hierarchy(data, depth=4)
+        h = build_hierarchy(data, depth=4, spread=1.0)  # the merge's moment-matched tail drawn whole
         area = footprint_area(h)
         a = 1 / (1 + np.exp(-h.nodes.logit_opacities.astype(np.float64)))
         s = np.exp(h.nodes.log_scales.astype(np.float64))
