@@ -50,15 +50,13 @@ class RBFFitConfig:
     """features per level. On kodim01 at 200,000 parameters (600 steps, one thread, 6 Dec 2026; docs/image-gaussians.md)
     8 levels of 2 features (finest 270 cells across) reached 30.86 dB against 28.65 for the earlier 4 levels of 4
     (191 cells): a finer grid with fewer features wins, and the coarse levels cost next to nothing."""
-    neurons: int = 32
-    """Gaussian RBF neurons. (64 until 7 Dec 2026 stop 65: the grids hold 99 % of the parameters and the fit is short of
-    converged, so the layer's time is better spent on steps: on kodim05, one thread, 1,000 steps, 32 neurons
-    31.86 dB in 23.2 CPU s against 64 neurons' 31.67 dB in 34.8 s, and 1,500 steps of 32 neurons 32.77 dB in 37.9 s;
-    16 neurons lost (28.8 dB at a grid rate of 1e-2); docs/image-gaussians.md.)"""
-    steps: int = 5_000
-    """(4,000 with 64 neurons until 7 Dec 2026 stop 65; 2,000 before that. A step of 32 neurons costs ~0.67x one of 64,
-    so 5,000 steps take ~0.84x the CPU time the 4,000 took, which was about that of 25,000 image Gaussians' 3,000 steps
-    on a quiet machine.)"""
+    neurons: int = 64
+    """Gaussian RBF neurons. (32 neurons were screened on 7 Dec 2026, stop 65: faster steps and better short fits on
+    kodim05 (1,000 steps: 31.86 dB in 23.2 CPU s against 64 neurons' 31.67 in 34.8 s), but the full fit lost: 5,000
+    steps of 32 neurons 34.52 dB against 35.49 for 4,000 of 64; docs/image-gaussians.md.)"""
+    steps: int = 4_000
+    """(2,000 until 7 Dec 2026: a 2,000-step fit took ~0.35-0.39x the CPU time of 25,000 image Gaussians' 3,000 steps
+    on kodim01 / kodim02, so twice the steps still fit in their time; docs/image-gaussians.md.)"""
     batch: int = 1 << 14
     """random pixels per step."""
     lr_grid: float = 5e-3
