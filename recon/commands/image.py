@@ -70,8 +70,8 @@ class FitArgs:
     Gaussians unless --params is given."""
     params: Optional[int] = None
     """--model rbf: parameter budget (default: that of --gaussians N image Gaussians, N (5 + C))."""
-    neurons: int = 64
-    """--model rbf: Gaussian RBF neurons."""
+    neurons: Optional[int] = None
+    """--model rbf: Gaussian RBF neurons (default: the fitter's, recon/image/rbf_fit.py RBFFitConfig.neurons)."""
     max_memory_gb: Optional[float] = None
     """refuse an image whose fit is estimated (from its header, before decoding) to need more than this many GiB
     of the process's peak memory (recon/image/fit_memory.py: 640 MB for the program, 88 bytes per pixel and
@@ -179,7 +179,7 @@ def check_fit_args(args: FitArgs) -> None:
                                  f"--steps and --seed")
         if args.params is not None and args.params < 1:
             raise UsageError(f"--params {args.params}: must be >= 1")
-        if args.neurons < 1:
+        if args.neurons is not None and args.neurons < 1:
             raise UsageError(f"--neurons {args.neurons}: must be >= 1")
     elif args.params is not None:
         raise UsageError("--params: the parameter budget of --model rbf; Gaussians are counted with --gaussians")
@@ -280,7 +280,9 @@ def fit_one_rbf(args: FitArgs, loaded, out: Path, label: str = ""):
     budget = args.params if args.params is not None else gaussian_count(args, loaded.width, loaded.height,
                                                                         channels) * (5 + channels)
     backend = rbf_backend(args.backend)
-    cfg = RBFFitConfig(parameters=budget, neurons=args.neurons, seed=args.seed, backend=backend)
+    cfg = RBFFitConfig(parameters=budget, seed=args.seed, backend=backend)
+    if args.neurons is not None:
+        cfg.neurons = args.neurons
     if args.steps:
         cfg.steps = args.steps
     started = time.perf_counter()

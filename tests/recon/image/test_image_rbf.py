@@ -165,6 +165,23 @@ def test_cli_fit_render_compare(tmp_path, capsys):
     assert code == 0 and "PSNR" in out, err
 
 
+def test_cli_defaults_are_the_fitters(tmp_path, capsys):
+    """`image fit --model rbf` without --neurons fits with RBFFitConfig's neurons and levels (the configuration
+    bench_fields measures; the CLI kept its own 64 after the fitter's default changed), and its file renders at
+    --scale 1.5."""
+    Image.fromarray(smooth_image(4)).save(tmp_path / "a.png")
+    code, out, err = run(["image", "fit", tmp_path / "a.png", "--model", "rbf", "--params", "3000", "--steps", "3",
+                          "--no-progress", "--out", tmp_path / "a.grbf"], capsys)
+    assert code == 0, err
+    model = read_grbf(tmp_path / "a.grbf")
+    default = RBFFitConfig()
+    assert model.neurons == default.neurons and len(model.grids) == default.levels
+    assert all(g.shape[2] == default.features for g in model.grids)
+    code, out, err = run(["image", "render", tmp_path / "a.grbf", "--scale", "1.5", "--out", tmp_path / "r.png"], capsys)
+    assert code == 0, err
+    assert Image.open(tmp_path / "r.png").size == (round(1.5 * W), round(1.5 * H))
+
+
 @pytest.mark.parametrize("flags,match", [
     (["--quantize"], "--quantize"),
     (["--bpp", "1"], "--bpp"),
