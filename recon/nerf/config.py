@@ -150,8 +150,8 @@ class NeusConfig:
     """finite-difference step of the SDF gradient, in cells of the finest active grid level"""
     gradient: Literal["central", "tetrahedral"] = "central"
     """SDF gradient scheme: central differences (7 field evaluations per sample) or tetrahedral differences (4;
-    Instant-NSR: 1.6-2.4x cheaper steps, a first-order gradient error; not the default until its meshes and PSNR
-    are measured against central's on the same data); docs/nerf.md"""
+    Instant-NSR: 1.6-2.4x cheaper steps, a first-order gradient error; not the default: from the same start its
+    later frames' test PSNR was 0.7-0.8 dB below central's); docs/nerf.md"""
     sharp_step: float = 0.5
     """marching step while the surface is blurry: sections of up to this many 1/s (s the learned sharpness;
     normalised units) instead of the box diagonal / --nerf.steps-per-diagonal, at most 16x that step; 0: always the
