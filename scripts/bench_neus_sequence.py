@@ -12,7 +12,9 @@ first): frame 0 for ``--steps``, each later frame ``--frame-steps`` from the pre
 training seconds (the trainer's ``train_seconds``, wall clock), the wall and process CPU seconds of the whole
 frame (training, evaluation, outputs, mesh; CPU seconds say what the frame costs on an idle machine when the
 load is high), its test PSNR, and ``psnr_previous_field``: the previous frame's field scored on this frame's
-test view (what the fine-tune gains over not training the frame). The machine (threads, load average before and
+test view (what the fine-tune gains over not training the frame), and ``eikonal``: |grad SDF| at the vertices of
+the frame's mesh (the zero level set; :func:`recon.nerf.neus.eikonal_stats`, within 5 % of 1), measured with the
+run's own gradient scheme and with central differences (the same measure for runs of either scheme). The machine (threads, load average before and
 after) is recorded; one run (training is not repeated for a median).
 """
 
@@ -50,6 +52,22 @@ def previous_field_psnr(out: Path, scene, times, k: int, cfg) -> float | None:
         return None
     model = FrameSequence(cfg, scene, log=lambda *_: None).final_model(k - 1)
     return evaluate_model(model, sub.frames_test, FrameImages(sub.frames_test), background_color(cfg, scene))["psnr"]
+
+
+def frame_eikonal(seq, out: Path, k: int) -> dict:
+    """{scheme: eikonal_stats} of frame ``k``'s final field at its mesh's vertices, the gradient by the run's own
+    scheme ("own") and by central differences ("central")."""
+    import numpy as np
+    import trimesh
+
+    from recon.nerf.neus import eikonal_stats
+    from recon.training.frame_sequence import mesh_file
+
+    model = seq.final_model(k)
+    verts = torch.from_numpy(np.asarray(trimesh.load(mesh_file(out, k), process=False).vertices, dtype=np.float64))
+    own = eikonal_stats(model.surface_gradients(verts))
+    model.field.gradient = "central"
+    return {"points": int(len(verts)), "own": own, "central": eikonal_stats(model.surface_gradients(verts))}
 
 
 def main() -> None:
@@ -95,7 +113,8 @@ def main() -> None:
     frames = []
     for k, f in enumerate(metrics["frames"]):
         frames.append({**f, "wall_seconds": round(walls[k], 2), "cpu_seconds": round(cpus[k], 2),
-                       "psnr_previous_field": None if k == 0 else previous_field_psnr(run, scene, times, k, cfg)})
+                       "psnr_previous_field": None if k == 0 else previous_field_psnr(run, scene, times, k, cfg),
+                       "eikonal": frame_eikonal(FrameSequence(cfg, scene, log=lambda *_: None), run, k)})
     later = [f["train_seconds"] for f in frames[1:]]
     print(json.dumps({
         "machine": {"platform": platform.platform(), "threads": torch.get_num_threads(),

@@ -2,6 +2,7 @@
 """One later frame's NeuS training steps (issue 50): CPU and wall seconds per step, printed as JSON.
 
     OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python scripts/bench_neus_step.py RUN [--steps 7] [--frame-steps 40] [--gradient tetrahedral|central]
+        [--sharp-step K]
 
 ``RUN`` is a ``scripts/bench_neus_sequence.py`` run folder (``--out DIR``: DIR/run) whose frame 0 has finished,
 trained with that script's defaults for ``--size`` 96, ``--target-samples`` and ``--hash-log2-table`` and the
@@ -40,6 +41,8 @@ def main() -> None:
     ap.add_argument("--hash-log2-table", type=int, default=17)
     ap.add_argument("--gradient", default="central", choices=("central", "tetrahedral"),
                     help="--neus.gradient (the SDF gradient scheme)")
+    ap.add_argument("--sharp-step", type=float, default=None,
+                    help="--neus.sharp-step of the timed steps (default: NeusConfig's; frame 0's may differ)")
     args = ap.parse_args()
 
     from bench_neus_sequence import first_frames
@@ -58,6 +61,7 @@ def main() -> None:
     fcfg = frame_config(cfg, 1)
     model.level_offset, model.cfg = args.frame0_steps, fcfg.nerf
     model.neus.gradient = model.field.gradient = args.gradient  # the scheme of the timed steps (frame 0's may differ)
+    model.neus.sharp_step = NeusConfig().sharp_step if args.sharp_step is None else args.sharp_step
     torch.manual_seed(0)
     trainer = Trainer(fcfg, lambda *_: None, [], scene=frame_scene(scene, times[1], times), model=model)
     cpu, wall = [], []
@@ -73,6 +77,7 @@ def main() -> None:
         "timed_steps": len(cpu), "cpu_seconds_per_step_median": round(statistics.median(cpu), 3),
         "wall_seconds_per_step_median": round(statistics.median(wall), 3),
         "cpu_seconds_per_step": [round(c, 3) for c in cpu], "last_loss": result.loss, "gradient": args.gradient,
+        "sharp_step": model.neus.sharp_step, "samples_per_ray": round(trainer.model.samples_per_ray, 1),
     }, indent=1))
 
 

@@ -150,8 +150,12 @@ class NeusConfig:
     """finite-difference step of the SDF gradient, in cells of the finest active grid level"""
     gradient: Literal["central", "tetrahedral"] = "central"
     """SDF gradient scheme: central differences (7 field evaluations per sample) or tetrahedral differences (4;
-    Instant-NSR: 1.6-2.4x cheaper steps, a first-order gradient error; not the default until its meshes and PSNR
-    are measured against central's on the same data); docs/nerf.md"""
+    Instant-NSR: 1.6-2.4x cheaper steps, a first-order gradient error; not the default: from the same start its
+    later frames' test PSNR was 0.7-0.8 dB below central's); docs/nerf.md"""
+    sharp_step: float = 0.5
+    """marching step while the surface is blurry: sections of up to this many 1/s (s the learned sharpness;
+    normalised units) instead of the box diagonal / --nerf.steps-per-diagonal, at most 16x that step; 0: always the
+    nerf step. NeuS's opacity of a section is exact for an SDF linear along it, whatever its length (docs/nerf.md)"""
     geo_hidden: int = 64
     """width of the geometry MLP's hidden layer (softplus, geometric initialisation; --field.decoder mlp)"""
     frame_steps: int = 300
@@ -193,6 +197,7 @@ FIELD_RANGES = {  # merged into recon.training.trainer.FIELD_RANGES (dotted name
     "neus.init_variance": (lambda v: math.isfinite(v), "finite"),
     "neus.variance_lr_scale": _FINITE_NONNEG,
     "neus.fd_cells": _FINITE_POS,
+    "neus.sharp_step": _FINITE_NONNEG,
     "occupancy.update_every": (_pos_int, ">= 1"),
     "occupancy.warmup_steps": (lambda v: v >= 0, ">= 0"),
     "occupancy.decay": (lambda v: 0 <= v <= 1, "0..1"),
