@@ -16,7 +16,9 @@
    ``--test-every``-th test view and the seconds of one test-view render. Parameters counted; wall and CPU seconds of
    training, and each field's CPU seconds and parameters as ratios to hash + mlp's within the run.
    ``--radiance-curve N``: also that test PSNR every N steps against the training CPU seconds so far (``curve``;
-   each point printed to stderr as it comes), to compare the fields per CPU second when a run is cut short.
+   each point printed to stderr as it comes), to compare the fields per CPU second when a run is cut short. Each
+   point and field also has the occupancy grid's occupied cells and the samples per ray (what a render marches).
+   ``dense+rbf64``: dense + rbf with 64 neurons per head (``--field.rbf-neurons 64``).
 3. ``shapes`` (unless ``--no-shapes``): `splatforge sdf fit` on ``--mesh`` (default spot) with each pair of
    ``--fields`` (default all four: hash + mlp, dense + rbf (the fused grid + RBF kernel on the CPU), triplane + rbf,
    triplane + mlp), each for every count of ``--sdf-steps``, all fits from one
@@ -62,7 +64,9 @@ HEADS = {"density": (16, 16, 1), "color": (32, 3, 2)}  # name -> (inputs, output
 SHAPE_FIELDS = {"hash+mlp": dict(encoding="hash", decoder="mlp"), "dense+rbf": dict(encoding="dense", decoder="rbf"),
                 "triplane+rbf": dict(encoding="triplane", decoder="rbf"),
                 "triplane+mlp": dict(encoding="triplane", decoder="mlp")}
-RADIANCE_FIELDS = SHAPE_FIELDS
+# the radiance section's pairs: the shapes' and dense + rbf with 64 neurons per head (4x fewer than the default:
+# the layer's cost is linear in the neurons)
+RADIANCE_FIELDS = {**SHAPE_FIELDS, "dense+rbf64": dict(encoding="dense", decoder="rbf", rbf_neurons=64)}
 
 
 def machine() -> dict:
@@ -155,6 +159,13 @@ def _trainer(data: Path, data_factor: int, steps: int, field):
     return Trainer(cfg, log=lambda s: None, writes_outputs=False)
 
 
+def _marching(model) -> dict:
+    """What a render of ``model`` marches: the occupancy grid's occupied cells and the training's running estimate of
+    samples per ray (a young RBF field kept about half its cells occupied: its renders march 4-5x the hash NeRF's
+    samples)."""
+    return {"occupied_cells": model.grid.occupied, "samples_per_ray": round(float(model.samples_per_ray), 1)}
+
+
 def bench_radiance(data: Path, data_factor: int, steps: int, test_every: int,
                    names: list[str] = ("hash+mlp", "dense+rbf"), curve_every: int | None = None) -> dict:
     """Two NeRF fields trained with interleaved steps, then evaluated (module docstring); ``curve_every``: also
@@ -179,7 +190,7 @@ def bench_radiance(data: Path, data_factor: int, steps: int, test_every: int,
         if curve_every and (step + 1) % curve_every == 0 and step + 1 < steps:
             for name, tr in trainers.items():
                 point = {"step": step + 1, "train_cpu_seconds": round(cpu[name], 1),
-                         "test_psnr": round(tr.evaluate(None)["psnr"], 3)}
+                         "test_psnr": round(tr.evaluate(None)["psnr"], 3), **_marching(tr.model)}
                 curve[name].append(point)
                 print(json.dumps({"radiance": name, **point, "load_average": os.getloadavg()[0]}),
                       file=_sys.stderr, flush=True)
@@ -187,17 +198,18 @@ def bench_radiance(data: Path, data_factor: int, steps: int, test_every: int,
     for name, tr in trainers.items():
         test = tr.evaluate(None)
         cam = tr.scene.frames_test[0].camera if hasattr(tr.scene.frames_test[0], "camera") else None
-        render_s = None
+        render_s = render_cpu = None
         if cam is not None:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             with torch.no_grad():
                 tr.model.render([cam])
-            render_s = round(time.perf_counter() - t0, 3)
+            render_s, render_cpu = round(time.perf_counter() - t0, 3), round(time.process_time() - c0, 3)
         out[name] = {"field": dataclasses.asdict(fields[name]), "parameters": parameter_count(tr.model.field),
                      "train_seconds": round(seconds[name], 1), "train_cpu_seconds": round(cpu[name], 1),
                      "test_psnr": round(test["psnr"], 3),
                      "test_ssim": round(test["ssim"], 4), "test_views": f"{test['num_views']} of {n_test[name]}",
-                     "render_seconds_one_view": render_s}
+                     "render_seconds_one_view": render_s, "render_cpu_seconds_one_view": render_cpu,
+                     **_marching(tr.model)}
         if curve_every:
             out[name]["curve"] = curve[name] + [{"step": steps, "train_cpu_seconds": round(cpu[name], 1),
                                                  "test_psnr": round(test["psnr"], 3)}]

@@ -52,8 +52,9 @@ class FieldConfig:
     """rbf decoder: Gaussian neurons per head (density head and colour head); lego f4 at 300 steps: 64 -> 17.7 dB,
     256 -> 21.6 dB, 512 -> 22.0 dB (docs/nerf.md)"""
     rbf_backend: Literal["auto", "numba", "matmul", "reference"] = "auto"
-    """rbf decoder: the matrix-product form (any device), the Numba kernels (CPU), the reference, or auto
-    (matmul: the fastest measured on the CPU too)"""
+    """rbf decoder: the matrix-product form (any device), the Numba kernels (CPU), the reference, or auto (on the
+    CPU the fused grid + RBF kernel for the density head and the Numba kernels for the colour head; matmul
+    elsewhere). An explicit backend runs the density head unfused (the encoding, then that backend)"""
 
     def dense_grid(self) -> HashGridConfig:
         """The dense encoding as a hash-grid layout whose table is large enough that no level is hashed."""

@@ -3,26 +3,17 @@
 The threads take contiguous ranges of points, BLOCK points at a time. A block's grid features [BLOCK, D] are
 interpolated into a scratch block that stays in the cache (level by level, the rows of
 :func:`recon.nerf.hash_encoding.level_features`, the encoding kernel's own loop: the same sums in the same order) and are
-never written out. The layer runs on the block as small matrix products (BLAS through Numba's ``np.dot``), the
-quadratic form expanded as in :func:`recon.nerf.rbf.rbf_matmul`, with s2 = s^2 [K, D]:
+never written out. The layer then runs on the block through the block steps of the plain layer's kernels
+(:mod:`recon.nerf.rbf_kernels`: the quadratic form expanded into small matrix products, the vectorised exponential,
+the read-out; backward: dL/df of the block and the per-thread sums of the parameters' gradients), so the two
+kernels compute the same sums in the same order.
 
-    q   = (f * f) s2^T - 2 f (s2 c)^T + sum_d s2 c^2      [B, K], clamped at 0 (a sum of squares)
-    phi = exp(-q),   y = phi W^T + b                       [B, O]
-
-Forward writes y and phi [N, K] (kept for the backward: one number per neuron, not per feature). Backward, with
-T = -2 (grad_y W) * phi [B, K] (the t_k of recon/nerf/rbf.py):
-
-    dL/df      = f * (T s2) - T (s2 c)                     [B, D]
-    dL/dc      = -s2 * (T^T f - c sum_n T)                 [K, D]  (sums over the points of every block)
-    dL/drho    =  s2 * (T^T f^2 - 2 c T^T f + c^2 sum_n T) [K, D]
-    dL/dW      =  grad_y^T phi                             [O, K]
-
-The sums over points are per-thread accumulators reduced in thread order (the result does not depend on the
-scheduling). dL/df [N, D] is then scattered into the grid's gradient by the encoding's backward kernel
-(:func:`recon.nerf.hash_encoding._backward_kernel`: levels dealt to the threads, no colliding adds): the features
-are never stored, their gradient is (the scatter needs every point's before any row is final). The blocks' matrix
-products run in the table's dtype (float32: single-precision BLAS, the precision of the PyTorch paths), the sums
-over blocks and threads in float64.
+Forward writes y [N, O] and phi [N, K] (kept for the backward: one number per neuron, not per feature). Backward
+recomputes each block's features and writes dL/df [N, D], which is then scattered into the grid's gradient by the
+encoding's backward kernel (:func:`recon.nerf.hash_encoding._backward_kernel`: levels dealt to the threads, no
+colliding adds): the features are never stored, their gradient is (the scatter needs every point's before any row
+is final). The blocks' matrix products run in the table's dtype (float32: single-precision BLAS, the precision of
+the PyTorch paths), the sums over blocks and threads in float64.
 """
 
 from __future__ import annotations
@@ -31,6 +22,8 @@ import numpy as np
 from numba import njit, prange
 
 from recon.nerf.hash_encoding import CHUNK, level_features
+from recon.nerf.rbf_kernels import (block_activations, block_layer_backward, layer_constants, reduce_layer_gradients,
+                                     write_block_outputs)
 
 BLOCK = 8 * CHUNK  # points per block of matrix products
 
@@ -53,49 +46,6 @@ def _block_features(x, lo, hi, table, resolutions, offsets, rows, weights):
     return feat
 
 
-EXP_Q_MAX = 64.0  # activations exp(-q) for q beyond this are taken as exp(-64) = 1.6e-28
-
-
-@njit(cache=True, inline="always")
-def _exp_neg(q):
-    """exp(-q) for q >= 0 by exp(-q / 128) (Taylor, Horner, 14 terms) squared seven times (q clamped to
-    EXP_Q_MAX). Straight-line arithmetic only (no inner loop, no call), so a loop of it vectorises: Numba's
-    math.exp is one scalar call per value without Intel's SVML, and the exponentials were most of the layer's
-    time; relative error < 1e-12 (tests/recon/nerf/test_grid_rbf.py)."""
-    y = -min(q, EXP_Q_MAX) * (1.0 / 128.0)
-    e = 1.0 + y * (1.0 / 13.0)
-    e = 1.0 + y * (1.0 / 12.0) * e
-    e = 1.0 + y * (1.0 / 11.0) * e
-    e = 1.0 + y * (1.0 / 10.0) * e
-    e = 1.0 + y * (1.0 / 9.0) * e
-    e = 1.0 + y * (1.0 / 8.0) * e
-    e = 1.0 + y * (1.0 / 7.0) * e
-    e = 1.0 + y * (1.0 / 6.0) * e
-    e = 1.0 + y * (1.0 / 5.0) * e
-    e = 1.0 + y * (1.0 / 4.0) * e
-    e = 1.0 + y * (1.0 / 3.0) * e
-    e = 1.0 + y * (1.0 / 2.0) * e
-    e = 1.0 + y * e
-    e = e * e  # seven squarings: exp(y)^128
-    e = e * e
-    e = e * e
-    e = e * e
-    e = e * e
-    e = e * e
-    return e * e
-
-
-@njit(cache=True)
-def _block_activations(feat, a, b, const):
-    """phi [B, K] = exp(-max(q, 0)) with q = (f * f) a + f b + const (a = s2^T, b = -2 (s2 c)^T [D, K])."""
-    q = np.dot(feat * feat, a) + np.dot(feat, b)
-    B, K = q.shape
-    for i in range(B):
-        for k in range(K):
-            q[i, k] = _exp_neg(max(q[i, k] + const[k], 0.0))
-    return q
-
-
 @njit(cache=True, parallel=True)
 def grid_rbf_forward_kernel(x, table, resolutions, offsets, centres, s, weight, bias, threads, phi, out):
     """out [N, O] and phi [N, K] of the RBF layer (``centres``, ``s`` = exp(log_precision) [K, D], ``weight``
@@ -103,11 +53,7 @@ def grid_rbf_forward_kernel(x, table, resolutions, offsets, centres, s, weight, 
     points x [N, 3] in [0, 1]^3 (clamped), ``table``
     [P, F] laid out by ``resolutions`` [L] and ``offsets`` [L + 1]; D = L F."""
     N = x.shape[0]
-    keep = phi.shape[0] == N  # an empty phi: not kept (no backward to come)
-    s2 = s * s
-    a = np.ascontiguousarray(s2.T)
-    b = np.ascontiguousarray((-2.0 * s2 * centres).T).astype(s.dtype)
-    const = (s2 * centres * centres).sum(axis=1)
+    a, b, const = layer_constants(centres, s)
     weight_t = np.ascontiguousarray(weight.T)
     for t in prange(threads):
         rows, weights = _scratch()
@@ -115,21 +61,14 @@ def grid_rbf_forward_kernel(x, table, resolutions, offsets, centres, s, weight, 
         for lo in range(t * N // threads, end, BLOCK):
             hi = min(lo + BLOCK, end)
             feat = _block_features(x, lo, hi, table, resolutions, offsets, rows, weights)
-            p = _block_activations(feat, a, b, const)
-            y = np.dot(p, weight_t)
-            for i in range(hi - lo):
-                if keep:
-                    for k in range(p.shape[1]):
-                        phi[lo + i, k] = p[i, k]
-                for o in range(y.shape[1]):
-                    out[lo + i, o] = y[i, o] + bias[o]
+            write_block_outputs(block_activations(feat, a, b, const), weight_t, bias, lo, phi, out)
 
 
 @njit(cache=True, parallel=True)
 def grid_rbf_layer_backward_kernel(x, table, resolutions, offsets, centres, s, weight, phi, grad_out, threads,
                                    grad_feat, grad_c, grad_rho, grad_w):
     """The layer's part of the backward (module docstring): grad_feat [N, D] = dL/df, grad_c, grad_rho [K, D],
-    grad_w [O, K] (overwritten) for grad_out [N, O] float64 and the forward's ``phi`` [N, K]."""
+    grad_w [O, K] (overwritten) for grad_out [N, O] in the table's dtype and the forward's ``phi`` [N, K]."""
     N = x.shape[0]
     K, D = centres.shape
     O = weight.shape[0]
@@ -145,30 +84,6 @@ def grid_rbf_layer_backward_kernel(x, table, resolutions, offsets, centres, s, w
         for lo in range(t * N // threads, end, BLOCK):
             hi = min(lo + BLOCK, end)
             feat = _block_features(x, lo, hi, table, resolutions, offsets, rows, weights)
-            p = np.empty((hi - lo, K), table.dtype)
-            for i in range(hi - lo):
-                for k in range(K):
-                    p[i, k] = phi[lo + i, k]
-            go = np.ascontiguousarray(grad_out[lo:hi])
-            tt = (-2.0 * np.dot(go, weight) * p).astype(p.dtype)
-            acc_w[t] += np.dot(go.T.copy(), p)
-            gf = feat * np.dot(tt, s2) - np.dot(tt, s2c)
-            grad_feat[lo:hi] = gf
-            tt_t = np.ascontiguousarray(tt.T)
-            acc_tf[t] += np.dot(tt_t, feat)
-            acc_tf2[t] += np.dot(tt_t, feat * feat)
-            acc_t[t] += tt.sum(axis=0)
-    tf = np.zeros((K, D))
-    tf2 = np.zeros((K, D))
-    tsum = np.zeros(K)
-    grad_w[:] = 0.0
-    for t in range(threads):  # in thread order
-        tf += acc_tf[t]
-        tf2 += acc_tf2[t]
-        tsum += acc_t[t]
-        grad_w += acc_w[t]
-    for k in range(K):
-        for d in range(D):
-            c = centres[k, d]
-            grad_c[k, d] = -s2[k, d] * (tf[k, d] - c * tsum[k])
-            grad_rho[k, d] = s2[k, d] * (tf2[k, d] - 2.0 * c * tf[k, d] + c * c * tsum[k])
+            grad_feat[lo:hi] = block_layer_backward(feat, phi[lo:hi], grad_out[lo:hi], weight, s2, s2c,
+                                                    acc_tf[t], acc_tf2[t], acc_t[t], acc_w[t])
+    reduce_layer_gradients(centres, s2, acc_tf, acc_tf2, acc_t, acc_w, grad_c, grad_rho, grad_w)
