@@ -33,7 +33,7 @@ What differs:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Callable
 
 import torch
@@ -103,6 +103,11 @@ class NeusModel(NerfModel):
         return cls(cfg.nerf, space, scene.extent, generator, cfg.field, cfg.neus)
 
     # ---------------------------------------------------------------------------- coordinates
+
+    def configure(self, cfg) -> None:
+        """``--neus.sharp-step`` from the training config: a run resumed from before the option keeps the nerf step
+        it was trained with (its config gets 0, recon.training.trainer.LEGACY_VALUES)."""
+        self.neus = replace(self.neus, sharp_step=float(cfg.neus.sharp_step))
 
     @property
     def dt_min(self) -> float:

@@ -43,7 +43,7 @@ from recon.data.scene import Scene
 from recon.geometry.mesh_extraction import mesh_bytes, zero_level_mesh
 from recon.models.base import model_class
 from recon.outputs import files as rf
-from recon.training.trainer import CHECKPOINT_KEYS, Trainer, check_resumable, stored_config
+from recon.training.trainer import CHECKPOINT_KEYS, Trainer, check_resumable, resumed_config, stored_config
 
 FRAMES_DIR = "frames"
 MESHES_DIR = "meshes"
@@ -185,7 +185,9 @@ class FrameSequence:
             shutil.rmtree(self.out / FRAMES_DIR, ignore_errors=True)
             shutil.rmtree(self.out / MESHES_DIR, ignore_errors=True)
         elif config_file.is_file():
-            check_resumable(rf.read_config_dict(config_file), self.cfg, self.out)
+            saved = rf.read_config_dict(config_file)
+            check_resumable(saved, self.cfg, self.out)
+            self.cfg = resumed_config(saved, self.cfg)  # frames derive theirs from it (frame_config)
         rf.write_config(self.out, stored_config(self.cfg))
         (self.out / MESHES_DIR).mkdir(exist_ok=True)
 

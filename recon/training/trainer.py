@@ -408,6 +408,22 @@ def check_batch(batch: int, frames) -> None:
                                    f"views of one step are rendered together at one size; use --batch 1")
 
 
+# options added after runs were made whose default today differs from what those runs did: a run whose config.yaml
+# lacks one resumes with the value it was trained with (not today's default; not compared by check_resumable)
+LEGACY_VALUES = {"neus.sharp_step": 0.0}  # NeuS marched at the nerf step before --neus.sharp-step (7 Dec 2026)
+
+
+def resumed_config(saved: dict, cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the :data:`LEGACY_VALUES` of the options ``saved`` (a run's config.yaml) lacks: what a run
+    resumes with and writes back to its config.yaml."""
+    flat = rf.flatten_config(saved)
+    for key, value in LEGACY_VALUES.items():
+        if key not in flat:
+            section, name = key.split(".")
+            cfg = dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
+    return cfg
+
+
 def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
     """ConfigMismatchError listing the fields that differ from ``out/config.yaml`` (except resumable ones);
     section fields are named by dotted keys (``adc.grow_grad2d``)."""
@@ -429,7 +445,8 @@ def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
     unused = tuple(f"{name}." for name in STRATEGIES if name != cfg.strategy) + \
         tuple(f"{name}." for name in sorted(other_methods))
     diffs = [f"{k}: saved {saved.get(k, defaults[k])!r}, now {current.get(k)!r}" for k in current
-             if k not in RESUMABLE_CHANGES and not k.startswith(unused) and saved.get(k, defaults[k]) != current.get(k)]
+             if k not in RESUMABLE_CHANGES and not k.startswith(unused) and (k in saved or k not in LEGACY_VALUES)
+             and saved.get(k, defaults[k]) != current.get(k)]
     if diffs:
         raise ConfigMismatchError(
             f"{out / rf.CONFIG_FILE}: this run directory holds a run with a different configuration "
@@ -586,7 +603,10 @@ class Trainer:
             for _, p in rf.list_checkpoints(self.out):
                 p.unlink()
         elif config_file.is_file():
-            check_resumable(rf.read_config_dict(config_file), self.cfg, self.out)
+            saved = rf.read_config_dict(config_file)
+            check_resumable(saved, self.cfg, self.out)
+            self.cfg = resumed_config(saved, self.cfg)
+            self.model.configure(self.cfg)
             self.resume()
         rf.write_config(self.out, stored_config(self.cfg))
 

@@ -16,7 +16,7 @@ from recon.core.errors import ConfigValueError
 from recon.models import NerfModel, NeusModel, model_class
 from recon.nerf.config import FieldConfig, NerfConfig, NeusConfig
 from recon.strategy.occupancy import OccupancyConfig
-from recon.training.trainer import TrainConfig, Trainer
+from recon.training.trainer import ConfigMismatchError, TrainConfig, Trainer
 from tests.recon.tiny_runs import quiet, tiny_config, train_from_untrained
 
 SMALL = NerfConfig(hash_levels=4, hash_log2_table=12, hash_base_res=4, hash_max_res=64, hidden=32, geo_dim=8,
@@ -87,6 +87,34 @@ def test_resume_is_bit_exact(trained, tmp_path):
     for name, p in trainer.model.params.items():
         assert torch.equal(p.detach(), resumed.model.params[name].detach()), name
     assert torch.equal(trainer.model.grid.bits, resumed.model.grid.bits)
+
+
+def test_a_run_from_before_sharp_step_resumes_as_it_was_trained(trained, tmp_path):
+    """A run whose config.yaml predates ``--neus.sharp-step`` (no ``neus.sharp_step``) resumes from the same command
+    (today's default 0.5) or with ``--neus.sharp-step 0``, marching at the nerf step it was trained with, and its
+    config.yaml then records 0 (trainer.LEGACY_VALUES); a run that has the key resumes with its own value."""
+    import yaml
+
+    from recon.outputs import files as rf
+
+    cfg, _, _, _ = trained
+    same = dataclasses.replace(cfg, out=tmp_path, steps=4)
+    first = Trainer(same, log=quiet)
+    first.prepare_out()
+    first.advance(0)
+    first.save()
+    assert first.model.neus.sharp_step == 0.5
+    saved = rf.read_config_dict(tmp_path / rf.CONFIG_FILE)
+    del saved["neus"]["sharp_step"]  # as written before the option
+    (tmp_path / rf.CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    for neus_cfg in (same.neus, dataclasses.replace(same.neus, sharp_step=0.0)):
+        resumed = Trainer(dataclasses.replace(same, neus=neus_cfg), log=quiet)
+        resumed.prepare_out()
+        assert resumed.step == 1 and resumed.model.neus.sharp_step == 0.0
+        assert rf.read_config_dict(tmp_path / rf.CONFIG_FILE)["neus"]["sharp_step"] == 0.0
+    again = Trainer(dataclasses.replace(same, neus=dataclasses.replace(same.neus, sharp_step=0.25)), log=quiet)
+    with pytest.raises(ConfigMismatchError, match="neus.sharp_step"):  # it now holds 0: a change is refused
+        again.prepare_out()
 
 
 def test_mesh_command_writes_the_zero_level_set(trained, tmp_path):
