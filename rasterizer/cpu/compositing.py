@@ -163,16 +163,14 @@ F_ACC = F_W + NPIX  # [max(D, 3), NPIX] accumulated colour
 
 # backward state
 B_T = 0  # [NPIX] transmittance T_i, recovered back to front
-B_TFVA = B_T + NPIX  # [NPIX] T_final * v_alpha
-B_CX = B_TFVA + NPIX  # [NPIX] pixel-centre x
+B_P = B_T + NPIX  # [NPIX] T_final v_alpha - sum over channels 0..2 of S v_render (S: the colour behind; backward_pixels)
+B_CX = B_P + NPIX  # [NPIX] pixel-centre x
 B_CY = B_CX + NPIX  # [NPIX] pixel-centre y
-B_VSIG = B_CY + NPIX  # [NPIX] current Gaussian: d loss / d sigma (for abs_gradient_pixels)
-B_XVAL = B_VSIG + NPIX  # [NPIX] current Gaussian: the channels >= 3 part of d loss / d alpha (0 for D <= 3)
+B_XVAL = B_CY + NPIX  # [NPIX] current Gaussian: the channels >= 3 part of d loss / d alpha (0 for D <= 3)
 B_TI = B_XVAL + NPIX  # [NPIX] D > 3 only, current Gaussian: T_i where blended, else 0
 B_RA = B_TI + NPIX  # [NPIX] D > 3 only, current Gaussian: 1 / (1 - alpha) where blended, else 0
 B_FAC = B_RA + NPIX  # [NPIX] D > 3 only, current Gaussian: alpha T_i where blended, else 0
-B_SRGB = B_FAC + NPIX  # [3, NPIX] S, the colour behind, of channels 0..2
-B_VR = B_SRGB + 3 * NPIX  # [D', NPIX] v_render (D' = max(D, 3)); then S of channels 3..D-1 [D - 3, NPIX]
+B_VR = B_FAC + NPIX  # [D', NPIX] v_render (D' = max(D, 3)); then S of channels 3..D-1 [D - 3, NPIX]
 
 
 FASTMATH_SUMS = FASTMATH | {"reassoc"}  # for loops without exp: lets LLVM vectorise their sums
@@ -491,21 +489,27 @@ def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
-def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
+def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2, with_abs):
     """Backward of Gaussian k over tile pixels [lo, hi) in one branch-free pass (inlined into
-    backward_tile, as forward_pixels): recovers T_i = T_{i+1} / (1 - alpha) where k was blended
-    (pixel_blended) and updates st[B_T + p] to it; for channels 0..2 (colours c0..c2; zeros for
-    channels the render lacks, whose v_render rows are 0) sums alpha T_i v_render and updates the
-    colour behind S += c alpha T_i; forms d loss / d alpha = T_final v_alpha / (1 - alpha) +
-    sum_ch (c T_i - S / (1 - alpha)) v_render (+ B_XVAL, the channels >= 3 part) and from it
-    v_sigma = d loss / d sigma (0 where alpha was clamped at 0.999), written to B_VSIG. Returns sums
-    over the pixels of v_sigma (dx, dy, dx^2, dx dy, dy^2) (d = mean - pixel centre; conic_gradients),
-    d loss / d opacity and the colour gradients:
-    (sx, sy, sxx, sxy, syy, gop, s0, s1, s2). Sums use radd (vectorised reductions; the alpha
-    arithmetic must not be reassociated)."""
+    backward_tile, as forward_pixels; ``with_abs`` a literal there, so each call site compiles one loop):
+    recovers T_i = T_{i+1} / (1 - alpha) where k was blended (pixel_blended) and updates st[B_T + p] to
+    it; sums alpha T_i v_render over the pixels for channels 0..2 (colours c0..c2; zeros for channels
+    the render lacks, whose v_render rows are 0); forms d loss / d alpha and from it v_sigma = d loss /
+    d sigma (0 where alpha was clamped at 0.999).
+
+    d loss / d alpha = T_final v_alpha / (1 - alpha) + sum_ch (c T_i - S / (1 - alpha)) v_render (S the
+    colour behind, channels 0..2; + B_XVAL, the channels >= 3 part), written as P / (1 - alpha) + T_i
+    sum_ch c v_render with P = T_final v_alpha - sum_ch S v_render per pixel (st[B_P + p]), updated as
+    S += c alpha T_i: one value per pixel instead of the three channels of S.
+
+    Returns the sums over the pixels of v_sigma (dx, dy, dx^2, dx dy, dy^2) (d = mean - pixel centre;
+    conic_gradients), of v_sigma itself (d loss / d opacity = -that / opacity: opacity_gradient), the
+    colour gradients and, with ``with_abs``, of |d loss / d means2d| per pixel (x, y; else 0):
+    (sx, sy, sxx, sxy, syy, ssig, s0, s1, s2, absx, absy). Sums use radd (vectorised reductions; the
+    alpha arithmetic must not be reassociated)."""
     zero, one, amax = like(0.0, op), like(1.0, op), like(ALPHA_MAX, op)
     k32 = np.int32(k)
-    sx = sy = sxx = sxy = syy = gop = s0 = s1 = s2 = zero
+    sx = sy = sxx = sxy = syy = ssig = s0 = s1 = s2 = absx = absy = zero
     for p in range(U(lo), U(hi)):
         dx, dy, sigma, vis, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
         ok, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
@@ -514,23 +518,15 @@ def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
         v0 = st[U(B_VR) + p]
         v1 = st[U(B_VR + NPIX) + p]
         v2 = st[U(B_VR + 2 * NPIX) + p]
-        b0 = st[U(B_SRGB) + p]
-        b1 = st[U(B_SRGB + NPIX) + p]
-        b2 = st[U(B_SRGB + 2 * NPIX) + p]
         s0 = radd(s0, fac * v0)
         s1 = radd(s1, fac * v1)
         s2 = radd(s2, fac * v2)
-        v_al = st[U(B_TFVA) + p] * ra + st[U(B_XVAL) + p]
-        v_al += (c0 * ti - b0 * ra) * v0
-        v_al += (c1 * ti - b1 * ra) * v1
-        v_al += (c2 * ti - b2 * ra) * v2
-        st[U(B_SRGB) + p] = b0 + c0 * fac
-        st[U(B_SRGB + NPIX) + p] = b1 + c1 * fac
-        st[U(B_SRGB + 2 * NPIX) + p] = b2 + c2 * fac
+        cv = c0 * v0 + c1 * v1 + c2 * v2
+        pv = st[U(B_P) + p]
+        v_al = pv * ra + cv * ti + st[U(B_XVAL) + p]
+        st[U(B_P) + p] = pv - cv * fac
         ov = op * vis
-        keep = ov <= amax
-        v_sigma = select(keep, -ov * v_al, zero)
-        st[U(B_VSIG) + p] = v_sigma
+        v_sigma = select(ov <= amax, -ov * v_al, zero)
         u = v_sigma * dx
         w = v_sigma * dy
         sx = radd(sx, u)
@@ -538,8 +534,11 @@ def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
         sxx = radd(sxx, u * dx)
         sxy = radd(sxy, u * dy)
         syy = radd(syy, w * dy)
-        gop = radd(gop, select(keep, vis * v_al, zero))
-    return sx, sy, sxx, sxy, syy, gop, s0, s1, s2
+        ssig = radd(ssig, v_sigma)
+        if with_abs:
+            absx = radd(absx, abs(v_sigma * (a * dx + b * dy)))
+            absy = radd(absy, abs(v_sigma * (b * dx + c * dy)))
+    return sx, sy, sxx, sxy, syy, ssig, s0, s1, s2, absx, absy
 
 
 @njit(cache=True, inline="always")
@@ -549,18 +548,24 @@ def conic_gradients(sx, sy, sxx, sxy, syy, a, b, c):
     return 0.5 * sxx, sxy, 0.5 * syy, a * sx + b * sy, b * sx + c * sy
 
 
-@njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
-def abs_gradient_pixels(st, lo, hi, mx, my, a, b, c):
-    """Sums over pixels [lo, hi) of |d loss / d means2d x| and |... y| per pixel, from v_sigma in
-    B_VSIG (backward_pixels). Returns (absx, absy)."""
-    absx = absy = like(0.0, a)
-    for p in range(U(lo), U(hi)):
-        v_sigma = st[U(B_VSIG) + p]
-        dx = mx - st[U(B_CX) + p]
-        dy = my - st[U(B_CY) + p]
-        absx += abs(v_sigma * (a * dx + b * dy))
-        absy += abs(v_sigma * (b * dx + c * dy))
-    return absx, absy
+@njit(cache=True, inline="always")
+def opacity_gradient(ssig, op):
+    """d loss / d opacity from the sum of v_sigma over the pixels (backward_pixels): where alpha = op vis
+    is not clamped, d loss / d op = vis d loss / d alpha and v_sigma = -op vis d loss / d alpha, so the sum
+    is -ssig / op (0 for op = 0, where no pixel blends)."""
+    return -ssig / op if op > 0.0 else like(0.0, op)
+
+
+@njit(cache=True, inline="always")
+def blended_rows(strip_last, s, k, rlo, rhi):
+    """Rows [rlo, rhi) (tile-local) of strip s with the rows at either end left out where no pixel blended
+    Gaussian k or anything behind it (strip_last[s * TS + ly] < k: the largest last blended index of the
+    strip's row ly); those pixels contribute exactly 0."""
+    while rlo < rhi and strip_last[s * TS + rlo] < k:
+        rlo += 1
+    while rhi > rlo and strip_last[s * TS + rhi - 1] < k:
+        rhi -= 1
+    return rlo, rhi
 
 
 @njit(cache=True, parallel=True)
@@ -577,57 +582,70 @@ def backward_kernel(packed, rows, colors, offsets, ids, tile_order, W, H, TW, TH
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def backward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, T_final, last_ids, v_render, v_alpha, g_means2d,
                   g_abs, g_conics, g_opac, g_colors):
-    """Backward pass of one tile t, recovering T_i = T_{i+1} / (1 - alpha_i) from back to front."""
+    """Backward pass of one tile t, recovering T_i = T_{i+1} / (1 - alpha_i) from back to front. A
+    Gaussian's pixels are those of forward_tile's clipping (its rows; per strip the ellipse's band,
+    band_rows, for Gaussians over BAND_MIN_ROWS rows or more) less, at either end, the strip's rows where
+    every pixel stopped in front of it (blended_rows); each strip's sums are added in locals and written
+    once per intersection."""
     D = colors.shape[1]
     with_abs = g_abs.shape[0] > 0
     c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
     Dp = max(D, 3)  # v_render rows for at least 3 channels (backward_pixels reads three)
-    st = np.zeros(B_VR + (Dp + max(D - 3, 0)) * NPIX, colors.dtype)  # v_render, S, B_XVAL 0 outside the image
+    st = np.zeros(B_VR + (Dp + max(D - 3, 0)) * NPIX, colors.dtype)  # v_render, P, B_XVAL 0 outside the image
     last = np.full(NPIX, -1, np.int32)
-    row_last = np.full(TS, -1, np.int64)  # per tile row: the largest last blended index of its pixels
+    strip_last = np.full(2 * TS, -1, np.int64)  # [s * TS + ly]: the largest last blended index in strip s, row ly
     init_tile_pixels(st, B_T, B_CX, B_CY, x0, y0, SW)
-    k_end = offsets[t]
     for y in range(y0, y1):
         for x in range(x0, x1):
             p = tile_pixel(x - x0, y - y0, SW)
             st[B_T + p] = T_final[c, y, x]
-            st[B_TFVA + p] = T_final[c, y, x] * v_alpha[c, y, x, 0]
+            st[B_P + p] = T_final[c, y, x] * v_alpha[c, y, x, 0]
             last[p] = last_ids[c, y, x]
             for ch in range(D):
                 st[B_VR + ch * NPIX + p] = v_render[c, y, x, ch]
-            row_last[y - y0] = max(row_last[y - y0], last_ids[c, y, x])
-        k_end = max(k_end, row_last[y - y0] + 1)
+            i = ((x - x0) // SW) * TS + y - y0
+            strip_last[i] = max(strip_last[i], last_ids[c, y, x])
+    k_end = max(offsets[t], strip_last.max() + 1)
     for k in range(k_end - 1, offsets[t] - 1, -1):
         ylo, yhi = gaussian_rows(rows[k, 0], rows[k, 1], y0, y1)
-        # rows where no pixel blended k or anything behind it contribute exactly 0: leave them out
-        while ylo < yhi and row_last[ylo - y0] < k:
-            ylo += 1
-        while yhi > ylo and row_last[yhi - 1 - y0] < k:
-            yhi -= 1
         if ylo >= yhi:
             continue
         s0, s1 = gaussian_strips(rows, k, x0, x1)
         mx, my = packed[k, P_MX], packed[k, P_MY]
         a, b, cc, op = packed[k, P_A], packed[k, P_B], packed[k, P_C], packed[k, P_OP]
+        c0, c1, c2 = packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2]
+        banded = yhi - ylo >= BAND_MIN_ROWS and math.isfinite(rows[k, 0])
+        if banded:
+            fb, fc = np.float64(b), np.float64(cc)
+            r, cw, ut, sdet = band_shape(rows[k, 0], np.float64(a), fb, fc)
         zero = like(0.0, op)
-        sx = sy = sxx = sxy = syy = gop = r0 = r1 = r2 = absx = absy = zero
+        sx = sy = sxx = sxy = syy = ssig = r0 = r1 = r2 = absx = absy = zero
         for s in range(s0, s1):  # sums over the strips the ellipse reaches
-            lo, hi = s * STRIP + (ylo - y0) * SW, s * STRIP + (yhi - y0) * SW
+            rlo, rhi = ylo, yhi
+            if banded:
+                blo, bhi = band_rows(r, cw, ut, sdet, np.float64(mx), np.float64(my), fb, fc, x0 + s * SW, y0, y1)
+                rlo, rhi = max(rlo, blo), min(rhi, bhi)
+            rlo, rhi = blended_rows(strip_last, s, k, rlo - y0, rhi - y0)
+            if rlo >= rhi:
+                continue
+            lo, hi = s * STRIP + rlo * SW, s * STRIP + rhi * SW
             if D > 3:
                 extra_channel_setup_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
                 backward_color_pixels(st, lo, hi, colors, ids[k], D, g_colors, k)
-            px, py, pxx, pxy, pyy, pop, p0, p1, p2 = backward_pixels(
-                st, last, lo, hi, k, mx, my, a, b, cc, op, packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2])
-            sx, sy, sxx, sxy, syy, gop = sx + px, sy + py, sxx + pxx, sxy + pxy, syy + pyy, gop + pop
-            r0, r1, r2 = r0 + p0, r1 + p1, r2 + p2
             if with_abs:
-                ax, ay = abs_gradient_pixels(st, lo, hi, mx, my, a, b, cc)
+                px, py, pxx, pxy, pyy, psig, p0, p1, p2, ax, ay = backward_pixels(
+                    st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2, True)
                 absx, absy = absx + ax, absy + ay
+            else:
+                px, py, pxx, pxy, pyy, psig, p0, p1, p2, _, _ = backward_pixels(
+                    st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2, False)
+            sx, sy, sxx, sxy, syy, ssig = sx + px, sy + py, sxx + pxx, sxy + pxy, syy + pyy, ssig + psig
+            r0, r1, r2 = r0 + p0, r1 + p1, r2 + p2
         g_conics[k, 0], g_conics[k, 1], g_conics[k, 2], g_means2d[k, 0], g_means2d[k, 1] = conic_gradients(
             sx, sy, sxx, sxy, syy, a, b, cc)
         if with_abs:
             g_abs[k, 0], g_abs[k, 1] = absx, absy
-        g_opac[k] = gop
+        g_opac[k] = opacity_gradient(ssig, op)
         g_colors[k, 0] = r0
         if D > 1:
             g_colors[k, 1] = r1
