@@ -163,14 +163,15 @@ F_ACC = F_W + NPIX  # [max(D, 3), NPIX] accumulated colour
 
 # backward state
 B_T = 0  # [NPIX] transmittance T_i, recovered back to front
-B_P = B_T + NPIX  # [NPIX] T_final v_alpha - sum over channels 0..2 of S v_render (S: the colour behind; backward_pixels)
+B_P = B_T + NPIX  # [NPIX] T_final v_alpha - sum over channels 0..2 of S v_render (S: the colour behind; gradient_pixels)
 B_CX = B_P + NPIX  # [NPIX] pixel-centre x
 B_CY = B_CX + NPIX  # [NPIX] pixel-centre y
 B_XVAL = B_CY + NPIX  # [NPIX] current Gaussian: the channels >= 3 part of d loss / d alpha (0 for D <= 3)
-B_TI = B_XVAL + NPIX  # [NPIX] D > 3 only, current Gaussian: T_i where blended, else 0
-B_RA = B_TI + NPIX  # [NPIX] D > 3 only, current Gaussian: 1 / (1 - alpha) where blended, else 0
-B_FAC = B_RA + NPIX  # [NPIX] D > 3 only, current Gaussian: alpha T_i where blended, else 0
-B_VR = B_FAC + NPIX  # [D', NPIX] v_render (D' = max(D, 3)); then S of channels 3..D-1 [D - 3, NPIX]
+B_TI = B_XVAL + NPIX  # [NPIX] current Gaussian: T_i where blended, else 0 (blend_pixels)
+B_RA = B_TI + NPIX  # [NPIX] current Gaussian: 1 / (1 - alpha) where blended, else 0
+B_FAC = B_RA + NPIX  # [NPIX] current Gaussian: alpha T_i where blended, else 0
+B_Q = B_FAC + NPIX  # [NPIX] current Gaussian: d sigma-part, -opacity exp(-sigma) where alpha is not clamped, else 0
+B_VR = B_Q + NPIX  # [D', NPIX] v_render (D' = max(D, 3)); then S of channels 3..D-1 [D - 3, NPIX]
 
 
 FASTMATH_SUMS = FASTMATH | {"reassoc"}  # for loops without exp: lets LLVM vectorise their sums
@@ -454,26 +455,35 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
             last_ids[c, y, x] = last[p]
 
 
-@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def extra_channel_setup_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
-    """Renders with more than 3 channels, before backward_pixels: B_TI, B_RA, B_FAC of Gaussian k over
-    pixels [lo, hi) (pixel_blended; T itself is updated by backward_pixels) and B_XVAL = 0."""
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def blend_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
+    """First pass of the backward of Gaussian k over tile pixels [lo, hi), branch-free (inlined into
+    backward_tile): where k was blended (pixel_blended) recovers T_i = T_{i+1} / (1 - alpha) and updates
+    st[B_T + p] to it; writes B_TI (T_i), B_RA (1 / (1 - alpha)), B_FAC (alpha T_i), all 0 where k was not
+    blended, and B_Q = d alpha / d sigma = -opacity exp(-sigma) (0 where alpha was clamped at 0.999).
+    Two passes (this, then gradient_pixels) instead of one: each loop's constants and sums then fit in the
+    16 vector registers of AVX2 (one pass spilled about 30 of its 140 instructions a vector to the stack)."""
+    zero, one, amax = like(0.0, op), like(1.0, op), like(ALPHA_MAX, op)
     k32 = np.int32(k)
     for p in range(U(lo), U(hi)):
-        _, _, sigma, _, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
-        _, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
+        _, _, sigma, vis, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
+        ok, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
+        st[U(B_T) + p] *= select(ok, ra, one)  # arithmetic, not a masked store (see forward_pixels)
         st[U(B_TI) + p] = ti
         st[U(B_RA) + p] = ra
         st[U(B_FAC) + p] = al * ti
-        st[U(B_XVAL) + p] = like(0.0, op)
+        ov = op * vis
+        st[U(B_Q) + p] = select(ov <= amax, -ov, zero)
 
 
 @njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
 def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
-    """Channels ch >= 3 of Gaussian k (after extra_channel_setup_pixels; per channel, pixels [lo, hi)):
+    """Channels ch >= 3 of Gaussian k (after blend_pixels; per channel, pixels [lo, hi)):
     g_colors[k, ch] += sum alpha T_i v_render (zeros before the first strip); adds the colour part of d loss / d alpha,
     (c T_i - S / (1 - alpha)) v_render, to B_XVAL; updates the colour behind S += c alpha T_i. Pixels
     where k was not blended contribute 0 (temporaries 0)."""
+    for p in range(U(lo), U(hi)):
+        st[U(B_XVAL) + p] = like(0.0, st[0])
     for ch in range(3, D):
         col = colors[g, ch]
         vr = U(B_VR + ch * NPIX)
@@ -489,32 +499,27 @@ def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
-def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2, with_abs):
-    """Backward of Gaussian k over tile pixels [lo, hi) in one branch-free pass (inlined into
-    backward_tile, as forward_pixels; ``with_abs`` a literal there, so each call site compiles one loop):
-    recovers T_i = T_{i+1} / (1 - alpha) where k was blended (pixel_blended) and updates st[B_T + p] to
-    it; sums alpha T_i v_render over the pixels for channels 0..2 (colours c0..c2; zeros for channels
-    the render lacks, whose v_render rows are 0); forms d loss / d alpha and from it v_sigma = d loss /
-    d sigma (0 where alpha was clamped at 0.999).
+def gradient_pixels(st, lo, hi, mx, my, a, b, c, c0, c1, c2, with_abs):
+    """Second pass of the backward of a Gaussian over tile pixels [lo, hi) (after blend_pixels and, for
+    more than 3 channels, backward_color_pixels; inlined into backward_tile, ``with_abs`` a literal there,
+    so each call site compiles one loop): sums alpha T_i v_render over the pixels for channels 0..2
+    (colours c0..c2; zeros for channels the render lacks, whose v_render rows are 0); forms d loss / d
+    alpha and from it v_sigma = d loss / d sigma = B_Q d loss / d alpha.
 
     d loss / d alpha = T_final v_alpha / (1 - alpha) + sum_ch (c T_i - S / (1 - alpha)) v_render (S the
     colour behind, channels 0..2; + B_XVAL, the channels >= 3 part), written as P / (1 - alpha) + T_i
     sum_ch c v_render with P = T_final v_alpha - sum_ch S v_render per pixel (st[B_P + p]), updated as
-    S += c alpha T_i: one value per pixel instead of the three channels of S.
+    S = radd(S, c alpha T_i: one value per pixel instead of the three channels of S. Pixels where the Gaussian)
+    was not blended contribute 0 (B_TI, B_RA, B_FAC 0).
 
     Returns the sums over the pixels of v_sigma (dx, dy, dx^2, dx dy, dy^2) (d = mean - pixel centre;
     conic_gradients), of v_sigma itself (d loss / d opacity = -that / opacity: opacity_gradient), the
     colour gradients and, with ``with_abs``, of |d loss / d means2d| per pixel (x, y; else 0):
-    (sx, sy, sxx, sxy, syy, ssig, s0, s1, s2, absx, absy). Sums use radd (vectorised reductions; the
-    alpha arithmetic must not be reassociated)."""
-    zero, one, amax = like(0.0, op), like(1.0, op), like(ALPHA_MAX, op)
-    k32 = np.int32(k)
+    (sx, sy, sxx, sxy, syy, ssig, s0, s1, s2, absx, absy). Sums use radd (vectorised reductions)."""
+    zero = like(0.0, a)
     sx = sy = sxx = sxy = syy = ssig = s0 = s1 = s2 = absx = absy = zero
     for p in range(U(lo), U(hi)):
-        dx, dy, sigma, vis, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
-        ok, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
-        st[U(B_T) + p] *= select(ok, ra, one)  # arithmetic, not a masked store (see forward_pixels)
-        fac = al * ti
+        fac = st[U(B_FAC) + p]
         v0 = st[U(B_VR) + p]
         v1 = st[U(B_VR + NPIX) + p]
         v2 = st[U(B_VR + 2 * NPIX) + p]
@@ -523,10 +528,11 @@ def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2, with_a
         s2 = radd(s2, fac * v2)
         cv = c0 * v0 + c1 * v1 + c2 * v2
         pv = st[U(B_P) + p]
-        v_al = pv * ra + cv * ti + st[U(B_XVAL) + p]
+        v_al = pv * st[U(B_RA) + p] + cv * st[U(B_TI) + p] + st[U(B_XVAL) + p]
         st[U(B_P) + p] = pv - cv * fac
-        ov = op * vis
-        v_sigma = select(ov <= amax, -ov * v_al, zero)
+        v_sigma = st[U(B_Q) + p] * v_al
+        dx = mx - st[U(B_CX) + p]
+        dy = my - st[U(B_CY) + p]
         u = v_sigma * dx
         w = v_sigma * dy
         sx = radd(sx, u)
@@ -543,14 +549,14 @@ def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2, with_a
 
 @njit(cache=True, inline="always")
 def conic_gradients(sx, sy, sxx, sxy, syy, a, b, c):
-    """(d loss / d conic (a, b, c), d loss / d means2d (x, y)) from the sums of backward_pixels:
+    """(d loss / d conic (a, b, c), d loss / d means2d (x, y)) from the sums of gradient_pixels:
     sigma = a dx^2 / 2 + b dx dy + c dy^2 / 2 and d sigma / d mean = (a dx + b dy, b dx + c dy)."""
     return 0.5 * sxx, sxy, 0.5 * syy, a * sx + b * sy, b * sx + c * sy
 
 
 @njit(cache=True, inline="always")
 def opacity_gradient(ssig, op):
-    """d loss / d opacity from the sum of v_sigma over the pixels (backward_pixels): where alpha = op vis
+    """d loss / d opacity from the sum of v_sigma over the pixels (gradient_pixels): where alpha = op vis
     is not clamped, d loss / d op = vis d loss / d alpha and v_sigma = -op vis d loss / d alpha, so the sum
     is -ssig / op (0 for op = 0, where no pixel blends)."""
     return -ssig / op if op > 0.0 else like(0.0, op)
@@ -590,7 +596,7 @@ def backward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, T_final, 
     D = colors.shape[1]
     with_abs = g_abs.shape[0] > 0
     c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
-    Dp = max(D, 3)  # v_render rows for at least 3 channels (backward_pixels reads three)
+    Dp = max(D, 3)  # v_render rows for at least 3 channels (gradient_pixels reads three)
     st = np.zeros(B_VR + (Dp + max(D - 3, 0)) * NPIX, colors.dtype)  # v_render, P, B_XVAL 0 outside the image
     last = np.full(NPIX, -1, np.int32)
     strip_last = np.full(2 * TS, -1, np.int64)  # [s * TS + ly]: the largest last blended index in strip s, row ly
@@ -629,16 +635,16 @@ def backward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, T_final, 
             if rlo >= rhi:
                 continue
             lo, hi = s * STRIP + rlo * SW, s * STRIP + rhi * SW
+            blend_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
             if D > 3:
-                extra_channel_setup_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
                 backward_color_pixels(st, lo, hi, colors, ids[k], D, g_colors, k)
             if with_abs:
-                px, py, pxx, pxy, pyy, psig, p0, p1, p2, ax, ay = backward_pixels(
-                    st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2, True)
+                px, py, pxx, pxy, pyy, psig, p0, p1, p2, ax, ay = gradient_pixels(st, lo, hi, mx, my, a, b, cc, c0, c1,
+                                                                                  c2, True)
                 absx, absy = absx + ax, absy + ay
             else:
-                px, py, pxx, pxy, pyy, psig, p0, p1, p2, _, _ = backward_pixels(
-                    st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2, False)
+                px, py, pxx, pxy, pyy, psig, p0, p1, p2, _, _ = gradient_pixels(st, lo, hi, mx, my, a, b, cc, c0, c1,
+                                                                                c2, False)
             sx, sy, sxx, sxy, syy, ssig = sx + px, sy + py, sxx + pxx, sxy + pxy, syy + pyy, ssig + psig
             r0, r1, r2 = r0 + p0, r1 + p1, r2 + p2
         g_conics[k, 0], g_conics[k, 1], g_conics[k, 2], g_means2d[k, 0], g_means2d[k, 1] = conic_gradients(
