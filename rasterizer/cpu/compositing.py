@@ -3,14 +3,14 @@
 Same numerics as ``rasterizer/reference/composite.py`` (the specification). Work is organised per
 16x16 tile (tiles run in parallel) and, inside a tile, per Gaussian (front to back forward, back to
 front backward), over the block of tile rows its alpha >= 1/255 ellipse sigma <= ln(255 opacity)
-crosses, in each of the tile's two 8-column strips the ellipse reaches (see TS, SW below); the forward
-clips those rows further, per strip, to the rows the ellipse reaches within the strip's columns (band_rows,
-for Gaussians over 3+ rows) and to the strip's rows that still hold a live pixel (live_rows). Every pixel
-of those rows is evaluated directly (sigma, alpha, the skip tests) by flat, branch-free loops that LLVM
-vectorises (8 float32 pixels at a time with AVX2, 16 with AVX-512); skipped rows and strips hold only
-pixels the specification skips too (the
-backward also leaves out rows whose pixels all stopped in front of the Gaussian), so results equal
-its per-pixel loop (float64 tests: 1e-9).
+crosses, in each of the tile's two 8-column strips the ellipse reaches (see TS, SW below); both passes
+clip those rows further, per strip, to the rows the ellipse reaches within the strip's columns (band_rows,
+for Gaussians over 3+ rows), the forward to the strip's rows that still hold a live pixel (live_rows), the
+backward leaving out the strip's rows at either end whose pixels all stopped in front of the Gaussian
+(blended_rows). Every pixel of those rows is evaluated directly (sigma, alpha, the skip tests) by flat,
+branch-free loops that LLVM vectorises (8 float32 pixels at a time with AVX2, 16 with AVX-512); skipped
+rows and strips hold only pixels the specification skips too, so results equal its per-pixel loop
+(float64 tests: 1e-9; the backward's sums are regrouped, float32 gradients agree to rounding).
 
 Renders that will be differentiated first gather each intersection's Gaussian (mean, conic,
 opacity, three colour channels, row extent) into packed arrays in tile-major order
