@@ -192,8 +192,9 @@ def pixels_visited(offsets, rows, TW, TH, W, H) -> float:
 
 COMPOSITE_FWD_FLOPS = 14 + EXP_FLOPS + 10  # per pixel visited (forward_pixels): d 2, sigma 9, max 1, op vis 1,
 # min 1 | next T 2, weight 1, 3 colour FMA 6, T update 1 (compares and selects not counted)
-COMPOSITE_BWD_FLOPS = 14 + EXP_FLOPS + 49  # backward_pixels: alpha again 14 + exp | T_i recovery 3, T update 1,
-# fac 1, colour sums 6, v_alpha 2 + 3 x 5, S updates 6, v_sigma 3, u w 2, moment sums 8, opacity sum 2
+COMPOSITE_BWD_FLOPS = 14 + EXP_FLOPS + 38  # blend_pixels: alpha again 14 + exp | T_i recovery 3, T update 1, fac 1,
+# d alpha / d sigma 1; gradient_pixels: colour sums 6, sum_ch c v_render 5, v_alpha 5, P update 2, v_sigma 1, d 2,
+# u w 2, moment sums 8, v_sigma sum 1
 
 
 def composite_forward(calls) -> Work:
@@ -219,8 +220,8 @@ def composite_backward(calls) -> Work:
         px = pixels_visited(offsets, rows, TW, TH, W, H)
         pix_bytes = v_render.size * v_render.itemsize + v_render.shape[0] * H * W * (4 + 4 + 4)
         return Work(px * COMPOSITE_BWD_FLOPS, M * (packed.shape[1] * packed.itemsize + 16 + I64 + 9 * F32) + pix_bytes,
-                    f"{COMPOSITE_BWD_FLOPS} flops per pixel visited (alpha 14 + exp + 49), an upper bound: rows "
-                    "whose pixels all stopped in front are skipped; bytes: packed pairs, v_render, v_alpha, T, last "
+                    f"{COMPOSITE_BWD_FLOPS} flops per pixel visited (alpha 14 + exp + 38), an upper bound: per strip "
+                    "the rows outside the ellipse's band and those whose pixels all stopped in front are skipped; bytes: packed pairs, v_render, v_alpha, T, last "
                     "in, 9 gradients per pair out")
     return _sum(calls, one)
 

@@ -3,14 +3,14 @@
 Same numerics as ``rasterizer/reference/composite.py`` (the specification). Work is organised per
 16x16 tile (tiles run in parallel) and, inside a tile, per Gaussian (front to back forward, back to
 front backward), over the block of tile rows its alpha >= 1/255 ellipse sigma <= ln(255 opacity)
-crosses, in each of the tile's two 8-column strips the ellipse reaches (see TS, SW below); the forward
-clips those rows further, per strip, to the rows the ellipse reaches within the strip's columns (band_rows,
-for Gaussians over 3+ rows) and to the strip's rows that still hold a live pixel (live_rows). Every pixel
-of those rows is evaluated directly (sigma, alpha, the skip tests) by flat, branch-free loops that LLVM
-vectorises (8 float32 pixels at a time with AVX2, 16 with AVX-512); skipped rows and strips hold only
-pixels the specification skips too (the
-backward also leaves out rows whose pixels all stopped in front of the Gaussian), so results equal
-its per-pixel loop (float64 tests: 1e-9).
+crosses, in each of the tile's two 8-column strips the ellipse reaches (see TS, SW below); both passes
+clip those rows further, per strip, to the rows the ellipse reaches within the strip's columns (band_rows,
+for Gaussians over 3+ rows), the forward to the strip's rows that still hold a live pixel (live_rows), the
+backward leaving out the strip's rows at either end whose pixels all stopped in front of the Gaussian
+(blended_rows). Every pixel of those rows is evaluated directly (sigma, alpha, the skip tests) by flat,
+branch-free loops that LLVM vectorises (8 float32 pixels at a time with AVX2, 16 with AVX-512); skipped
+rows and strips hold only pixels the specification skips too, so results equal its per-pixel loop
+(float64 tests: 1e-9; the backward's sums are regrouped, float32 gradients agree to rounding).
 
 Renders that will be differentiated first gather each intersection's Gaussian (mean, conic,
 opacity, three colour channels, row extent) into packed arrays in tile-major order
@@ -163,16 +163,15 @@ F_ACC = F_W + NPIX  # [max(D, 3), NPIX] accumulated colour
 
 # backward state
 B_T = 0  # [NPIX] transmittance T_i, recovered back to front
-B_TFVA = B_T + NPIX  # [NPIX] T_final * v_alpha
-B_CX = B_TFVA + NPIX  # [NPIX] pixel-centre x
+B_P = B_T + NPIX  # [NPIX] T_final v_alpha - sum over channels 0..2 of S v_render (S: the colour behind; gradient_pixels)
+B_CX = B_P + NPIX  # [NPIX] pixel-centre x
 B_CY = B_CX + NPIX  # [NPIX] pixel-centre y
-B_VSIG = B_CY + NPIX  # [NPIX] current Gaussian: d loss / d sigma (for abs_gradient_pixels)
-B_XVAL = B_VSIG + NPIX  # [NPIX] current Gaussian: the channels >= 3 part of d loss / d alpha (0 for D <= 3)
-B_TI = B_XVAL + NPIX  # [NPIX] D > 3 only, current Gaussian: T_i where blended, else 0
-B_RA = B_TI + NPIX  # [NPIX] D > 3 only, current Gaussian: 1 / (1 - alpha) where blended, else 0
-B_FAC = B_RA + NPIX  # [NPIX] D > 3 only, current Gaussian: alpha T_i where blended, else 0
-B_SRGB = B_FAC + NPIX  # [3, NPIX] S, the colour behind, of channels 0..2
-B_VR = B_SRGB + 3 * NPIX  # [D', NPIX] v_render (D' = max(D, 3)); then S of channels 3..D-1 [D - 3, NPIX]
+B_XVAL = B_CY + NPIX  # [NPIX] current Gaussian: the channels >= 3 part of d loss / d alpha (0 for D <= 3)
+B_TI = B_XVAL + NPIX  # [NPIX] current Gaussian: T_i where blended, else 0 (blend_pixels)
+B_RA = B_TI + NPIX  # [NPIX] current Gaussian: 1 / (1 - alpha) where blended, else 0
+B_FAC = B_RA + NPIX  # [NPIX] current Gaussian: alpha T_i where blended, else 0
+B_Q = B_FAC + NPIX  # [NPIX] current Gaussian: d sigma-part, -opacity exp(-sigma) where alpha is not clamped, else 0
+B_VR = B_Q + NPIX  # [D', NPIX] v_render (D' = max(D, 3)); then S of channels 3..D-1 [D - 3, NPIX]
 
 
 FASTMATH_SUMS = FASTMATH | {"reassoc"}  # for loops without exp: lets LLVM vectorise their sums
@@ -456,26 +455,35 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
             last_ids[c, y, x] = last[p]
 
 
-@njit(cache=True, fastmath=FASTMATH, error_model="numpy")
-def extra_channel_setup_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
-    """Renders with more than 3 channels, before backward_pixels: B_TI, B_RA, B_FAC of Gaussian k over
-    pixels [lo, hi) (pixel_blended; T itself is updated by backward_pixels) and B_XVAL = 0."""
+@njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
+def blend_pixels(st, last, lo, hi, k, mx, my, a, b, c, op):
+    """First pass of the backward of Gaussian k over tile pixels [lo, hi), branch-free (inlined into
+    backward_tile): where k was blended (pixel_blended) recovers T_i = T_{i+1} / (1 - alpha) and updates
+    st[B_T + p] to it; writes B_TI (T_i), B_RA (1 / (1 - alpha)), B_FAC (alpha T_i), all 0 where k was not
+    blended, and B_Q = d alpha / d sigma = -opacity exp(-sigma) (0 where alpha was clamped at 0.999).
+    Two passes (this, then gradient_pixels) instead of one: each loop's constants and sums then fit in the
+    16 vector registers of AVX2 (one pass spilled about 30 of its 140 instructions a vector to the stack)."""
+    zero, one, amax = like(0.0, op), like(1.0, op), like(ALPHA_MAX, op)
     k32 = np.int32(k)
     for p in range(U(lo), U(hi)):
-        _, _, sigma, _, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
-        _, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
+        _, _, sigma, vis, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
+        ok, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
+        st[U(B_T) + p] *= select(ok, ra, one)  # arithmetic, not a masked store (see forward_pixels)
         st[U(B_TI) + p] = ti
         st[U(B_RA) + p] = ra
         st[U(B_FAC) + p] = al * ti
-        st[U(B_XVAL) + p] = like(0.0, op)
+        ov = op * vis
+        st[U(B_Q) + p] = select(ov <= amax, -ov, zero)
 
 
 @njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
 def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
-    """Channels ch >= 3 of Gaussian k (after extra_channel_setup_pixels; per channel, pixels [lo, hi)):
+    """Channels ch >= 3 of Gaussian k (after blend_pixels; per channel, pixels [lo, hi)):
     g_colors[k, ch] += sum alpha T_i v_render (zeros before the first strip); adds the colour part of d loss / d alpha,
     (c T_i - S / (1 - alpha)) v_render, to B_XVAL; updates the colour behind S += c alpha T_i. Pixels
     where k was not blended contribute 0 (temporaries 0)."""
+    for p in range(U(lo), U(hi)):
+        st[U(B_XVAL) + p] = like(0.0, st[0])
     for ch in range(3, D):
         col = colors[g, ch]
         vr = U(B_VR + ch * NPIX)
@@ -491,46 +499,40 @@ def backward_color_pixels(st, lo, hi, colors, g, D, g_colors, k):
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
-def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
-    """Backward of Gaussian k over tile pixels [lo, hi) in one branch-free pass (inlined into
-    backward_tile, as forward_pixels): recovers T_i = T_{i+1} / (1 - alpha) where k was blended
-    (pixel_blended) and updates st[B_T + p] to it; for channels 0..2 (colours c0..c2; zeros for
-    channels the render lacks, whose v_render rows are 0) sums alpha T_i v_render and updates the
-    colour behind S += c alpha T_i; forms d loss / d alpha = T_final v_alpha / (1 - alpha) +
-    sum_ch (c T_i - S / (1 - alpha)) v_render (+ B_XVAL, the channels >= 3 part) and from it
-    v_sigma = d loss / d sigma (0 where alpha was clamped at 0.999), written to B_VSIG. Returns sums
-    over the pixels of v_sigma (dx, dy, dx^2, dx dy, dy^2) (d = mean - pixel centre; conic_gradients),
-    d loss / d opacity and the colour gradients:
-    (sx, sy, sxx, sxy, syy, gop, s0, s1, s2). Sums use radd (vectorised reductions; the alpha
-    arithmetic must not be reassociated)."""
-    zero, one, amax = like(0.0, op), like(1.0, op), like(ALPHA_MAX, op)
-    k32 = np.int32(k)
-    sx = sy = sxx = sxy = syy = gop = s0 = s1 = s2 = zero
+def gradient_pixels(st, lo, hi, mx, my, a, b, c, c0, c1, c2, with_abs):
+    """Second pass of the backward of a Gaussian over tile pixels [lo, hi) (after blend_pixels and, for
+    more than 3 channels, backward_color_pixels; inlined into backward_tile, ``with_abs`` a literal there,
+    so each call site compiles one loop): sums alpha T_i v_render over the pixels for channels 0..2
+    (colours c0..c2; zeros for channels the render lacks, whose v_render rows are 0); forms d loss / d
+    alpha and from it v_sigma = d loss / d sigma = B_Q d loss / d alpha.
+
+    d loss / d alpha = T_final v_alpha / (1 - alpha) + sum_ch (c T_i - S / (1 - alpha)) v_render (S the
+    colour behind, channels 0..2; + B_XVAL, the channels >= 3 part), written as P / (1 - alpha) + T_i
+    sum_ch c v_render with P = T_final v_alpha - sum_ch S v_render per pixel (st[B_P + p]), updated as
+    S = radd(S, c alpha T_i: one value per pixel instead of the three channels of S. Pixels where the Gaussian)
+    was not blended contribute 0 (B_TI, B_RA, B_FAC 0).
+
+    Returns the sums over the pixels of v_sigma (dx, dy, dx^2, dx dy, dy^2) (d = mean - pixel centre;
+    conic_gradients), of v_sigma itself (d loss / d opacity = -that / opacity: opacity_gradient), the
+    colour gradients and, with ``with_abs``, of |d loss / d means2d| per pixel (x, y; else 0):
+    (sx, sy, sxx, sxy, syy, ssig, s0, s1, s2, absx, absy). Sums use radd (vectorised reductions)."""
+    zero = like(0.0, a)
+    sx = sy = sxx = sxy = syy = ssig = s0 = s1 = s2 = absx = absy = zero
     for p in range(U(lo), U(hi)):
-        dx, dy, sigma, vis, al = pixel_alpha(st, B_CX, B_CY, p, mx, my, a, b, c, op)
-        ok, ti, ra = pixel_blended(st, last, p, k32, sigma, al)
-        st[U(B_T) + p] *= select(ok, ra, one)  # arithmetic, not a masked store (see forward_pixels)
-        fac = al * ti
+        fac = st[U(B_FAC) + p]
         v0 = st[U(B_VR) + p]
         v1 = st[U(B_VR + NPIX) + p]
         v2 = st[U(B_VR + 2 * NPIX) + p]
-        b0 = st[U(B_SRGB) + p]
-        b1 = st[U(B_SRGB + NPIX) + p]
-        b2 = st[U(B_SRGB + 2 * NPIX) + p]
         s0 = radd(s0, fac * v0)
         s1 = radd(s1, fac * v1)
         s2 = radd(s2, fac * v2)
-        v_al = st[U(B_TFVA) + p] * ra + st[U(B_XVAL) + p]
-        v_al += (c0 * ti - b0 * ra) * v0
-        v_al += (c1 * ti - b1 * ra) * v1
-        v_al += (c2 * ti - b2 * ra) * v2
-        st[U(B_SRGB) + p] = b0 + c0 * fac
-        st[U(B_SRGB + NPIX) + p] = b1 + c1 * fac
-        st[U(B_SRGB + 2 * NPIX) + p] = b2 + c2 * fac
-        ov = op * vis
-        keep = ov <= amax
-        v_sigma = select(keep, -ov * v_al, zero)
-        st[U(B_VSIG) + p] = v_sigma
+        cv = c0 * v0 + c1 * v1 + c2 * v2
+        pv = st[U(B_P) + p]
+        v_al = pv * st[U(B_RA) + p] + cv * st[U(B_TI) + p] + st[U(B_XVAL) + p]
+        st[U(B_P) + p] = pv - cv * fac
+        v_sigma = st[U(B_Q) + p] * v_al
+        dx = mx - st[U(B_CX) + p]
+        dy = my - st[U(B_CY) + p]
         u = v_sigma * dx
         w = v_sigma * dy
         sx = radd(sx, u)
@@ -538,29 +540,38 @@ def backward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
         sxx = radd(sxx, u * dx)
         sxy = radd(sxy, u * dy)
         syy = radd(syy, w * dy)
-        gop = radd(gop, select(keep, vis * v_al, zero))
-    return sx, sy, sxx, sxy, syy, gop, s0, s1, s2
+        ssig = radd(ssig, v_sigma)
+        if with_abs:
+            absx = radd(absx, abs(v_sigma * (a * dx + b * dy)))
+            absy = radd(absy, abs(v_sigma * (b * dx + c * dy)))
+    return sx, sy, sxx, sxy, syy, ssig, s0, s1, s2, absx, absy
 
 
 @njit(cache=True, inline="always")
 def conic_gradients(sx, sy, sxx, sxy, syy, a, b, c):
-    """(d loss / d conic (a, b, c), d loss / d means2d (x, y)) from the sums of backward_pixels:
+    """(d loss / d conic (a, b, c), d loss / d means2d (x, y)) from the sums of gradient_pixels:
     sigma = a dx^2 / 2 + b dx dy + c dy^2 / 2 and d sigma / d mean = (a dx + b dy, b dx + c dy)."""
     return 0.5 * sxx, sxy, 0.5 * syy, a * sx + b * sy, b * sx + c * sy
 
 
-@njit(cache=True, fastmath=FASTMATH_SUMS, error_model="numpy")
-def abs_gradient_pixels(st, lo, hi, mx, my, a, b, c):
-    """Sums over pixels [lo, hi) of |d loss / d means2d x| and |... y| per pixel, from v_sigma in
-    B_VSIG (backward_pixels). Returns (absx, absy)."""
-    absx = absy = like(0.0, a)
-    for p in range(U(lo), U(hi)):
-        v_sigma = st[U(B_VSIG) + p]
-        dx = mx - st[U(B_CX) + p]
-        dy = my - st[U(B_CY) + p]
-        absx += abs(v_sigma * (a * dx + b * dy))
-        absy += abs(v_sigma * (b * dx + c * dy))
-    return absx, absy
+@njit(cache=True, inline="always")
+def opacity_gradient(ssig, op):
+    """d loss / d opacity from the sum of v_sigma over the pixels (gradient_pixels): where alpha = op vis
+    is not clamped, d loss / d op = vis d loss / d alpha and v_sigma = -op vis d loss / d alpha, so the sum
+    is -ssig / op (0 for op = 0, where no pixel blends)."""
+    return -ssig / op if op > 0.0 else like(0.0, op)
+
+
+@njit(cache=True, inline="always")
+def blended_rows(strip_last, s, k, rlo, rhi):
+    """Rows [rlo, rhi) (tile-local) of strip s with the rows at either end left out where no pixel blended
+    Gaussian k or anything behind it (strip_last[s * TS + ly] < k: the largest last blended index of the
+    strip's row ly); those pixels contribute exactly 0."""
+    while rlo < rhi and strip_last[s * TS + rlo] < k:
+        rlo += 1
+    while rhi > rlo and strip_last[s * TS + rhi - 1] < k:
+        rhi -= 1
+    return rlo, rhi
 
 
 @njit(cache=True, parallel=True)
@@ -577,57 +588,70 @@ def backward_kernel(packed, rows, colors, offsets, ids, tile_order, W, H, TW, TH
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def backward_tile(t, packed, rows, colors, offsets, ids, W, H, TW, TH, T_final, last_ids, v_render, v_alpha, g_means2d,
                   g_abs, g_conics, g_opac, g_colors):
-    """Backward pass of one tile t, recovering T_i = T_{i+1} / (1 - alpha_i) from back to front."""
+    """Backward pass of one tile t, recovering T_i = T_{i+1} / (1 - alpha_i) from back to front. A
+    Gaussian's pixels are those of forward_tile's clipping (its rows; per strip the ellipse's band,
+    band_rows, for Gaussians over BAND_MIN_ROWS rows or more) less, at either end, the strip's rows where
+    every pixel stopped in front of it (blended_rows); each strip's sums are added in locals and written
+    once per intersection."""
     D = colors.shape[1]
     with_abs = g_abs.shape[0] > 0
     c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
-    Dp = max(D, 3)  # v_render rows for at least 3 channels (backward_pixels reads three)
-    st = np.zeros(B_VR + (Dp + max(D - 3, 0)) * NPIX, colors.dtype)  # v_render, S, B_XVAL 0 outside the image
+    Dp = max(D, 3)  # v_render rows for at least 3 channels (gradient_pixels reads three)
+    st = np.zeros(B_VR + (Dp + max(D - 3, 0)) * NPIX, colors.dtype)  # v_render, P, B_XVAL 0 outside the image
     last = np.full(NPIX, -1, np.int32)
-    row_last = np.full(TS, -1, np.int64)  # per tile row: the largest last blended index of its pixels
+    strip_last = np.full(2 * TS, -1, np.int64)  # [s * TS + ly]: the largest last blended index in strip s, row ly
     init_tile_pixels(st, B_T, B_CX, B_CY, x0, y0, SW)
-    k_end = offsets[t]
     for y in range(y0, y1):
         for x in range(x0, x1):
             p = tile_pixel(x - x0, y - y0, SW)
             st[B_T + p] = T_final[c, y, x]
-            st[B_TFVA + p] = T_final[c, y, x] * v_alpha[c, y, x, 0]
+            st[B_P + p] = T_final[c, y, x] * v_alpha[c, y, x, 0]
             last[p] = last_ids[c, y, x]
             for ch in range(D):
                 st[B_VR + ch * NPIX + p] = v_render[c, y, x, ch]
-            row_last[y - y0] = max(row_last[y - y0], last_ids[c, y, x])
-        k_end = max(k_end, row_last[y - y0] + 1)
+            i = ((x - x0) // SW) * TS + y - y0
+            strip_last[i] = max(strip_last[i], last_ids[c, y, x])
+    k_end = max(offsets[t], strip_last.max() + 1)
     for k in range(k_end - 1, offsets[t] - 1, -1):
         ylo, yhi = gaussian_rows(rows[k, 0], rows[k, 1], y0, y1)
-        # rows where no pixel blended k or anything behind it contribute exactly 0: leave them out
-        while ylo < yhi and row_last[ylo - y0] < k:
-            ylo += 1
-        while yhi > ylo and row_last[yhi - 1 - y0] < k:
-            yhi -= 1
         if ylo >= yhi:
             continue
         s0, s1 = gaussian_strips(rows, k, x0, x1)
         mx, my = packed[k, P_MX], packed[k, P_MY]
         a, b, cc, op = packed[k, P_A], packed[k, P_B], packed[k, P_C], packed[k, P_OP]
+        c0, c1, c2 = packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2]
+        banded = yhi - ylo >= BAND_MIN_ROWS and math.isfinite(rows[k, 0])
+        if banded:
+            fb, fc = np.float64(b), np.float64(cc)
+            r, cw, ut, sdet = band_shape(rows[k, 0], np.float64(a), fb, fc)
         zero = like(0.0, op)
-        sx = sy = sxx = sxy = syy = gop = r0 = r1 = r2 = absx = absy = zero
+        sx = sy = sxx = sxy = syy = ssig = r0 = r1 = r2 = absx = absy = zero
         for s in range(s0, s1):  # sums over the strips the ellipse reaches
-            lo, hi = s * STRIP + (ylo - y0) * SW, s * STRIP + (yhi - y0) * SW
+            rlo, rhi = ylo, yhi
+            if banded:
+                blo, bhi = band_rows(r, cw, ut, sdet, np.float64(mx), np.float64(my), fb, fc, x0 + s * SW, y0, y1)
+                rlo, rhi = max(rlo, blo), min(rhi, bhi)
+            rlo, rhi = blended_rows(strip_last, s, k, rlo - y0, rhi - y0)
+            if rlo >= rhi:
+                continue
+            lo, hi = s * STRIP + rlo * SW, s * STRIP + rhi * SW
+            blend_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
             if D > 3:
-                extra_channel_setup_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op)
                 backward_color_pixels(st, lo, hi, colors, ids[k], D, g_colors, k)
-            px, py, pxx, pxy, pyy, pop, p0, p1, p2 = backward_pixels(
-                st, last, lo, hi, k, mx, my, a, b, cc, op, packed[k, P_C0], packed[k, P_C0 + 1], packed[k, P_C0 + 2])
-            sx, sy, sxx, sxy, syy, gop = sx + px, sy + py, sxx + pxx, sxy + pxy, syy + pyy, gop + pop
-            r0, r1, r2 = r0 + p0, r1 + p1, r2 + p2
             if with_abs:
-                ax, ay = abs_gradient_pixels(st, lo, hi, mx, my, a, b, cc)
+                px, py, pxx, pxy, pyy, psig, p0, p1, p2, ax, ay = gradient_pixels(st, lo, hi, mx, my, a, b, cc, c0, c1,
+                                                                                  c2, True)
                 absx, absy = absx + ax, absy + ay
+            else:
+                px, py, pxx, pxy, pyy, psig, p0, p1, p2, _, _ = gradient_pixels(st, lo, hi, mx, my, a, b, cc, c0, c1,
+                                                                                c2, False)
+            sx, sy, sxx, sxy, syy, ssig = sx + px, sy + py, sxx + pxx, sxy + pxy, syy + pyy, ssig + psig
+            r0, r1, r2 = r0 + p0, r1 + p1, r2 + p2
         g_conics[k, 0], g_conics[k, 1], g_conics[k, 2], g_means2d[k, 0], g_means2d[k, 1] = conic_gradients(
             sx, sy, sxx, sxy, syy, a, b, cc)
         if with_abs:
             g_abs[k, 0], g_abs[k, 1] = absx, absy
-        g_opac[k] = gop
+        g_opac[k] = opacity_gradient(ssig, op)
         g_colors[k, 0] = r0
         if D > 1:
             g_colors[k, 1] = r1
