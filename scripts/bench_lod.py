@@ -313,7 +313,7 @@ def main() -> None:
                    help="merge spread factors t to compare (recon/lod/merge.py: merged Gaussians drawn with covariance "
                         "S_in + t S_out; default: the hierarchy's)")
     p.add_argument("--metrics", nargs="+", default=[DEFAULT_METRIC],
-                   help="cut metrics to compare (size, opacity, error; default: select_cut's)")
+                   help="cut metrics to compare (size, opacity, error, error_area; default: select_cut's)")
     p.add_argument("--render-repeats", type=int, default=3,
                    help="--run: renders timed per view and model (median; after one warm-up render)")
     p.add_argument("--finetune-steps", type=int, default=0,

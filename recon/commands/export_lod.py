@@ -110,7 +110,10 @@ def run_lod_export(config) -> ExportReport:
     if len(clean) == 0:
         raise SplatFileError(model_path, f"all {dropped} splats hold NaN/Inf values")
     start = time.perf_counter()
-    h = build_hierarchy(clean, opacity_rule=config.lod_opacity)
+    if not 0.0 < config.lod_spread <= 1.0:  # (NaN fails too)
+        raise UsageError(f"--lod-spread {config.lod_spread}: the merge spread t must lie in (0, 1] (1: the moments "
+                         f"matched, docs/lod.md)")
+    h = build_hierarchy(clean, opacity_rule=config.lod_opacity, spread=config.lod_spread)
     tuned = finetune(h, run, config) if config.lod_finetune_steps else []
     view_budget = view_budget or DEFAULT_VIEW_BUDGET
     distilled, why_not = None, None

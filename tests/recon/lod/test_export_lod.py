@@ -260,3 +260,26 @@ def test_export_of_a_run_whose_dataset_is_damaged_is_written_undistilled(tmp_pat
     assert read_manifest(tmp_path / "lod").leaves == 400
     note = next(note for note in report.notes if note.startswith("not distilled"))
     assert "transforms.json" in note
+
+
+def test_export_takes_the_merge_spread(tmp_path, monkeypatch):
+    """--lod-spread reaches the hierarchy (default: the merge module's DEFAULT_SPREAD; 1: the moment-matched
+    merges of exports before it); a spread outside (0, 1] is one UsageError naming the flag."""
+    import math
+
+    from recon.commands import export_lod as command
+    from recon.commands.export import ExportConfig, run_export
+    from recon.core.errors import UsageError
+    from recon.lod.merge import DEFAULT_SPREAD
+
+    model = tmp_path / "model.ply"
+    write_splats(model, small_model(200, seed=5))
+    seen, build = [], command.build_hierarchy
+    monkeypatch.setattr(command, "build_hierarchy", lambda *a, **k: seen.append(k["spread"]) or build(*a, **k))
+    run_export(ExportConfig(input=model, out=tmp_path / "a", format="lod", quiet=True))
+    run_export(ExportConfig(input=model, out=tmp_path / "b", format="lod", quiet=True, lod_spread=1.0))
+    assert seen == [DEFAULT_SPREAD, 1.0] and ExportConfig(input="x", out="y").lod_spread == DEFAULT_SPREAD
+    for bad in (0.0, 1.5, math.nan):
+        with pytest.raises(UsageError, match="--lod-spread"):
+            run_export(ExportConfig(input=model, out=tmp_path / "c", format="lod", quiet=True, lod_spread=bad))
+    assert not (tmp_path / "c").exists()
