@@ -41,6 +41,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import torch
 from torch import Tensor
 
+from recon.core.adam_step import adam_step
 from recon.core.errors import ConfigValueError, UsageError
 
 
@@ -198,7 +199,9 @@ class SceneModel(ABC):
         self.optimizer.zero_grad(set_to_none=True)
 
     def step(self) -> None:
-        self.optimizer.step()
+        """One optimiser step (:func:`recon.core.adam_step.adam_step`: a plain fused Adam without torch.optim's
+        per-group Python, bit-identical; any other optimiser's own ``step()``)."""
+        adam_step(self.optimizer)
 
     # ---------------------------------------------------------------------------- IO
 
