@@ -79,8 +79,19 @@ def auto_ssim(render: Tensor, target: Tensor) -> Tensor:
 
 
 def photometric_loss(render: Tensor, target: Tensor, ssim_lambda: float = 0.2) -> Tensor:
-    """3DGS loss ``(1 - lambda) L1 + lambda (1 - SSIM)`` (lambda = 0.2)."""
-    return (1.0 - ssim_lambda) * l1_loss(render, target) + ssim_lambda * (1.0 - auto_ssim(render, target))
+    """3DGS loss ``(1 - lambda) L1 + lambda (1 - SSIM)`` (lambda = 0.2): for CPU tensors one autograd node
+    (:func:`recon.losses.ssim.fused_photometric_loss`: the L1 term inside the fused SSIM kernels' passes, same
+    value and gradient), else :func:`photometric_loss_reference`."""
+    from recon.losses.ssim import can_fuse, fused_photometric_loss
+
+    if can_fuse(render, target):
+        return fused_photometric_loss(render, target, ssim_lambda)
+    return photometric_loss_reference(render, target, ssim_lambda)
+
+
+def photometric_loss_reference(render: Tensor, target: Tensor, ssim_lambda: float = 0.2) -> Tensor:
+    """The specification of :func:`photometric_loss` in plain PyTorch (:func:`l1_loss`, :func:`ssim`)."""
+    return (1.0 - ssim_lambda) * l1_loss(render, target) + ssim_lambda * (1.0 - ssim(render, target))
 
 
 def masked_render(render: Tensor, target: Tensor, mask: Tensor | None) -> Tensor:

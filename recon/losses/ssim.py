@@ -109,14 +109,16 @@ def horizontal_stats_row(x, y, c, row, g, D, pad, ring):
 
 
 @njit(cache=True, parallel=True, fastmath=True)
-def ssim_forward_kernel(x, y, g, D, bands, partials, row_sums):
+def ssim_forward_kernel(x, y, g, D, bands, partials, row_sums, l1_sums):
     """The SSIM map of x against y in one pass: per band of rows, the horizontal pass of each needed row
     once (ring of 2r + 1 rows), the vertical pass, the map, its partial derivatives and row sums.
 
     x, y [C, H, W * D] channels-last rows; g [2r + 1]; ``bands`` bands of rows per camera (the parallel
     work; results do not depend on it). Writes partials [3, C, H, W * D] (dS/dmu_x, dS/de_xx, dS/de_xy)
-    and row_sums [C * H] float64 (sum of S over the row's pixels and channels)."""
+    and row_sums [C * H] float64 (sum of S over the row's pixels and channels); l1_sums [C * H] float64
+    the rows' sums of |x - y| (the L1 term of the photometric loss), or empty ([0]: not summed)."""
     C, H, n = x.shape
+    with_l1 = l1_sums.shape[0] > 0
     taps = g.shape[0]
     r = taps // 2
     for i in prange(C * bands):
@@ -150,14 +152,22 @@ def ssim_forward_kernel(x, y, g, D, bands, partials, row_sums):
                 partials[1, c, row, j] = -S / b2
                 partials[2, c, row, j] = two * a1 * inv
             row_sums[c * H + row] = total
+            if with_l1:
+                l1 = 0.0
+                for j in range(n):
+                    l1 += abs(x[c, row, j] - y[c, row, j])
+                l1_sums[c * H + row] = l1
 
 
 @njit(cache=True, parallel=True, fastmath=True)
-def ssim_backward_kernel(partials, x, y, g, D, bands, scale, grad):
-    """d (scale * sum S) / d x in one pass: per band of rows, the horizontal pass of the 3 partial maps of
-    each needed row once (ring), their vertical pass and the chain rule grad = scale (b0 + 2 x b1 + y b2),
-    b = blur(partials). Shapes as ssim_forward_kernel; grad [C, H, W * D] (written)."""
+def ssim_backward_kernel(partials, x, y, g, D, bands, scale, grad, l1_scale):
+    """d (scale * sum S + l1_scale * sum |x - y|) / d x in one pass: per band of rows, the horizontal pass of
+    the 3 partial maps of each needed row once (ring), their vertical pass and the chain rule
+    grad = scale (b0 + 2 x b1 + y b2) + l1_scale sign(x - y), b = blur(partials) (sign(0) = 0, as torch's
+    ``l1_loss``; l1_scale 0: SSIM alone). Shapes as ssim_forward_kernel; grad [C, H, W * D] (written)."""
     _, C, H, n = partials.shape
+    zero = like(0.0, scale)
+    with_l1 = l1_scale != zero
     taps = g.shape[0]
     r = taps // 2
     o = r * D
@@ -177,8 +187,15 @@ def ssim_backward_kernel(partials, x, y, g, D, bands, scale, grad):
                 ready += 1
             for s in range(N_PARTIALS):
                 vertical_row(ring, s, row, g, H, st[s])
-            for j in range(n):
-                grad[c, row, j] = scale * (st[0, j] + two * x[c, row, j] * st[1, j] + y[c, row, j] * st[2, j])
+            if with_l1:
+                for j in range(n):
+                    d = x[c, row, j] - y[c, row, j]
+                    sign_term = l1_scale if d > zero else (-l1_scale if d < zero else zero)
+                    grad[c, row, j] = scale * (st[0, j] + two * x[c, row, j] * st[1, j] + y[c, row, j] * st[2, j]) \
+                        + sign_term
+            else:
+                for j in range(n):
+                    grad[c, row, j] = scale * (st[0, j] + two * x[c, row, j] * st[1, j] + y[c, row, j] * st[2, j])
 
 
 def _rows(img: Tensor) -> np.ndarray:
@@ -193,38 +210,87 @@ def row_bands(H: int) -> int:
     return max(1, min(thread_count(), H // 16))
 
 
+def ssim_sums(x: np.ndarray, y: np.ndarray, D: int, window: int, sigma: float, with_l1: bool):
+    """Run the forward kernel on rows x, y [C, H, W * D] (D channels): (mean SSIM, mean |x - y| or None,
+    the backward's state (x, y, taps, partials, bands))."""
+    g = gaussian_taps(window, sigma, x.dtype)
+    C, H, n = x.shape
+    bands = row_bands(H)
+    partials = np.empty((N_PARTIALS, C, H, n), x.dtype)
+    row_sums = np.empty(C * H, np.float64)
+    l1_sums = np.empty(C * H if with_l1 else 0, np.float64)
+    with KERNEL_LOCK:
+        ssim_forward_kernel(x, y, g, D, bands, partials, row_sums, l1_sums)
+    l1 = float(l1_sums.sum()) / x.size if with_l1 else None
+    return float(row_sums.sum()) / x.size, l1, (x, y, g, partials, bands)
+
+
+def ssim_gradient(state, D: int, scale: float, l1_scale: float) -> np.ndarray:
+    """d (scale * sum S + l1_scale * sum |x - y|) / d x [C, H, W * D] from :func:`ssim_sums`' state."""
+    x, y, g, partials, bands = state
+    grad = np.empty_like(x)
+    with KERNEL_LOCK:
+        ssim_backward_kernel(partials, x, y, g, D, bands, x.dtype.type(scale), grad, x.dtype.type(l1_scale))
+    return grad
+
+
 class FusedSSIM(torch.autograd.Function):
     """mean SSIM of a [C, H, W, D] (differentiable) against b [C, H, W, D] (constant)."""
 
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, window: int, sigma: float) -> Tensor:
         x, y = _rows(a), _rows(b)
-        g = gaussian_taps(window, sigma, x.dtype)
-        C, H, n = x.shape
-        D = a.shape[3]
-        bands = row_bands(H)
-        partials = np.empty((N_PARTIALS, C, H, n), x.dtype)
-        row_sums = np.empty(C * H, np.float64)
-        with KERNEL_LOCK:
-            ssim_forward_kernel(x, y, g, D, bands, partials, row_sums)
+        ctx.D = a.shape[3]
+        mean, _, ctx.state = ssim_sums(x, y, ctx.D, window, sigma, with_l1=False)
         ctx.save_for_backward(a, b)  # only for autograd's in-place check: x, y may be views of a, b
-        ctx.state = (x, y, g, partials, a.shape, bands)
-        return a.new_tensor(float(row_sums.sum()) / x.size)
+        ctx.shape = a.shape
+        return a.new_tensor(mean)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         ctx.saved_tensors  # raises if a or b was modified in place since the forward (x, y would have changed)
-        x, y, g, partials, shape, bands = ctx.state
-        grad = np.empty_like(x)
-        scale = x.dtype.type(float(grad_out) / x.size)
-        with KERNEL_LOCK:
-            ssim_backward_kernel(partials, x, y, g, shape[3], bands, scale, grad)
-        return torch.from_numpy(grad).reshape(shape), None, None, None
+        grad = ssim_gradient(ctx.state, ctx.D, float(grad_out) / ctx.state[0].size, 0.0)
+        return torch.from_numpy(grad).reshape(ctx.shape), None, None, None
+
+
+class FusedPhotometricLoss(torch.autograd.Function):
+    """The 3DGS loss (1 - lam) mean|a - b| + lam (1 - mean SSIM(a, b)) of a [C, H, W, D] (differentiable)
+    against b (constant) from the SSIM kernels, the L1 term summed and differentiated in the same passes."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor, lam: float, window: int, sigma: float) -> Tensor:
+        x, y = _rows(a), _rows(b)
+        ctx.D, ctx.lam = a.shape[3], float(lam)
+        mean_ssim, mean_l1, ctx.state = ssim_sums(x, y, ctx.D, window, sigma, with_l1=True)
+        ctx.save_for_backward(a, b)  # only for autograd's in-place check
+        ctx.shape = a.shape
+        return a.new_tensor((1.0 - lam) * mean_l1 + lam * (1.0 - mean_ssim))
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        ctx.saved_tensors  # raises if a or b was modified in place since the forward
+        n, g = ctx.state[0].size, float(grad_out)
+        grad = ssim_gradient(ctx.state, ctx.D, -ctx.lam * g / n, (1.0 - ctx.lam) * g / n)
+        return torch.from_numpy(grad).reshape(ctx.shape), None, None, None, None
 
 
 def fused_ssim(a: Tensor, b: Tensor, window: int = 11, sigma: float = 1.5) -> Tensor:
     """Mean SSIM of ``a`` against the target ``b`` (both [H, W, D] or [C, H, W, D], CPU float32/64),
     differentiable w.r.t. ``a`` only; same value and gradient as :func:`recon.losses.image.ssim`."""
+    a, b = checked_pair(a, b, window, sigma)
+    return FusedSSIM.apply(a, b.to(a.dtype), window, sigma)
+
+
+def fused_photometric_loss(a: Tensor, b: Tensor, lam: float = 0.2, window: int = 11, sigma: float = 1.5) -> Tensor:
+    """``(1 - lam) L1 + lam (1 - SSIM)`` of ``a`` against the target ``b`` (both [H, W, D] or [C, H, W, D], CPU
+    float32/64), differentiable w.r.t. ``a`` only; the value and gradient of
+    :func:`recon.losses.image.photometric_loss_reference` (the L1 term summed in float64)."""
+    a, b = checked_pair(a, b, window, sigma)
+    return FusedPhotometricLoss.apply(a, b.to(a.dtype), float(lam), window, sigma)
+
+
+def checked_pair(a: Tensor, b: Tensor, window: int, sigma: float) -> tuple[Tensor, Tensor]:
+    """(a, b) as [C, H, W, D]; ValueError for differing shapes, other ranks, an even window or sigma <= 0."""
     if a.shape != b.shape:
         raise ValueError(f"ssim: shapes differ {tuple(a.shape)} vs {tuple(b.shape)}")
     if a.dim() == 3:
@@ -233,7 +299,7 @@ def fused_ssim(a: Tensor, b: Tensor, window: int = 11, sigma: float = 1.5) -> Te
         raise ValueError(f"expected an image [H, W, D] or [C, H, W, D], got shape {tuple(a.shape)}")
     if window % 2 != 1 or window < 1 or not math.isfinite(sigma) or sigma <= 0:
         raise ValueError(f"ssim: window must be odd and sigma > 0, got {window}, {sigma}")
-    return FusedSSIM.apply(a, b.to(a.dtype), window, sigma)
+    return a, b
 
 
 def can_fuse(a: Tensor, b: Tensor) -> bool:

@@ -4,8 +4,8 @@ backward, including image borders (zero padding) and batched cameras."""
 import pytest
 import torch
 
-from recon.losses.ssim import can_fuse, fused_ssim
-from recon.losses.image import photometric_loss, ssim
+from recon.losses.ssim import can_fuse, fused_photometric_loss, fused_ssim
+from recon.losses.image import photometric_loss, photometric_loss_reference, ssim
 from tests.tolerances import GRAD_REL, TOL
 
 
@@ -34,6 +34,25 @@ def test_forward_and_gradient_match_reference(dtype, shape):
     assert float((a_fused.grad - a_ref.grad).abs().max()) <= GRAD_REL[dtype] * scale
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape,lam", [((17, 23, 3), 0.2), ((2, 9, 30, 3), 0.5), ((40, 12, 4), 0.0), ((5, 4, 1), 1.0)])
+def test_photometric_loss_matches_reference(dtype, shape, lam):
+    """The fused L1 + SSIM loss: value and gradient of photometric_loss_reference (torch's l1_loss and the
+    plain ssim), pixels with a = b included (sign 0: no L1 gradient there)."""
+    a, b = _pair(shape, dtype, seed=7)
+    b.view(-1)[::5] = a.view(-1)[::5]  # equal values: l1_loss's gradient is 0 there
+    a_ref = a.clone().requires_grad_(True)
+    a_fused = a.clone().requires_grad_(True)
+    ref = photometric_loss_reference(a_ref, b, lam)
+    out = fused_photometric_loss(a_fused, b, lam)
+    (ref * 0.7).backward()
+    (out * 0.7).backward()
+    assert abs(out.item() - ref.item()) < TOL[dtype]["atol"] * 10
+    scale = float(a_ref.grad.abs().max())
+    assert scale > 0
+    assert float((a_fused.grad - a_ref.grad).abs().max()) <= GRAD_REL[dtype] * scale
+
+
 def test_gradcheck_float64():
     a, b = _pair((6, 7, 2), torch.float64, seed=3)
     a.requires_grad_(True)
@@ -47,6 +66,7 @@ def test_identical_images_and_loss_uses_fused_path():
     assert can_fuse(a, b)
     expect = 0.8 * float((a - b).abs().mean()) + 0.2 * (1 - float(ssim(a, b)))
     assert abs(float(photometric_loss(a, b)) - expect) < 1e-5
+    assert photometric_loss(a.requires_grad_(True), b).grad_fn.name() == "FusedPhotometricLossBackward"
 
 
 def test_bad_inputs():
@@ -92,8 +112,8 @@ def test_row_bands_do_not_change_results():
         partials = np.empty((N_PARTIALS, C, H, W * D))
         sums = np.empty(C * H)
         grad = np.empty_like(x)
-        ssim_forward_kernel(x, y, g, D, bands, partials, sums)
-        ssim_backward_kernel(partials, x, y, g, D, bands, 0.5, grad)
+        ssim_forward_kernel(x, y, g, D, bands, partials, sums, np.empty(0))
+        ssim_backward_kernel(partials, x, y, g, D, bands, 0.5, grad, 0.0)
         results.append((partials, sums, grad))
     for partials, sums, grad in results[1:]:
         np.testing.assert_allclose(partials, results[0][0], rtol=0, atol=1e-13)
