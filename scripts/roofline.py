@@ -150,7 +150,7 @@ def gaussian_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
     ]
     for owner, attr, name, _ in table:
         timer.wrap(owner, attr, name)
-    timer.wrap(model.optimizer, "step", "Adam (torch fused, all groups)")
+    timer.wrap(model, "step", "Adam (torch fused, all groups)")  # recon.core.adam_step: the groups' kernels
     params = [p for g in model.optimizer.param_groups for p in g["params"]]
     return [(name, fn) for _, _, name, fn in table] + [("Adam (torch fused, all groups)",
                                                         lambda calls: W.adam(calls, params))]
@@ -209,7 +209,7 @@ def nerf_kernels(timer: KernelTimer, model) -> list[tuple[str, object]]:
     timer.region(NM, "transmittance_weights", "transmittance")
     timer.region(NM, "composite", "volume compositing")
     timer.wrap(model, "march", "ray marching (occupancy grid)")
-    timer.wrap(model.optimizer, "step", "Adam (torch, all groups)")
+    timer.wrap(model, "step", "Adam (torch, all groups)")  # recon.core.adam_step: the groups' kernels
     params = [p for g in model.optimizer.param_groups for p in g["params"]]
     fused = FE.use_fused(field.encoding_mlp, field.backend, field.table.new_zeros(1, 3), None, field.table,
                          field.density_mlp)  # the path the step takes (--nerf.encoding-mlp)

@@ -245,18 +245,21 @@ def _values(x) -> float:
 def ssim_forward(calls) -> Work:
     def one(a, out):
         n = _values(a[0])
-        return Work(n * (3 + 5 * 22 + 5 * 22 + 30), n * (2 + 3) * F32,
+        l1 = 3 if a[7].shape[0] > 0 else 0  # the photometric loss's L1 term summed in the same pass
+        return Work(n * (3 + 5 * 22 + 5 * 22 + 30 + l1), n * (2 + 3) * F32,
                     "per pixel and channel: 3 products + 5 maps x 11 FMA horizontal + 5 x 11 vertical + SSIM and "
-                    "its 3 partials 30; bytes: x, y in, 3 partials out (the blurred rows stay in cache)")
+                    "its 3 partials 30 (+ 3 for |x - y| summed, in the photometric loss); bytes: x, y in, 3 "
+                    "partials out (the blurred rows stay in cache)")
     return _sum(calls, one)
 
 
 def ssim_backward(calls) -> Work:
     def one(a, out):
         n = _values(a[1])
-        return Work(n * (3 * 22 * 2 + 5), n * (3 + 2 + 1) * F32,
-                    "per pixel and channel: 3 maps x 11 FMA horizontal + 3 x 11 vertical + chain 5; bytes: 3 "
-                    "partials, x, y in, gradient out")
+        l1 = 3 if a[8] != 0 else 0  # the photometric loss's L1 sign term added in the same pass
+        return Work(n * (3 * 22 * 2 + 5 + l1), n * (3 + 2 + 1) * F32,
+                    "per pixel and channel: 3 maps x 11 FMA horizontal + 3 x 11 vertical + chain 5 (+ 3 for the "
+                    "L1 term's sign, in the photometric loss); bytes: 3 partials, x, y in, gradient out")
     return _sum(calls, one)
 
 
