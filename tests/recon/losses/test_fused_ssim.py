@@ -67,6 +67,8 @@ def test_identical_images_and_loss_uses_fused_path():
     expect = 0.8 * float((a - b).abs().mean()) + 0.2 * (1 - float(ssim(a, b)))
     assert abs(float(photometric_loss(a, b)) - expect) < 1e-5
     assert photometric_loss(a.requires_grad_(True), b).grad_fn.name() == "FusedPhotometricLossBackward"
+    for t in (a.detach(), a.detach().double()):  # a render equal to its target (all masked out) costs exactly 0
+        assert float(fused_photometric_loss(t, t)) == 0.0 == float(photometric_loss_reference(t, t))
 
 
 def test_bad_inputs():
