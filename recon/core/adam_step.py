@@ -6,18 +6,24 @@ contexts, grouping tensors by device and dtype, argument checks): about 1.4 ms o
 VM against 0.3 ms in the update kernel itself (cProfile of bench_train's step, 1 thread). :func:`adam_step`
 initialises the state exactly as ``torch.optim.Adam`` does and calls ``torch._fused_adam_`` once per group
 with the group's hyper-parameters: the same kernel on the same tensors, so parameters, moments and step
-counts are bit-identical to ``optimizer.step()`` (``tests/recon/training/test_adam_step.py``), and the
+counts are bit-identical to ``optimizer.step()`` (``tests/recon/core/test_adam_step.py``), and the
 optimiser's ``state_dict`` / ``load_state_dict`` are unchanged.
 
 Anything else goes through ``optimizer.step()`` (:func:`plain_fused_adam` says which): another optimiser,
 unfused groups, amsgrad, capturable or differentiable groups, AdamW's decoupled decay, registered step hooks,
-sparse gradients or tensors not on the CPU.
+sparse gradients or tensors not on the CPU; and everything when this torch lacks the private names used
+here (``torch._fused_adam_``, ``torch.optim.optimizer``'s global hook dictionaries): they are looked up once,
+so a torch release that renames them only loses the 1 ms, never a step.
 """
 
 from __future__ import annotations
 
 import torch
-from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+import torch.optim.optimizer as _optimizer_module
+
+FUSED_ADAM = getattr(torch, "_fused_adam_", None)  # private: None on a torch without it -> optimizer.step()
+GLOBAL_HOOKS = tuple(getattr(_optimizer_module, name, None)
+                     for name in ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"))
 
 PLAIN_FLAGS = {"fused": True, "amsgrad": False, "capturable": False, "differentiable": False}
 
@@ -25,10 +31,10 @@ PLAIN_FLAGS = {"fused": True, "amsgrad": False, "capturable": False, "differenti
 def plain_fused_adam(optimizer: torch.optim.Optimizer) -> bool:
     """Whether :func:`adam_step` may replace ``optimizer.step()``: exactly ``torch.optim.Adam`` with every group
     fused, without amsgrad, capturable, differentiable or decoupled weight decay, and no step hooks."""
-    if type(optimizer) is not torch.optim.Adam:
+    if type(optimizer) is not torch.optim.Adam or FUSED_ADAM is None or any(h is None for h in GLOBAL_HOOKS):
         return False
-    if (optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks or _global_optimizer_pre_hooks
-            or _global_optimizer_post_hooks):
+    if (getattr(optimizer, "_optimizer_step_pre_hooks", True) or getattr(optimizer, "_optimizer_step_post_hooks", True)
+            or any(GLOBAL_HOOKS)):
         return False
     return all(all(group.get(k) == v for k, v in PLAIN_FLAGS.items()) and not group.get("decoupled_weight_decay")
                and not any(torch.is_tensor(v) for v in (group["lr"], *group["betas"]))
@@ -75,6 +81,6 @@ def adam_step(optimizer: torch.optim.Optimizer) -> None:
             continue
         beta1, beta2 = group["betas"]
         torch._foreach_add_(steps, 1)
-        torch._fused_adam_(params, grads, avgs, sqs, [], steps, lr=group["lr"], beta1=beta1, beta2=beta2,
-                           weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False,
-                           maximize=group["maximize"], grad_scale=None, found_inf=None)
+        FUSED_ADAM(params, grads, avgs, sqs, [], steps, lr=group["lr"], beta1=beta1, beta2=beta2,
+                   weight_decay=group["weight_decay"], eps=group["eps"], amsgrad=False,
+                   maximize=group["maximize"], grad_scale=None, found_inf=None)

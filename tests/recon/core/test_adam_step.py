@@ -90,3 +90,15 @@ def test_other_optimisers_and_flags_take_their_own_step():
     (a, pa), (b, pb) = run_both(3, amsgrad=True)  # the fallback: step() itself
     for x, y in zip(pa, pb):
         assert torch.equal(x, y)
+
+
+def test_a_torch_without_the_private_kernel_takes_step(monkeypatch):
+    """The direct call uses torch's private ``_fused_adam_``: where a torch release lacks it, every step goes
+    through ``optimizer.step()`` with the same result."""
+    import recon.core.adam_step as module
+
+    monkeypatch.setattr(module, "FUSED_ADAM", None)
+    (a, pa), (b, pb) = run_both(3)
+    assert not plain_fused_adam(b)
+    for x, y in zip(pa, pb):
+        assert torch.equal(x, y)
