@@ -294,12 +294,15 @@ def zero_level_mesh(model, resolution: int) -> MeshArrays:
     """The zero level set of a model with a signed distance field (``model.sdf_function()``, neus): marching
     cubes (:func:`recon.geometry.sdf_fit.extract_mesh`, scikit-image) on a ``resolution``^3 grid over the cube
     the model names (its box; a contracted capture's inner cube), vertices in world units, vertex colours from
-    ``model.surface_colors`` (the colour seen along -normal). EmptyMeshError when the field has no surface there."""
+    ``model.surface_colors`` (the colour seen along -normal). EmptyMeshError when the field has no surface there.
+    A model with ``mesh_slope()`` (a bound on the field's slope per unit of the cube) has its SDF evaluated only
+    near the zero level (:mod:`recon.geometry.narrow_band`: the same mesh while the bound holds)."""
     from recon.geometry.sdf_fit import Normalisation, extract_mesh
 
     fn, centre, side = model.sdf_function()
+    slope = model.mesh_slope() if hasattr(model, "mesh_slope") else None
     try:
-        vertices, faces = extract_mesh(fn, Normalisation(centre, side), resolution)
+        vertices, faces = extract_mesh(fn, Normalisation(centre, side), resolution, slope)
     except ValueError as err:
         raise EmptyMeshError(f"marching cubes at resolution {resolution}: {err}") from None
     rgb, _ = model.surface_colors(torch.from_numpy(vertices))

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from recon.geometry.narrow_band import narrow_band_grid
 from recon.nerf.config import FieldConfig
 from recon.nerf.field import INIT_SAMPLES, GridField, mlp, parameter_count
 from recon.nerf.grid_rbf import grid_rbf_layer
@@ -255,13 +256,16 @@ def field_grid(field: Callable[[Tensor], Tensor], resolution: int) -> np.ndarray
     return out
 
 
-def extract_mesh(field: Callable[[Tensor], Tensor], norm: Normalisation, resolution: int
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def extract_mesh(field: Callable[[Tensor], Tensor], norm: Normalisation, resolution: int,
+                 slope: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(vertices [V, 3] in mesh units, faces [F, 3]) of the zero level of ``field`` (as :func:`field_grid`)
-    by marching cubes; ValueError when the field has no zero crossing in the box."""
+    by marching cubes; ValueError when the field has no zero crossing in the box. ``slope`` (a bound on
+    |grad field| per unit of the cube): the field is evaluated only near its zero level
+    (:func:`recon.geometry.narrow_band.narrow_band_grid`; the same mesh while the bound holds)."""
     from skimage.measure import marching_cubes
 
-    values = field_grid(field, resolution)
+    values = field_grid(field, resolution) if slope is None else narrow_band_grid(field, resolution, slope,
+                                                                                  chunk=EVAL_CHUNK)
     if not (values.min() < 0 < values.max()):
         raise ValueError(f"the fitted field has no surface in the box (distances {values.min():.4g}..{values.max():.4g})")
     # "ascent": triangles face towards increasing distance, i.e. outwards (negative inside)

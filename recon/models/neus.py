@@ -51,6 +51,8 @@ from recon.nerf.rendering import alpha_weights, composite, median_depth
 from recon.nerf.space import FieldSpace, to_unit
 
 FD_CHUNK = NO_GRAD_SAMPLES // 7  # samples per no-gradient evaluation (up to 7 field points each)
+MESH_SLOPE = 3.0  # the mesh's narrow band: |grad SDF| taken to stay under 3 (a distance field: 1; the eikonal term
+# holds a trained field near 1 at its surface; the steepest 128^3 grid edge of a 150-step field: 2.3)
 FAST_WEIGHT = 1e-4  # rendering without gradients: sections of smaller (estimated) weight are dropped
 MAX_STEP_FACTOR = 16.0  # --neus.sharp-step: the marching step is at most this many nerf steps
 ONE_PASS_POINTS = NO_GRAD_SAMPLES  # training batches of at most this many field points (sections x the gradient
@@ -278,6 +280,13 @@ class NeusModel(NerfModel):
         if self.space.contracted:
             return fn, tuple(lo), 2.0 * size[0]
         return fn, tuple(l + 0.5 * s for l, s in zip(lo, size)), float(size[0])
+
+    def mesh_slope(self) -> float:
+        """A bound on |grad| of :meth:`sdf_function`'s field per unit of the meshed cube: :data:`MESH_SLOPE` x the
+        normalised units per cube unit (2: the box's [-1, 1], a capture's inner cube [-1, 1]). Marching cubes
+        evaluates the SDF only near its zero level (:mod:`recon.geometry.narrow_band`)."""
+        inner = 0.5 if self.space.contracted else 1.0
+        return MESH_SLOPE * 2.0 * self.field.k * inner
 
     @torch.no_grad()
     def surface_colors(self, points: Tensor) -> tuple[Tensor, Tensor]:

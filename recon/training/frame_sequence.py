@@ -9,8 +9,10 @@ run folder, so checkpoints, resume, evaluation and outputs are the trainer's. Th
 
     RUN/config.yaml                      the command's configuration (resuming checks it, as for any run)
     RUN/frames/frame_00000/ ...          one complete run folder per time step (config.yaml, checkpoints/,
-                                         metrics.json, renders/; splats.ply with --neus.frame-splats), in
-                                         time order
+                                         metrics.json, history.json, renders/; splats.ply with
+                                         --neus.frame-splats), in time order
+    RUN/loss.png                         the frames' histories one after the other (:func:`sequence_history`),
+                                         drawn once the sequence is trained (a frame draws no loss.png of its own)
     RUN/meshes/frame_00000.ply ...       each frame's zero-level-set mesh (--neus.frame-mesh-resolution)
     RUN/meshes/manifest.json             {"version", "fps", "format": "ply", "content": "mesh",
                                          "frames": [{"time", "file"}]}: the layout of recon.export.sequence,
@@ -43,11 +45,24 @@ from recon.data.scene import Scene
 from recon.geometry.mesh_extraction import mesh_bytes, zero_level_mesh
 from recon.models.base import model_class
 from recon.outputs import files as rf
+from recon.outputs.history import RunHistory
 from recon.training.trainer import CHECKPOINT_KEYS, Trainer, check_resumable, resumed_config, stored_config
 
 FRAMES_DIR = "frames"
 MESHES_DIR = "meshes"
 MANIFEST_FILE = "manifest.json"
+
+
+def sequence_history(histories: list[RunHistory]) -> RunHistory:
+    """The frames' ``histories`` one after the other: their per-step lists joined, evaluation steps counted
+    from the sequence's first step (frame k's steps follow frames 0..k-1's)."""
+    joined = RunHistory()
+    for history in histories:
+        offset = joined.num_steps
+        for f in dataclasses.fields(RunHistory):
+            part = getattr(history, f.name)
+            getattr(joined, f.name).extend([s + offset for s in part] if f.name == "eval_step" else part)
+    return joined
 
 
 def frame_times(scene: Scene) -> list[float]:
@@ -216,7 +231,21 @@ class FrameSequence:
                      f"{metrics['train_seconds']:.1f} s")
         result = self.metrics(per_frame)
         rf.write_json(self.out / rf.METRICS_FILE, result)
+        self.write_plot()
         return result
+
+    def write_plot(self) -> None:
+        """RUN/loss.png: :func:`sequence_history` of the frames' history.json (a damaged one: one line, no plot)."""
+        from recon.outputs.plots import plot_run, save_figure  # matplotlib: imported once, at the end
+
+        try:
+            histories = [rf.read_history(frame_folder(self.out, k)) for k in range(len(self.times))]
+        except ValueError as err:
+            self.log(f"{err}; {self.out / rf.LOSS_PLOT_FILE} not drawn")
+            return
+        history = sequence_history([h for h in histories if h is not None])
+        save_figure(plot_run(history, f"{len(self.times)} frames, {history.num_steps:,} steps"),
+                    self.out / rf.LOSS_PLOT_FILE)
 
     def train_frame(self, k: int, t: float, fcfg, previous):
         """Frame ``k`` through the trainer (resuming its own checkpoint if any); frames after the first start
@@ -230,7 +259,7 @@ class FrameSequence:
             model.level_offset = self.cfg.steps + (k - 1) * self.cfg.neus.frame_steps
             model.cfg = fcfg.nerf  # no learning-rate warm-up (frame_config)
         trainer = Trainer(fcfg, self.log, self.hooks, scene=frame_scene(self.scene, t, self.times), model=model,
-                          writes_splats=self.cfg.neus.frame_splats)
+                          writes_splats=self.cfg.neus.frame_splats, writes_plot=False)
         trainer.run()
         return trainer.model
 

@@ -523,7 +523,8 @@ class Trainer:
     each one left None is made from ``cfg`` (the dataset of ``cfg.data``, ``cfg.method``'s initial model,
     ``cfg.device``, ``cfg.out``). ``writes_outputs=False`` makes a worker that trains but writes nothing:
     no lock, config.yaml, checkpoints, splats, renders, history or metrics (and no resume from ``out``).
-    ``writes_splats=False`` leaves out splats.ply only (a frame of a sequence: :mod:`recon.training.frame_sequence`).
+    ``writes_splats=False`` leaves out splats.ply only and ``writes_plot=False`` loss.png only (a frame of a
+    sequence: :mod:`recon.training.frame_sequence`).
     """
 
     cfg: TrainConfig
@@ -535,6 +536,7 @@ class Trainer:
     out: Path | str | None = None
     writes_outputs: bool = True
     writes_splats: bool = True
+    writes_plot: bool = True
     step: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -896,11 +898,12 @@ class Trainer:
         return metrics
 
     def write_run_outputs(self, metrics: dict) -> None:
-        """history.json, loss.png and metrics.json."""
-        from recon.outputs.plots import plot_run, save_figure  # matplotlib: imported when a run ends, not at start
-
+        """history.json, loss.png (with ``writes_plot``) and metrics.json."""
         rf.write_history(self.out, self.history)
-        save_figure(plot_run(self.history), self.out / rf.LOSS_PLOT_FILE)
+        if self.writes_plot:
+            from recon.outputs.plots import plot_run, save_figure  # matplotlib: imported when a run ends
+
+            save_figure(plot_run(self.history), self.out / rf.LOSS_PLOT_FILE)
         rf.write_json(self.out / rf.METRICS_FILE, metrics)
 
     def metrics(self, test: dict) -> dict:

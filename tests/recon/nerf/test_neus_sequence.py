@@ -72,6 +72,20 @@ def test_three_frames_three_meshes(trained):
     assert json.loads((cfg.out / "metrics.json").read_text())["frames"] == metrics["frames"]
 
 
+def test_one_loss_plot_for_the_whole_sequence(trained):
+    """RUN/loss.png is drawn once, from the frames' history.json one after the other; a frame draws none."""
+    from recon.outputs import files as rf
+
+    cfg, _, _, _ = trained
+    assert (cfg.out / "loss.png").stat().st_size > 1000
+    histories = [rf.read_history(fs.frame_folder(cfg.out, k)) for k in range(3)]
+    assert not any((fs.frame_folder(cfg.out, k) / "loss.png").exists() for k in range(3))
+    joined = fs.sequence_history(histories)
+    assert joined.loss == histories[0].loss + histories[1].loss + histories[2].loss
+    assert joined.num_steps == STEPS + 2 * FRAME_STEPS
+    assert joined.eval_step == [STEPS, STEPS + FRAME_STEPS, STEPS + 2 * FRAME_STEPS]  # each frame's final one
+
+
 def test_each_frame_starts_from_the_previous_one(trained):
     from recon.models import NeusModel
 

@@ -1,0 +1,71 @@
+"""recon.geometry.narrow_band: marching cubes on the narrow band's values gives the full grid's mesh exactly."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from recon.geometry.narrow_band import (NARROW_BAND_STRIDE, coarse_indices, kept_cells, narrow_band_grid,
+                                        nearest_coarse)
+from recon.geometry.sdf_fit import Normalisation, extract_mesh, field_grid
+
+
+def shapes(resolution: int):
+    """(unit-cube points [N, 3] -> [N]) a distance field (slope 1): a sphere, a thin torus and a ball centred in a
+    coarse cell of the narrow band's grid at ``resolution`` whose corners lie 0.6 x half the cell's diagonal from
+    it: inside the band, but only just (a band half as wide would miss it)."""
+    h = math.sqrt(3.0) * 0.5 * NARROW_BAND_STRIDE / resolution  # half the coarse cell's diagonal
+    c = (NARROW_BAND_STRIDE * np.array([3, 12, 4]) + NARROW_BAND_STRIDE / 2) / resolution
+
+    def sdf(u: torch.Tensor) -> torch.Tensor:
+        x = u.double()
+        sphere = (x - torch.tensor([0.35, 0.5, 0.5], dtype=x.dtype)).norm(dim=1) - 0.2
+        p = x - torch.tensor([0.68, 0.45, 0.55], dtype=x.dtype)
+        ring = torch.stack([p[:, :2].norm(dim=1) - 0.17, p[:, 2]], 1).norm(dim=1) - 0.03
+        ball = (x - torch.from_numpy(c)).norm(dim=1) - 0.4 * h
+        return torch.minimum(torch.minimum(sphere, ring), ball).float()
+
+    return sdf
+
+
+@pytest.mark.parametrize("resolution", [64, 62])  # 62: the last coarse cell is 2 fine cells long
+def test_narrow_band_mesh_is_the_full_grids(resolution):
+    """Same vertices and faces as marching cubes on the full grid, from a fraction of the field evaluations."""
+    norm = Normalisation((0.0, 0.0, 0.0), 2.0)
+    shapes_sdf = shapes(resolution)
+    full_v, full_f = extract_mesh(shapes_sdf, norm, resolution)
+    band_v, band_f = extract_mesh(shapes_sdf, norm, resolution, slope=1.0)
+    assert len(full_f) > 2000
+    np.testing.assert_array_equal(band_v, full_v)
+    np.testing.assert_array_equal(band_f, full_f)
+
+    calls = []
+
+    def counted(u):
+        calls.append(len(u))
+        return shapes_sdf(u)
+
+    values = narrow_band_grid(counted, resolution, 1.0)
+    assert sum(calls) < 0.5 * (resolution + 1) ** 3
+    full = field_grid(shapes_sdf, resolution)
+    assert (np.sign(values) == np.sign(full)).all()  # elsewhere: the sign, from the nearest coarse vertex
+
+
+def test_nearest_coarse_vertex():
+    cidx = coarse_indices(10, 4)
+    np.testing.assert_array_equal(cidx, [0, 4, 8, 10])
+    np.testing.assert_array_equal(cidx[nearest_coarse(10, cidx)], [0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 10])
+
+
+def test_cells_whose_corners_change_sign_are_kept():
+    """A field steeper than the bound: a cell whose corners change sign is kept even when no corner is near 0."""
+    coarse = np.full((3, 3, 3), 5.0, dtype=np.float32)
+    coarse[0, 0, 0] = -5.0
+    kept = kept_cells(coarse, 1.0)
+    assert kept[0, 0, 0] and kept.sum() == 1
+
+
+def test_slope_must_be_positive():
+    with pytest.raises(ValueError, match="slope"):
+        narrow_band_grid(shapes(16), 16, 0.0)
