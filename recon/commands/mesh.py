@@ -59,6 +59,10 @@ class MeshConfig:
     sdf_resolution: int = 256
     """Runs with a signed distance field (--method neus): marching-cubes cells per axis of the box (the mesh is
     the field's zero level set; the TSDF options do not apply)."""
+    sdf_full_grid: bool = False
+    """Evaluate the SDF at every vertex of the grid: by default only near its zero level (the same mesh while
+    the field's slope stays bounded, checked where it is evaluated; a steep floater smaller than 4 cells can be
+    missed)."""
     max_memory_gb: float = 4.0
     """Refuse voxel sizes whose TSDF grid is estimated to need more memory than this."""
     data: Optional[Path] = None
@@ -117,7 +121,7 @@ def zero_level_run_mesh(cfg: MeshConfig, model, fmt: str) -> dict:
     """The mesh of a run with a signed distance field: its zero level set (:func:`mx.zero_level_mesh`)."""
     if cfg.sdf_resolution < 2:
         raise UsageError(f"--sdf-resolution {cfg.sdf_resolution}: must be >= 2 (cells per axis)")
-    mesh = mx.zero_level_mesh(model, cfg.sdf_resolution)
+    mesh = mx.zero_level_mesh(model, cfg.sdf_resolution, full_grid=cfg.sdf_full_grid)
     if cfg.keep_largest:
         mesh = mx.keep_largest_component(mesh)
     atomic_write_bytes(cfg.out, mx.mesh_bytes(mesh, fmt), force=cfg.force)

@@ -290,17 +290,18 @@ def mesh_bytes(mesh: MeshArrays, fmt: str) -> bytes:
 
 # -------------------------------------------------------------------------------- zero level set (neus)
 
-def zero_level_mesh(model, resolution: int) -> MeshArrays:
+def zero_level_mesh(model, resolution: int, full_grid: bool = False) -> MeshArrays:
     """The zero level set of a model with a signed distance field (``model.sdf_function()``, neus): marching
     cubes (:func:`recon.geometry.sdf_fit.extract_mesh`, scikit-image) on a ``resolution``^3 grid over the cube
     the model names (its box; a contracted capture's inner cube), vertices in world units, vertex colours from
     ``model.surface_colors`` (the colour seen along -normal). EmptyMeshError when the field has no surface there.
     A model with ``mesh_slope()`` (a bound on the field's slope per unit of the cube) has its SDF evaluated only
-    near the zero level (:mod:`recon.geometry.narrow_band`: the same mesh while the bound holds)."""
+    near the zero level (:mod:`recon.geometry.narrow_band`: the same mesh while the bound holds), unless
+    ``full_grid``."""
     from recon.geometry.sdf_fit import Normalisation, extract_mesh
 
     fn, centre, side = model.sdf_function()
-    slope = model.mesh_slope() if hasattr(model, "mesh_slope") else None
+    slope = model.mesh_slope() if hasattr(model, "mesh_slope") and not full_grid else None
     try:
         vertices, faces = extract_mesh(fn, Normalisation(centre, side), resolution, slope)
     except ValueError as err:

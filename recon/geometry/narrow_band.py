@@ -18,7 +18,11 @@ So the fine cells inside kept coarse cells hold the field's own values and every
 marching cubes on the result gives exactly the triangles and vertices it gives on the full grid, as long as the
 field's slope stays under ``slope`` away from the band (a true SDF: 1). What it may miss is a piece of surface
 inside a coarse cell whose eight corners all lie farther than the band from 0 on one side (a steeper field
-than ``slope``: a floater smaller than a coarse cell). Cost: the (R / stride + 1)^3 coarse values plus about
+than ``slope``: a floater smaller than a coarse cell). The bound is checked where the field was evaluated
+(:func:`measured_slope`: the largest difference per unit of the cube along the coarse grid's edges and the
+evaluated fine edges); where that exceeds ``slope`` every other vertex is evaluated too, so the result is the
+full grid's. A steep component that lies wholly inside coarse cells kept out of the band is not seen by that
+check (``splatforge mesh --sdf-full-grid`` evaluates every vertex). Cost: the (R / stride + 1)^3 coarse values plus about
 ``stride`` x 3-4 values per fine surface cell, instead of (R + 1)^3.
 """
 
@@ -32,6 +36,7 @@ import torch
 from torch import Tensor
 
 NARROW_BAND_STRIDE = 4  # fine cells per coarse cell edge (the cheapest for 128-512 cells per axis)
+SLOPE_ROUNDING = 1e-3  # relative: float32 values of a field at its bound measure a little over it
 
 
 def coarse_indices(resolution: int, stride: int) -> np.ndarray:
@@ -85,6 +90,34 @@ def nearest_coarse(resolution: int, cidx: np.ndarray) -> np.ndarray:
     return np.where(i - cidx[upper - 1] <= cidx[upper] - i, upper - 1, upper)
 
 
+def edge_slope(values: np.ndarray, valid: np.ndarray | None, spacing: np.ndarray) -> float:
+    """The largest |difference| / length along the grid edges of ``values`` [A, B, C] (both ends ``valid``
+    where given), ``spacing`` [A - 1] (the same along every axis) the edges' lengths in cube units; 0 for none."""
+    largest = 0.0
+    for axis in range(3):
+        lo = [slice(None)] * 3
+        hi = [slice(None)] * 3
+        lo[axis], hi[axis] = slice(None, -1), slice(1, None)
+        shape = [1, 1, 1]
+        shape[axis] = -1
+        diff = np.abs(values[tuple(hi)] - values[tuple(lo)]) / spacing.reshape(shape)
+        if valid is not None:
+            diff = diff[valid[tuple(hi)] & valid[tuple(lo)]]
+        if diff.size:
+            largest = max(largest, float(diff.max()))
+    return largest
+
+
+def measured_slope(coarse: np.ndarray, cidx: np.ndarray, values: np.ndarray, mask: np.ndarray,
+                   resolution: int) -> float:
+    """The largest slope (per unit of the cube) seen along the coarse grid's edges ``coarse`` [C + 1]^3 at the
+    fine indices ``cidx`` and along the fine edges whose two vertices were evaluated (``mask`` [R + 1]^3)."""
+    coarse_len = np.diff(cidx).astype(np.float64) / resolution
+    fine_len = np.full(resolution, 1.0 / resolution)
+    return max(edge_slope(coarse.astype(np.float64), None, coarse_len),
+               edge_slope(values.astype(np.float64), mask, fine_len))
+
+
 def narrow_band_grid(field: Callable[[Tensor], Tensor], resolution: int, slope: float,
                      stride: int = NARROW_BAND_STRIDE, chunk: int = 1 << 18) -> np.ndarray:
     """[R + 1]^3 float32 values for marching cubes of ``field`` (unit-cube points [N, 3] -> [N], x, y, z order as
@@ -102,4 +135,7 @@ def narrow_band_grid(field: Callable[[Tensor], Tensor], resolution: int, slope: 
     values = coarse[np.ix_(near, near, near)]
     where = np.nonzero(mask)
     values[where] = evaluate_points(field, ax, where, chunk)
+    if measured_slope(coarse, cidx, values, mask, resolution) > slope * (1.0 + SLOPE_ROUNDING):  # the bound fails: the full grid's values
+        rest = np.nonzero(~mask)
+        values[rest] = evaluate_points(field, ax, rest, chunk)
     return values

@@ -69,3 +69,45 @@ def test_cells_whose_corners_change_sign_are_kept():
 def test_slope_must_be_positive():
     with pytest.raises(ValueError, match="slope"):
         narrow_band_grid(shapes(16), 16, 0.0)
+
+
+def test_a_field_steeper_than_the_bound_gets_the_full_grid():
+    """A small ball whose field is 8x a distance (slope 8) against a bound of 1: inside coarse cells whose corners
+    all lie outside the band, so the band alone would drop it; the measured slope exceeds the bound and every
+    vertex is evaluated: the full grid's mesh."""
+    resolution = 48
+    c = torch.tensor([NARROW_BAND_STRIDE * 5 + 2.0, NARROW_BAND_STRIDE * 6 + 2.0, NARROW_BAND_STRIDE * 5 + 2.0])
+
+    def steep(u: torch.Tensor) -> torch.Tensor:
+        return (8.0 * ((u.double() - c.double() / resolution).norm(dim=1) - 1.2 / resolution)).float()
+
+    norm = Normalisation((0.0, 0.0, 0.0), 2.0)
+    full_v, full_f = extract_mesh(steep, norm, resolution)
+    band_v, band_f = extract_mesh(steep, norm, resolution, slope=1.0)
+    assert len(full_f) > 0
+    np.testing.assert_array_equal(band_v, full_v)
+    np.testing.assert_array_equal(band_f, full_f)
+
+
+def test_mesh_full_grid_option_skips_the_band(monkeypatch):
+    """zero_level_mesh(..., full_grid=True) (`splatforge mesh --sdf-full-grid`) evaluates every vertex."""
+    import recon.geometry.sdf_fit as sdf_fit
+    from recon.geometry.mesh_extraction import zero_level_mesh
+
+    seen = []
+    monkeypatch.setattr(sdf_fit, "narrow_band_grid", lambda *a, **k: seen.append("band") or field_grid(a[0], a[1]))
+
+    class Model:
+        def sdf_function(self):
+            return shapes(16), (0.0, 0.0, 0.0), 2.0
+
+        def mesh_slope(self):
+            return 1.0
+
+        def surface_colors(self, v):
+            return torch.zeros(len(v), 3), None
+
+    zero_level_mesh(Model(), 16)
+    assert seen == ["band"]
+    zero_level_mesh(Model(), 16, full_grid=True)
+    assert seen == ["band"]
