@@ -22,6 +22,8 @@ def interleaved_tile_order(n_tiles: int) -> np.ndarray:
     """Tile visiting order that deals neighbouring tiles to different threads (load balance under
     static scheduling: busy regions of the image are shared by all threads)."""
     n_threads = max(1, numba.get_num_threads())
+    if n_threads == 1:
+        return np.arange(n_tiles, dtype=np.int64)  # (what the sort gives)
     return np.argsort(np.arange(n_tiles) % n_threads, kind="stable").astype(np.int64)
 
 

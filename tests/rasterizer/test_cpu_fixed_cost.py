@@ -5,6 +5,7 @@ visited. Each gives the same bits as what it replaces."""
 from __future__ import annotations
 
 import importlib
+import math
 
 import numba
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from rasterizer import rasterize_gaussians
+from rasterizer import validate as V
 from rasterizer.cpu import binning as B
 from rasterizer.cpu import compositing as K
 from rasterizer.cpu import launch
@@ -99,3 +101,46 @@ def test_tiles_without_gaussians_hold_the_background_and_the_rest_matches_the_re
     assert torch.equal(cpu.render[0][empty], bg.expand(int(empty.sum()), 3))
     assert torch.equal(cpu.meta.transmittance[0][empty], torch.ones(int(empty.sum()), 1, dtype=torch.float64))
     assert torch.allclose(cpu.render, ref.render, atol=1e-9) and torch.allclose(cpu.alpha, ref.alpha, atol=1e-9)
+
+
+def gaussian_args(n=40, dtype=torch.float32):
+    p, viewmats, Ks = random_scene(n=n, dtype=dtype, seed=4)
+    return [p[k].detach().clone() for k in ("means", "quats", "scales", "opacities")], viewmats, Ks
+
+
+def raised(check, *args):
+    try:
+        check(*args)
+    except V.RasterizerInputError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_gaussian_checks_refuse_what_the_one_by_one_checks_refuse(dtype):
+    """Every bad value, in any row, is refused with the message of the checks one by one."""
+    (means, quats, scales, opac), _, _ = gaussian_args(dtype=dtype)
+    assert V.check_gaussians(means, quats, scales, opac, None) == 40
+    spoils = [(0, (3, 1), math.nan), (0, (7, 2), math.inf), (1, (5, 0), -math.inf), (2, (9, 2), math.nan),
+              (2, (11, 0), -1e-3), (3, (13,), math.nan), (3, (17,), 1.0 + 1e-3), (3, (19,), -1e-6)]
+    for which, index, value in spoils:
+        args = [t.clone() for t in (means, quats, scales, opac)]
+        args[which][index] = value
+        want = raised(V.check_gaussians_one_by_one, *args, None)
+        assert want is not None and raised(V.check_gaussians, *args, None) == want
+    args = [t.clone() for t in (means, quats, scales, opac)]
+    args[1][21] = 0.0  # a quaternion of zeros
+    want = raised(V.check_gaussians_one_by_one, *args, None)
+    assert "zero-norm rows [21]" in want and raised(V.check_gaussians, *args, None) == want
+
+
+def test_fused_camera_checks_refuse_what_the_one_by_one_checks_refuse():
+    (means, *_), viewmats, Ks = gaussian_args()
+    assert V.check_cameras(viewmats, Ks, 64, 48, means.dtype, means.device) == 1
+    for which, index, value in [(0, (0, 1, 3), math.nan), (1, (0, 0, 2), math.inf), (1, (0, 0, 0), 0.0),
+                                (1, (0, 1, 1), -5.0)]:
+        args = [viewmats.clone(), Ks.clone()]
+        args[which][index] = value
+        want = raised(V.check_cameras_one_by_one, *args, 64, 48, means.dtype, means.device)
+        assert want is not None and raised(V.check_cameras, *args, 64, 48, means.dtype, means.device) == want
+    assert "width" in raised(V.check_cameras, viewmats, Ks, 0, 48, means.dtype, means.device)
