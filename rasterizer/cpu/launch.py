@@ -83,7 +83,9 @@ def for_threads(kernel, threads: int):
     """The kernel to launch with ``threads`` threads: at one thread a parallel kernel's serial twin
     (:func:`serial_twin`), since a parallel launch on Numba's workqueue layer hands the loop to a worker
     thread and sleeps until it is done even when there is one: 41 us per launch on the 2-vCPU VM against
-    0.4 us for a plain call, five launches per render (projection, SH, two binning passes, compositing).
+    0.4 us for a plain call. Used for the two binning passes and the forward compositing; the projection
+    and SH kernels keep their parallel build: their serial twins ran slower per Gaussian (SH +8-21 %,
+    projection up to +9 % on the full city and colmap_bird models), more than the launch they save.
     Anything else (more threads, a wrapped kernel as scripts/roofline.py times them) is returned as it is."""
     if threads == 1 and isinstance(kernel, CPUDispatcher) and kernel.targetoptions.get("parallel"):
         return serial_twin(kernel)

@@ -25,7 +25,7 @@ from ..reference.projection import Projection
 from . import projection_kernels as PK
 from . import forward_only
 from .launch import KERNEL_LOCK
-from .launch import for_threads, kernel_array
+from .launch import kernel_array
 from .schedule import thread_count
 
 
@@ -58,11 +58,10 @@ class ProjectFunction(torch.autograd.Function):
         depths = np.empty((C, N), np_dtype)
         radii = np.empty((C, N, 2), np.int32)
         comps = np.empty((C, N), np_dtype)
-        threads = thread_count()
         with KERNEL_LOCK:
-            for_threads(PK.project_forward_kernel, threads)(
-                m, q, s, cv, has_covars, vm, K, op, has_opac, float(width), float(height), float(eps2d),
-                float(near_plane), float(far_plane), bool(antialiased), means2d, conics, depths, radii, comps, threads)
+            PK.project_forward_kernel(m, q, s, cv, has_covars, vm, K, op, has_opac, float(width), float(height),
+                                      float(eps2d), float(near_plane), float(far_plane), bool(antialiased),
+                                      means2d, conics, depths, radii, comps, thread_count())
         out = [torch.from_numpy(a) for a in (means2d, conics, depths, radii, comps)]
         assert out[0].dtype == dtype
         ctx.mark_non_differentiable(out[3])

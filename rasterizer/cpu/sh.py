@@ -27,7 +27,7 @@ from torch.autograd.function import once_differentiable
 
 from ..reference.sh import SH_C0, SH_C1, SH_C2, SH_C3, check_radii, num_sh_bases, split_sh
 from . import forward_only
-from .launch import KERNEL_LOCK, for_threads
+from .launch import KERNEL_LOCK
 from .schedule import dealt_block, dealt_iterations, thread_count
 from .vecmath import prefetch_span
 
@@ -264,9 +264,8 @@ class SHColorFunction(torch.autograd.Function):
         centers = camera_centers(viewmats)
         r = np.zeros((0, 0, 2), np.int32) if radii is None else radii.contiguous().numpy()
         out = np.empty((viewmats.shape[0], m.shape[0], 3), m.dtype)
-        threads = thread_count()
         with KERNEL_LOCK:
-            for_threads(sh_forward_kernel, threads)(m, centers, a0, aN, K, r, out, threads)
+            sh_forward_kernel(m, centers, a0, aN, K, r, out, thread_count())
         ctx.arrays = (m, centers, a0, aN, K, r)
         ctx.save_for_backward(means, sh0, shN, radii)
         return torch.from_numpy(out)

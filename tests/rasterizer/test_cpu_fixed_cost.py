@@ -1,6 +1,6 @@
-"""The cpu backend's cheaper fixed cost per render (issue 48): serial twins of the parallel kernels at one
-thread, forwards without autograd when nothing is differentiated, camera centres in NumPy, empty tiles not
-visited. Each gives the same bits as what it replaces."""
+"""The cpu backend's cheaper fixed cost per render (issue 48): serial twins of the binning and compositing
+kernels at one thread, fused input checks, forwards without autograd when nothing is differentiated, camera
+centres in NumPy, empty tiles not visited. Each gives the same bits (or errors) as what it replaces."""
 
 from __future__ import annotations
 
@@ -17,14 +17,13 @@ from rasterizer import validate as V
 from rasterizer.cpu import binning as B
 from rasterizer.cpu import compositing as K
 from rasterizer.cpu import launch
-from rasterizer.cpu import projection_kernels as PK
 from rasterizer.cpu.forward_only import needs_graph
-from rasterizer.cpu.sh import camera_centers, sh_forward_kernel
+from rasterizer.cpu.sh import camera_centers
 
 from .scenes import random_scene
 
-LAUNCHING = ("rasterizer.cpu.projection", "rasterizer.cpu.sh", "rasterizer.cpu.binning", "rasterizer.cpu.composite")
-FORWARD_KERNELS = (PK.project_forward_kernel, sh_forward_kernel, B.gaussian_extents, B.touched_tiles, K.forward_kernel)
+LAUNCHING = ("rasterizer.cpu.binning", "rasterizer.cpu.composite")
+FORWARD_KERNELS = (B.gaussian_extents, B.touched_tiles, K.forward_kernel)  # launched through for_threads
 
 
 def render_outputs(p, viewmats, Ks, width=64, height=48, **kw):
