@@ -38,13 +38,24 @@ def _fail(name: str, problem: str, func: str | None = None) -> None:
     raise RasterizerInputError(f"{func or _CALLER.get()}: `{name}` {problem}")
 
 
+_CHECKS = None
+
+
+def _cpu_checks():
+    """The module ``rasterizer.cpu.checks`` (imported on first use: it loads Numba)."""
+    global _CHECKS
+    if _CHECKS is None:
+        from .cpu import checks
+
+        _CHECKS = checks
+    return _CHECKS
+
+
 def all_finite(x: Tensor) -> bool:
     """No NaN/Inf in ``x``: a Numba kernel for CPU float32/64 tensors (one pass; PyTorch's isfinite + all
     makes four), ``torch.isfinite`` elsewhere."""
     if _cpu_float(x):
-        from .cpu.checks import count_non_finite
-
-        return count_non_finite(x.detach().contiguous().reshape(-1).numpy()) == 0
+        return _cpu_checks().count_non_finite(x.detach().reshape(-1).numpy()) == 0
     return bool(torch.isfinite(x).all())
 
 
@@ -76,8 +87,32 @@ def check_choice(name: str, value: str, choices: tuple) -> None:
         _fail(name, f"is {value!r}; expected one of {choices}")
 
 
+def _cpu_arrays(tensors: tuple, shapes: tuple) -> tuple | None:
+    """The tensors as NumPy arrays (C-contiguous; shared memory unless a copy was needed) when they are all CPU
+    tensors of one dtype, float32 or float64, of the given shapes (tuples of ints); else None."""
+    dt = tensors[0].dtype if isinstance(tensors[0], Tensor) else None
+    if dt not in (torch.float32, torch.float64):
+        return None
+    for x, shape in zip(tensors, shapes):
+        if not isinstance(x, Tensor) or x.dtype != dt or x.device.type != "cpu" or x.shape != shape:
+            return None
+    return tuple(x.detach().contiguous().numpy() for x in tensors)
+
+
 def check_gaussians(means, quats, scales, opacities, covars) -> int:
-    """Check the geometry arguments; return N."""
+    """Check the geometry arguments; return N. CPU tensors of the right shapes take one fused pass
+    (cpu.checks.gaussian_value_problems); anything else, or a problem found there, goes through the checks
+    one by one (:func:`check_gaussians_one_by_one`), which name the first problem."""
+    if covars is None and isinstance(means, Tensor) and means.dim() == 2:
+        N = means.shape[0]
+        arrays = _cpu_arrays((means, quats, scales, opacities), ((N, 3), (N, 4), (N, 3), (N,)))
+        if arrays is not None and _cpu_checks().gaussian_value_problems(*arrays) == 0:
+            return N
+    return check_gaussians_one_by_one(means, quats, scales, opacities, covars)
+
+
+def check_gaussians_one_by_one(means, quats, scales, opacities, covars) -> int:
+    """check_gaussians, each argument and condition in turn; return N."""
     check_tensor("means", means, (None, 3))
     N, dt, dev = means.shape[0], means.dtype, means.device
     if covars is not None:
@@ -150,7 +185,24 @@ def check_colors(colors: Tensor, N: int, C: int, sh_degree: int | None, dt, dev)
 
 
 def check_cameras(viewmats, Ks, width, height, dt, dev) -> int:
-    """Check camera arguments; return C."""
+    """Check camera arguments; return C. CPU tensors of the right shapes take one fused pass
+    (cpu.checks.camera_value_problems); anything else, or a problem found there, goes through the checks one
+    by one (:func:`check_cameras_one_by_one`), which name the first problem."""
+    if _positive_int(width) and _positive_int(height) and isinstance(viewmats, Tensor) and viewmats.dim() == 3:
+        C = viewmats.shape[0]
+        arrays = _cpu_arrays((viewmats, Ks), ((C, 4, 4), (C, 3, 3)))
+        if (C > 0 and arrays is not None and viewmats.dtype == dt and viewmats.device == dev
+                and _cpu_checks().camera_value_problems(*arrays) == 0):
+            return C
+    return check_cameras_one_by_one(viewmats, Ks, width, height, dt, dev)
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def check_cameras_one_by_one(viewmats, Ks, width, height, dt, dev) -> int:
+    """check_cameras, each argument and condition in turn; return C."""
     check_tensor("viewmats", viewmats, (None, 4, 4), dt, dev)
     C = viewmats.shape[0]
     check_tensor("Ks", Ks, (C, 3, 3), dt, dev)
@@ -159,9 +211,18 @@ def check_cameras(viewmats, Ks, width, height, dt, dev) -> int:
     for name, v in (("width", width), ("height", height)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             _fail(name, f"must be a positive int, got {v!r}")
-    if bool((Ks[:, 0, 0] <= 0).any()) or bool((Ks[:, 1, 1] <= 0).any()):
+    if non_positive_focal(Ks):
         _fail("Ks", "has a non-positive focal length (K[0,0] and K[1,1] must be > 0, in pixels)")
     return C
+
+
+def non_positive_focal(Ks: Tensor) -> bool:
+    """Whether a camera of Ks [C, 3, 3] has K[0,0] <= 0 or K[1,1] <= 0 (NumPy on the CPU: PyTorch's four small
+    ops cost ~10x more)."""
+    if Ks.device.type == "cpu":
+        k = Ks.detach().numpy()
+        return bool((k[:, 0, 0] <= 0).any() or (k[:, 1, 1] <= 0).any())
+    return bool((Ks[:, 0, 0] <= 0).any()) or bool((Ks[:, 1, 1] <= 0).any())
 
 
 def check_backgrounds(backgrounds, C: int, D: int, dt, dev) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit, prange
 
 from .chords import band_columns, chord_ellipse, chord_pad
-from .launch import KERNEL_LOCK
+from .launch import KERNEL_LOCK, for_threads
 from .schedule import dealt_block, dealt_iterations, thread_count
 from .vecmath import like, prefetch_span
 
@@ -279,10 +279,10 @@ def bin_gaussians(order, means2d, radii, conics, opac, N, TW, TH, ts, W, H, chor
     extents are inf (every row; -1 for culled or transparent Gaussians): only the 3D kernels read them."""
     with KERNEL_LOCK:
         threads = thread_count()
-        tmin, tmax, row_half, counts, masks = gaussian_extents(means2d, radii, conics, opac, chords, ts, TW, TH, W, H,
-                                                               threads)
-        pair_tile, pair_gauss, starts = touched_tiles(order, counts, masks, tmin, tmax, means2d, conics, opac, chords,
-                                                      N, TW, TH, ts, W, H, threads)
+        tmin, tmax, row_half, counts, masks = for_threads(gaussian_extents, threads)(
+            means2d, radii, conics, opac, chords, ts, TW, TH, W, H, threads)
+        pair_tile, pair_gauss, starts = for_threads(touched_tiles, threads)(
+            order, counts, masks, tmin, tmax, means2d, conics, opac, chords, N, TW, TH, ts, W, H, threads)
     offsets, ids, perm = sort_pairs_by_tile(pair_tile, pair_gauss, order.shape[0] * TW * TH)
     return Bins(row_half, offsets, ids, perm, starts, counts)
 

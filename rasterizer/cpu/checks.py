@@ -58,3 +58,46 @@ def count_outside(flat, lo, hi):
         v = flat[i]
         bad += 1 if (v < lo) | (v > hi) else 0
     return bad
+
+
+@njit(cache=True, error_model="numpy")
+def gaussian_value_problems(means, quats, scales, opac):
+    """Number of Gaussians with a value ``rasterize_gaussians`` refuses, in one pass over means [N, 3], quats
+    [N, 4], scales [N, 3] and opac [N] (one float dtype): a NaN/Inf anywhere, a quaternion of zeros, a
+    negative scale, an opacity outside [0, 1] (the conditions of validate.check_gaussians, which names the
+    problem when this is not 0)."""
+    bad = 0
+    for i in range(means.shape[0]):
+        ok = True
+        nonzero = False
+        for j in range(3):
+            m = means[i, j]
+            s = scales[i, j]
+            ok &= (m - m == 0.0) & (s - s == 0.0) & (s >= 0.0)
+        for j in range(4):
+            q = quats[i, j]
+            ok &= q - q == 0.0
+            nonzero |= q != 0.0
+        o = opac[i]
+        ok &= (o - o == 0.0) & (o >= 0.0) & (o <= 1.0)
+        bad += 1 if not (ok and nonzero) else 0
+    return bad
+
+
+@njit(cache=True, error_model="numpy")
+def camera_value_problems(viewmats, Ks):
+    """Number of cameras with a NaN/Inf in viewmats [C, 4, 4] or Ks [C, 3, 3] or a focal length K[0,0] or
+    K[1,1] <= 0 (the conditions of validate.check_cameras, which names the problem when this is not 0)."""
+    bad = 0
+    for c in range(viewmats.shape[0]):
+        ok = (Ks[c, 0, 0] > 0.0) & (Ks[c, 1, 1] > 0.0)
+        for i in range(4):
+            for j in range(4):
+                v = viewmats[c, i, j]
+                ok &= v - v == 0.0
+        for i in range(3):
+            for j in range(3):
+                k = Ks[c, i, j]
+                ok &= k - k == 0.0
+        bad += 0 if ok else 1
+    return bad

@@ -11,8 +11,9 @@ from ..records import Composited, Splats
 from ..tiles import TileGrid
 from . import binning as B
 from . import compositing as K
+from . import forward_only
 from .launch import KERNEL_LOCK
-from .launch import kernel_array
+from .launch import for_threads, kernel_array
 from .schedule import thread_count
 from .sort import depth_order
 
@@ -21,6 +22,8 @@ def interleaved_tile_order(n_tiles: int) -> np.ndarray:
     """Tile visiting order that deals neighbouring tiles to different threads (load balance under
     static scheduling: busy regions of the image are shared by all threads)."""
     n_threads = max(1, numba.get_num_threads())
+    if n_threads == 1:
+        return np.arange(n_tiles, dtype=np.int64)  # (what the sort gives)
     return np.argsort(np.arange(n_tiles) % n_threads, kind="stable").astype(np.int64)
 
 
@@ -76,9 +79,10 @@ class CompositeFunction(torch.autograd.Function):
                 packed, rows = K.pack_intersections(*flat, bins.row_half, bins.ids)
             else:
                 packed = rows = None
-            K.forward_kernel(*flat, bins.row_half, bins.offsets, bins.ids, packed, rows, bins.order, width, height,
-                             grid.tiles_x, grid.tiles_y, grid.tile_size, bins.depths32.reshape(C * N),
-                             depth_limits32(depth_limit), render, alpha, T_final[..., 0], last_ids)
+            for_threads(K.forward_kernel, thread_count())(
+                *flat, bins.row_half, bins.offsets, bins.ids, packed, rows, bins.order, width, height, grid.tiles_x,
+                grid.tiles_y, grid.tile_size, bins.depths32.reshape(C * N), depth_limits32(depth_limit), render, alpha,
+                T_final[..., 0], last_ids)
         transmittance = torch.from_numpy(T_final)
         ctx.save_for_backward(transmittance)  # the backward reads it: in-place changes must be caught
         ctx.state = (flat, bins, (packed, rows), last_ids, (C, N, D), width, height, grid, absgrad_acc)
@@ -131,5 +135,5 @@ def composite_cpu(splats: Splats, width: int, height: int, grid: TileGrid, *, ab
     s = splats
     will_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (s.means2d, s.conics, s.opacities,
                                                                                s.colors))
-    return Composited(*CompositeFunction.apply(s.means2d, s.conics, s.opacities, s.colors, s.radii, s.depths, width,
-                                               height, grid, absgrad_acc, will_backward, depth_limit))
+    return Composited(*forward_only.apply(CompositeFunction, s.means2d, s.conics, s.opacities, s.colors, s.radii,
+                                          s.depths, width, height, grid, absgrad_acc, will_backward, depth_limit))

@@ -388,7 +388,8 @@ def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, packed
     contributes either (the backward needs no change: the pixel is done, as after T <= 1e-4).
     Writes render [C,H,W,D], alpha_out [C,H,W,1], T_final [C,H,W] (transmittance after the last
     blended Gaussian) and last_ids [C,H,W] int32 (position in ``ids`` of the last blended Gaussian, -1
-    if none). Requires ts == TS."""
+    if none). Requires ts == TS. A tile without Gaussians is not visited: the caller passes these arrays
+    holding what it would get (render 0, alpha 0, T_final 1, last_ids -1), as composite.py allocates them."""
     for it in prange(tile_order.shape[0]):
         forward_tile(tile_order[it], means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW,
                      TH, depths32, limits, render, alpha_out, T_final, last_ids)
@@ -398,7 +399,10 @@ def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, packed
 def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW, TH, depths32,
                  limits, render, alpha_out, T_final, last_ids):
     """Forward pass of one tile t (see forward_kernel): Gaussians front to back, each over the rows
-    its ellipse crosses, until every pixel of the tile is done."""
+    its ellipse crosses, until every pixel of the tile is done. A tile without Gaussians returns at once
+    (the outputs already hold what it would write: see forward_kernel)."""
+    if offsets[t] == offsets[t + 1]:
+        return
     D = colors.shape[1]
     c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
     st = np.zeros(F_ACC + max(D, 3) * NPIX, colors.dtype)  # >= 3 channels: forward_pixels adds to three

@@ -23,6 +23,7 @@ from torch.autograd.function import once_differentiable
 
 from ..reference.projection import Projection
 from . import projection_kernels as PK
+from . import forward_only
 from .launch import KERNEL_LOCK
 from .launch import kernel_array
 from .schedule import thread_count
@@ -105,6 +106,6 @@ def project(means, quats, scales, covars, viewmats, Ks, width, height, *, eps2d,
     quats/scales (or covars); viewmats and Ks get none."""
     if covars is not None:
         quats = scales = None
-    out = ProjectFunction.apply(means, quats, scales, covars, viewmats, Ks, opacities, width, height, eps2d,
-                                near_plane, far_plane, antialiased)
+    out = forward_only.apply(ProjectFunction, means, quats, scales, covars, viewmats, Ks, opacities, width, height,
+                             eps2d, near_plane, far_plane, antialiased)
     return Projection(*out)
