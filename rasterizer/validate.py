@@ -219,7 +219,7 @@ def check_cameras_one_by_one(viewmats, Ks, width, height, dt, dev) -> int:
 def non_positive_focal(Ks: Tensor) -> bool:
     """Whether a camera of Ks [C, 3, 3] has K[0,0] <= 0 or K[1,1] <= 0 (NumPy on the CPU: PyTorch's four small
     ops cost ~10x more)."""
-    if Ks.device.type == "cpu":
+    if _cpu_float(Ks):
         k = Ks.detach().numpy()
         return bool((k[:, 0, 0] <= 0).any() or (k[:, 1, 1] <= 0).any())
     return bool((Ks[:, 0, 0] <= 0).any()) or bool((Ks[:, 1, 1] <= 0).any())

@@ -143,3 +143,15 @@ def test_fused_camera_checks_refuse_what_the_one_by_one_checks_refuse():
         want = raised(V.check_cameras_one_by_one, *args, 64, 48, means.dtype, means.device)
         assert want is not None and raised(V.check_cameras, *args, 64, 48, means.dtype, means.device) == want
     assert "width" in raised(V.check_cameras, viewmats, Ks, 0, 48, means.dtype, means.device)
+
+
+def test_focal_check_takes_any_float_dtype():
+    """The focal check's NumPy path serves float32/64 CPU tensors; bfloat16 (which NumPy lacks) and half take the
+    torch expression instead of a raw TypeError."""
+    from rasterizer.validate import non_positive_focal
+
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
+        Ks = torch.eye(3, dtype=dtype)[None].repeat(2, 1, 1)
+        assert not non_positive_focal(Ks)
+        Ks[1, 1, 1] = 0
+        assert non_positive_focal(Ks)
