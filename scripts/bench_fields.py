@@ -67,8 +67,8 @@ SHAPE_FIELDS = {"hash+mlp": dict(encoding="hash", decoder="mlp"), "dense+rbf": d
                 "triplane+rbf": dict(encoding="triplane", decoder="rbf"),
                 "triplane+mlp": dict(encoding="triplane", decoder="mlp")}
 # the radiance section's pairs: the shapes', dense + rbf with 64 or 128 neurons per head (4x / 2x fewer than the
-# default: the layer's cost is linear in the neurons) and dense + rbf started at sigma = exp(0) (--field.rbf-density-bias 0, the
-# start before 7 Dec 2026: its occupancy grid pruned late)
+# default: the layer's cost is linear in the neurons) and dense + rbf started at sigma = exp(0)
+# (--field.rbf-density-bias 0, the start before 7 Dec 2026: its occupancy grid pruned late)
 RADIANCE_FIELDS = {**SHAPE_FIELDS, "dense+rbf64": dict(encoding="dense", decoder="rbf", rbf_neurons=64),
                    "dense+rbf128": dict(encoding="dense", decoder="rbf", rbf_neurons=128),
                    "dense+rbf-bias0": dict(encoding="dense", decoder="rbf", rbf_density_bias=0.0)}
