@@ -18,7 +18,9 @@
    ``--radiance-curve N``: also that test PSNR every N steps against the training CPU seconds so far (``curve``;
    each point printed to stderr as it comes), to compare the fields per CPU second when a run is cut short. Each
    point and field also has the occupancy grid's occupied cells and the samples per ray (what a render marches).
-   ``dense+rbf64``: dense + rbf with 64 neurons per head (``--field.rbf-neurons 64``).
+   ``dense+rbf64`` / ``dense+rbf128``: dense + rbf with 64 / 128 neurons per head (``--field.rbf-neurons``);
+   ``dense+rbf-bias0``: dense + rbf whose density starts at exp(0) (``--field.rbf-density-bias 0``, the start before
+   7 Dec 2026).
 3. ``shapes`` (unless ``--no-shapes``): `splatforge sdf fit` on ``--mesh`` (default spot) with each pair of
    ``--fields`` (default all four: hash + mlp, dense + rbf (the fused grid + RBF kernel on the CPU), triplane + rbf,
    triplane + mlp), each for every count of ``--sdf-steps``, all fits from one
@@ -64,9 +66,12 @@ HEADS = {"density": (16, 16, 1), "color": (32, 3, 2)}  # name -> (inputs, output
 SHAPE_FIELDS = {"hash+mlp": dict(encoding="hash", decoder="mlp"), "dense+rbf": dict(encoding="dense", decoder="rbf"),
                 "triplane+rbf": dict(encoding="triplane", decoder="rbf"),
                 "triplane+mlp": dict(encoding="triplane", decoder="mlp")}
-# the radiance section's pairs: the shapes' and dense + rbf with 64 neurons per head (4x fewer than the default:
-# the layer's cost is linear in the neurons)
-RADIANCE_FIELDS = {**SHAPE_FIELDS, "dense+rbf64": dict(encoding="dense", decoder="rbf", rbf_neurons=64)}
+# the radiance section's pairs: the shapes', dense + rbf with 64 or 128 neurons per head (4x / 2x fewer than the
+# default: the layer's cost is linear in the neurons) and dense + rbf started at sigma = exp(0)
+# (--field.rbf-density-bias 0, the start before 7 Dec 2026: its occupancy grid pruned late)
+RADIANCE_FIELDS = {**SHAPE_FIELDS, "dense+rbf64": dict(encoding="dense", decoder="rbf", rbf_neurons=64),
+                   "dense+rbf128": dict(encoding="dense", decoder="rbf", rbf_neurons=128),
+                   "dense+rbf-bias0": dict(encoding="dense", decoder="rbf", rbf_density_bias=0.0)}
 
 
 def machine() -> dict:
@@ -161,8 +166,8 @@ def _trainer(data: Path, data_factor: int, steps: int, field):
 
 def _marching(model) -> dict:
     """What a render of ``model`` marches: the occupancy grid's occupied cells and the training's running estimate of
-    samples per ray (a young RBF field kept about half its cells occupied: its renders march 4-5x the hash NeRF's
-    samples)."""
+    samples per ray (a young RBF field started at sigma = exp(0) kept about half its cells occupied: its renders
+    marched 3-5x the hash NeRF's samples; started at exp(-2), about as many as the hash NeRF's)."""
     return {"occupied_cells": model.grid.occupied, "samples_per_ray": round(float(model.samples_per_ray), 1)}
 
 

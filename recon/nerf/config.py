@@ -51,6 +51,10 @@ class FieldConfig:
     rbf_neurons: int = 256
     """rbf decoder: Gaussian neurons per head (density head and colour head); lego f4 at 300 steps: 64 -> 17.7 dB,
     256 -> 21.6 dB, 512 -> 22.0 dB (docs/nerf.md)"""
+    rbf_density_bias: float = -2.0
+    """rbf decoder, --method nerf: the density head's log-density bias at initialisation (sigma = exp(bias) at every
+    point of a fresh field: exp(-2) = 0.14, nearly empty, so the occupancy grid prunes early; 0 until 7 Dec 2026,
+    whose flat sigma of about 1 kept 2-4x the cells occupied: docs/nerf.md). Initialisation only"""
     rbf_backend: Literal["auto", "numba", "matmul", "reference"] = "auto"
     """rbf decoder: the matrix-product form (any device), the Numba kernels (CPU), the reference, or auto (on the
     CPU the fused grid + RBF kernel for the density head and the Numba kernels for the colour head; matmul
@@ -179,6 +183,7 @@ FIELD_RANGES = {  # merged into recon.training.trainer.FIELD_RANGES (dotted name
     **{f"field.{name}": (_pos_int, ">= 1") for name in (
         "dense_levels", "dense_features", "dense_base_res", "rbf_neurons", "triplane_levels", "triplane_features",
         "triplane_base_res")},
+    "field.rbf_density_bias": (lambda v: math.isfinite(v), "finite"),
     "field.dense_max_res": (lambda v: 1 <= v <= 1000, "1..1000 (a dense level holds (res + 1)^3 rows)"),
     "field.triplane_max_res": (lambda v: 1 <= v <= 8192, "1..8192 (a triplane level holds 3 res^2 rows)"),
     **{f"nerf.{name}": (_pos_int, ">= 1") for name in (

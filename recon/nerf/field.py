@@ -107,12 +107,14 @@ class NerfField(GridField):
     layout (:class:`HashGridConfig`) or a tri-plane (:class:`TriPlaneConfig`; its planes are the rows of
     ``table``, :func:`recon.nerf.triplane.plane_layout`). ``backend`` picks the table encoding's implementation
     (:func:`recon.nerf.hash_encoding.hash_encode`; the tri-plane is PyTorch on every backend); ``decoder`` "mlp" or
-    "rbf" (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`); ``encoding_mlp``: the
-    encoding + density MLP fused or not (:func:`recon.nerf.fused_encoding_mlp.use_fused`)."""
+    "rbf" (``rbf_neurons`` per head, ``rbf_backend``: :func:`recon.nerf.rbf.rbf_forward`; ``rbf_density_bias``: the
+    density head's initial log-density bias, :func:`start_empty`); ``encoding_mlp``: the encoding + density MLP fused
+    or not (:func:`recon.nerf.fused_encoding_mlp.use_fused`)."""
 
     def __init__(self, grid: HashGridConfig | TriPlaneConfig, hidden: int = 64, geo_dim: int = 16,
                  color_layers: int = 2, generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
-                 rbf_neurons: int = 256, rbf_backend: str = "auto", encoding_mlp: str = "auto"):
+                 rbf_neurons: int = 256, rbf_backend: str = "auto", encoding_mlp: str = "auto",
+                 rbf_density_bias: float = 0.0):
         super().__init__()
         if isinstance(grid, TriPlaneConfig) and encoding_mlp == "fused":
             raise ValueError("--nerf.encoding-mlp fused: the fused kernel reads hash / dense tables, not the triplane "
@@ -127,6 +129,7 @@ class NerfField(GridField):
             with torch.no_grad():
                 feats = self.encode(torch.rand(INIT_SAMPLES, 3, generator=generator))
             self.density_mlp = RBFLayer(grid.output_dim, rbf_neurons, geo_dim, generator, rbf_backend, feats)
+            start_empty(self.density_mlp, rbf_density_bias)
             with torch.no_grad():
                 geo = self.density_mlp(feats)
                 sh = sh_basis(SH_DEGREE, random_directions(INIT_SAMPLES, generator))
@@ -155,6 +158,15 @@ class NerfField(GridField):
         return torch.sigmoid(self.color_mlp(torch.cat([geo, sh], dim=1)))
 
 
+def start_empty(density_head: nn.Module, log_density: float) -> None:
+    """Set the read-out bias of ``density_head``'s first output (the log density; sigma = exp of it) to
+    ``log_density``, so a fresh field's density is about exp(log_density) everywhere (instant-ngp's exp activation
+    starts at sigma = 1 from its near-zero features; an RBF head's output is smooth in its features, so its empty
+    space thins slowly and its occupancy grid kept 2-4x the cells: a low start prunes from the first updates)."""
+    with torch.no_grad():
+        density_head.bias[0] = log_density
+
+
 def field_grid_config(nerf_cfg, field_cfg: FieldConfig) -> HashGridConfig | TriPlaneConfig:
     """The grid ``--field.encoding`` asks for: the method's hash grid (``nerf_cfg``, --nerf.hash-*), the dense grids
     (--field.dense-*) or the tri-plane (--field.triplane-*); ValueError for another name."""
@@ -175,7 +187,7 @@ def build_field(nerf_cfg, field_cfg: FieldConfig, generator: torch.Generator | N
     return NerfField(field_grid_config(nerf_cfg, field_cfg), nerf_cfg.hidden, nerf_cfg.geo_dim,
                      nerf_cfg.color_layers, generator, encoding_backend(nerf_cfg),
                      decoder=field_cfg.decoder, rbf_neurons=field_cfg.rbf_neurons, rbf_backend=field_cfg.rbf_backend,
-                     encoding_mlp=nerf_cfg.encoding_mlp)
+                     encoding_mlp=nerf_cfg.encoding_mlp, rbf_density_bias=field_cfg.rbf_density_bias)
 
 
 def parameter_count(field: nn.Module) -> int:

@@ -410,7 +410,8 @@ def check_batch(batch: int, frames) -> None:
 
 # options added after runs were made whose default today differs from what those runs did: a run whose config.yaml
 # lacks one resumes with the value it was trained with (not today's default; not compared by check_resumable)
-LEGACY_VALUES = {"neus.sharp_step": 0.0}  # NeuS marched at the nerf step before --neus.sharp-step (7 Dec 2026)
+LEGACY_VALUES = {"neus.sharp_step": 0.0,  # NeuS marched at the nerf step before --neus.sharp-step (7 Dec 2026)
+                 "field.rbf_density_bias": 0.0}  # RBF densities started at exp(0) before it (7 Dec 2026)
 
 
 def resumed_config(saved: dict, cfg: TrainConfig) -> TrainConfig:

@@ -82,3 +82,43 @@ def test_checkpoint_without_field_config_is_the_default_field():
     assert again.field_cfg == FieldConfig()
     for name, p in model.params.items():
         assert torch.equal(p.detach(), again.params[name].detach()), name
+
+
+def test_rbf_density_starts_at_the_configured_bias():
+    """--field.rbf-density-bias b: a fresh RBF field's log density is the same field's with bias 0 shifted by b at
+    every point (sigma = exp(b) times it), so a fresh field is nearly empty; the default starts low."""
+    u = torch.rand(200, 3, generator=torch.Generator().manual_seed(1))
+    log_sigma = {}
+    for bias in (0.0, -2.0):
+        field = build_field(SMALL, dataclasses.replace(RBF, rbf_density_bias=bias), torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            log_sigma[bias] = torch.log(field.density(u)[0])
+    assert torch.allclose(log_sigma[-2.0], log_sigma[0.0] - 2.0, atol=1e-5)
+    assert FieldConfig().rbf_density_bias < -1.0  # the default: sigma < exp(-1) at a fresh field's typical point
+
+
+def test_a_run_from_before_rbf_density_bias_resumes_as_it_was_trained(tmp_path):
+    """A run whose config.yaml predates --field.rbf-density-bias (densities started at exp(0)) resumes from the
+    same command (today's default) or with --field.rbf-density-bias 0: it continues from its checkpoint's weights and
+    its config.yaml then records 0 (trainer.LEGACY_VALUES; as --neus.sharp-step's: a later change is refused)."""
+    import yaml
+
+    from recon.outputs import files as rf
+
+    cfg = tiny(tmp_path, 3, field=dataclasses.replace(RBF, rbf_density_bias=0.0))
+    first = Trainer(cfg, log=quiet)
+    first.prepare_out()
+    first.advance(0)
+    first.save()
+    saved = rf.read_config_dict(tmp_path / rf.CONFIG_FILE)
+    del saved["field"]["rbf_density_bias"]  # as written before the option
+    (tmp_path / rf.CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    for field in (RBF, cfg.field):  # today's default bias, then the value the first resume wrote back
+        resumed = Trainer(dataclasses.replace(cfg, field=field), log=quiet)
+        resumed.prepare_out()
+        assert resumed.step == 1 and resumed.cfg.field.rbf_density_bias == 0.0
+        assert rf.read_config_dict(tmp_path / rf.CONFIG_FILE)["field"]["rbf_density_bias"] == 0.0
+        for name, p in first.model.params.items():
+            assert torch.equal(p.detach(), resumed.model.params[name].detach()), name
+    with pytest.raises(ConfigMismatchError, match="field.rbf_density_bias"):  # it now holds 0
+        Trainer(dataclasses.replace(cfg, field=RBF), log=quiet).prepare_out()
