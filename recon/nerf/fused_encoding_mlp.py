@@ -41,6 +41,7 @@ from numba import njit, prange
 from torch import Tensor, nn
 
 from rasterizer.cpu import KERNEL_LOCK
+from recon.nerf.blas_threads import one_blas_thread
 from rasterizer.cpu.launch import kernel_array
 from rasterizer.cpu.schedule import thread_count
 from recon.nerf import hash_encoding as HE
@@ -247,7 +248,7 @@ class _EncodeMLPNumba(torch.autograd.Function):
         res, off = kernel_array(resolutions.long()), kernel_array(offsets.long())
         feats = torch.empty(us.shape[0], w1.shape[1], dtype=w1.dtype)
         out = torch.empty(us.shape[0], w2.shape[0], dtype=w1.dtype)
-        with KERNEL_LOCK:
+        with KERNEL_LOCK, one_blas_thread():
             _forward_kernel(us.numpy(), ex.numpy(), kernel_array(table), res, off, active, kernel_array(w1.t()), kernel_array(b1),
                             kernel_array(w2.t()), kernel_array(b2), act, beta, thread_count(), feats.numpy(), out.numpy())
         ctx.save_for_backward(us, feats, w1, b1, w2, resolutions, offsets)
@@ -267,7 +268,7 @@ class _EncodeMLPNumba(torch.autograd.Function):
         gw2, gb2 = np.empty((O, H)), np.empty(O)
         grad_table = torch.empty(ctx.table_shape, dtype=us.dtype)
         threads = thread_count()
-        with KERNEL_LOCK:
+        with KERNEL_LOCK, one_blas_thread():
             _mlp_backward_kernel(feats.numpy(), kernel_array(w1.t()), kernel_array(b1), kernel_array(w2), kernel_array(w1[:, E:E + active * F]),
                                  ctx.act, ctx.beta, kernel_array(grad_h.to(w1.dtype)), threads, grad_feats.numpy(), gw1,
                                  gb1, gw2, gb2)

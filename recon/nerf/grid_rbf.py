@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from rasterizer.cpu import KERNEL_LOCK
+from recon.nerf.blas_threads import one_blas_thread
 from rasterizer.cpu.launch import kernel_array
 from rasterizer.cpu.schedule import thread_count
 from recon.nerf.hash_encoding import hash_encode, hash_encode_reference
@@ -59,7 +60,7 @@ class _GridRbfNumba(torch.autograd.Function):
         s = kernel_array(torch.exp(log_precision.detach().to(dt)))
         out = torch.empty(xs.shape[0], weight.shape[0], dtype=dt)
         phi = torch.empty(xs.shape[0] if keep else 0, centres.shape[0], dtype=dt)
-        with KERNEL_LOCK:
+        with KERNEL_LOCK, one_blas_thread():
             grid_rbf_forward_kernel(xs.numpy(), kernel_array(table), res.numpy(), off.numpy(), c, s, w, b, thread_count(),
                                     phi.numpy(), out.numpy())
         ctx.save_for_backward(xs, table, res, off, centres, log_precision, weight, phi)
@@ -80,7 +81,7 @@ class _GridRbfNumba(torch.autograd.Function):
         grad_w = torch.empty(weight.shape, dtype=dt)
         grad_table = torch.empty(table.shape, dtype=table.dtype) if ctx.needs_input_grad[1] else None
         threads = thread_count()
-        with KERNEL_LOCK:
+        with KERNEL_LOCK, one_blas_thread():
             grid_rbf_layer_backward_kernel(
                 xs.numpy(), kernel_array(table), res.numpy(), off.numpy(), kernel_array(centres.to(dt)),
                 kernel_array(torch.exp(log_precision.detach().to(dt))), kernel_array(weight.to(dt)), phi.numpy(), g.numpy(),

@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from rasterizer.cpu import KERNEL_LOCK
+from recon.nerf.blas_threads import one_blas_thread
 from rasterizer.cpu.launch import kernel_array
 from rasterizer.cpu.schedule import thread_count
 
@@ -82,7 +83,7 @@ class _RbfNumba(torch.autograd.Function):
         s = torch.exp(log_precision.detach()).contiguous()
         out = torch.empty(fn.shape[0], weight.shape[0], dtype=dt)
         phi = torch.empty(fn.shape[0] if keep else 0, centres.shape[0], dtype=dt)
-        with KERNEL_LOCK:
+        with KERNEL_LOCK, one_blas_thread():
             rbf_forward_kernel(fn.numpy(), kernel_array(centres), s.numpy(), kernel_array(weight.to(dt)),
                                kernel_array(bias.to(dt)), thread_count(), phi.numpy(), out.numpy())
         ctx.save_for_backward(fn, centres, s, weight, phi)
@@ -100,7 +101,7 @@ class _RbfNumba(torch.autograd.Function):
         grad_c = torch.empty_like(centres)
         grad_rho = torch.empty_like(centres)
         grad_w = torch.empty(weight.shape, dtype=dt)
-        with KERNEL_LOCK:
+        with KERNEL_LOCK, one_blas_thread():
             rbf_backward_kernel(fn.numpy(), kernel_array(centres), s.numpy(), kernel_array(weight.to(dt)), phi.numpy(),
                                 g.numpy(), thread_count(), grad_f.numpy(), grad_c.numpy(), grad_rho.numpy(),
                                 grad_w.numpy())
