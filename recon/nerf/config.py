@@ -183,7 +183,8 @@ FIELD_RANGES = {  # merged into recon.training.trainer.FIELD_RANGES (dotted name
     **{f"field.{name}": (_pos_int, ">= 1") for name in (
         "dense_levels", "dense_features", "dense_base_res", "rbf_neurons", "triplane_levels", "triplane_features",
         "triplane_base_res")},
-    "field.rbf_density_bias": (lambda v: math.isfinite(v), "finite"),
+    "field.rbf_density_bias": (lambda v: -20.0 <= v <= 10.0, "in [-20, 10] (exp overflows above; a field far below "
+                               "starts dead)"),
     "field.dense_max_res": (lambda v: 1 <= v <= 1000, "1..1000 (a dense level holds (res + 1)^3 rows)"),
     "field.triplane_max_res": (lambda v: 1 <= v <= 8192, "1..8192 (a triplane level holds 3 res^2 rows)"),
     **{f"nerf.{name}": (_pos_int, ">= 1") for name in (

@@ -408,21 +408,31 @@ def check_batch(batch: int, frames) -> None:
                                    f"views of one step are rendered together at one size; use --batch 1")
 
 
-# options added after runs were made whose default today differs from what those runs did: a run whose config.yaml
-# lacks one resumes with the value it was trained with (not today's default; not compared by check_resumable)
+# options added after runs were made whose default today differs from what those runs did: a command that leaves one
+# at today's default resumes a run with the run's own value (its config.yaml's, or the value below where config.yaml
+# predates the option), so the same command resumes a run any number of times; a command that gives another
+# value is compared as usual (check_resumable). Giving today's default explicitly reads as leaving it.
 LEGACY_VALUES = {"neus.sharp_step": 0.0,  # NeuS marched at the nerf step before --neus.sharp-step (7 Dec 2026)
                  "field.rbf_density_bias": 0.0}  # RBF densities started at exp(0) before it (7 Dec 2026)
 
 
 def resumed_config(saved: dict, cfg: TrainConfig) -> TrainConfig:
-    """``cfg`` with the :data:`LEGACY_VALUES` of the options ``saved`` (a run's config.yaml) lacks: what a run
-    resumes with and writes back to its config.yaml."""
+    """``cfg`` with the run's own values of the :data:`LEGACY_VALUES` options it leaves at today's default
+    (``saved``, a run's config.yaml; its legacy value where config.yaml lacks the key): what a run resumes with
+    and writes back to its config.yaml."""
     flat = rf.flatten_config(saved)
-    for key, value in LEGACY_VALUES.items():
-        if key not in flat:
-            section, name = key.split(".")
-            cfg = dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
+    for key in left_at_default(cfg):
+        section, name = key.split(".")
+        value = flat.get(key, LEGACY_VALUES[key])
+        cfg = dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
     return cfg
+
+
+def left_at_default(cfg: TrainConfig) -> list[str]:
+    """The :data:`LEGACY_VALUES` keys ``cfg`` holds at today's default (a resume takes the run's own value)."""
+    current = rf.flatten_config(rf.config_to_dict(cfg))
+    defaults = rf.flatten_config(rf.config_to_dict(TrainConfig()))
+    return [key for key in LEGACY_VALUES if current.get(key) == defaults.get(key)]
 
 
 def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
@@ -445,9 +455,11 @@ def check_resumable(saved: dict, cfg: TrainConfig, out: Path) -> None:
     other_methods = {s for name in MODELS for s in MODELS[name].config_sections} - used
     unused = tuple(f"{name}." for name in STRATEGIES if name != cfg.strategy) + \
         tuple(f"{name}." for name in sorted(other_methods))
-    diffs = [f"{k}: saved {saved.get(k, defaults[k])!r}, now {current.get(k)!r}" for k in current
-             if k not in RESUMABLE_CHANGES and not k.startswith(unused) and (k in saved or k not in LEGACY_VALUES)
-             and saved.get(k, defaults[k]) != current.get(k)]
+    before = {**defaults, **LEGACY_VALUES, **saved}  # a key config.yaml lacks: what the run did then
+    resumed_as_saved = set(left_at_default(cfg))
+    diffs = [f"{k}: saved {before[k]!r}, now {current.get(k)!r}" for k in current
+             if k not in RESUMABLE_CHANGES and not k.startswith(unused) and k not in resumed_as_saved
+             and before[k] != current.get(k)]
     if diffs:
         raise ConfigMismatchError(
             f"{out / rf.CONFIG_FILE}: this run directory holds a run with a different configuration "

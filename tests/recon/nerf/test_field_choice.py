@@ -100,7 +100,8 @@ def test_rbf_density_starts_at_the_configured_bias():
 def test_a_run_from_before_rbf_density_bias_resumes_as_it_was_trained(tmp_path):
     """A run whose config.yaml predates --field.rbf-density-bias (densities started at exp(0)) resumes from the
     same command (today's default) or with --field.rbf-density-bias 0: it continues from its checkpoint's weights and
-    its config.yaml then records 0 (trainer.LEGACY_VALUES; as --neus.sharp-step's: a later change is refused)."""
+    its config.yaml then records 0 (trainer.LEGACY_VALUES; as --neus.sharp-step's): the same command resumes it
+    again; another value is refused."""
     import yaml
 
     from recon.outputs import files as rf
@@ -113,12 +114,12 @@ def test_a_run_from_before_rbf_density_bias_resumes_as_it_was_trained(tmp_path):
     saved = rf.read_config_dict(tmp_path / rf.CONFIG_FILE)
     del saved["field"]["rbf_density_bias"]  # as written before the option
     (tmp_path / rf.CONFIG_FILE).write_text(yaml.safe_dump(saved))
-    for field in (RBF, cfg.field):  # today's default bias, then the value the first resume wrote back
+    for field in (RBF, cfg.field, RBF):  # today's default bias, the value the first resume wrote back, the default
         resumed = Trainer(dataclasses.replace(cfg, field=field), log=quiet)
         resumed.prepare_out()
         assert resumed.step == 1 and resumed.cfg.field.rbf_density_bias == 0.0
         assert rf.read_config_dict(tmp_path / rf.CONFIG_FILE)["field"]["rbf_density_bias"] == 0.0
         for name, p in first.model.params.items():
             assert torch.equal(p.detach(), resumed.model.params[name].detach()), name
-    with pytest.raises(ConfigMismatchError, match="field.rbf_density_bias"):  # it now holds 0
-        Trainer(dataclasses.replace(cfg, field=RBF), log=quiet).prepare_out()
+    with pytest.raises(ConfigMismatchError, match="field.rbf_density_bias"):  # another value given: refused
+        Trainer(dataclasses.replace(cfg, field=dataclasses.replace(RBF, rbf_density_bias=-4.0)), log=quiet).prepare_out()

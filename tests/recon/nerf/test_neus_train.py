@@ -107,7 +107,7 @@ def test_a_run_from_before_sharp_step_resumes_as_it_was_trained(trained, tmp_pat
     saved = rf.read_config_dict(tmp_path / rf.CONFIG_FILE)
     del saved["neus"]["sharp_step"]  # as written before the option
     (tmp_path / rf.CONFIG_FILE).write_text(yaml.safe_dump(saved))
-    for neus_cfg in (same.neus, dataclasses.replace(same.neus, sharp_step=0.0)):
+    for neus_cfg in (same.neus, dataclasses.replace(same.neus, sharp_step=0.0), same.neus):  # and again
         resumed = Trainer(dataclasses.replace(same, neus=neus_cfg), log=quiet)
         resumed.prepare_out()
         assert resumed.step == 1 and resumed.model.neus.sharp_step == 0.0
