@@ -3,7 +3,6 @@ threads each driving a multi-threaded OpenBLAS on two cores stalled a NeuS frame
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 import recon.nerf.fused_encoding_mlp as FEM
