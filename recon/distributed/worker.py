@@ -45,7 +45,7 @@ from recon.core.lease_queue import BlockQueue, LeaseKeeper, LeaseLostError
 from recon.core.process_group import backend_for, barrier, free_port, init_group  # noqa: F401 (free_port: tests)
 from recon.core.errors import DamagedFileError, RunFolderError, RunLockedError, SplatforgeError, UsageError
 from recon.training.trainer import (ConfigMismatchError, TrainConfig, Trainer, TrainingHook, check_resumable,
-                           load_training_scene, resolve_device, stored_config)
+                                    load_training_scene, resolve_device, resumed_config, stored_config)
 
 BLOCKS_FILE = "blocks.json"
 BLOCK_SEED_STRIDE = 1000
@@ -333,7 +333,9 @@ class Job:
             self.clear_folder()
         config_file = self.out / rf.CONFIG_FILE
         if config_file.is_file() and not self.cfg.overwrite:
-            check_resumable(rf.read_config_dict(config_file), self.cfg, self.out)
+            saved = rf.read_config_dict(config_file)
+            check_resumable(saved, self.cfg, self.out)
+            self.cfg = resumed_config(saved, self.cfg)  # options left at today's default: the run's own values
         rf.write_config(self.out, stored_config(self.cfg))
         target = self.out / BLOCKS_FILE
         if self.opts.blocks == "auto":

@@ -92,19 +92,27 @@ def nearest_coarse(resolution: int, cidx: np.ndarray) -> np.ndarray:
 
 def edge_slope(values: np.ndarray, valid: np.ndarray | None, spacing: np.ndarray) -> float:
     """The largest |difference| / length along the grid edges of ``values`` [A, B, C] (both ends ``valid``
-    where given), ``spacing`` [A - 1] (the same along every axis) the edges' lengths in cube units; 0 for none."""
+    where given), ``spacing`` [A - 1] (the same along every axis) the edges' lengths in cube units; 0 for none.
+    One slab of edges at a time along the first index (float32 like the values: memory of a few slabs)."""
     largest = 0.0
-    for axis in range(3):
-        lo = [slice(None)] * 3
-        hi = [slice(None)] * 3
-        lo[axis], hi[axis] = slice(None, -1), slice(1, None)
-        shape = [1, 1, 1]
-        shape[axis] = -1
-        diff = np.abs(values[tuple(hi)] - values[tuple(lo)]) / spacing.reshape(shape)
-        if valid is not None:
-            diff = diff[valid[tuple(hi)] & valid[tuple(lo)]]
-        if diff.size:
-            largest = max(largest, float(diff.max()))
+    for i in range(values.shape[0]):
+        for axis in range(3):
+            if axis == 0 and i + 1 == values.shape[0]:
+                continue
+            a = values[i]
+            if axis == 0:
+                b, length, ok = values[i + 1], spacing[i], None if valid is None else valid[i] & valid[i + 1]
+                diff = np.abs(b - a) / length
+            else:
+                lo = (slice(None, -1), slice(None)) if axis == 1 else (slice(None), slice(None, -1))
+                hi = (slice(1, None), slice(None)) if axis == 1 else (slice(None), slice(1, None))
+                shape = (-1, 1) if axis == 1 else (1, -1)
+                diff = np.abs(a[hi] - a[lo]) / spacing.reshape(shape)
+                ok = None if valid is None else valid[i][hi] & valid[i][lo]
+            if ok is not None:
+                diff = diff[ok]
+            if diff.size:
+                largest = max(largest, float(diff.max()))
     return largest
 
 
@@ -112,10 +120,9 @@ def measured_slope(coarse: np.ndarray, cidx: np.ndarray, values: np.ndarray, mas
                    resolution: int) -> float:
     """The largest slope (per unit of the cube) seen along the coarse grid's edges ``coarse`` [C + 1]^3 at the
     fine indices ``cidx`` and along the fine edges whose two vertices were evaluated (``mask`` [R + 1]^3)."""
-    coarse_len = np.diff(cidx).astype(np.float64) / resolution
-    fine_len = np.full(resolution, 1.0 / resolution)
-    return max(edge_slope(coarse.astype(np.float64), None, coarse_len),
-               edge_slope(values.astype(np.float64), mask, fine_len))
+    coarse_len = (np.diff(cidx) / resolution).astype(np.float32)
+    fine_len = np.full(resolution, 1.0 / resolution, dtype=np.float32)
+    return max(edge_slope(coarse, None, coarse_len), edge_slope(values, mask, fine_len))
 
 
 def narrow_band_grid(field: Callable[[Tensor], Tensor], resolution: int, slope: float,

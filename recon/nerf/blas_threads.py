@@ -5,8 +5,8 @@ Those kernels split their samples over Numba's threads themselves, and each thre
 own threads for a large enough product, one per core unless ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` says
 otherwise. Called at once from two Numba threads, the two BLAS pools fight over the same two cores: on the 2-vCPU
 VM a NeuS later frame (`scripts/bench_neus_sequence.py --frames 2 --frame-steps 40`, default threads) did not
-finish its 40 steps in 9 minutes, all of it inside ``_mlp_backward_kernel``; with one BLAS thread the frame took
-47 s (7 Dec 2026). :func:`one_blas_thread` limits every loaded BLAS library to one thread around a kernel call
+finish its 40 steps in 9 minutes, all of it inside ``_mlp_backward_kernel``; with one BLAS thread frame 2 took
+34.4 s wall (frame 1, its kernels recompiled, 73.6 s; 7 Dec 2026; docs/performance.md). :func:`one_blas_thread` limits every loaded BLAS library to one thread around a kernel call
 and restores it afterwards (``threadpoolctl``), so NumPy's own products elsewhere in the process keep theirs.
 """
 

@@ -559,6 +559,10 @@ class Trainer:
         if self.out is not None:
             self.cfg = cfg = dataclasses.replace(cfg, out=Path(self.out))
         self.out = Path(cfg.out)
+        if self.writes_outputs and not cfg.overwrite and (self.out / rf.CONFIG_FILE).is_file():
+            # the run's own values of options left at today's default, before the model is built from them (a
+            # folder without a checkpoint starts over as its config.yaml says); prepare_out checks the rest
+            self.cfg = cfg = resumed_config(rf.read_config_dict(self.out / rf.CONFIG_FILE), cfg)
         started = time.time()  # frame-cache entries used from now on are this run's (never pruned by it)
         self.disk_cache = resolve_frame_cache(cfg.frame_cache)
         # held while this run lives (before its scene is loaded): other runs' pruning keeps what it uses

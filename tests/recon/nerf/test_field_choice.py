@@ -123,3 +123,21 @@ def test_a_run_from_before_rbf_density_bias_resumes_as_it_was_trained(tmp_path):
             assert torch.equal(p.detach(), resumed.model.params[name].detach()), name
     with pytest.raises(ConfigMismatchError, match="field.rbf_density_bias"):  # another value given: refused
         Trainer(dataclasses.replace(cfg, field=dataclasses.replace(RBF, rbf_density_bias=-4.0)), log=quiet).prepare_out()
+
+
+def test_a_run_without_checkpoint_restarts_with_its_own_density_bias(tmp_path):
+    """A run folder whose config.yaml holds --field.rbf-density-bias -4 but no checkpoint yet (stopped before its
+    first), started again by a command that leaves the option at its default: the model is built with -4, as
+    config.yaml says, not with today's default."""
+    from recon.outputs import files as rf
+
+    cfg = tiny(tmp_path, 3, field=dataclasses.replace(RBF, rbf_density_bias=-4.0))
+    first = Trainer(cfg, log=quiet)
+    first.prepare_out()
+    assert not rf.list_checkpoints(tmp_path)
+    again = Trainer(dataclasses.replace(cfg, field=RBF), log=quiet)
+    again.prepare_out()
+    assert again.cfg.field.rbf_density_bias == -4.0
+    assert rf.read_config_dict(tmp_path / rf.CONFIG_FILE)["field"]["rbf_density_bias"] == -4.0
+    for name, p in first.model.params.items():
+        assert torch.equal(p.detach(), again.model.params[name].detach()), name
