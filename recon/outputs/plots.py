@@ -125,11 +125,12 @@ def draw_test_psnr(ax, history: RunHistory, label: str | None = None, color: str
     ax.set_ylabel("PSNR (dB)")
 
 
-def draw_gaussians(ax, history: RunHistory, label: str | None = None, color: str | None = None) -> None:
-    """Gaussian count after each step."""
+def draw_gaussians(ax, history: RunHistory, label: str | None = None, color: str | None = None,
+                   count_name: str = "Gaussians") -> None:
+    """The model's count after each step (``count_name``: what it counts; a NeRF/NeuS run's occupied grid cells)."""
     ax.plot(history.steps, as_float_array(history.num_gaussians), color=color or "C3", label=label, linewidth=1.4)
     ax.yaxis.set_major_formatter(EngFormatter(sep=""))  # 120k, 1.2M
-    ax.set_title("Gaussians")
+    ax.set_title(count_name)
     ax.set_ylabel("count")
 
 
@@ -166,39 +167,40 @@ def _panel_figure(count: int) -> tuple[Figure, list]:
     return fig, axes
 
 
-def run_panels(history: RunHistory) -> list[Callable]:
+def run_panels(history: RunHistory, count_name: str = "Gaussians") -> list[Callable]:
     """The ``draw_*`` functions that have data in ``history`` (the loss always)."""
     panels: list[Callable] = [draw_loss]
     if len([p for p in history.eval_psnr if p is not None]) >= 2:
         panels.append(draw_test_psnr)
     if has_values(history.num_gaussians):
-        panels.append(draw_gaussians)
+        panels.append(partial(draw_gaussians, count_name=count_name))
     if has_values(history.step_seconds):
         panels.append(draw_step_time)
     return panels
 
 
-def plot_run(history: RunHistory, title: str | None = None) -> Figure:
-    """One run's curves (``OUT/loss.png``): loss, test PSNR (with two or more evaluations), Gaussian count,
-    time per step, against step. Returns the Figure (save it with :func:`save_figure`)."""
-    panels = run_panels(history)
+def plot_run(history: RunHistory, title: str | None = None, count_name: str = "Gaussians") -> Figure:
+    """One run's curves (``OUT/loss.png``): loss, test PSNR (with two or more evaluations), the model's count
+    (``count_name``: the model class's ``COUNT_NAME``, Gaussians by default), time per step, against step.
+    Returns the Figure (save it with :func:`save_figure`)."""
+    panels = run_panels(history, count_name)
     fig, axes = _panel_figure(len(panels))
     for ax, draw in zip(axes, panels):
         draw(ax, history)
     if history.num_steps == 0:
         axes[0].text(0.5, 0.5, "no steps recorded", ha="center", va="center", transform=axes[0].transAxes)
-    fig.suptitle(title or _run_summary(history))
+    fig.suptitle(title or _run_summary(history, count_name))
     return fig
 
 
-def _run_summary(history: RunHistory) -> str:
+def _run_summary(history: RunHistory, count_name: str = "Gaussians") -> str:
     text = f"{history.num_steps:,} steps"
     psnrs = [(s, p) for s, p in zip(history.eval_step, history.eval_psnr) if p is not None]
     if psnrs:
         text += f", test PSNR {psnrs[-1][1]:.2f} dB at step {psnrs[-1][0]:,}"
     n = [c for c in history.num_gaussians if c is not None]
     if n:
-        text += f", {n[-1]:,} Gaussians"
+        text += f", {n[-1]:,} {count_name}"
     return text
 
 

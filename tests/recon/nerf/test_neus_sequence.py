@@ -86,6 +86,27 @@ def test_one_loss_plot_for_the_whole_sequence(trained):
     assert joined.eval_step == [STEPS, STEPS + FRAME_STEPS, STEPS + 2 * FRAME_STEPS]  # each frame's final one
 
 
+def test_the_sequence_plot_names_what_neus_counts(trained, monkeypatch, tmp_path):
+    """The count panel of a NeuS sequence's loss.png is titled with the model's COUNT_NAME (occupied grid cells),
+    not "Gaussians"."""
+    import recon.outputs.plots as plots
+
+    cfg, _, _, _ = trained
+    titles = []
+    drawn = plots.plot_run
+
+    def recording(*args, **kwargs):
+        fig = drawn(*args, **kwargs)
+        titles.extend(ax.get_title() for ax in fig.axes)
+        return fig
+
+    monkeypatch.setattr(plots, "plot_run", recording)
+    seq = fs.FrameSequence.__new__(fs.FrameSequence)  # the finished sequence's folder, its plot drawn again
+    seq.cfg, seq.out, seq.times, seq.log = cfg, cfg.out, [0.0] * 3, print
+    seq.write_plot()
+    assert "occupied grid cells" in titles and "Gaussians" not in titles
+
+
 def test_each_frame_starts_from_the_previous_one(trained):
     from recon.models import NeusModel
 

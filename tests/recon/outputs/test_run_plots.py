@@ -100,3 +100,10 @@ def test_log_axes_are_labelled_plainly():
     labels = {t.get_text() for ax in (fig.axes[0], fig.axes[3])
               for t in ax.yaxis.get_ticklabels(which="both") if t.get_text()}
     assert {"0.1", "30"} <= labels and not any("e-" in t or "10^" in t for t in labels), labels
+
+
+def test_run_figure_names_what_the_model_counts():
+    """A NeRF/NeuS run counts occupied grid cells: the count panel and the title say so."""
+    fig = plot_run(fake_history(), count_name="occupied grid cells")
+    assert [ax.get_title() for ax in fig.axes][2] == "occupied grid cells"
+    assert "1,900 occupied grid cells" in fig.get_suptitle()
