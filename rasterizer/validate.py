@@ -209,7 +209,7 @@ def check_cameras_one_by_one(viewmats, Ks, width, height, dt, dev) -> int:
     if C == 0:
         _fail("viewmats", "holds zero cameras")
     for name, v in (("width", width), ("height", height)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        if not _positive_int(v):
             _fail(name, f"must be a positive int, got {v!r}")
     if non_positive_focal(Ks):
         _fail("Ks", "has a non-positive focal length (K[0,0] and K[1,1] must be > 0, in pixels)")
@@ -217,11 +217,8 @@ def check_cameras_one_by_one(viewmats, Ks, width, height, dt, dev) -> int:
 
 
 def non_positive_focal(Ks: Tensor) -> bool:
-    """Whether a camera of Ks [C, 3, 3] has K[0,0] <= 0 or K[1,1] <= 0 (NumPy on the CPU: PyTorch's four small
-    ops cost ~10x more)."""
-    if _cpu_float(Ks):
-        k = Ks.detach().numpy()
-        return bool((k[:, 0, 0] <= 0).any() or (k[:, 1, 1] <= 0).any())
+    """Whether a camera of Ks [C, 3, 3] has K[0,0] <= 0 or K[1,1] <= 0 (the one-by-one path: CPU float cameras
+    are checked in the fused pass of :func:`check_cameras` first, so no NumPy shortcut is needed here)."""
     return bool((Ks[:, 0, 0] <= 0).any()) or bool((Ks[:, 1, 1] <= 0).any())
 
 

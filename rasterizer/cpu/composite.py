@@ -133,7 +133,6 @@ def composite_cpu(splats: Splats, width: int, height: int, grid: TileGrid, *, ab
     """Compositing step of the cpu backend (see CompositeFunction; arguments as the reference's
     ``composite``)."""
     s = splats
-    will_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (s.means2d, s.conics, s.opacities,
-                                                                               s.colors))
+    will_backward = forward_only.needs_graph(s.means2d, s.conics, s.opacities, s.colors)
     return Composited(*forward_only.apply(CompositeFunction, s.means2d, s.conics, s.opacities, s.colors, s.radii,
                                           s.depths, width, height, grid, absgrad_acc, will_backward, depth_limit))

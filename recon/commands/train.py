@@ -133,7 +133,7 @@ def train(cfg: Annotated[PresetConfig, tyro.conf.arg(name="")]) -> None:
     psnr = "n/a" if test["psnr"] is None else f"{test['psnr']:.2f} dB"
     from recon.models.base import model_class
 
-    counted = getattr(model_class(cfg.method), "COUNT_NAME", "Gaussians")  # nerf: occupied grid cells
+    counted = model_class(cfg.method).COUNT_NAME
     cleaned = f" ({metrics['floaters']['kept']:,} after floater removal)" if "floaters" in metrics else ""
     print(f"done: {metrics['steps']} steps, {metrics['num_gaussians']:,} {counted}{cleaned}, test PSNR {psnr} "
           f"over {test['num_views']} views; outputs in {cfg.out}")

@@ -144,6 +144,9 @@ class SceneModel(ABC):
     config_sections: ClassVar[tuple[str, ...]] = ()
     """TrainConfig sections read only by this method (other methods' runs ignore them on resume)."""
 
+    COUNT_NAME: ClassVar[str] = "Gaussians"
+    """What ``len(model)`` counts (the CLI's summary line, loss.png's count panel); nerf/neus: occupied grid cells."""
+
     @classmethod
     def check_config(cls, cfg: Any) -> None:
         """Raise ConfigValueError for training options this method does not support (default: none)."""

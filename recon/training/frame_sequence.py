@@ -244,8 +244,8 @@ class FrameSequence:
             self.log(f"{err}; {self.out / rf.LOSS_PLOT_FILE} not drawn")
             return
         history = sequence_history([h for h in histories if h is not None])
-        counted = getattr(model_class(self.cfg.method), "COUNT_NAME", "Gaussians")  # neus: occupied grid cells
-        save_figure(plot_run(history, f"{len(self.times)} frames, {history.num_steps:,} steps", count_name=counted),
+        save_figure(plot_run(history, f"{len(self.times)} frames, {history.num_steps:,} steps",
+                             count_name=model_class(self.cfg.method).COUNT_NAME),
                     self.out / rf.LOSS_PLOT_FILE)
 
     def train_frame(self, k: int, t: float, fcfg, previous):

@@ -920,8 +920,7 @@ class Trainer:
         if self.writes_plot:
             from recon.outputs.plots import plot_run, save_figure  # matplotlib: imported when a run ends
 
-            save_figure(plot_run(self.history, count_name=getattr(type(self.model), "COUNT_NAME", "Gaussians")),
-                        self.out / rf.LOSS_PLOT_FILE)
+            save_figure(plot_run(self.history, count_name=self.model.COUNT_NAME), self.out / rf.LOSS_PLOT_FILE)
         rf.write_json(self.out / rf.METRICS_FILE, metrics)
 
     def metrics(self, test: dict) -> dict:
