@@ -169,7 +169,7 @@ def build_hierarchy(data: SplatData, depth: int = DEFAULT_DEPTH, progress=None,
             child_lists.append(sub.astype(np.int32))
             child_counts.append(sub_counts)
             node_mom.append(merged)
-            drawn.append(shown)  # spread 1: the same values as merged (S_in + 1.0 S_out)
+            drawn.append(shown)  # spread 1: the matched rows themselves (merge.Merged)
             radius.append(r.astype(np.float32))
             node_depth.append(np.full(len(ids), depth - level, dtype=np.int8))
             node_code.append(cur_code[starts[multi]])

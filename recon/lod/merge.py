@@ -37,6 +37,7 @@ identity cases, and the moments against a weighted sample of the children.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -117,16 +118,22 @@ DEFAULT_OPACITY_RULE = "mass"  # the hierarchy's and the LOD export's default: f
 # less with it (docs/lod.md, Targets); "coverage" keeps a Gaussian merged with its own copy unchanged
 
 
-def merge_groups(m: Moments, starts: np.ndarray, opacity_rule: str = "coverage",
-                 spread: float | None = None) -> Moments | tuple[Moments, Moments]:
+class Merged(NamedTuple):
+    """What :func:`merge_groups` returns: one row per group, the same means and SH in both."""
+
+    matched: Moments  # the moments matched (covariance S = S_in + S_out, the rule's opacity for S): what a coarser
+    # merge reads
+    drawn: Moments  # the Gaussian drawn for the group: covariance S_in + t S_out, the rule's opacity for it (the
+    # matched rows themselves for t = 1)
+
+
+def merge_groups(m: Moments, starts: np.ndarray, opacity_rule: str = "coverage", spread: float = 1.0) -> Merged:
     """Merge each contiguous group of ``m`` (beginning at ``starts``) into one Gaussian by the rule of the
-    module docstring (``opacity_rule`` "mass": the footprint is the merged one alone). Returns
-    :class:`Moments` with one row per group: the moments matched (covariance S, opacity for S). With
-    ``spread`` t (0 < t <= 1) returns (matched, drawn): the drawn Gaussians have covariance S_in + t S_out and
-    the opacity of the rule for that footprint; the matched ones are what a coarser merge reads."""
+    module docstring (``opacity_rule`` "mass": the footprint is the merged one alone), drawn with spread t =
+    ``spread`` (0 < t <= 1). Returns :class:`Merged` (matched, drawn), one row per group each."""
     if opacity_rule not in OPACITY_RULES:
         raise ValueError(f"opacity rule {opacity_rule!r}: choose one of {', '.join(OPACITY_RULES)}")
-    if spread is not None and not 0.0 < spread <= 1.0:
+    if not 0.0 < spread <= 1.0:
         raise ValueError(f"merge spread {spread!r}: must lie in (0, 1]")
     n = len(m)
     gid = group_ids(starts, n)
@@ -150,10 +157,10 @@ def merge_groups(m: Moments, starts: np.ndarray, opacity_rule: str = "coverage",
     child_area = np.add.reduceat(areas, starts) if opacity_rule == "coverage" else None
     cov = within + between
     matched = Moments(mean, cov, rule_opacity(coverage, cov, child_area, mean_opacity), sh)
-    if spread is None:
-        return matched
+    if spread == 1.0:
+        return Merged(matched, matched)
     cov_t = within + spread * between
-    return matched, Moments(mean, cov_t, rule_opacity(coverage, cov_t, child_area, mean_opacity), sh)
+    return Merged(matched, Moments(mean, cov_t, rule_opacity(coverage, cov_t, child_area, mean_opacity), sh))
 
 
 def rule_opacity(coverage: np.ndarray, cov: np.ndarray, child_area: np.ndarray | None,
@@ -208,4 +215,4 @@ def to_splats(m: Moments, antialiased: bool = False) -> SplatData:
 
 def merge_splats(data: SplatData, opacity_rule: str = "coverage") -> SplatData:
     """All of ``data``'s Gaussians merged into one (a one-row model)."""
-    return to_splats(merge_groups(moments_of(data), np.array([0]), opacity_rule), data.antialiased)
+    return to_splats(merge_groups(moments_of(data), np.array([0]), opacity_rule).drawn, data.antialiased)

@@ -47,7 +47,7 @@ def test_structure(model_and_tree):
     mom = moments_of(h1.nodes)
     for node in range(h.num_leaves, h.num_nodes, 37):
         kids = h.children[h.child_start[node - h.num_leaves]:h.child_start[node - h.num_leaves + 1]]
-        merged = merge_groups(mom.take(kids), np.array([0]), h1.opacity_rule)
+        merged = merge_groups(mom.take(kids), np.array([0]), h1.opacity_rule).drawn
         np.testing.assert_allclose(h1.nodes.means[node], merged.means[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(mom.covs[node], merged.covs[0], rtol=1e-3, atol=1e-9)
         np.testing.assert_allclose(mom.opacities[node], merged.opacities[0], rtol=1e-4)

@@ -27,7 +27,7 @@ def test_merging_two_identical_gaussians_gives_the_same_gaussian():
 def test_a_group_of_one_is_its_own_merge():
     data = small_model(7, seed=4)
     m = moments_of(data)
-    merged = merge_groups(m, np.arange(7))
+    merged = merge_groups(m, np.arange(7)).drawn
     np.testing.assert_allclose(merged.means, m.means, atol=1e-12)
     np.testing.assert_allclose(merged.covs, m.covs, rtol=1e-12, atol=1e-18)
     np.testing.assert_allclose(merged.opacities, m.opacities, rtol=1e-12)
@@ -45,7 +45,7 @@ def test_moments_match_a_weighted_sample_of_the_children():
     pick = rng.choice(len(data), size=400_000, p=w / w.sum())
     chol = np.linalg.cholesky(unpack_sym(m.covs))
     pts = m.means[pick] + np.einsum("nij,nj->ni", chol[pick], rng.normal(size=(len(pick), 3)))
-    merged = merge_groups(m, np.array([0]))
+    merged = merge_groups(m, np.array([0])).drawn
     np.testing.assert_allclose(merged.means[0], pts.mean(axis=0), atol=3e-3)
     np.testing.assert_allclose(unpack_sym(merged.covs)[0], np.cov(pts.T), atol=2e-3, rtol=2e-2)
     # the exact formula, written out
@@ -63,7 +63,7 @@ def test_opacity_keeps_coverage_of_children_far_apart():
     data = small_model(2, seed=1)
     data.means[:] = [[-0.5, 0, 0], [0.5, 0, 0]]
     m = moments_of(data)
-    merged = merge_groups(m, np.array([0]))
+    merged = merge_groups(m, np.array([0])).drawn
     a = area_proxy(m.covs)
     expect = (m.opacities * a).sum() / area_proxy(merged.covs)[0]
     assert area_proxy(merged.covs)[0] > a.sum()
@@ -110,7 +110,7 @@ def test_mass_rule_keeps_coverage_and_unknown_rule_is_refused():
     data = small_model(2, seed=1)
     data.means[:] = [[-0.5, 0, 0], [0.5, 0, 0]]
     m = moments_of(data)
-    merged = merge_groups(m, np.array([0]), "mass")
+    merged = merge_groups(m, np.array([0]), "mass").drawn
     expect = min(1 - 1e-6, (m.opacities * area_proxy(m.covs)).sum() / area_proxy(merged.covs)[0])
     np.testing.assert_allclose(merged.opacities[0], expect, rtol=1e-12)
     with pytest.raises(ValueError, match="opacity rule"):
@@ -127,7 +127,7 @@ def test_spread_draws_the_merge_narrower_and_keeps_its_coverage():
     m = moments_of(data)
     t = 0.4
     matched, drawn = merge_groups(m, np.array([0]), "mass", spread=t)
-    plain = merge_groups(m, np.array([0]), "mass")
+    plain = merge_groups(m, np.array([0]), "mass").matched
     np.testing.assert_allclose(matched.covs, plain.covs, rtol=1e-12)
     np.testing.assert_allclose(matched.opacities, plain.opacities, rtol=1e-12)
     w = m.opacities * area_proxy(m.covs)
@@ -140,7 +140,7 @@ def test_spread_draws_the_merge_narrower_and_keeps_its_coverage():
     np.testing.assert_allclose(drawn.opacities[0] * area_proxy(drawn.covs)[0], w.sum(), rtol=1e-10)
     assert area_proxy(drawn.covs)[0] < 0.8 * area_proxy(plain.covs)[0]
     one = small_model(5, seed=3).subset([2])
-    _same_gaussian(to_splats(merge_groups(moments_of(one.subset([0, 0])), np.array([0]), spread=t)[1]), one)
+    _same_gaussian(to_splats(merge_groups(moments_of(one.subset([0, 0])), np.array([0]), spread=t).drawn), one)
     _, alone = merge_groups(m, np.arange(3), "mass", spread=t)
     np.testing.assert_allclose(alone.covs, m.covs, rtol=1e-12, atol=1e-18)
     np.testing.assert_allclose(alone.opacities, m.opacities, rtol=1e-12)
@@ -174,8 +174,8 @@ def test_a_spread_hierarchy_merges_the_moments_matched_not_the_drawn():
             continue  # children all leaves: nothing to compound
         groups = [leaves_below(c) for c in kids]
         matched = merge_groups(leaves.take(np.concatenate(groups)), np.cumsum([0] + [len(g) for g in groups[:-1]]),
-                               "mass")
-        want = merge_groups(matched, np.array([0]), "mass", spread=t)[1]
+                               "mass").matched
+        want = merge_groups(matched, np.array([0]), "mass", spread=t).drawn
         np.testing.assert_allclose(covariances(h.nodes.subset([n]))[0], want.covs[0], rtol=2e-4, atol=1e-8)
         np.testing.assert_allclose(opacities(h.nodes)[n], want.opacities[0], rtol=1e-4)
         checked += 1
