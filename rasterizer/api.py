@@ -12,7 +12,6 @@ import torch
 from torch import Tensor
 
 from . import validate as V
-from .background import over_background
 from .records import RenderMeta, RenderOutput, Splats
 from .reference.sh import join_sh, sh_to_color
 from .runtime import warn_if_spin_set_too_late
@@ -58,23 +57,15 @@ def _render_channels(colors: Tensor, depths: Tensor, render_mode: str) -> Tensor
     return colors
 
 
-def _colour_backgrounds(render_mode: str, backgrounds: Tensor | None) -> Tensor | None:
-    """The backgrounds [C, n_color] the colour channels are composited over; None for the depth-only modes."""
-    return None if render_mode in ("D", "ED") else backgrounds
-
-
-def _expected_depth(render: Tensor, alpha: Tensor, render_mode: str) -> Tensor:
-    """Expected depth (depth / alpha) in the last channel for the "ED" modes; other modes unchanged."""
+def _finish(render: Tensor, alpha: Tensor, render_mode: str, backgrounds: Tensor | None, n_color: int) -> Tensor:
+    """Expected depth (depth / alpha) and background blending (colour channels only)."""
     if render_mode.endswith("ED"):
         depth = render[..., -1:] / alpha.clamp(min=1e-10)
         render = torch.cat([render[..., :-1], depth], dim=-1)
+    if backgrounds is not None and render_mode != "D" and render_mode != "ED":
+        colour = torch.addcmul(render[..., :n_color], 1.0 - alpha, backgrounds[:, None, None, :])
+        render = colour if render.shape[-1] == n_color else torch.cat([colour, render[..., n_color:]], dim=-1)
     return render
-
-
-def _finish(render: Tensor, alpha: Tensor, render_mode: str, backgrounds: Tensor | None) -> Tensor:
-    """Expected depth (depth / alpha) and background blending (colour channels only)."""
-    return over_background(_expected_depth(render, alpha, render_mode), alpha,
-                           _colour_backgrounds(render_mode, backgrounds))
 
 
 def _empty_render(means, opacities, colors, viewmats, width, height, render_mode, backgrounds, n_color,
@@ -87,7 +78,7 @@ def _empty_render(means, opacities, colors, viewmats, width, height, render_mode
     render = means.new_zeros(C, height, width, D) + zero
     alpha = means.new_zeros(C, height, width, 1) + zero
     transmittance = means.new_ones(C, height, width, 1) + zero
-    render = _finish(render, alpha, render_mode, backgrounds)
+    render = _finish(render, alpha, render_mode, backgrounds, n_color)
     grid = TileGrid.for_image(width, height, tile_size)
     meta = RenderMeta(radii=means.new_zeros(C, 0, 2, dtype=torch.int32), means2d=means.new_zeros(C, 0, 2),
                       depths=means.new_zeros(C, 0), conics=means.new_zeros(C, 0, 3), opacities=means.new_zeros(C, 0),
@@ -207,13 +198,8 @@ def rasterize_through_seam(impl, means, quats, scales, opacities, colors, viewma
         means2d.absgrad = absgrad_acc.view(C, N, 2)  # meta.absgrad reads it (as gsplat's attribute)
     grid = TileGrid.for_image(width, height, tile_size)
     splats = Splats(means2d, proj.conics, opac, channels, proj.depths, proj.radii)
-    if getattr(impl, "COMPOSITES_BACKGROUNDS", False):  # the cpu backend blends them in its forward kernel
-        out = impl.composite(splats, width, height, grid, absgrad_acc=absgrad_acc, depth_limit=depth_limit,
-                             backgrounds=_colour_backgrounds(render_mode, backgrounds))
-        render = _expected_depth(out.render, out.alpha, render_mode)
-    else:
-        out = impl.composite(splats, width, height, grid, absgrad_acc=absgrad_acc, depth_limit=depth_limit)
-        render = _finish(out.render, out.alpha, render_mode, backgrounds)
+    out = impl.composite(splats, width, height, grid, absgrad_acc=absgrad_acc, depth_limit=depth_limit)
+    render = _finish(out.render, out.alpha, render_mode, backgrounds, n_color)
     meta = RenderMeta(radii=proj.radii, means2d=means2d, depths=proj.depths, conics=proj.conics, opacities=opac,
                       compensations=proj.compensations, transmittance=out.transmittance, width=width, height=height,
                       tile_size=tile_size, tiles_x=grid.tiles_x, tiles_y=grid.tiles_y, n_cameras=C)

@@ -14,8 +14,6 @@ threading layer, selected on import here, is not re-entrant (a viewer renders fr
 from __future__ import annotations
 
 from .composite import composite_cpu as composite  # noqa: F401
-
-COMPOSITES_BACKGROUNDS = True  # composite(..., backgrounds=) blends them (rasterizer.api.rasterize_through_seam)
 from .launch import KERNEL_LOCK  # noqa: F401
 from .projection import project  # noqa: F401
 from .sh import sh_to_color  # noqa: F401

@@ -7,7 +7,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..background import over_background
 from ..records import Composited, Splats
 from ..tiles import TileGrid
 from . import binning as B
@@ -57,13 +56,11 @@ def depth_limits32(depth_limit: Tensor | None) -> np.ndarray | None:
 class CompositeFunction(torch.autograd.Function):
     """render [C,H,W,D], alpha [C,H,W,1], transmittance [C,H,W,1] from means2d [C,N,2], conics [C,N,3],
     opacities [C,N], colors [C,N,D]; gradients for all four (and the |grad means2d| accumulator). With
-    a depth limit [C,H,W] (no gradient) a pixel stops at the first Gaussian not in front of it. With
-    ``backgrounds`` [C, B] (outside autograd only: no gradient is defined for it, see composite_cpu) the
-    kernel composites render's first B channels over them as it writes them."""
+    a depth limit [C,H,W] (no gradient) a pixel stops at the first Gaussian not in front of it."""
 
     @staticmethod
     def forward(ctx, means2d, conics, opac, colors, radii, depths, width, height, grid, absgrad_acc, will_backward,
-                depth_limit, backgrounds=None):
+                depth_limit):
         C, N, D = colors.shape
         flat = (kernel_array(means2d.reshape(C * N, 2)), kernel_array(conics.reshape(C * N, 3)), kernel_array(opac.reshape(C * N)),
                 kernel_array(colors.reshape(C * N, D)))
@@ -84,8 +81,8 @@ class CompositeFunction(torch.autograd.Function):
                 packed = rows = None
             for_threads(K.forward_kernel, thread_count())(
                 *flat, bins.row_half, bins.offsets, bins.ids, packed, rows, bins.order, width, height, grid.tiles_x,
-                grid.tiles_y, grid.tile_size, bins.depths32.reshape(C * N), depth_limits32(depth_limit),
-                None if backgrounds is None else kernel_array(backgrounds), render, alpha, T_final[..., 0], last_ids)
+                grid.tiles_y, grid.tile_size, bins.depths32.reshape(C * N), depth_limits32(depth_limit), render, alpha,
+                T_final[..., 0], last_ids)
         transmittance = torch.from_numpy(T_final)
         ctx.save_for_backward(transmittance)  # the backward reads it: in-place changes must be caught
         ctx.state = (flat, bins, (packed, rows), last_ids, (C, N, D), width, height, grid, absgrad_acc)
@@ -118,7 +115,7 @@ class CompositeFunction(torch.autograd.Function):
             absgrad_acc += torch.from_numpy(v_abs).to(absgrad_acc.dtype)
         v_means2d, v_conics, v_opac, v_colors = (torch.from_numpy(a) for a in outs)
         return (v_means2d.view(C, N, 2), v_conics.view(C, N, 3), v_opac.view(C, N), v_colors.view(C, N, D),
-                None, None, None, None, None, None, None, None, None)
+                None, None, None, None, None, None, None, None)
 
 
 def pixel_cotangent(v_alpha: Tensor | None, v_transmittance: Tensor | None, shape: tuple, dtype) -> np.ndarray:
@@ -132,18 +129,10 @@ def pixel_cotangent(v_alpha: Tensor | None, v_transmittance: Tensor | None, shap
 
 
 def composite_cpu(splats: Splats, width: int, height: int, grid: TileGrid, *, absgrad_acc: Tensor | None = None,
-                  depth_limit: Tensor | None = None, backgrounds: Tensor | None = None) -> Composited:
+                  depth_limit: Tensor | None = None) -> Composited:
     """Compositing step of the cpu backend (see CompositeFunction; arguments as the reference's
-    ``composite``, plus ``backgrounds`` [C, B]: the render's first B channels composited over them,
-    rasterizer.background.over_background). Without a graph to record (forward_only.needs_graph) the kernel
-    blends the backgrounds as it writes each pixel (the same bits); with one, torch does, so autograd
-    differentiates the blend."""
+    ``composite``)."""
     s = splats
-    inputs = (s.means2d, s.conics, s.opacities, s.colors)
-    if not forward_only.needs_graph(*inputs, backgrounds):
-        return Composited(*CompositeFunction.forward(forward_only.NO_CTX, *inputs, s.radii, s.depths, width, height,
-                                                     grid, absgrad_acc, False, depth_limit, backgrounds))
-    will_backward = forward_only.needs_graph(*inputs)
-    render, alpha, transmittance = forward_only.apply(CompositeFunction, *inputs, s.radii, s.depths, width, height,
-                                                      grid, absgrad_acc, will_backward, depth_limit)
-    return Composited(over_background(render, alpha, backgrounds), alpha, transmittance)
+    will_backward = forward_only.needs_graph(s.means2d, s.conics, s.opacities, s.colors)
+    return Composited(*forward_only.apply(CompositeFunction, s.means2d, s.conics, s.opacities, s.colors, s.radii,
+                                          s.depths, width, height, grid, absgrad_acc, will_backward, depth_limit))

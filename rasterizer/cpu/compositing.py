@@ -235,20 +235,16 @@ def pixel_blended(st, last, p, k32, sigma, al):
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
-def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2, weights, track):
+def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2):
     """Blend Gaussian k into tile pixels [lo, hi), branch-free (inlined into forward_tile: per-call
     set-up, such as broadcasting the constants, then happens once per tile).
 
     Per pixel: alpha (pixel_alpha); it blends when sigma >= 0, alpha reaches the pixel's threshold
     (1/255, or 2 once done) and T (1 - alpha) > 1e-4, and is done instead when T (1 - alpha) <= 1e-4.
-    Updates T and thresholds; with ``track``, last [NPIX] int32 (index k of the last blended Gaussian:
-    only the backward reads it); with ``weights``, writes the weights alpha T (0 where not blended) to
-    st[F_W + p] (only accumulate_pixels reads them, for channels >= 3); adds (c0, c1, c2) times the weights
-    to the first three accumulated channels in the same pass (RGB renders need no separate pass; fewer
-    channels pass zeros, more add the rest with accumulate_pixels). ``weights`` and ``track`` are literals at
-    each call site (forward_tile), so each compiles a loop without the stores it does not need: a render
-    without gradients of RGB keeps only T, thresholds and colours (the same values: what is left out is
-    never read)."""
+    Updates T, thresholds and last [NPIX] int32 (index k of the last blended Gaussian); writes the
+    weights alpha T (0 where not blended) to st[F_W + p] and adds (c0, c1, c2) times them to the first
+    three accumulated channels in the same pass (RGB renders need no separate pass; fewer channels
+    pass zeros, more add the rest with accumulate_pixels)."""
     zero, one = like(0.0, op), like(1.0, op)
     tmin, done = like(T_MIN, op), like(2.0, op)
     k32, minus1 = np.int32(k), np.int32(-1)
@@ -263,15 +259,13 @@ def forward_pixels(st, last, lo, hi, k, mx, my, a, b, c, op, c0, c1, c2, weights
         # Updates never store select(cond, new, the loaded value): LLVM turns that into a masked store
         # (vmaskmovps), very slow on AMD cores.
         w = select(blend, al * Tp, zero)
-        if weights:
-            st[U(F_W) + p] = w
+        st[U(F_W) + p] = w
         st[U(F_ACC) + p] += c0 * w
         st[U(F_ACC + NPIX) + p] += c1 * w
         st[U(F_ACC + 2 * NPIX) + p] += c2 * w
         st[U(F_T) + p] = Tp * select(blend, one - al, one)
         st[U(F_THR) + p] = select(stop, done, abs(thr))  # abs: LLVM cannot prove it is the old value
-        if track:
-            last[p] = max(last[p], select(blend, k32, minus1))  # k grows: the max is the last blended
+        last[p] = max(last[p], select(blend, k32, minus1))  # k grows: the max is the last blended
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
@@ -385,7 +379,7 @@ def cut_pixels(st, lim, depth, done):
 
 @njit(cache=True, parallel=True)
 def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, tile_order, W, H, TW, TH, ts,
-                   depths32, limits, background, render, alpha_out, T_final, last_ids):
+                   depths32, limits, render, alpha_out, T_final, last_ids):
     """Front-to-back compositing of all tiles in parallel. Reads the Gaussians from the packed arrays
     (pack_intersections) when they are given, else (``packed`` and ``rows`` None) from the [C*N, .]
     arrays through ``ids``; colours of channels >= 3 always from ``colors``. With depth ``limits``
@@ -394,32 +388,23 @@ def forward_kernel(means2d, conics, opac, colors, row_half, offsets, ids, packed
     contributes either (the backward needs no change: the pixel is done, as after T <= 1e-4).
     Writes render [C,H,W,D], alpha_out [C,H,W,1], T_final [C,H,W] (transmittance after the last
     blended Gaussian) and last_ids [C,H,W] int32 (position in ``ids`` of the last blended Gaussian, -1
-    if none). With ``background`` [C, B] (B <= D; None: a separate compilation without it) the first B
-    channels of render are composited over it, render + (1 - alpha) background, in the storage dtype with
-    the arithmetic of the torch expression (rasterizer.background.over_background). Requires ts == TS. A
-    tile without Gaussians writes only the background (None: it is not visited): the caller passes these
-    arrays holding what it would get (render 0, alpha 0, T_final 1, last_ids -1), as composite.py
-    allocates them."""
+    if none). Requires ts == TS. A tile without Gaussians is not visited: the caller passes these arrays
+    holding what it would get (render 0, alpha 0, T_final 1, last_ids -1), as composite.py allocates them."""
     for it in prange(tile_order.shape[0]):
         forward_tile(tile_order[it], means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW,
-                     TH, depths32, limits, background, render, alpha_out, T_final, last_ids)
+                     TH, depths32, limits, render, alpha_out, T_final, last_ids)
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy")
 def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packed, rows, W, H, TW, TH, depths32,
-                 limits, background, render, alpha_out, T_final, last_ids):
+                 limits, render, alpha_out, T_final, last_ids):
     """Forward pass of one tile t (see forward_kernel): Gaussians front to back, each over the rows
-    its ellipse crosses, until every pixel of the tile is done. A tile without Gaussians writes its
-    background (if any) and returns (the outputs already hold the rest: see forward_kernel)."""
-    c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
+    its ellipse crosses, until every pixel of the tile is done. A tile without Gaussians returns at once
+    (the outputs already hold what it would write: see forward_kernel)."""
     if offsets[t] == offsets[t + 1]:
-        if background is not None:
-            for y in range(y0, y1):
-                for x in range(x0, x1):
-                    for ch in range(background.shape[1]):
-                        render[c, y, x, ch] = background[c, ch]
         return
     D = colors.shape[1]
+    c, x0, y0, x1, y1 = tile_box(t, TW, TW * TH, TS, W, H)
     st = np.zeros(F_ACC + max(D, 3) * NPIX, colors.dtype)  # >= 3 channels: forward_pixels adds to three
     last = np.full(NPIX, -1, np.int32)
     init_tile_pixels(st, F_T, F_CX, F_CY, x0, y0, SW)
@@ -461,18 +446,9 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
             if rlo >= rhi:
                 continue
             lo, hi = s * STRIP + (rlo - y0) * SW, s * STRIP + (rhi - y0) * SW
-            # literal flags (forward_pixels): the weights for channels >= 3, the last blended index for a backward
-            # (``packed`` is given exactly when one will run: composite.py)
+            forward_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2)
             if D > 3:
-                if packed is not None:
-                    forward_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2, True, True)
-                else:
-                    forward_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2, True, False)
                 accumulate_pixels(st, lo, hi, colors, g)
-            elif packed is not None:
-                forward_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2, False, True)
-            else:
-                forward_pixels(st, last, lo, hi, k, mx, my, a, b, cc, op, c0, c1, c2, False, False)
     for y in range(y0, y1):
         for x in range(x0, x1):
             p = tile_pixel(x - x0, y - y0, SW)
@@ -481,19 +457,6 @@ def forward_tile(t, means2d, conics, opac, colors, row_half, offsets, ids, packe
             alpha_out[c, y, x, 0] = 1.0 - st[F_T + p]
             T_final[c, y, x] = st[F_T + p]
             last_ids[c, y, x] = last[p]
-            if background is not None:
-                over_background_pixel(render[c, y, x], alpha_out[c, y, x, 0], background[c])
-
-
-@njit(cache=True, error_model="numpy")
-def over_background_pixel(pixel, alpha, background):
-    """pixel[ch] + (1 - alpha) background[ch] for ch < B (background [B]), in place, in the storage dtype
-    (the arithmetic of torch.addcmul(render, 1 - alpha, background): bit-identical on the project's VM, where
-    both round the product and sum once (FMA); tests/rasterizer/test_cpu_fixed_cost.py)."""
-    one = like(1.0, alpha)
-    t = one - alpha
-    for ch in range(background.shape[0]):
-        pixel[ch] = pixel[ch] + t * background[ch]
 
 
 @njit(cache=True, fastmath=FASTMATH, error_model="numpy", inline="always")
