@@ -23,6 +23,7 @@ import json
 import math
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -130,19 +131,26 @@ def field_first_frame(viewer, camera) -> tuple[dict, np.ndarray] | None:
     field itself), the field's render of ``camera`` as the viewer's first frame builds it (its ``make_renderer``, then
     :func:`viewer.hybrid.hybrid_image`): ({"field": the density decoder's class, "field_coverage": the fraction of
     pixels that differ from the white background by more than 8 of 255, "field_std": the image's standard
-    deviation in 0..255}, the image float [H, W, 3] in 0..1); None for any other file."""
+    deviation in 0..255, "field_render_seconds" / "field_render_cpu_seconds": wall / CPU seconds of the render, made
+    without gradients as the viewer's), the image float [H, W, 3] in 0..1); None for any other file."""
+    import torch
+
     from viewer.hybrid import hybrid_image
 
     assets = viewer.assets
     if assets is None or not assets.start_hybrid:
         return None
     renderer = assets.make_renderer()
-    rgb, _ = hybrid_image(renderer.render(camera, time=None, shadows=False))
+    t0, c0 = time.perf_counter(), time.process_time()
+    with torch.no_grad():  # as the viewer renders (AssetLayer.render_client); with gradients the field runs twice
+        rgb, _ = hybrid_image(renderer.render(camera, time=None, shadows=False))
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     field = renderer.model.field
     decoder = getattr(field, "density_mlp", None)
     info = {"field": type(field).__name__, "field_decoder": type(decoder).__name__,
             "field_coverage": round(float((np.abs(rgb.astype(np.int16) - 255).max(-1) > 8).mean()), 4),
-            "field_std": round(float(rgb.std()), 2)}
+            "field_std": round(float(rgb.std()), 2), "field_render_seconds": round(seconds, 2),
+            "field_render_cpu_seconds": round(cpu_seconds, 2)}
     return info, rgb.astype(np.float64) / 255.0
 
 

@@ -48,9 +48,10 @@ class FieldConfig:
     triplane_max_res: int = 768
     """triplane encoding: cells per side of the finest level's planes (the defaults: 8.73M values, the dense
     defaults' 9.85M)"""
-    rbf_neurons: int = 256
-    """rbf decoder: Gaussian neurons per head (density head and colour head); lego f4 at 300 steps: 64 -> 17.7 dB,
-    256 -> 21.6 dB, 512 -> 22.0 dB (docs/nerf.md)"""
+    rbf_neurons: int = 128
+    """rbf decoder: Gaussian neurons per head (density head and colour head). Each sample's cost is linear in them:
+    lego f2, density started empty, at 100 and 200 steps 128 neurons had the PSNR of 256 at half the CPU seconds
+    (docs/nerf.md); 256 until 7 Dec 2026 (a run keeps the count it was trained with)"""
     rbf_density_bias: float = -2.0
     """rbf decoder, --method nerf: the density head's log-density bias at initialisation (sigma = exp(bias) at every
     point of a fresh field: exp(-2) = 0.14, nearly empty, so the occupancy grid prunes early; 0 until 7 Dec 2026,

@@ -413,7 +413,8 @@ def check_batch(batch: int, frames) -> None:
 # predates the option), so the same command resumes a run any number of times; a command that gives another
 # value is compared as usual (check_resumable). Giving today's default explicitly reads as leaving it.
 LEGACY_VALUES = {"neus.sharp_step": 0.0,  # NeuS marched at the nerf step before --neus.sharp-step (7 Dec 2026)
-                 "field.rbf_density_bias": 0.0}  # RBF densities started at exp(0) before it (7 Dec 2026)
+                 "field.rbf_density_bias": 0.0,  # RBF densities started at exp(0) before it (7 Dec 2026)
+                 "field.rbf_neurons": 256}  # RBF heads had 256 neurons by default until 7 Dec 2026
 
 
 def resumed_config(saved: dict, cfg: TrainConfig) -> TrainConfig:

@@ -55,18 +55,30 @@ def test_rbf_nerf_run_first_frame_is_the_field(rbf_run, tmp_path):
     assert np.median(np.abs(rgb.astype(np.int16) - want)) <= 2
 
 
-def test_check_first_view_renders_the_rbf_field(rbf_run, tmp_path, capsys):
+def test_check_first_view_renders_the_rbf_field(rbf_run, tmp_path, capsys, monkeypatch):
     """The scripted first-view check on the run folder: the picture it saves is the field's render (the RBF
-    decoder's), not the baked splats'."""
+    decoder's), not the baked splats', rendered without gradients as the viewer renders it (with them the field ran
+    twice per sample and kept its activations: a 320 x 240 view of a young RBF field took over 15 minutes)."""
     from PIL import Image
 
     import check_first_view
+    from recon.models.nerf import NerfModel
 
+    grad_enabled = []
+    render_front = NerfModel.render_front
+
+    def recording(self, *args, **kwargs):
+        grad_enabled.append(torch.is_grad_enabled())
+        return render_front(self, *args, **kwargs)
+
+    monkeypatch.setattr(NerfModel, "render_front", recording)
     run, _ = rbf_run
     png = tmp_path / "first.png"
     assert check_first_view.main([str(run), "--png", str(png), "--width", "64", "--height", "48"]) == 0
+    assert grad_enabled == [False]
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["field"] == "NerfField" and result["field_decoder"] == "RBFLayer"
+    assert result["field_render_cpu_seconds"] >= 0
     assert result["field_std"] > 5 and 0 < result["field_coverage"] <= 1
     img = np.asarray(Image.open(png)).astype(np.float64)
     assert img.shape == (48, 64, 3) and abs(img.std() - result["field_std"]) < 1.0  # the field's frame was saved

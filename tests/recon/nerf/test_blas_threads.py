@@ -58,9 +58,24 @@ def test_kernels_that_multiply_run_with_one_blas_thread(monkeypatch):
     assert all(threads == 1 for _, threads in seen), seen
 
 
-def test_grid_rbf_calls_take_one_blas_thread():
-    """grid_rbf.py's kernel calls are wrapped as well (its layer shares rbf_kernels' block products)."""
-    import inspect
+def test_grid_rbf_calls_take_one_blas_thread(monkeypatch):
+    """The fused grid + RBF kernels (forward, the layer's backward, and the grid scatter after it) called while BLAS
+    would use 2 threads: inside each call it uses 1 (its layer runs rbf_kernels' block products)."""
+    import recon.nerf.grid_rbf_kernels as GK
+    import recon.nerf.hash_encoding as HE
+    from recon.nerf.hash_encoding import HashGridConfig, init_table, level_layout
 
-    source = inspect.getsource(GR)
-    assert source.count("with KERNEL_LOCK, one_blas_thread():") == source.count("with KERNEL_LOCK") >= 2
+    seen = []
+    for name in ("grid_rbf_forward_kernel", "grid_rbf_layer_backward_kernel"):
+        recording(monkeypatch, GK, name, seen)
+    recording(monkeypatch, HE, "_backward_kernel", seen)
+    g = torch.Generator().manual_seed(0)
+    res, off = level_layout(HashGridConfig(2, 2, 12, 4, 8))
+    table = init_table(off, 2, g, scale=0.1).requires_grad_()
+    c, rho = torch.randn(8, 4, generator=g, requires_grad=True), torch.zeros(8, 4, requires_grad=True)
+    w, b = torch.randn(3, 8, generator=g, requires_grad=True), torch.zeros(3, requires_grad=True)
+    with blas_controller().limit(limits=2, user_api="blas"):
+        GR.grid_rbf_numba(torch.rand(300, 3, generator=g), table, res, off, c, rho, w, b).sum().backward()
+    assert sorted(n for n, _ in seen) == sorted(["grid_rbf_forward_kernel", "grid_rbf_layer_backward_kernel",
+                                                 "_backward_kernel"])
+    assert all(threads == 1 for _, threads in seen), seen

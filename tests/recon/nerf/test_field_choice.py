@@ -125,6 +125,27 @@ def test_a_run_from_before_rbf_density_bias_resumes_as_it_was_trained(tmp_path):
         Trainer(dataclasses.replace(cfg, field=dataclasses.replace(RBF, rbf_density_bias=-4.0)), log=quiet).prepare_out()
 
 
+def test_a_run_with_the_old_default_neurons_resumes_as_it_was_trained(tmp_path):
+    """A run trained with 256 neurons per head (the default until 7 Dec 2026; config.yaml records it) resumes from a
+    command that leaves --field.rbf-neurons at today's default (128): its checkpoint's 256 neurons, not a refusal or
+    a field of 128 (trainer.LEGACY_VALUES); another count given explicitly is refused."""
+    today = FieldConfig().rbf_neurons
+    assert today == 128
+    cfg = tiny(tmp_path, 3, field=dataclasses.replace(RBF, rbf_neurons=256))
+    first = Trainer(cfg, log=quiet)
+    first.prepare_out()
+    first.advance(0)
+    first.save()
+    resumed = Trainer(dataclasses.replace(cfg, field=dataclasses.replace(RBF, rbf_neurons=today)), log=quiet)
+    resumed.prepare_out()
+    assert resumed.step == 1 and resumed.cfg.field.rbf_neurons == 256
+    assert resumed.model.field.density_mlp.centres.shape[0] == 256
+    for name, p in first.model.params.items():
+        assert torch.equal(p.detach(), resumed.model.params[name].detach()), name
+    with pytest.raises(ConfigMismatchError, match="field.rbf_neurons"):
+        Trainer(dataclasses.replace(cfg, field=dataclasses.replace(RBF, rbf_neurons=64)), log=quiet).prepare_out()
+
+
 def test_a_run_without_checkpoint_restarts_with_its_own_density_bias(tmp_path):
     """A run folder whose config.yaml holds --field.rbf-density-bias -4 but no checkpoint yet (stopped before its
     first), started again by a command that leaves the option at its default: the model is built with -4, as
