@@ -93,27 +93,28 @@ def nearest_coarse(resolution: int, cidx: np.ndarray) -> np.ndarray:
 def edge_slope(values: np.ndarray, valid: np.ndarray | None, spacing: np.ndarray) -> float:
     """The largest |difference| / length along the grid edges of ``values`` [A, B, C] (both ends ``valid``
     where given), ``spacing`` [A - 1] (the same along every axis) the edges' lengths in cube units; 0 for none.
-    One slab of edges at a time along the first index (float32 like the values: memory of a few slabs)."""
+    One slab of edges at a time along the first index (float32 like the values: memory of a few slabs): the
+    edges within slab i (its axes 0 and 1 are the grid's 1 and 2), then those from slab i to slab i + 1."""
     largest = 0.0
     for i in range(values.shape[0]):
-        for axis in range(3):
-            if axis == 0 and i + 1 == values.shape[0]:
-                continue
-            a = values[i]
-            if axis == 0:
-                b, length, ok = values[i + 1], spacing[i], None if valid is None else valid[i] & valid[i + 1]
-                diff = np.abs(b - a) / length
-            else:
-                lo = (slice(None, -1), slice(None)) if axis == 1 else (slice(None), slice(None, -1))
-                hi = (slice(1, None), slice(None)) if axis == 1 else (slice(None), slice(1, None))
-                shape = (-1, 1) if axis == 1 else (1, -1)
-                diff = np.abs(a[hi] - a[lo]) / spacing.reshape(shape)
-                ok = None if valid is None else valid[i][hi] & valid[i][lo]
-            if ok is not None:
-                diff = diff[ok]
-            if diff.size:
-                largest = max(largest, float(diff.max()))
+        ok = None if valid is None else valid[i]
+        steps = [largest_step(values[i], ok, spacing, axis) for axis in (0, 1)]
+        if i + 1 < values.shape[0]:
+            steps.append(largest_step(values[i:i + 2], None if valid is None else valid[i:i + 2], spacing[i:i + 1], 0))
+        largest = max(largest, *steps)
     return largest
+
+
+def largest_step(values: np.ndarray, valid: np.ndarray | None, spacing: np.ndarray, axis: int) -> float:
+    """The largest |difference| / length between neighbours of ``values`` along ``axis`` (both ``valid`` where
+    given, a bool array shaped like ``values``); ``spacing`` [values.shape[axis] - 1] the lengths; 0 for none."""
+    shape = [-1 if k == axis else 1 for k in range(values.ndim)]
+    diff = np.abs(np.diff(values, axis=axis)) / spacing.reshape(shape)
+    if valid is not None:
+        lo, hi = ([slice(None)] * values.ndim for _ in range(2))
+        lo[axis], hi[axis] = slice(None, -1), slice(1, None)
+        diff = diff[valid[tuple(lo)] & valid[tuple(hi)]]
+    return float(diff.max()) if diff.size else 0.0
 
 
 def measured_slope(coarse: np.ndarray, cidx: np.ndarray, values: np.ndarray, mask: np.ndarray,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from recon.geometry.narrow_band import (NARROW_BAND_STRIDE, coarse_indices, kept_cells, narrow_band_grid,
-                                        nearest_coarse)
+from recon.geometry.narrow_band import (NARROW_BAND_STRIDE, coarse_indices, edge_slope, kept_cells,
+                                        narrow_band_grid, nearest_coarse)
 from recon.geometry.sdf_fit import Normalisation, extract_mesh, field_grid
 
 
@@ -111,3 +111,40 @@ def test_mesh_full_grid_option_skips_the_band(monkeypatch):
     assert seen == ["band"]
     zero_level_mesh(Model(), 16, full_grid=True)
     assert seen == ["band"]
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_edge_slope_is_the_steepest_edge_of_the_whole_grid(masked):
+    """edge_slope (one slab at a time) against every edge of the grid at once, with uneven edge lengths and
+    (masked) only the edges whose two ends are valid: noise plus a ramp along each axis in turn (the steepest
+    edges then lie along that axis, so a missed or mis-measured axis changes the answer), and a step inside the
+    last slab only (its within-slab edges, across the shortest edge length)."""
+    rng = np.random.default_rng(3)
+    n = 7
+    spacing = rng.uniform(0.5, 1.5, n - 1).astype(np.float32)
+    spacing[2] = 0.25  # the shortest edges: between indices 2 and 3 along each axis
+    valid = rng.random((n, n, n)) < 0.7 if masked else None
+
+    def whole_grid(values):
+        largest = 0.0
+        for axis in range(3):
+            lo, hi = ([slice(None)] * 3 for _ in range(2))
+            lo[axis], hi[axis] = slice(None, -1), slice(1, None)
+            step = np.abs(values[tuple(hi)] - values[tuple(lo)]) / spacing.reshape([-1 if k == axis else 1
+                                                                                    for k in range(3)])
+            ok = np.ones_like(step, bool) if valid is None else valid[tuple(hi)] & valid[tuple(lo)]
+            largest = max(largest, float(step[ok].max()))
+        return largest
+
+    grids = []
+    for axis in range(3):
+        ramp = np.arange(n, dtype=np.float32).reshape([-1 if k == axis else 1 for k in range(3)])
+        grids.append(rng.uniform(-1, 1, (n, n, n)).astype(np.float32) + 5 * np.cumsum(
+            np.r_[0, spacing * rng.uniform(1, 3, n - 1)]).astype(np.float32).reshape(ramp.shape))
+    last = rng.uniform(-1, 1, (n, n, n)).astype(np.float32)
+    last[-1, 3:, :] += 100  # steepest along the last slab's axis-1 edges 2 -> 3 (length 0.25)
+    grids.append(last)
+    for values in grids:
+        expected = whole_grid(values)
+        assert expected > 0
+        assert edge_slope(values, valid, spacing) == pytest.approx(expected, rel=1e-6)
