@@ -56,6 +56,7 @@ ADAM_EPS = 1e-15
 MAX_BAKED = 1 << 18  # most Gaussians in the baked splats.ply
 MIN_RAYS = 256
 NO_GRAD_SAMPLES = 1 << 18  # samples per field evaluation without gradients (bounds eval memory, ~150 MB)
+ONE_PASS_SAMPLES = 1 << 19  # most samples of a training batch evaluated once with gradients (~100 MB kept)
 EVAL_SAMPLES = 1 << 22  # marched samples a whole-image render chunk aims at (~100 B each held per chunk)
 
 
@@ -324,30 +325,19 @@ class NerfModel(SceneModel):
         return o, d, ray, t0, t1
 
     def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None,
-                    t_min: Tensor | None = None, t_max: Tensor | None = None) -> dict:
+                    t_min: Tensor | None = None, t_max: Tensor | None = None, median: bool = True) -> dict:
         """{"rgb" [R, 3], "opacity" [R], "depth" [R] (expected distance), "median_depth" [R] (distance where the
-        cumulative weight reaches 0.5, else 0), "samples" (marched)} of rays
-        ``origins`` / unit ``dirs`` [R, 3]. With gradients enabled, densities are first evaluated without
-        them to find the samples in front of transmittance :data:`EARLY_STOP`, and only those are
-        evaluated again with gradients and coloured (nerfacc's two passes). ``t_min`` / ``t_max`` [R]
-        (optional): march from t_min instead of the model's near distance, and stop at t_max (+inf: no
-        bound): the last step is cut there, so nothing beyond t_max is weighted."""
+        cumulative weight reaches 0.5, else 0; left out when not ``median``: training reads only "rgb"),
+        "samples" (marched)} of rays ``origins`` / unit ``dirs`` [R, 3]. Only the samples in front of
+        transmittance :data:`EARLY_STOP` are coloured (:meth:`_shade`: nerfacc's early stop). ``t_min`` /
+        ``t_max`` [R] (optional): march from t_min instead of the model's near distance, and stop at t_max
+        (+inf: no bound): the last step is cut there, so nothing beyond t_max is weighted."""
         dev = self.device
         R = origins.shape[0]
         o, d, ray, t0, t1 = self._march_rays(origins, dirs, jitter, t_min, t_max)
         samples = int(ray.shape[0])
         if samples:
-            grad = torch.is_grad_enabled()
-            with torch.no_grad():
-                sigma, geo = self._density_no_grad(o, d, ray, t0, t1, keep_geo=not grad)
-                _, trans = transmittance_weights(sigma, t0, t1, ray, R)
-                alive = trans > EARLY_STOP
-            ray, t0, t1 = ray[alive], t0[alive], t1[alive]
-            if grad:
-                sigma, geo = self.field.density(self._unit(o, d, ray, t0, t1))
-                rgb = self.field.color(geo, d[ray].float())
-            else:
-                sigma, rgb = sigma[alive], self._color_no_grad(geo[alive], d[ray])
+            sigma, rgb, ray, t0, t1 = self._shade(o, d, ray, t0, t1, R)
         else:
             sigma = torch.zeros(0, device=dev, requires_grad=torch.is_grad_enabled())
             rgb = torch.zeros(0, 3, device=dev)
@@ -356,8 +346,49 @@ class NerfModel(SceneModel):
         colour, acc, depth = composite(weights, rgb, t0, t1, ray, R, bg)
         if samples == 0 and torch.is_grad_enabled():  # keep the graph connected to the parameters
             colour = colour + 0.0 * self.field.table.sum()
-        return {"rgb": colour, "opacity": acc, "depth": depth, "median_depth": median_depth(weights, t0, t1, ray, R),
-                "samples": samples}
+        out = {"rgb": colour, "opacity": acc, "depth": depth, "samples": samples}
+        if median:
+            out["median_depth"] = median_depth(weights, t0, t1, ray, R)
+        return out
+
+    def _shade(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor, R: int
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(sigma [A], rgb [A, 3], ray, t0, t1 [A]) of the A of the marched samples (``ray``, ``t0``, ``t1`` [S]
+        of rays ``o`` / ``d`` [R, 3]) in front of transmittance :data:`EARLY_STOP`. With gradients enabled the
+        densities are first evaluated without them to find those samples, and only those are evaluated again
+        with gradients and coloured (nerfacc's two passes), unless :meth:`_one_pass` applies."""
+        if torch.is_grad_enabled() and self._one_pass(ray.shape[0]):
+            return self._shade_one_pass(o, d, ray, t0, t1, R)
+        grad = torch.is_grad_enabled()
+        with torch.no_grad():
+            sigma, geo = self._density_no_grad(o, d, ray, t0, t1, keep_geo=not grad)
+            _, trans = transmittance_weights(sigma, t0, t1, ray, R)
+            alive = trans > EARLY_STOP
+        ray, t0, t1 = ray[alive], t0[alive], t1[alive]
+        if grad:
+            sigma, geo = self.field.density(self._unit(o, d, ray, t0, t1))
+            return sigma, self.field.color(geo, d.float(), ray), ray, t0, t1
+        return sigma[alive], self._color_no_grad(geo[alive], d[ray]), ray, t0, t1
+
+    def _one_pass(self, samples: int) -> bool:
+        """Whether a training batch of ``samples`` marched samples takes :meth:`_shade_one_pass`: when the field's
+        density backward skips rows without cotangents (the fused CPU kernels) and the batch's kept features
+        fit (at most :data:`ONE_PASS_SAMPLES`; a young unbounded field marches far more: two passes)."""
+        probe = self.field.table.new_zeros(1, 3)
+        return samples <= ONE_PASS_SAMPLES and self.field.density_skips_dead_rows(probe)
+
+    def _shade_one_pass(self, o: Tensor, d: Tensor, ray: Tensor, t0: Tensor, t1: Tensor, R: int
+                        ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """:meth:`_shade` with the density of all S samples evaluated once, with gradients: the samples behind
+        EARLY_STOP are dropped by indexing, so their cotangents are exactly 0 and the fused backward skips them;
+        the forward is not run a second time over the samples kept (issue 53). Same values as the two passes
+        (the kernels compute each row alone; ``tests/recon/nerf/test_nerf_one_pass.py``)."""
+        sigma, geo = self.field.density(self._unit(o, d, ray, t0, t1))
+        with torch.no_grad():
+            _, trans = transmittance_weights(sigma.detach(), t0, t1, ray, R)
+            alive = trans > EARLY_STOP
+        ray, t0, t1 = ray[alive], t0[alive], t1[alive]
+        return sigma[alive], self.field.color(geo[alive], d.float(), ray), ray, t0, t1
 
     def _chunk_rays(self) -> int:
         """Rays per chunk of a whole-image render: ``cfg.eval_rays``, fewer when the running estimate of
@@ -517,7 +548,7 @@ class NerfModel(SceneModel):
         jitter = torch.rand(n, generator=generator, dtype=torch.float64)
         bg = background.to(self.device, torch.float32)
         gt = rgba[:, :3] * rgba[:, 3:] + bg * (1.0 - rgba[:, 3:])
-        out = self.render_rays(o, d, bg, jitter)
+        out = self.render_rays(o, d, bg, jitter, median=False)
         pred = out["rgb"] if mask is None else out["rgb"] * mask + gt * (1.0 - mask)
         self.samples_per_ray = 0.9 * self.samples_per_ray + 0.1 * max(out["samples"] / n, 1.0)
         return pred, gt, {"rays": n, "samples": out["samples"], "render": out["rgb"], "mask": mask,

@@ -152,9 +152,21 @@ class NerfField(GridField):
             h = self.density_mlp(self.encode(u).to(self.table.dtype))
         return TruncExp.apply(h[:, 0]), h
 
-    def color(self, geo: Tensor, dirs: Tensor) -> Tensor:
-        """[N, 3] RGB in (0, 1) from geometry features [N, geo_dim] and unit view directions [N, 3]."""
+    def density_skips_dead_rows(self, u: Tensor) -> bool:
+        """Whether :meth:`density` of positions like ``u`` takes the fused encoding + MLP kernels, whose backward
+        skips the rows whose cotangents are all 0 (:func:`recon.nerf.fused_encoding_mlp.rows_with_cotangents`):
+        then evaluating all of a ray batch's samples with gradients costs the backward only the rows that are
+        used (:meth:`recon.models.nerf.NerfModel.render_rays`)."""
+        return (not self.triplane and self.decoder_kind == "mlp"
+                and use_fused(self.encoding_mlp, self.backend, u, None, self.table, self.density_mlp))
+
+    def color(self, geo: Tensor, dirs: Tensor, ray: Tensor | None = None) -> Tensor:
+        """[N, 3] RGB in (0, 1) from geometry features [N, geo_dim] and unit view directions [N, 3]; or, with
+        ``ray`` int64 [N], directions per ray [R, 3] with sample i seen along dirs[ray[i]] (the SH basis
+        evaluated once per ray, then gathered: the same values as per sample, for a fraction of the work)."""
         sh = sh_basis(SH_DEGREE, dirs.to(geo.dtype))
+        if ray is not None:
+            sh = sh[ray]
         return torch.sigmoid(self.color_mlp(torch.cat([geo, sh], dim=1)))
 
 
