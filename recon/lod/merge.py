@@ -158,7 +158,7 @@ def merge_groups(m: Moments, starts: np.ndarray, opacity_rule: str = "coverage",
     cov = within + between
     matched = Moments(mean, cov, rule_opacity(coverage, cov, child_area, mean_opacity), sh)
     if spread == 1.0:
-        return Merged(matched, matched)
+        return Merged(matched, matched)  # one object twice: callers read the rows, never write into them
     cov_t = within + spread * between
     return Merged(matched, Moments(mean, cov_t, rule_opacity(coverage, cov_t, child_area, mean_opacity), sh))
 

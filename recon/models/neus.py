@@ -202,8 +202,8 @@ class NeusModel(NerfModel):
             return alpha_weights(alpha, ray, n_rays)[1] > EARLY_STOP
 
     def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None,
-                    t_min: Tensor | None = None, t_max: Tensor | None = None) -> dict:
-        """As :meth:`NerfModel.render_rays` with NeuS's opacity (module docstring); with gradients enabled,
+                    t_min: Tensor | None = None, t_max: Tensor | None = None, median: bool = True) -> dict:
+        """As :meth:`NerfModel.render_rays` (``median``: whether "median_depth" is computed) with NeuS's opacity (module docstring); with gradients enabled,
         ``train_meta["gradients"]`` [S, 3] holds the SDF gradients of the coloured samples (the eikonal term).
         Without gradients and with :attr:`fast_render` (the default), :meth:`_fast_sections` picks the sections
         that are coloured (``fast_render = False``: the training path's 7 evaluations for every section)."""
@@ -232,8 +232,9 @@ class NeusModel(NerfModel):
         colour, acc, depth = composite(weights, rgb, t0, t1, ray, R, background.to(device=dev, dtype=torch.float32))
         if samples == 0 and grad_on:  # keep the graph connected to the parameters
             colour = colour + 0.0 * self.field.table.sum()
-        out = {"rgb": colour, "opacity": acc, "depth": depth, "median_depth": median_depth(weights, t0, t1, ray, R),
-               "samples": samples}
+        out = {"rgb": colour, "opacity": acc, "depth": depth, "samples": samples}
+        if median:
+            out["median_depth"] = median_depth(weights, t0, t1, ray, R)
         if grad_on:
             out["train_meta"] = {"gradients": grad}
         return out

@@ -51,7 +51,8 @@ class FieldConfig:
     rbf_neurons: int = 128
     """rbf decoder: Gaussian neurons per head (density head and colour head). Each sample's cost is linear in them:
     lego f2, density started empty, at 100 and 200 steps 128 neurons had the PSNR of 256 at half the CPU seconds
-    (docs/nerf.md); 256 until 7 Dec 2026 (a run keeps the count it was trained with)"""
+    (docs/nerf.md); 256 until 7 Dec 2026 (a run keeps the count it was trained with). ``--method neus``'s RBF heads
+    read the same option; 128 against 256 was not measured for NeuS"""
     rbf_density_bias: float = -2.0
     """rbf decoder, --method nerf: the density head's log-density bias at initialisation (sigma = exp(bias) at every
     point of a fresh field: exp(-2) = 0.14, nearly empty, so the occupancy grid prunes early; 0 until 7 Dec 2026,

@@ -48,6 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from rasterizer.reference.sh import sh_basis
+from recon.nerf.config import FieldConfig
 from recon.nerf.field import INIT_SAMPLES, SH_DEGREE, GridField, mlp, random_directions
 from recon.nerf.fused_encoding_mlp import encode_mlp_numba, use_fused
 from recon.nerf.grid_rbf import grid_rbf_layer
@@ -108,7 +109,7 @@ class NeusField(GridField):
     def __init__(self, grid: HashGridConfig | TriPlaneConfig, k: float = 1.0, geo_hidden: int = 64,
                  geo_dim: int = 15, hidden: int = 64, color_layers: int = 2, init_radius: float = 0.5,
                  init_variance: float = 0.3, fd_cells: float = 0.5, generator: torch.Generator | None = None,
-                 backend: str = "auto", encoding_mlp: str = "auto", decoder: str = "mlp", rbf_neurons: int = 256,
+                 backend: str = "auto", encoding_mlp: str = "auto", decoder: str = "mlp", rbf_neurons: int = FieldConfig.rbf_neurons,
                  rbf_backend: str = "auto", gradient: str = "central"):
         super().__init__()
         if gradient not in GRADIENTS:

@@ -78,7 +78,7 @@ def test_check_first_view_renders_the_rbf_field(rbf_run, tmp_path, capsys, monke
     assert grad_enabled == [False]
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["field"] == "NerfField" and result["field_decoder"] == "RBFLayer"
-    assert result["field_render_cpu_seconds"] >= 0
+    assert result["field_render_cpu_seconds"] > 0  # the field was rendered, and timed
     assert result["field_std"] > 5 and 0 < result["field_coverage"] <= 1
     img = np.asarray(Image.open(png)).astype(np.float64)
     assert img.shape == (48, 64, 3) and abs(img.std() - result["field_std"]) < 1.0  # the field's frame was saved
