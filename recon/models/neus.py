@@ -203,10 +203,11 @@ class NeusModel(NerfModel):
 
     def render_rays(self, origins: Tensor, dirs: Tensor, background: Tensor, jitter: Tensor | None = None,
                     t_min: Tensor | None = None, t_max: Tensor | None = None, median: bool = True) -> dict:
-        """As :meth:`NerfModel.render_rays` (``median``: whether "median_depth" is computed) with NeuS's opacity (module docstring); with gradients enabled,
-        ``train_meta["gradients"]`` [S, 3] holds the SDF gradients of the coloured samples (the eikonal term).
-        Without gradients and with :attr:`fast_render` (the default), :meth:`_fast_sections` picks the sections
-        that are coloured (``fast_render = False``: the training path's 7 evaluations for every section)."""
+        """As :meth:`NerfModel.render_rays` (``median``: whether "median_depth" is computed) with NeuS's opacity
+        (module docstring); with gradients enabled, ``train_meta["gradients"]`` [S, 3] holds the SDF gradients of
+        the coloured samples (the eikonal term). Without gradients and with :attr:`fast_render` (the default),
+        :meth:`_fast_sections` picks the sections that are coloured (``fast_render = False``: the training path's 7
+        evaluations for every section)."""
         dev = self.device
         R = origins.shape[0]
         o, d, ray, t0, t1 = self._march_rays(origins, dirs, jitter, t_min, t_max)

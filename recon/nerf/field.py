@@ -113,8 +113,8 @@ class NerfField(GridField):
 
     def __init__(self, grid: HashGridConfig | TriPlaneConfig, hidden: int = 64, geo_dim: int = 16,
                  color_layers: int = 2, generator: torch.Generator | None = None, backend: str = "auto", decoder: str = "mlp",
-                 rbf_neurons: int = FieldConfig.rbf_neurons, rbf_backend: str = "auto", encoding_mlp: str = "auto",
-                 rbf_density_bias: float = 0.0):
+                 rbf_neurons: int = FieldConfig.rbf_neurons, rbf_backend: str = "auto",
+                 encoding_mlp: str = "auto", rbf_density_bias: float = 0.0):
         super().__init__()
         if isinstance(grid, TriPlaneConfig) and encoding_mlp == "fused":
             raise ValueError("--nerf.encoding-mlp fused: the fused kernel reads hash / dense tables, not the triplane "

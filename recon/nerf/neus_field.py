@@ -109,8 +109,8 @@ class NeusField(GridField):
     def __init__(self, grid: HashGridConfig | TriPlaneConfig, k: float = 1.0, geo_hidden: int = 64,
                  geo_dim: int = 15, hidden: int = 64, color_layers: int = 2, init_radius: float = 0.5,
                  init_variance: float = 0.3, fd_cells: float = 0.5, generator: torch.Generator | None = None,
-                 backend: str = "auto", encoding_mlp: str = "auto", decoder: str = "mlp", rbf_neurons: int = FieldConfig.rbf_neurons,
-                 rbf_backend: str = "auto", gradient: str = "central"):
+                 backend: str = "auto", encoding_mlp: str = "auto", decoder: str = "mlp",
+                 rbf_neurons: int = FieldConfig.rbf_neurons, rbf_backend: str = "auto", gradient: str = "central"):
         super().__init__()
         if gradient not in GRADIENTS:
             raise ValueError(f"NeusField: unknown gradient {gradient!r} ({', '.join(GRADIENTS)})")
