@@ -8,15 +8,19 @@ With ``tau_i = sigma_i (t1_i - t0_i)``:
     colour = sum_i w_i rgb_i + (1 - A) background,   A = sum_i w_i,   depth = sum_i w_i (t0_i + t1_i) / 2 / A
 
 (depth is the expected distance along the ray where A > 0, else 0; :func:`median_depth` gives the distance
-where the cumulative weight reaches 0.5). The exclusive prefix sums run over
-all samples at once in float64 and subtract each ray's first value, so long batches keep their precision;
-autograd differentiates the whole chain (gradients to ``sigma`` and ``rgb``).
+where the cumulative weight reaches 0.5). The weights and transmittance come from
+:mod:`recon.nerf.transmittance`'s Numba kernels on the CPU (a float64 running sum per ray, forward and
+backward); :func:`transmittance_weights_reference`, their specification, runs the exclusive prefix sums over all
+samples at once in float64 and subtracts each ray's first value, so long batches keep their precision. Autograd
+differentiates the rest (gradients to ``sigma`` and ``rgb``).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from recon.nerf.transmittance import transmittance_weights_numba
 
 
 def ray_starts(ray: Tensor, n_rays: int) -> Tensor:
@@ -27,7 +31,17 @@ def ray_starts(ray: Tensor, n_rays: int) -> Tensor:
 
 
 def transmittance_weights(sigma: Tensor, t0: Tensor, t1: Tensor, ray: Tensor, n_rays: int) -> tuple[Tensor, Tensor]:
-    """(weights w [S], transmittance T [S]) of packed samples (see the module docstring), in sigma's dtype."""
+    """(weights w [S], transmittance T [S]) of packed samples (see the module docstring), in sigma's dtype: on
+    the CPU for float32/float64 densities the Numba kernels (:func:`recon.nerf.transmittance.
+    transmittance_weights_numba`, one pass per ray each way), elsewhere :func:`transmittance_weights_reference`."""
+    if sigma.device.type == "cpu" and sigma.dtype in (torch.float32, torch.float64):
+        return transmittance_weights_numba(sigma, t0, t1, ray, n_rays)
+    return transmittance_weights_reference(sigma, t0, t1, ray, n_rays)
+
+
+def transmittance_weights_reference(sigma: Tensor, t0: Tensor, t1: Tensor, ray: Tensor, n_rays: int
+                                    ) -> tuple[Tensor, Tensor]:
+    """:func:`transmittance_weights` in PyTorch: the specification the kernels are tested against."""
     tau = sigma.double() * (t1 - t0).double()
     inclusive = torch.cumsum(tau, 0)
     exclusive = inclusive - tau
