@@ -341,8 +341,14 @@ class NerfModel(SceneModel):
         else:
             sigma = torch.zeros(0, device=dev, requires_grad=torch.is_grad_enabled())
             rgb = torch.zeros(0, 3, device=dev)
-        bg = background.to(device=dev, dtype=torch.float32)
         weights, _ = transmittance_weights(sigma, t0, t1, ray, R)
+        return self._ray_outputs(weights, rgb, t0, t1, ray, R, background, samples, median)
+
+    def _ray_outputs(self, weights: Tensor, rgb: Tensor, t0: Tensor, t1: Tensor, ray: Tensor, R: int,
+                     background: Tensor, samples: int, median: bool) -> dict:
+        """:meth:`render_rays`' dict from the coloured samples' ``weights`` [S] and ``rgb`` [S, 3] (``samples``:
+        how many were marched; ``median``: whether "median_depth" is computed); NeuS's render_rays shares it."""
+        bg = background.to(device=self.device, dtype=torch.float32)
         colour, acc, depth = composite(weights, rgb, t0, t1, ray, R, bg)
         if samples == 0 and torch.is_grad_enabled():  # keep the graph connected to the parameters
             colour = colour + 0.0 * self.field.table.sum()

@@ -47,7 +47,7 @@ from recon.nerf.field import encoding_backend, field_grid_config
 from recon.nerf.neus import (FIELD_POINTS, eikonal_loss, neus_alpha, neus_alpha_from_slope, ray_neighbours,
                              slope_cos, step_alpha)
 from recon.nerf.neus_field import NeusField, unit_normals
-from recon.nerf.rendering import alpha_weights, composite, median_depth
+from recon.nerf.rendering import alpha_weights
 from recon.nerf.space import FieldSpace, to_unit
 
 FD_CHUNK = NO_GRAD_SAMPLES // 7  # samples per no-gradient evaluation (up to 7 field points each)
@@ -230,12 +230,7 @@ class NeusModel(NerfModel):
             alpha = torch.zeros(0, device=dev, requires_grad=grad_on)
             rgb = torch.zeros(0, 3, device=dev)
         weights, _ = alpha_weights(alpha, ray, R)
-        colour, acc, depth = composite(weights, rgb, t0, t1, ray, R, background.to(device=dev, dtype=torch.float32))
-        if samples == 0 and grad_on:  # keep the graph connected to the parameters
-            colour = colour + 0.0 * self.field.table.sum()
-        out = {"rgb": colour, "opacity": acc, "depth": depth, "samples": samples}
-        if median:
-            out["median_depth"] = median_depth(weights, t0, t1, ray, R)
+        out = self._ray_outputs(weights, rgb, t0, t1, ray, R, background, samples, median)
         if grad_on:
             out["train_meta"] = {"gradients": grad}
         return out
